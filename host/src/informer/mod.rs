@@ -1,0 +1,387 @@
+//! Shared informers: one list+watch per (kind, namespace, label selector,
+//! field selector), shared by every subscription that asks for the same
+//! thing, feeding a lister cache and fanning deltas out to subscribers.
+//!
+//! This is client-go's Reflector + DeltaFIFO + SharedIndexInformer in one
+//! task per informer; the per-plugin queueing lives in `dispatch`.
+
+pub mod selector;
+pub mod store;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use futures::StreamExt;
+use futures::stream::BoxStream;
+use parking_lot::Mutex;
+use tokio::sync::{mpsc, watch};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::kind::KindInfo;
+use crate::object::{KObject, ObjectHandle};
+pub use store::{Snapshot, Store};
+
+/// What one informer lists and watches.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct InformerSpec {
+    pub kind: KindInfo,
+    pub namespace: Option<String>,
+    pub label_selector: Option<String>,
+    pub field_selector: Option<String>,
+}
+
+impl std::fmt::Display for InformerSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.kind.resource_name())?;
+        if let Some(ns) = &self.namespace {
+            write!(f, " in {ns}")?;
+        }
+        if let Some(l) = &self.label_selector {
+            write!(f, " labels {l:?}")?;
+        }
+        if let Some(fs) = &self.field_selector {
+            write!(f, " fields {fs:?}")?;
+        }
+        Ok(())
+    }
+}
+
+/// One event of a source's list+watch stream (the shape of kube-runtime's
+/// `watcher::Event`): a (re)list is `Init`, `InitApply`*, `InitDone`.
+#[derive(Debug)]
+pub enum WatchEvent {
+    Init,
+    InitApply(KObject),
+    InitDone,
+    Apply(KObject),
+    Delete(KObject),
+}
+
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum SourceError {
+    #[error("forbidden: {0} (grant the host's service account list and watch on this resource)")]
+    Forbidden(String),
+    #[error("{0}")]
+    Other(String),
+}
+
+/// Where objects come from: a real API server or the local folder cluster.
+pub trait Source: Send + Sync + 'static {
+    /// A never-ending list+watch stream for `spec`; errors are reported and
+    /// the stream recovers by itself (relisting as needed).
+    fn watch(&self, spec: &InformerSpec) -> BoxStream<'static, Result<WatchEvent, SourceError>>;
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum DeltaType {
+    Added,
+    Updated,
+    Deleted,
+    Resync,
+    Synced,
+}
+
+/// One change of one informer.
+#[derive(Debug, Clone)]
+pub struct Delta {
+    pub dtype: DeltaType,
+    /// New state (updates), last known state (deletes); `None` for `Synced`.
+    pub object: Option<ObjectHandle>,
+    pub old: Option<ObjectHandle>,
+    pub initial: bool,
+    pub final_state_unknown: bool,
+}
+
+impl Delta {
+    fn new(dtype: DeltaType, object: ObjectHandle) -> Self {
+        Self {
+            dtype,
+            object: Some(object),
+            old: None,
+            initial: false,
+            final_state_unknown: false,
+        }
+    }
+
+    pub fn synced() -> Self {
+        Self {
+            dtype: DeltaType::Synced,
+            object: None,
+            old: None,
+            initial: false,
+            final_state_unknown: false,
+        }
+    }
+}
+
+struct Fanout {
+    subscribers: Vec<(u64, mpsc::UnboundedSender<Delta>)>,
+    synced: bool,
+}
+
+/// One running list+watch with its cache.
+pub struct Informer {
+    spec: InformerSpec,
+    store: Store,
+    fanout: Mutex<Fanout>,
+    synced_tx: watch::Sender<bool>,
+    cancel: CancellationToken,
+}
+
+impl std::fmt::Debug for Informer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Informer")
+            .field("spec", &self.spec)
+            .finish()
+    }
+}
+
+impl Informer {
+    pub fn spec(&self) -> &InformerSpec {
+        &self.spec
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    pub fn has_synced(&self) -> bool {
+        *self.synced_tx.borrow()
+    }
+
+    /// Waits until the initial list has been applied (WaitForCacheSync).
+    pub async fn wait_synced(&self) {
+        let mut rx = self.synced_tx.subscribe();
+        let _ = rx.wait_for(|s| *s).await;
+    }
+
+    fn emit(fanout: &mut Fanout, delta: Delta) {
+        fanout
+            .subscribers
+            .retain(|(_, tx)| tx.send(delta.clone()).is_ok());
+    }
+
+    /// Registers a subscriber; a late one first receives the cache as
+    /// initial `Added` deltas (and `Synced` if the informer has synced), as a
+    /// handler added to a running client-go informer does.
+    fn add_subscriber(&self, id: u64, tx: mpsc::UnboundedSender<Delta>) {
+        let mut fanout = self.fanout.lock();
+        let snapshot = self.store.snapshot();
+        for obj in snapshot.iter() {
+            let mut d = Delta::new(DeltaType::Added, obj.clone());
+            d.initial = true;
+            let _ = tx.send(d);
+        }
+        if fanout.synced {
+            let _ = tx.send(Delta::synced());
+        }
+        fanout.subscribers.push((id, tx));
+    }
+
+    fn remove_subscriber(&self, id: u64) -> usize {
+        let mut fanout = self.fanout.lock();
+        fanout.subscribers.retain(|(sid, _)| *sid != id);
+        fanout.subscribers.len()
+    }
+
+    async fn run(self: Arc<Self>, source: Arc<dyn Source>) {
+        let mut stream = source.watch(&self.spec);
+        // Objects of a (re)list in progress.
+        let mut relist: Option<Vec<KObject>> = None;
+        loop {
+            let event = tokio::select! {
+                () = self.cancel.cancelled() => break,
+                event = stream.next() => event,
+            };
+            let Some(event) = event else { break };
+            match event {
+                Err(err) => {
+                    tracing::warn!(informer = %self.spec, error = %err, "watch error; the stream retries with backoff");
+                }
+                Ok(WatchEvent::Init) => relist = Some(Vec::new()),
+                Ok(WatchEvent::InitApply(obj)) => match relist.as_mut() {
+                    Some(buf) => buf.push(obj),
+                    None => self.apply(obj),
+                },
+                Ok(WatchEvent::InitDone) => {
+                    let listed = relist.take().unwrap_or_default();
+                    self.replace(listed);
+                }
+                Ok(WatchEvent::Apply(obj)) => self.apply(obj),
+                Ok(WatchEvent::Delete(obj)) => self.delete(obj),
+            }
+        }
+        tracing::debug!(informer = %self.spec, "informer stopped");
+    }
+
+    fn apply(&self, obj: KObject) {
+        let obj = Arc::new(obj);
+        let mut fanout = self.fanout.lock();
+        match self.store.upsert(obj.clone()) {
+            Some(old)
+                if old.meta().resource_version == obj.meta().resource_version && *old == *obj => {}
+            Some(old) => {
+                let mut d = Delta::new(DeltaType::Updated, obj);
+                d.old = Some(old);
+                Self::emit(&mut fanout, d);
+            }
+            None => Self::emit(&mut fanout, Delta::new(DeltaType::Added, obj)),
+        }
+    }
+
+    fn delete(&self, obj: KObject) {
+        let mut fanout = self.fanout.lock();
+        let key = obj.key();
+        // The watch event carries the final state; fall back to the cache's.
+        let last = Arc::new(obj);
+        if self.store.remove(&key).is_some() || fanout.synced {
+            Self::emit(&mut fanout, Delta::new(DeltaType::Deleted, last));
+        }
+    }
+
+    /// Applies a complete list: new objects are added, changed ones updated,
+    /// and objects missing from the list deleted with their last known state
+    /// (flagged: the deletion was not watched).
+    fn replace(&self, listed: Vec<KObject>) {
+        let mut fanout = self.fanout.lock();
+        let first = !fanout.synced;
+        let mut seen = std::collections::HashSet::with_capacity(listed.len());
+        for obj in listed {
+            let obj = Arc::new(obj);
+            seen.insert(obj.key());
+            match self.store.upsert(obj.clone()) {
+                Some(old) if old.meta().resource_version == obj.meta().resource_version => {}
+                Some(old) => {
+                    let mut d = Delta::new(DeltaType::Updated, obj);
+                    d.old = Some(old);
+                    Self::emit(&mut fanout, d);
+                }
+                None => {
+                    let mut d = Delta::new(DeltaType::Added, obj);
+                    d.initial = first;
+                    Self::emit(&mut fanout, d);
+                }
+            }
+        }
+        let vanished: Vec<ObjectHandle> = self
+            .store
+            .snapshot()
+            .iter()
+            .filter(|o| !seen.contains(&o.key()))
+            .cloned()
+            .collect();
+        for obj in vanished {
+            self.store.remove(&obj.key());
+            let mut d = Delta::new(DeltaType::Deleted, obj);
+            d.final_state_unknown = true;
+            Self::emit(&mut fanout, d);
+        }
+        if first {
+            fanout.synced = true;
+            Self::emit(&mut fanout, Delta::synced());
+            self.synced_tx.send_replace(true);
+            tracing::info!(informer = %self.spec, objects = self.store.len(), "cache synced");
+        }
+    }
+}
+
+/// A subscriber's handle on an informer; dropping it does not unsubscribe
+/// (call [`InformerSet::unsubscribe`]), so that teardown order is explicit.
+#[derive(Debug, Clone)]
+pub struct SubscriptionHandle {
+    pub informer: Arc<Informer>,
+    pub id: u64,
+}
+
+/// The SharedInformerFactory: starts informers on first use, shares them,
+/// stops them when their last subscriber leaves.
+pub struct InformerSet {
+    source: Arc<dyn Source>,
+    informers: Mutex<HashMap<InformerSpec, Arc<Informer>>>,
+    next_id: AtomicU64,
+    tasks: TaskTracker,
+    cancel: CancellationToken,
+}
+
+impl std::fmt::Debug for InformerSet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InformerSet").finish_non_exhaustive()
+    }
+}
+
+impl InformerSet {
+    pub fn new(source: Arc<dyn Source>, cancel: CancellationToken) -> Self {
+        Self {
+            source,
+            informers: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(1),
+            tasks: TaskTracker::new(),
+            cancel,
+        }
+    }
+
+    pub fn subscribe(
+        &self,
+        spec: InformerSpec,
+        tx: mpsc::UnboundedSender<Delta>,
+    ) -> SubscriptionHandle {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let informer = {
+            let mut map = self.informers.lock();
+            map.entry(spec.clone())
+                .or_insert_with(|| {
+                    let (synced_tx, _) = watch::channel(false);
+                    let informer = Arc::new(Informer {
+                        spec: spec.clone(),
+                        store: Store::default(),
+                        fanout: Mutex::new(Fanout {
+                            subscribers: Vec::new(),
+                            synced: false,
+                        }),
+                        synced_tx,
+                        cancel: self.cancel.child_token(),
+                    });
+                    tracing::info!(informer = %spec, "starting informer");
+                    self.tasks.spawn(informer.clone().run(self.source.clone()));
+                    informer
+                })
+                .clone()
+        };
+        informer.add_subscriber(id, tx);
+        SubscriptionHandle { informer, id }
+    }
+
+    pub fn unsubscribe(&self, handle: &SubscriptionHandle) {
+        let mut map = self.informers.lock();
+        if handle.informer.remove_subscriber(handle.id) == 0 {
+            let spec = handle.informer.spec();
+            if map
+                .get(spec)
+                .is_some_and(|i| Arc::ptr_eq(i, &handle.informer))
+            {
+                map.remove(spec);
+                handle.informer.cancel.cancel();
+                tracing::info!(informer = %spec, "stopping informer: no subscribers left");
+            }
+        }
+    }
+
+    pub fn informers(&self) -> Vec<Arc<Informer>> {
+        self.informers.lock().values().cloned().collect()
+    }
+
+    pub fn all_synced(&self) -> bool {
+        self.informers.lock().values().all(|i| i.has_synced())
+    }
+
+    /// Stops every informer and waits for their tasks.
+    pub async fn shutdown(&self) {
+        for inf in self.informers() {
+            inf.cancel.cancel();
+        }
+        self.tasks.close();
+        self.tasks.wait().await;
+    }
+}

@@ -1,0 +1,332 @@
+//! Kinds and their REST mapping: what client-go's RESTMapper does, for the
+//! names a plugin may use (`Pod`, `pods`, `deployments.apps`, a full GVK).
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+
+use parking_lot::RwLock;
+use serde::{Deserialize, Serialize};
+
+/// A group/version/kind; the core group is `""`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Gvk {
+    pub group: String,
+    pub version: String,
+    pub kind: String,
+}
+
+impl Gvk {
+    pub fn new(group: &str, version: &str, kind: &str) -> Self {
+        Self {
+            group: group.to_owned(),
+            version: version.to_owned(),
+            kind: kind.to_owned(),
+        }
+    }
+
+    /// Parses an `apiVersion` (`v1`, `apps/v1`) plus a kind.
+    pub fn from_api_version(api_version: &str, kind: &str) -> Self {
+        match api_version.split_once('/') {
+            Some((group, version)) => Self::new(group, version, kind),
+            None => Self::new("", api_version, kind),
+        }
+    }
+
+    pub fn api_version(&self) -> String {
+        if self.group.is_empty() {
+            self.version.clone()
+        } else {
+            format!("{}/{}", self.group, self.version)
+        }
+    }
+}
+
+impl fmt::Display for Gvk {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.group.is_empty() {
+            write!(f, "{}/{}", self.version, self.kind)
+        } else {
+            write!(f, "{}/{}/{}", self.group, self.version, self.kind)
+        }
+    }
+}
+
+/// A served kind: its GVK, plural resource name and scope.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct KindInfo {
+    pub gvk: Gvk,
+    pub plural: String,
+    pub namespaced: bool,
+}
+
+impl KindInfo {
+    pub fn new(group: &str, version: &str, kind: &str, plural: &str, namespaced: bool) -> Self {
+        Self {
+            gvk: Gvk::new(group, version, kind),
+            plural: plural.to_owned(),
+            namespaced,
+        }
+    }
+
+    /// `deployments.apps` / `pods`: the name kubectl and RBAC use.
+    pub fn resource_name(&self) -> String {
+        if self.gvk.group.is_empty() {
+            self.plural.clone()
+        } else {
+            format!("{}.{}", self.plural, self.gvk.group)
+        }
+    }
+}
+
+/// How a plugin names a kind.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum KindRef {
+    Gvk(Gvk),
+    /// `pods`, `deployments.apps`, `widgets.v1.example.com`, or a bare kind
+    /// name (`Pod`) as a convenience.
+    Resource(String),
+}
+
+impl fmt::Display for KindRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            KindRef::Gvk(gvk) => gvk.fmt(f),
+            KindRef::Resource(name) => f.write_str(name),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum KindError {
+    #[error(
+        "unknown kind {0}: the cluster serves no such resource (check the group, version and spelling, or install its CRD)"
+    )]
+    Unknown(String),
+    #[error("kind {name} is ambiguous: it matches {candidates}; name it with its group")]
+    Ambiguous { name: String, candidates: String },
+}
+
+/// The kinds a cluster serves, filled from discovery (or, for the local
+/// cluster, from a built-in table plus what its manifests and CRDs declare).
+#[derive(Debug, Clone, Default)]
+pub struct KindRegistry {
+    inner: Arc<RwLock<BTreeMap<Gvk, KindInfo>>>,
+}
+
+impl KindRegistry {
+    /// The kinds every Kubernetes cluster serves that kubewasm users touch
+    /// most; enough for the local cluster.
+    pub fn builtin() -> Self {
+        let reg = Self::default();
+        for info in [
+            KindInfo::new("", "v1", "Namespace", "namespaces", false),
+            KindInfo::new("", "v1", "Node", "nodes", false),
+            KindInfo::new("", "v1", "Pod", "pods", true),
+            KindInfo::new("", "v1", "ConfigMap", "configmaps", true),
+            KindInfo::new("", "v1", "Secret", "secrets", true),
+            KindInfo::new("", "v1", "Service", "services", true),
+            KindInfo::new("", "v1", "ServiceAccount", "serviceaccounts", true),
+            KindInfo::new("", "v1", "ResourceQuota", "resourcequotas", true),
+            KindInfo::new("", "v1", "LimitRange", "limitranges", true),
+            KindInfo::new(
+                "",
+                "v1",
+                "PersistentVolumeClaim",
+                "persistentvolumeclaims",
+                true,
+            ),
+            KindInfo::new("", "v1", "PersistentVolume", "persistentvolumes", false),
+            KindInfo::new("", "v1", "Event", "events", true),
+            KindInfo::new("", "v1", "Endpoints", "endpoints", true),
+            KindInfo::new("apps", "v1", "Deployment", "deployments", true),
+            KindInfo::new("apps", "v1", "ReplicaSet", "replicasets", true),
+            KindInfo::new("apps", "v1", "StatefulSet", "statefulsets", true),
+            KindInfo::new("apps", "v1", "DaemonSet", "daemonsets", true),
+            KindInfo::new("batch", "v1", "Job", "jobs", true),
+            KindInfo::new("batch", "v1", "CronJob", "cronjobs", true),
+            KindInfo::new(
+                "networking.k8s.io",
+                "v1",
+                "NetworkPolicy",
+                "networkpolicies",
+                true,
+            ),
+            KindInfo::new("networking.k8s.io", "v1", "Ingress", "ingresses", true),
+            KindInfo::new("events.k8s.io", "v1", "Event", "events", true),
+            KindInfo::new("rbac.authorization.k8s.io", "v1", "Role", "roles", true),
+            KindInfo::new(
+                "rbac.authorization.k8s.io",
+                "v1",
+                "RoleBinding",
+                "rolebindings",
+                true,
+            ),
+            KindInfo::new(
+                "rbac.authorization.k8s.io",
+                "v1",
+                "ClusterRole",
+                "clusterroles",
+                false,
+            ),
+            KindInfo::new(
+                "rbac.authorization.k8s.io",
+                "v1",
+                "ClusterRoleBinding",
+                "clusterrolebindings",
+                false,
+            ),
+            KindInfo::new(
+                "policy",
+                "v1",
+                "PodDisruptionBudget",
+                "poddisruptionbudgets",
+                true,
+            ),
+            KindInfo::new(
+                "apiextensions.k8s.io",
+                "v1",
+                "CustomResourceDefinition",
+                "customresourcedefinitions",
+                false,
+            ),
+            KindInfo::new("coordination.k8s.io", "v1", "Lease", "leases", true),
+        ] {
+            reg.insert(info);
+        }
+        reg
+    }
+
+    pub fn insert(&self, info: KindInfo) {
+        self.inner.write().insert(info.gvk.clone(), info);
+    }
+
+    pub fn by_gvk(&self, gvk: &Gvk) -> Option<KindInfo> {
+        self.inner.read().get(gvk).cloned()
+    }
+
+    /// Learns a kind from a CustomResourceDefinition object, for every
+    /// served version.
+    pub fn learn_crd(&self, crd: &serde_json::Value) {
+        let spec = &crd["spec"];
+        let (Some(group), Some(kind), Some(plural)) = (
+            spec["group"].as_str(),
+            spec["names"]["kind"].as_str(),
+            spec["names"]["plural"].as_str(),
+        ) else {
+            return;
+        };
+        let namespaced = spec["scope"].as_str() != Some("Cluster");
+        for version in spec["versions"].as_array().into_iter().flatten() {
+            if let Some(v) = version["name"].as_str() {
+                self.insert(KindInfo::new(group, v, kind, plural, namespaced));
+            }
+        }
+    }
+
+    /// Resolves a plugin's kind reference, as client-go's RESTMapper would.
+    pub fn resolve(&self, kind: &KindRef) -> Result<KindInfo, KindError> {
+        let map = self.inner.read();
+        match kind {
+            KindRef::Gvk(gvk) => map
+                .get(gvk)
+                .cloned()
+                .ok_or_else(|| KindError::Unknown(gvk.to_string())),
+            KindRef::Resource(name) => {
+                let (resource, rest) = match name.split_once('.') {
+                    Some((r, rest)) => (r, Some(rest)),
+                    None => (name.as_str(), None),
+                };
+                let lower = resource.to_ascii_lowercase();
+                let mut found: Vec<&KindInfo> = map
+                    .values()
+                    .filter(|info| {
+                        let name_ok =
+                            info.plural == lower || info.gvk.kind.to_ascii_lowercase() == lower;
+                        let group_ok = match rest {
+                            None => true,
+                            // `deployments.apps` or `widgets.v1.example.com`
+                            Some(rest) => {
+                                rest == info.gvk.group
+                                    || rest == format!("{}.{}", info.gvk.version, info.gvk.group)
+                            }
+                        };
+                        name_ok && group_ok
+                    })
+                    .collect();
+                // Prefer the core group, then events.k8s.io-style duplicates
+                // resolve like kubectl: the first group alphabetically loses
+                // to the core group only.
+                if found.len() > 1 {
+                    if let Some(core) = found.iter().find(|i| i.gvk.group.is_empty()) {
+                        return Ok((*core).clone());
+                    }
+                    found.sort();
+                    found.dedup_by(|a, b| a.gvk.group == b.gvk.group && a.plural == b.plural);
+                    if found.len() > 1 {
+                        let groups: std::collections::BTreeSet<&str> =
+                            found.iter().map(|i| i.gvk.group.as_str()).collect();
+                        if groups.len() > 1 {
+                            return Err(KindError::Ambiguous {
+                                name: name.clone(),
+                                candidates: found
+                                    .iter()
+                                    .map(|i| i.resource_name())
+                                    .collect::<Vec<_>>()
+                                    .join(", "),
+                            });
+                        }
+                    }
+                }
+                found
+                    .first()
+                    .map(|i| (*i).clone())
+                    .ok_or_else(|| KindError::Unknown(name.clone()))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resolves_resource_names_like_kubectl() {
+        let reg = KindRegistry::builtin();
+        let pods = reg.resolve(&KindRef::Resource("pods".into())).unwrap();
+        assert_eq!(pods.gvk, Gvk::new("", "v1", "Pod"));
+        assert!(pods.namespaced);
+        let deploy = reg
+            .resolve(&KindRef::Resource("deployments.apps".into()))
+            .unwrap();
+        assert_eq!(deploy.gvk.group, "apps");
+        let ns = reg.resolve(&KindRef::Resource("Namespace".into())).unwrap();
+        assert!(!ns.namespaced);
+        // events exist in core and events.k8s.io: the core group wins.
+        let ev = reg.resolve(&KindRef::Resource("events".into())).unwrap();
+        assert_eq!(ev.gvk.group, "");
+        let ev2 = reg
+            .resolve(&KindRef::Resource("events.events.k8s.io".into()))
+            .unwrap();
+        assert_eq!(ev2.gvk.group, "events.k8s.io");
+        assert!(matches!(
+            reg.resolve(&KindRef::Resource("widgets".into())),
+            Err(KindError::Unknown(_))
+        ));
+    }
+
+    #[test]
+    fn learns_crds() {
+        let reg = KindRegistry::builtin();
+        reg.learn_crd(
+            &serde_json::json!({"spec": {"group": "example.com", "scope": "Namespaced",
+            "names": {"kind": "Widget", "plural": "widgets"},
+            "versions": [{"name": "v1"}]}}),
+        );
+        let w = reg
+            .resolve(&KindRef::Resource("widgets.v1.example.com".into()))
+            .unwrap();
+        assert_eq!(w.gvk, Gvk::new("example.com", "v1", "Widget"));
+    }
+}

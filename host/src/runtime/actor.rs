@@ -1,0 +1,334 @@
+//! A plugin instance as an actor: a dedicated thread owns the wasmtime Store
+//! and serves requests from a channel, so one plugin's slow or stuck call
+//! never blocks another's, and a broken instance is replaced in place.
+
+use std::sync::Arc;
+use std::sync::mpsc as std_mpsc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::oneshot;
+use wasmtime::Store;
+use wasmtime::component::Resource;
+
+use super::bindings::Plugin;
+use super::bindings::exports::kubewasm::plugin::handler;
+use super::bindings::kubewasm::plugin::types;
+use super::engine::EPOCH_TICK;
+use super::host::{HostState, PluginScope, wit_meta};
+use super::{Prepared, Registration};
+use crate::actions::Action;
+use crate::informer::DeltaType;
+use crate::kind::Gvk;
+use crate::object::ObjectHandle;
+
+/// Why a call did not succeed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CallError {
+    #[error("plugin asked to retry: {0}")]
+    Retry(String),
+    #[error("plugin failed permanently: {0}")]
+    Permanent(String),
+    #[error("plugin trapped: {0}")]
+    Trap(String),
+    #[error("plugin exceeded its {0:?} deadline and was interrupted")]
+    Timeout(Duration),
+    #[error("plugin ran out of memory: {0}")]
+    OutOfMemory(String),
+    #[error("plugin instance is unavailable: {0}")]
+    Unavailable(String),
+}
+
+impl CallError {
+    /// Whether retrying the same delta may succeed.
+    pub fn retryable(&self) -> bool {
+        !matches!(self, CallError::Permanent(_))
+    }
+
+    /// Whether the instance was torn down (a trap of any kind).
+    pub fn is_trap(&self) -> bool {
+        matches!(
+            self,
+            CallError::Trap(_) | CallError::Timeout(_) | CallError::OutOfMemory(_)
+        )
+    }
+}
+
+/// One delta as a plugin call receives it.
+#[derive(Debug, Clone)]
+pub struct CallDelta {
+    pub dtype: DeltaType,
+    pub subscription: u32,
+    pub kind: Gvk,
+    pub object: Option<ObjectHandle>,
+    pub old: Option<ObjectHandle>,
+    pub initial: bool,
+    pub final_state_unknown: bool,
+}
+
+enum Request {
+    Register {
+        config: String,
+        reply: oneshot::Sender<Result<Registration, CallError>>,
+    },
+    SetScope(Arc<PluginScope>),
+    Handle {
+        delta: CallDelta,
+        reply: oneshot::Sender<(Result<Vec<Action>, CallError>, Duration)>,
+    },
+}
+
+/// Handle on one instance's thread. Dropping it ends the thread after the
+/// call in progress.
+#[derive(Debug)]
+pub struct Actor {
+    tx: std_mpsc::Sender<Request>,
+    name: Arc<str>,
+}
+
+struct Instance {
+    store: Store<HostState>,
+    plugin: Plugin,
+}
+
+struct ActorThread {
+    prepared: Arc<Prepared>,
+    instance: Option<Instance>,
+    config: Option<String>,
+    scope: Option<Arc<PluginScope>>,
+}
+
+fn wit_delta_type(t: DeltaType) -> types::DeltaType {
+    match t {
+        DeltaType::Added => types::DeltaType::Added,
+        DeltaType::Updated => types::DeltaType::Updated,
+        DeltaType::Deleted => types::DeltaType::Deleted,
+        DeltaType::Resync => types::DeltaType::Resync,
+        DeltaType::Synced => types::DeltaType::Synced,
+    }
+}
+
+fn classify(store: &Store<HostState>, err: wasmtime::Error, timeout: Duration) -> CallError {
+    if store.data().limiter.exceeded {
+        return CallError::OutOfMemory(format!("{err:#}"));
+    }
+    match err.downcast_ref::<wasmtime::Trap>() {
+        Some(wasmtime::Trap::Interrupt) => CallError::Timeout(timeout),
+        _ => CallError::Trap(format!("{err:#}")),
+    }
+}
+
+impl ActorThread {
+    fn instantiate(&mut self) -> Result<&mut Instance, CallError> {
+        if self.instance.is_none() {
+            let p = &self.prepared;
+            let wasi = p.wasi_ctx().map_err(CallError::Unavailable)?;
+            let mut store = Store::new(
+                p.engine.engine(),
+                HostState::new(
+                    p.name.clone(),
+                    wasi,
+                    usize::try_from(p.manifest.limits.memory).unwrap_or(usize::MAX),
+                ),
+            );
+            store.limiter(|s| &mut s.limiter);
+            if p.engine.epoch_deadlines() {
+                store.set_epoch_deadline(self.deadline_ticks());
+                store.epoch_deadline_trap();
+            }
+            let plugin = p
+                .pre
+                .instantiate(&mut store)
+                .map_err(|e| self.classify(&store, e))?;
+            let mut inst = Instance { store, plugin };
+            // A replacement instance must be initialised like the first.
+            if let Some(config) = self.config.clone() {
+                Self::call_register(
+                    &mut inst,
+                    &config,
+                    self.deadline_ticks(),
+                    p.engine.epoch_deadlines(),
+                )
+                .map_err(|e| {
+                    CallError::Unavailable(format!("re-registration after a trap failed: {e}"))
+                })?;
+                inst.store.data_mut().scope = self.scope.clone();
+            }
+            self.instance = Some(inst);
+        }
+        self.instance
+            .as_mut()
+            .ok_or_else(|| CallError::Unavailable("no instance".into()))
+    }
+
+    fn deadline_ticks(&self) -> u64 {
+        let t = self.prepared.manifest.limits.timeout.as_millis() / EPOCH_TICK.as_millis();
+        u64::try_from(t).unwrap_or(u64::MAX).max(1)
+    }
+
+    fn classify(&self, store: &Store<HostState>, err: wasmtime::Error) -> CallError {
+        classify(store, err, self.prepared.manifest.limits.timeout)
+    }
+
+    fn call_register(
+        inst: &mut Instance,
+        config: &str,
+        ticks: u64,
+        epochs: bool,
+    ) -> Result<Registration, CallError> {
+        if epochs {
+            inst.store.set_epoch_deadline(ticks);
+        }
+        match inst
+            .plugin
+            .kubewasm_plugin_handler()
+            .call_register(&mut inst.store, config)
+        {
+            Ok(Ok(reg)) => Ok(Registration::from_wit(reg)),
+            Ok(Err(msg)) => Err(CallError::Permanent(msg)),
+            Err(e) => Err(CallError::Trap(format!("{e:#}"))),
+        }
+    }
+
+    fn register(&mut self, config: String) -> Result<Registration, CallError> {
+        let ticks = self.deadline_ticks();
+        let epochs = self.prepared.engine.epoch_deadlines();
+        let inst = self.instantiate()?;
+        let result = Self::call_register(inst, &config, ticks, epochs);
+        match &result {
+            Ok(_) => self.config = Some(config),
+            Err(_) => self.instance = None,
+        }
+        result
+    }
+
+    fn handle(&mut self, delta: CallDelta) -> Result<Vec<Action>, CallError> {
+        let ticks = self.deadline_ticks();
+        let epochs = self.prepared.engine.epoch_deadlines();
+        let timeout = self.prepared.manifest.limits.timeout;
+        let inst = self.instantiate()?;
+        let store = &mut inst.store;
+        store.data_mut().begin_call();
+        if epochs {
+            store.set_epoch_deadline(ticks);
+        }
+        let push = |store: &mut Store<HostState>,
+                    o: Option<ObjectHandle>|
+         -> Result<Option<Resource<ObjectHandle>>, CallError> {
+            o.map(|o| store.data_mut().push_object(o))
+                .transpose()
+                .map_err(|e| CallError::Unavailable(format!("{e:#}")))
+        };
+        let meta = delta.object.as_ref().map(|o| wit_meta(o.meta()));
+        let object = push(store, delta.object)?;
+        let old_object = push(store, delta.old)?;
+        let wit = types::Delta {
+            delta_type: wit_delta_type(delta.dtype),
+            subscription: delta.subscription,
+            kind: types::GroupVersionKind {
+                group: delta.kind.group,
+                version: delta.kind.version,
+                kind: delta.kind.kind,
+            },
+            meta,
+            object,
+            old_object,
+            initial: delta.initial,
+            final_state_unknown: delta.final_state_unknown,
+        };
+        let result = inst
+            .plugin
+            .kubewasm_plugin_handler()
+            .call_handle(&mut inst.store, &wit);
+        match result {
+            Ok(Ok(())) => Ok(std::mem::take(&mut inst.store.data_mut().actions)),
+            Ok(Err(handler::HandlerError::Retry(m))) => Err(CallError::Retry(m)),
+            Ok(Err(handler::HandlerError::Permanent(m))) => Err(CallError::Permanent(m)),
+            Err(e) => {
+                let err = classify(&inst.store, e, timeout);
+                // The instance may be in any state after a trap: replace it.
+                self.instance = None;
+                Err(err)
+            }
+        }
+    }
+
+    fn run(mut self, rx: std_mpsc::Receiver<Request>) {
+        while let Ok(req) = rx.recv() {
+            match req {
+                Request::Register { config, reply } => {
+                    let _ = reply.send(self.register(config));
+                }
+                Request::SetScope(scope) => {
+                    if let Some(inst) = self.instance.as_mut() {
+                        inst.store.data_mut().scope = Some(scope.clone());
+                    }
+                    self.scope = Some(scope);
+                }
+                Request::Handle { delta, reply } => {
+                    let start = Instant::now();
+                    let result = self.handle(delta);
+                    let _ = reply.send((result, start.elapsed()));
+                }
+            }
+        }
+    }
+}
+
+impl Actor {
+    /// Starts the instance thread; instantiation happens on the thread.
+    pub fn spawn(prepared: Arc<Prepared>, index: usize) -> Result<Self, CallError> {
+        let (tx, rx) = std_mpsc::channel();
+        let name = prepared.name.clone();
+        let thread = ActorThread {
+            prepared,
+            instance: None,
+            config: None,
+            scope: None,
+        };
+        std::thread::Builder::new()
+            .name(format!("plugin-{name}-{index}"))
+            .spawn(move || thread.run(rx))
+            .map_err(|e| CallError::Unavailable(format!("cannot start plugin thread: {e}")))?;
+        Ok(Self { tx, name })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn gone(&self) -> CallError {
+        CallError::Unavailable(format!("plugin {} thread has stopped", self.name))
+    }
+
+    pub async fn register(&self, config: String) -> Result<Registration, CallError> {
+        let (reply, rx) = oneshot::channel();
+        self.tx
+            .send(Request::Register { config, reply })
+            .map_err(|_| self.gone())?;
+        rx.await.map_err(|_| self.gone())?
+    }
+
+    pub fn set_scope(&self, scope: Arc<PluginScope>) {
+        let _ = self.tx.send(Request::SetScope(scope));
+    }
+
+    /// Runs one handler call; returns the actions and the call's duration.
+    pub async fn handle(&self, delta: CallDelta) -> (Result<Vec<Action>, CallError>, Duration) {
+        let (reply, rx) = oneshot::channel();
+        if self.tx.send(Request::Handle { delta, reply }).is_err() {
+            return (Err(self.gone()), Duration::ZERO);
+        }
+        rx.await
+            .unwrap_or_else(|_| (Err(self.gone()), Duration::ZERO))
+    }
+
+    /// Blocking variant for benchmarks and tools without a runtime.
+    pub fn handle_blocking(&self, delta: CallDelta) -> (Result<Vec<Action>, CallError>, Duration) {
+        let (reply, rx) = oneshot::channel();
+        if self.tx.send(Request::Handle { delta, reply }).is_err() {
+            return (Err(self.gone()), Duration::ZERO);
+        }
+        rx.blocking_recv()
+            .unwrap_or_else(|_| (Err(self.gone()), Duration::ZERO))
+    }
+}

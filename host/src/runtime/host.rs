@@ -1,0 +1,543 @@
+//! The host side of the imports a plugin sees: object views, cache reads,
+//! buffered actions, logging and the clock.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use serde_json::Value;
+use wasmtime::component::{Resource, ResourceTable};
+use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+
+use super::bindings::kubewasm::plugin::{actions, cache, clock, log, types};
+use crate::actions::{Action, EventType, PatchType, Propagation, Target};
+use crate::informer::selector::LabelSelector;
+use crate::informer::{Informer, Snapshot};
+use crate::kind::{Gvk, KindInfo, KindRef, KindRegistry};
+use crate::object::{FieldValue, Meta, ObjectHandle, ObjectKey};
+
+/// What one registered plugin version may read and write.
+#[derive(Debug, Default)]
+pub struct PluginScope {
+    pub kinds: KindRegistry,
+    /// Readable kinds, each served by the informer of the plugin's first
+    /// subscription to it.
+    pub reads: HashMap<Gvk, Arc<Informer>>,
+    /// Declared index name -> (informer, the store's index name).
+    pub indexes: HashMap<String, (Arc<Informer>, String)>,
+    pub writes: HashSet<Gvk>,
+}
+
+/// Enforces the per-plugin memory cap and remembers that it did.
+#[derive(Debug)]
+pub struct MemoryLimiter {
+    pub limit: usize,
+    pub exceeded: bool,
+}
+
+impl wasmtime::ResourceLimiter for MemoryLimiter {
+    fn memory_growing(
+        &mut self,
+        current: usize,
+        desired: usize,
+        _max: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        if desired > self.limit {
+            self.exceeded = true;
+            return Err(wasmtime::format_err!(
+                "plugin memory limit exceeded: wanted {desired} bytes (from {current}), limit is {} bytes; raise limits.memory in the plugin's sidecar if this is expected",
+                self.limit
+            ));
+        }
+        Ok(true)
+    }
+
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _max: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        Ok(desired <= 1_000_000)
+    }
+}
+
+/// The store data of one plugin instance.
+pub struct HostState {
+    pub plugin: Arc<str>,
+    wasi: WasiCtx,
+    table: ResourceTable,
+    pub limiter: MemoryLimiter,
+    pub scope: Option<Arc<PluginScope>>,
+    /// Snapshots taken during the current call: one consistent state per
+    /// kind for the whole call.
+    snapshots: HashMap<Gvk, Snapshot>,
+    pub actions: Vec<Action>,
+}
+
+impl WasiView for HostState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+impl HostState {
+    pub fn new(plugin: Arc<str>, wasi: WasiCtx, memory_limit: usize) -> Self {
+        Self {
+            plugin,
+            wasi,
+            table: ResourceTable::new(),
+            limiter: MemoryLimiter {
+                limit: memory_limit,
+                exceeded: false,
+            },
+            scope: None,
+            snapshots: HashMap::new(),
+            actions: Vec::new(),
+        }
+    }
+
+    /// Resets per-call state.
+    pub fn begin_call(&mut self) {
+        self.snapshots.clear();
+        self.actions.clear();
+    }
+
+    pub fn push_object(&mut self, obj: ObjectHandle) -> wasmtime::Result<Resource<ObjectHandle>> {
+        Ok(self.table.push(obj)?)
+    }
+
+    fn object(&self, r: &Resource<ObjectHandle>) -> wasmtime::Result<&ObjectHandle> {
+        Ok(self.table.get(r)?)
+    }
+
+    fn scope(&self) -> Result<Arc<PluginScope>, String> {
+        self.scope
+            .clone()
+            .ok_or_else(|| "the cache and actions are not available during register".to_owned())
+    }
+
+    fn snapshot_for(
+        &mut self,
+        kind: &types::KindRef,
+    ) -> Result<(KindInfo, Snapshot), cache::CacheError> {
+        let scope = self.scope().map_err(cache::CacheError::NotSubscribed)?;
+        let kref = kind_ref(kind);
+        let info = scope
+            .kinds
+            .resolve(&kref)
+            .map_err(|e| cache::CacheError::NotSubscribed(e.to_string()))?;
+        let informer = scope.reads.get(&info.gvk).ok_or_else(|| {
+            cache::CacheError::NotSubscribed(format!(
+                "{} is not among this plugin's subscriptions; add a subscription (with no delta types for read-only access)",
+                info.resource_name()
+            ))
+        })?;
+        let snap = self
+            .snapshots
+            .entry(info.gvk.clone())
+            .or_insert_with(|| informer.store().snapshot())
+            .clone();
+        Ok((info, snap))
+    }
+
+    fn push_all(
+        &mut self,
+        objs: Vec<ObjectHandle>,
+    ) -> wasmtime::Result<Vec<Resource<ObjectHandle>>> {
+        objs.into_iter().map(|o| self.push_object(o)).collect()
+    }
+
+    fn writable(&self, kind: &KindRef) -> Result<KindInfo, actions::ActionError> {
+        let scope = self.scope().map_err(actions::ActionError::Invalid)?;
+        let info = scope
+            .kinds
+            .resolve(kind)
+            .map_err(|e| actions::ActionError::Invalid(e.to_string()))?;
+        if !scope.writes.contains(&info.gvk) {
+            return Err(actions::ActionError::NotDeclared(format!(
+                "{} is not in this plugin's registration writes",
+                info.resource_name()
+            )));
+        }
+        Ok(info)
+    }
+
+    fn target(
+        &self,
+        r: actions::ObjectRef,
+        check_writes: bool,
+    ) -> Result<Target, actions::ActionError> {
+        let kref = kind_ref(&r.kind);
+        let kind = if check_writes {
+            self.writable(&kref)?
+        } else {
+            let scope = self.scope().map_err(actions::ActionError::Invalid)?;
+            scope
+                .kinds
+                .resolve(&kref)
+                .map_err(|e| actions::ActionError::Invalid(e.to_string()))?
+        };
+        if r.name.is_empty() {
+            return Err(actions::ActionError::Invalid("object name is empty".into()));
+        }
+        let namespace = r.namespace.filter(|n| !n.is_empty());
+        if kind.namespaced != namespace.is_some() {
+            return Err(actions::ActionError::Invalid(format!(
+                "{} is {}, so a namespace must {}be given",
+                kind.resource_name(),
+                if kind.namespaced {
+                    "namespaced"
+                } else {
+                    "cluster-scoped"
+                },
+                if kind.namespaced { "" } else { "not " }
+            )));
+        }
+        Ok(Target {
+            kind,
+            namespace,
+            name: r.name,
+            uid: r.uid,
+        })
+    }
+
+    fn apply_action(
+        &mut self,
+        object_json: &str,
+        force: bool,
+        status: bool,
+    ) -> Result<(), actions::ActionError> {
+        let object: Value = serde_json::from_str(object_json)
+            .map_err(|e| actions::ActionError::Invalid(format!("object is not valid JSON: {e}")))?;
+        let field = |p: &str| object.pointer(p).and_then(Value::as_str).map(str::to_owned);
+        let (Some(api_version), Some(kind), Some(name)) = (
+            field("/apiVersion"),
+            field("/kind"),
+            field("/metadata/name"),
+        ) else {
+            return Err(actions::ActionError::Invalid(
+                "an applied object needs apiVersion, kind and metadata.name".into(),
+            ));
+        };
+        let gvk = Gvk::from_api_version(&api_version, &kind);
+        let target = self.target(
+            actions::ObjectRef {
+                kind: types::KindRef::Gvk(types::GroupVersionKind {
+                    group: gvk.group,
+                    version: gvk.version,
+                    kind: gvk.kind,
+                }),
+                namespace: field("/metadata/namespace"),
+                name,
+                uid: None,
+            },
+            true,
+        )?;
+        self.actions.push(Action::Apply {
+            target,
+            object,
+            force,
+            status,
+        });
+        Ok(())
+    }
+}
+
+pub fn kind_ref(k: &types::KindRef) -> KindRef {
+    match k {
+        types::KindRef::Gvk(g) => KindRef::Gvk(Gvk::new(&g.group, &g.version, &g.kind)),
+        types::KindRef::ResourceName(r) => KindRef::Resource(r.clone()),
+    }
+}
+
+pub fn wit_meta(m: &Meta) -> types::ObjectMeta {
+    let pairs = |v: &Vec<(Box<str>, Box<str>)>| {
+        v.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    };
+    types::ObjectMeta {
+        api_version: m.api_version.to_string(),
+        kind: m.kind.to_string(),
+        namespace: m.namespace.as_ref().map(|s| s.to_string()),
+        name: m.name.to_string(),
+        uid: m.uid.to_string(),
+        resource_version: m.resource_version.to_string(),
+        generation: m.generation,
+        labels: pairs(&m.labels),
+        annotations: pairs(&m.annotations),
+        owner_references: m
+            .owner_references
+            .iter()
+            .map(|o| types::OwnerReference {
+                api_version: o.api_version.clone(),
+                kind: o.kind.clone(),
+                name: o.name.clone(),
+                uid: o.uid.clone(),
+                controller: o.controller.unwrap_or(false),
+            })
+            .collect(),
+        creation_timestamp: m.creation_timestamp.as_ref().map(|s| s.to_string()),
+        deletion_timestamp: m.deletion_timestamp.as_ref().map(|s| s.to_string()),
+    }
+}
+
+fn wit_field(v: FieldValue) -> types::FieldValue {
+    match v {
+        FieldValue::Null => types::FieldValue::Null,
+        FieldValue::Boolean(b) => types::FieldValue::Boolean(b),
+        FieldValue::Integer(i) => types::FieldValue::Integer(i),
+        FieldValue::Float(f) => types::FieldValue::Float(f),
+        FieldValue::Text(s) => types::FieldValue::Text(s),
+        FieldValue::Json(s) => types::FieldValue::Json(s),
+    }
+}
+
+impl types::Host for HostState {}
+
+impl types::HostObject for HostState {
+    fn meta(&mut self, obj: Resource<ObjectHandle>) -> wasmtime::Result<types::ObjectMeta> {
+        Ok(wit_meta(self.object(&obj)?.meta()))
+    }
+
+    fn field(
+        &mut self,
+        obj: Resource<ObjectHandle>,
+        pointer: String,
+    ) -> wasmtime::Result<Option<types::FieldValue>> {
+        Ok(self.object(&obj)?.field(&pointer).map(wit_field))
+    }
+
+    fn fields(
+        &mut self,
+        obj: Resource<ObjectHandle>,
+        pointers: Vec<String>,
+    ) -> wasmtime::Result<Vec<Option<types::FieldValue>>> {
+        let o = self.object(&obj)?;
+        Ok(pointers.iter().map(|p| o.field(p).map(wit_field)).collect())
+    }
+
+    fn to_json(&mut self, obj: Resource<ObjectHandle>) -> wasmtime::Result<String> {
+        Ok(self.object(&obj)?.json().to_owned())
+    }
+
+    fn drop(&mut self, obj: Resource<ObjectHandle>) -> wasmtime::Result<()> {
+        self.table.delete(obj)?;
+        Ok(())
+    }
+}
+
+impl cache::Host for HostState {
+    fn get(
+        &mut self,
+        kind: types::KindRef,
+        namespace: Option<String>,
+        name: String,
+    ) -> wasmtime::Result<Result<Option<Resource<ObjectHandle>>, cache::CacheError>> {
+        let (info, snap) = match self.snapshot_for(&kind) {
+            Ok(v) => v,
+            Err(e) => return Ok(Err(e)),
+        };
+        let ns = if info.namespaced {
+            namespace.as_deref()
+        } else {
+            None
+        };
+        match snap.get(&ObjectKey::new(ns, &name)) {
+            Some(o) => Ok(Ok(Some(self.push_object(o)?))),
+            None => Ok(Ok(None)),
+        }
+    }
+
+    fn list(
+        &mut self,
+        kind: types::KindRef,
+        namespace: Option<String>,
+        label_selector: Option<String>,
+    ) -> wasmtime::Result<Result<Vec<Resource<ObjectHandle>>, cache::CacheError>> {
+        let (_, snap) = match self.snapshot_for(&kind) {
+            Ok(v) => v,
+            Err(e) => return Ok(Err(e)),
+        };
+        let selector = match LabelSelector::parse(label_selector.as_deref().unwrap_or("")) {
+            Ok(s) => s,
+            Err(e) => return Ok(Err(cache::CacheError::InvalidSelector(e.to_string()))),
+        };
+        let objs = snap.list(namespace.as_deref().filter(|n| !n.is_empty()), &selector);
+        Ok(Ok(self.push_all(objs)?))
+    }
+
+    fn by_index(
+        &mut self,
+        index: String,
+        value: String,
+    ) -> wasmtime::Result<Result<Vec<Resource<ObjectHandle>>, cache::CacheError>> {
+        let scope = match self.scope() {
+            Ok(s) => s,
+            Err(e) => return Ok(Err(cache::CacheError::UnknownIndex(e))),
+        };
+        let Some((informer, store_index)) = scope.indexes.get(&index) else {
+            return Ok(Err(cache::CacheError::UnknownIndex(format!(
+                "no index {index:?} was declared at registration"
+            ))));
+        };
+        let gvk = informer.spec().kind.gvk.clone();
+        let snap = self
+            .snapshots
+            .entry(gvk)
+            .or_insert_with(|| informer.store().snapshot())
+            .clone();
+        let objs = snap.by_index(store_index, &value).unwrap_or_default();
+        Ok(Ok(self.push_all(objs)?))
+    }
+}
+
+impl actions::Host for HostState {
+    fn apply(
+        &mut self,
+        object_json: String,
+        force: bool,
+    ) -> wasmtime::Result<Result<(), actions::ActionError>> {
+        Ok(self.apply_action(&object_json, force, false))
+    }
+
+    fn apply_status(
+        &mut self,
+        object_json: String,
+    ) -> wasmtime::Result<Result<(), actions::ActionError>> {
+        Ok(self.apply_action(&object_json, true, true))
+    }
+
+    fn patch(
+        &mut self,
+        target: actions::ObjectRef,
+        patch_type: actions::PatchType,
+        patch: String,
+    ) -> wasmtime::Result<Result<(), actions::ActionError>> {
+        let result = (|| {
+            let target = self.target(target, true)?;
+            let patch: Value = serde_json::from_str(&patch).map_err(|e| {
+                actions::ActionError::Invalid(format!("patch is not valid JSON: {e}"))
+            })?;
+            let patch_type = match patch_type {
+                actions::PatchType::Merge if patch.is_object() => PatchType::Merge,
+                actions::PatchType::Json if patch.is_array() => PatchType::Json,
+                actions::PatchType::Merge => {
+                    return Err(actions::ActionError::Invalid(
+                        "a merge patch must be a JSON object".into(),
+                    ));
+                }
+                actions::PatchType::Json => {
+                    return Err(actions::ActionError::Invalid(
+                        "a JSON patch must be an array of operations".into(),
+                    ));
+                }
+            };
+            self.actions.push(Action::Patch {
+                target,
+                patch_type,
+                patch,
+            });
+            Ok(())
+        })();
+        Ok(result)
+    }
+
+    fn delete(
+        &mut self,
+        target: actions::ObjectRef,
+        propagation: actions::Propagation,
+    ) -> wasmtime::Result<Result<(), actions::ActionError>> {
+        let result = self.target(target, true).map(|target| {
+            self.actions.push(Action::Delete {
+                target,
+                propagation: match propagation {
+                    actions::Propagation::Background => Propagation::Background,
+                    actions::Propagation::Foreground => Propagation::Foreground,
+                    actions::Propagation::Orphan => Propagation::Orphan,
+                },
+            });
+        });
+        Ok(result)
+    }
+
+    fn record_event(
+        &mut self,
+        regarding: actions::ObjectRef,
+        event_type: actions::EventType,
+        reason: String,
+        note: String,
+    ) -> wasmtime::Result<Result<(), actions::ActionError>> {
+        if reason.is_empty() || reason.len() > 128 {
+            return Ok(Err(actions::ActionError::Invalid(
+                "an Event reason must be 1 to 128 characters (UpperCamelCase by convention)".into(),
+            )));
+        }
+        let result = self.target(regarding, false).map(|regarding| {
+            self.actions.push(Action::Event {
+                regarding,
+                event_type: match event_type {
+                    actions::EventType::Normal => EventType::Normal,
+                    actions::EventType::Warning => EventType::Warning,
+                },
+                reason,
+                // The API server caps Event notes at 1 KiB.
+                note: note.chars().take(1024).collect(),
+            });
+        });
+        Ok(result)
+    }
+}
+
+impl log::Host for HostState {
+    fn enabled(&mut self, level: log::Level) -> wasmtime::Result<bool> {
+        Ok(match level {
+            log::Level::Trace => tracing::enabled!(tracing::Level::TRACE),
+            log::Level::Debug => tracing::enabled!(tracing::Level::DEBUG),
+            log::Level::Info => tracing::enabled!(tracing::Level::INFO),
+            log::Level::Warn => tracing::enabled!(tracing::Level::WARN),
+            log::Level::Error => tracing::enabled!(tracing::Level::ERROR),
+        })
+    }
+
+    fn write(
+        &mut self,
+        level: log::Level,
+        message: String,
+        fields: Vec<(String, String)>,
+    ) -> wasmtime::Result<()> {
+        let fields: String = fields
+            .iter()
+            .map(|(k, v)| format!("{k}={v:?}"))
+            .collect::<Vec<_>>()
+            .join(" ");
+        let plugin = &*self.plugin;
+        match level {
+            log::Level::Trace => tracing::trace!(target: "plugin", plugin, fields, "{message}"),
+            log::Level::Debug => tracing::debug!(target: "plugin", plugin, fields, "{message}"),
+            log::Level::Info => tracing::info!(target: "plugin", plugin, fields, "{message}"),
+            log::Level::Warn => tracing::warn!(target: "plugin", plugin, fields, "{message}"),
+            log::Level::Error => tracing::error!(target: "plugin", plugin, fields, "{message}"),
+        }
+        Ok(())
+    }
+}
+
+impl clock::Host for HostState {
+    fn now(&mut self) -> wasmtime::Result<clock::Instant> {
+        let d = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        Ok(clock::Instant {
+            seconds: i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
+            nanoseconds: d.subsec_nanos(),
+        })
+    }
+
+    fn now_rfc3339(&mut self) -> wasmtime::Result<String> {
+        Ok(humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string())
+    }
+}

@@ -1,0 +1,199 @@
+//! A plugin's sidecar file (`NAME.yaml`, `NAME.yml` or `NAME.json` next to
+//! `NAME.wasm`): its configuration, limits and grants.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ManifestError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(
+        "{path} is not a valid plugin manifest: {message} (keys: config, limits {{memory, timeout, concurrency, maxAttempts}}, grants {{env, stdio, dirs, network}})"
+    )]
+    Parse { path: PathBuf, message: String },
+}
+
+/// Parsed sidecar. Unknown keys are errors, so typos do not pass silently.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Manifest {
+    /// Passed to the plugin's `register` as JSON.
+    #[serde(default)]
+    pub config: Option<serde_json::Value>,
+    #[serde(default)]
+    pub limits: Limits,
+    #[serde(default)]
+    pub grants: Grants,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct Limits {
+    /// Linear memory cap per instance (`64Mi`, `1Gi`, bytes).
+    #[serde(deserialize_with = "de_bytes")]
+    pub memory: u64,
+    /// Deadline for one call (`1s`, `250ms`).
+    #[serde(with = "humantime_serde")]
+    pub timeout: Duration,
+    /// Instances handling different objects at once.
+    pub concurrency: usize,
+    /// Attempts per delta before it is recorded as dead.
+    pub max_attempts: u32,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            memory: 64 << 20,
+            timeout: Duration::from_secs(1),
+            concurrency: 1,
+            max_attempts: 5,
+        }
+    }
+}
+
+/// What of the outside world the plugin may see. Nothing by default.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Grants {
+    /// Host environment variables passed through, by name.
+    #[serde(default)]
+    pub env: Vec<String>,
+    /// Inherit the host's stdout/stderr (debug printing).
+    #[serde(default)]
+    pub stdio: bool,
+    /// Read-only directories.
+    #[serde(default)]
+    pub dirs: Vec<DirGrant>,
+    /// TCP/UDP sockets and name lookup.
+    #[serde(default)]
+    pub network: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct DirGrant {
+    pub host: PathBuf,
+    pub guest: String,
+}
+
+fn de_bytes<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Raw {
+        Num(u64),
+        Text(String),
+    }
+    match Raw::deserialize(d)? {
+        Raw::Num(n) => Ok(n),
+        Raw::Text(s) => parse_bytes(&s).ok_or_else(|| {
+            serde::de::Error::custom(format!(
+                "{s:?} is not a size; write e.g. 64Mi, 512Ki, 1Gi or a byte count"
+            ))
+        }),
+    }
+}
+
+/// Parses `64Mi`, `1Gi`, `500K`, `1048576`.
+pub fn parse_bytes(s: &str) -> Option<u64> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let n: u64 = num.parse().ok()?;
+    let mult: u64 = match unit {
+        "" => 1,
+        "Ki" => 1 << 10,
+        "Mi" => 1 << 20,
+        "Gi" => 1 << 30,
+        "K" | "k" => 1_000,
+        "M" => 1_000_000,
+        "G" => 1_000_000_000,
+        _ => return None,
+    };
+    n.checked_mul(mult)
+}
+
+impl Manifest {
+    /// The sidecar of `wasm`, if one exists.
+    pub fn sidecar_path(wasm: &Path) -> Option<PathBuf> {
+        ["yaml", "yml", "json"]
+            .iter()
+            .map(|ext| wasm.with_extension(ext))
+            .find(|p| p.exists())
+    }
+
+    pub fn load(path: &Path) -> Result<Self, ManifestError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ManifestError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        Self::parse(path, &text)
+    }
+
+    pub fn parse(path: &Path, text: &str) -> Result<Self, ManifestError> {
+        let parsed: Result<Self, String> = if path.extension().is_some_and(|e| e == "json") {
+            serde_json::from_str(text).map_err(|e| e.to_string())
+        } else if text.trim().is_empty() {
+            Ok(Self::default())
+        } else {
+            serde_yaml_ng::from_str(text).map_err(|e| e.to_string())
+        };
+        let m = parsed.map_err(|message| ManifestError::Parse {
+            path: path.to_owned(),
+            message,
+        })?;
+        if m.limits.concurrency == 0 || m.limits.max_attempts == 0 || m.limits.memory < (1 << 20) {
+            return Err(ManifestError::Parse {
+                path: path.to_owned(),
+                message: "limits.concurrency and limits.maxAttempts must be at least 1, limits.memory at least 1Mi".into(),
+            });
+        }
+        Ok(m)
+    }
+
+    /// The config as the JSON text `register` receives.
+    pub fn config_json(&self) -> String {
+        self.config
+            .as_ref()
+            .map_or_else(|| "{}".to_owned(), serde_json::Value::to_string)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_sidecar_with_defaults_and_units() {
+        let m = Manifest::parse(
+            Path::new("p.yaml"),
+            "config:\n  threshold: 3\nlimits:\n  memory: 32Mi\n  timeout: 250ms\n  concurrency: 2\n  maxAttempts: 3\n",
+        )
+        .unwrap();
+        assert_eq!(m.limits.memory, 32 << 20);
+        assert_eq!(m.limits.timeout, Duration::from_millis(250));
+        assert_eq!(m.config_json(), r#"{"threshold":3}"#);
+        assert_eq!(
+            Manifest::parse(Path::new("p.yaml"), "").unwrap(),
+            Manifest::default()
+        );
+    }
+
+    #[test]
+    fn rejects_unknown_keys_with_a_clear_error() {
+        let err = Manifest::parse(Path::new("/x/p.yaml"), "limit:\n  memory: 1Mi\n").unwrap_err();
+        let msg = err.to_string();
+        assert!(
+            msg.contains("/x/p.yaml") && msg.contains("unknown field `limit`"),
+            "{msg}"
+        );
+        let err = Manifest::parse(Path::new("p.yaml"), "limits:\n  memory: lots\n").unwrap_err();
+        assert!(err.to_string().contains("not a size"), "{err}");
+    }
+}

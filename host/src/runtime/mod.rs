@@ -1,0 +1,277 @@
+//! The plugin runtime: one shared wasmtime Engine, components checked
+//! against our WIT world, pre-instantiated, and run as actors.
+
+pub mod actor;
+pub mod bindings;
+pub mod engine;
+pub mod host;
+pub mod manifest;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use wasmtime::component::{HasSelf, Linker};
+use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder};
+
+use crate::informer::DeltaType;
+use crate::kind::KindRef;
+pub use actor::{Actor, CallDelta, CallError};
+use bindings::exports::kubewasm::plugin::handler;
+use bindings::{HANDLER_EXPORT, PluginPre, WIT_VERSION};
+pub use engine::{CompileSource, EngineOptions, WasmEngine};
+use host::HostState;
+pub use manifest::Manifest;
+
+/// Why a plugin file could not be loaded. Each names the cause and what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("the file is empty or truncated (is it still being written?)")]
+    Truncated,
+    #[error("not a WebAssembly file (no \\0asm header)")]
+    NotWasm,
+    #[error(
+        "this is a core WebAssembly module, not a component: build for wasm32-wasip2, or wrap it with `wasm-tools component new`"
+    )]
+    CoreModule,
+    #[error("the component is invalid or truncated: {0}")]
+    Invalid(String),
+    #[error(
+        "the component was built for WIT kubewasm:plugin@{found}, this host implements @{WIT_VERSION}: rebuild it against wit/v{WIT_VERSION}"
+    )]
+    WrongVersion { found: String },
+    #[error(
+        "the component does not export {HANDLER_EXPORT}: it was not built for the kubewasm plugin world (exports: {exports})"
+    )]
+    NotAPlugin { exports: String },
+    #[error("the component needs imports this host does not provide: {0}")]
+    Imports(String),
+    #[error("the plugin's register call failed: {0}")]
+    Register(String),
+    #[error("the plugin's registration is invalid: {0}")]
+    BadRegistration(String),
+    #[error("{0}")]
+    Manifest(#[from] manifest::ManifestError),
+    #[error("cannot start the plugin: {0}")]
+    Start(String),
+}
+
+/// The shared engine and linker.
+#[derive(Clone)]
+pub struct Runtime {
+    engine: WasmEngine,
+    linker: Arc<Linker<HostState>>,
+}
+
+impl std::fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runtime")
+            .field("engine", &self.engine)
+            .finish()
+    }
+}
+
+/// A compiled, type-checked, pre-instantiated plugin version.
+pub struct Prepared {
+    pub name: Arc<str>,
+    pub engine: WasmEngine,
+    pub pre: PluginPre<HostState>,
+    pub manifest: Manifest,
+    pub compile_source: CompileSource,
+    pub compile_time: Duration,
+}
+
+impl std::fmt::Debug for Prepared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Prepared")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Prepared {
+    /// The WASI context: nothing unless the manifest grants it.
+    pub fn wasi_ctx(&self) -> Result<WasiCtx, String> {
+        let grants = &self.manifest.grants;
+        let mut b = WasiCtxBuilder::new();
+        for var in &grants.env {
+            if let Ok(value) = std::env::var(var) {
+                b.env(var, &value);
+            }
+        }
+        if grants.stdio {
+            b.inherit_stdout().inherit_stderr();
+        }
+        if grants.network {
+            b.inherit_network().allow_ip_name_lookup(true);
+        }
+        for dir in &grants.dirs {
+            b.preopened_dir(&dir.host, &dir.guest, FsPerms::ReadOnly)
+                .map_err(|e| format!("cannot grant directory {}: {e:#}", dir.host.display()))?;
+        }
+        Ok(b.build())
+    }
+}
+
+/// What the plugin asked for at registration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Registration {
+    pub subscriptions: Vec<SubscriptionSpec>,
+    pub writes: Vec<KindRef>,
+    pub indexes: Vec<IndexSpec>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct SubscriptionSpec {
+    pub kind: KindRef,
+    pub namespace: Option<String>,
+    pub label_selector: Option<String>,
+    pub field_selector: Option<String>,
+    pub deltas: Vec<DeltaType>,
+    pub fields: Vec<String>,
+    pub resync: Option<Duration>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct IndexSpec {
+    pub name: String,
+    pub kind: KindRef,
+    pub pointer: String,
+}
+
+impl Registration {
+    fn from_wit(r: handler::Registration) -> Self {
+        let nonempty = |s: Option<String>| s.filter(|s| !s.trim().is_empty());
+        Self {
+            subscriptions: r
+                .subscriptions
+                .into_iter()
+                .map(|s| SubscriptionSpec {
+                    kind: host::kind_ref(&s.kind),
+                    namespace: nonempty(s.namespace),
+                    label_selector: nonempty(s.label_selector),
+                    field_selector: nonempty(s.field_selector),
+                    deltas: s
+                        .deltas
+                        .into_iter()
+                        .map(|d| {
+                            use bindings::kubewasm::plugin::types::DeltaType as W;
+                            match d {
+                                W::Added => DeltaType::Added,
+                                W::Updated => DeltaType::Updated,
+                                W::Deleted => DeltaType::Deleted,
+                                W::Resync => DeltaType::Resync,
+                                W::Synced => DeltaType::Synced,
+                            }
+                        })
+                        .collect(),
+                    fields: s.fields,
+                    resync: s
+                        .resync_seconds
+                        .filter(|s| *s > 0)
+                        .map(|s| Duration::from_secs(s.into())),
+                })
+                .collect(),
+            writes: r.writes.iter().map(host::kind_ref).collect(),
+            indexes: r
+                .indexes
+                .into_iter()
+                .map(|i| IndexSpec {
+                    name: i.name,
+                    kind: host::kind_ref(&i.kind),
+                    pointer: i.pointer,
+                })
+                .collect(),
+        }
+    }
+}
+
+const COMPONENT_LAYER: [u8; 4] = [0x0d, 0x00, 0x01, 0x00];
+const CORE_VERSION: [u8; 4] = [0x01, 0x00, 0x00, 0x00];
+
+impl Runtime {
+    pub fn new(options: EngineOptions) -> Result<Self, engine::EngineError> {
+        let engine = WasmEngine::new(options)?;
+        let mut linker = Linker::<HostState>::new(engine.engine());
+        wasmtime_wasi::p2::add_to_linker_sync(&mut linker)
+            .map_err(|e| engine::EngineError::Config(format!("{e:#}")))?;
+        bindings::Plugin::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)
+            .map_err(|e| engine::EngineError::Config(format!("{e:#}")))?;
+        Ok(Self {
+            engine,
+            linker: Arc::new(linker),
+        })
+    }
+
+    pub fn engine(&self) -> &WasmEngine {
+        &self.engine
+    }
+
+    /// Checks, compiles (or loads from cache) and pre-instantiates a plugin.
+    pub fn prepare(
+        &self,
+        name: &str,
+        bytes: &[u8],
+        manifest: Manifest,
+    ) -> Result<Prepared, LoadError> {
+        if bytes.len() < 8 {
+            return Err(LoadError::Truncated);
+        }
+        if &bytes[0..4] != b"\0asm" {
+            return Err(LoadError::NotWasm);
+        }
+        if bytes[4..8] == CORE_VERSION {
+            return Err(LoadError::CoreModule);
+        }
+        if bytes[4..8] != COMPONENT_LAYER {
+            return Err(LoadError::Invalid(format!(
+                "unknown WebAssembly encoding version {:02x?}",
+                &bytes[4..8]
+            )));
+        }
+        let start = Instant::now();
+        let (component, compile_source) = self.engine.component(bytes).map_err(|e| {
+            let msg = format!("{e:#}");
+            if msg.contains("unexpected end") || msg.contains("out of bounds") {
+                LoadError::Truncated
+            } else {
+                LoadError::Invalid(msg)
+            }
+        })?;
+        let compile_time = start.elapsed();
+        let ty = component.component_type();
+        let exports: Vec<String> = ty
+            .exports(self.engine.engine())
+            .map(|(n, _)| n.to_owned())
+            .collect();
+        if !exports.iter().any(|e| e == HANDLER_EXPORT) {
+            if let Some(other) = exports
+                .iter()
+                .find_map(|e| e.strip_prefix("kubewasm:plugin/handler@"))
+            {
+                return Err(LoadError::WrongVersion {
+                    found: other.to_owned(),
+                });
+            }
+            return Err(LoadError::NotAPlugin {
+                exports: if exports.is_empty() {
+                    "none".into()
+                } else {
+                    exports.join(", ")
+                },
+            });
+        }
+        let pre = self
+            .linker
+            .instantiate_pre(&component)
+            .map_err(|e| LoadError::Imports(format!("{e:#}")))?;
+        let pre = PluginPre::new(pre).map_err(|e| LoadError::Imports(format!("{e:#}")))?;
+        Ok(Prepared {
+            name: Arc::from(name),
+            engine: self.engine.clone(),
+            pre,
+            manifest,
+            compile_source,
+            compile_time,
+        })
+    }
+}
