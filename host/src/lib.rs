@@ -3,7 +3,10 @@
 //! host executes.
 
 pub mod actions;
+pub mod dispatch;
 pub mod informer;
 pub mod kind;
+pub mod manager;
 pub mod object;
+pub mod reload;
 pub mod runtime;

@@ -19,6 +19,7 @@ use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::dispatch::Activity;
 use crate::kind::KindInfo;
 use crate::object::{KObject, ObjectHandle};
 pub use store::{Snapshot, Store};
@@ -128,6 +129,7 @@ pub struct Informer {
     fanout: Mutex<Fanout>,
     synced_tx: watch::Sender<bool>,
     cancel: CancellationToken,
+    activity: Arc<Activity>,
 }
 
 impl std::fmt::Debug for Informer {
@@ -157,10 +159,16 @@ impl Informer {
         let _ = rx.wait_for(|s| *s).await;
     }
 
-    fn emit(fanout: &mut Fanout, delta: Delta) {
-        fanout
-            .subscribers
-            .retain(|(_, tx)| tx.send(delta.clone()).is_ok());
+    fn emit(&self, fanout: &mut Fanout, delta: Delta) {
+        // Count before sending, so the total can never lag what was handled.
+        self.activity.emit(fanout.subscribers.len() as u64);
+        let mut failed = 0;
+        fanout.subscribers.retain(|(_, tx)| {
+            let ok = tx.send(delta.clone()).is_ok();
+            failed += u64::from(!ok);
+            ok
+        });
+        self.activity.settle(failed);
     }
 
     /// Registers a subscriber; a late one first receives the cache as
@@ -172,12 +180,19 @@ impl Informer {
         for obj in snapshot.iter() {
             let mut d = Delta::new(DeltaType::Added, obj.clone());
             d.initial = true;
-            let _ = tx.send(d);
+            self.send_one(&tx, d);
         }
         if fanout.synced {
-            let _ = tx.send(Delta::synced());
+            self.send_one(&tx, Delta::synced());
         }
         fanout.subscribers.push((id, tx));
+    }
+
+    fn send_one(&self, tx: &mpsc::UnboundedSender<Delta>, d: Delta) {
+        self.activity.emit(1);
+        if tx.send(d).is_err() {
+            self.activity.settle(1);
+        }
     }
 
     fn remove_subscriber(&self, id: u64) -> usize {
@@ -225,9 +240,9 @@ impl Informer {
             Some(old) => {
                 let mut d = Delta::new(DeltaType::Updated, obj);
                 d.old = Some(old);
-                Self::emit(&mut fanout, d);
+                self.emit(&mut fanout, d);
             }
-            None => Self::emit(&mut fanout, Delta::new(DeltaType::Added, obj)),
+            None => self.emit(&mut fanout, Delta::new(DeltaType::Added, obj)),
         }
     }
 
@@ -237,7 +252,7 @@ impl Informer {
         // The watch event carries the final state; fall back to the cache's.
         let last = Arc::new(obj);
         if self.store.remove(&key).is_some() || fanout.synced {
-            Self::emit(&mut fanout, Delta::new(DeltaType::Deleted, last));
+            self.emit(&mut fanout, Delta::new(DeltaType::Deleted, last));
         }
     }
 
@@ -256,12 +271,12 @@ impl Informer {
                 Some(old) => {
                     let mut d = Delta::new(DeltaType::Updated, obj);
                     d.old = Some(old);
-                    Self::emit(&mut fanout, d);
+                    self.emit(&mut fanout, d);
                 }
                 None => {
                     let mut d = Delta::new(DeltaType::Added, obj);
                     d.initial = first;
-                    Self::emit(&mut fanout, d);
+                    self.emit(&mut fanout, d);
                 }
             }
         }
@@ -276,11 +291,11 @@ impl Informer {
             self.store.remove(&obj.key());
             let mut d = Delta::new(DeltaType::Deleted, obj);
             d.final_state_unknown = true;
-            Self::emit(&mut fanout, d);
+            self.emit(&mut fanout, d);
         }
         if first {
             fanout.synced = true;
-            Self::emit(&mut fanout, Delta::synced());
+            self.emit(&mut fanout, Delta::synced());
             self.synced_tx.send_replace(true);
             tracing::info!(informer = %self.spec, objects = self.store.len(), "cache synced");
         }
@@ -303,6 +318,7 @@ pub struct InformerSet {
     next_id: AtomicU64,
     tasks: TaskTracker,
     cancel: CancellationToken,
+    activity: Arc<Activity>,
 }
 
 impl std::fmt::Debug for InformerSet {
@@ -312,8 +328,13 @@ impl std::fmt::Debug for InformerSet {
 }
 
 impl InformerSet {
-    pub fn new(source: Arc<dyn Source>, cancel: CancellationToken) -> Self {
+    pub fn new(
+        source: Arc<dyn Source>,
+        activity: Arc<Activity>,
+        cancel: CancellationToken,
+    ) -> Self {
         Self {
+            activity,
             source,
             informers: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
@@ -342,6 +363,7 @@ impl InformerSet {
                         }),
                         synced_tx,
                         cancel: self.cancel.child_token(),
+                        activity: self.activity.clone(),
                     });
                     tracing::info!(informer = %spec, "starting informer");
                     self.tasks.spawn(informer.clone().run(self.source.clone()));

@@ -1,0 +1,407 @@
+//! Per-plugin dispatch: informer deltas are filtered (delta types, fields
+//! that matter), queued per object, handed to the plugin's instances up to
+//! its concurrency, retried with exponential backoff, and recorded as dead
+//! after the last attempt. Each plugin has its own queue and workers, so a
+//! slow or failing plugin never delays another.
+
+pub mod queue;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use tokio::sync::{Notify, mpsc};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::actions::executor::Executor;
+use crate::informer::{Delta, DeltaType, Informer};
+use crate::kind::Gvk;
+use crate::object::{KObject, ObjectKey};
+use crate::runtime::{Actor, CallDelta, CallError};
+use queue::{Item, KeyedQueue, Pushed};
+
+/// Global counters that tell when every delta emitted has been handled
+/// (`--until-idle`).
+#[derive(Debug, Default)]
+pub struct Activity {
+    pub emitted: AtomicU64,
+    pub settled: AtomicU64,
+    pub changed: Notify,
+}
+
+impl Activity {
+    pub fn emit(&self, n: u64) {
+        self.emitted.fetch_add(n, Ordering::SeqCst);
+    }
+
+    pub fn settle(&self, n: u64) {
+        self.settled.fetch_add(n, Ordering::SeqCst);
+        self.changed.notify_waiters();
+    }
+
+    pub fn is_idle(&self) -> bool {
+        self.settled.load(Ordering::SeqCst) >= self.emitted.load(Ordering::SeqCst)
+    }
+}
+
+/// Per-plugin counters.
+#[derive(Debug, Default)]
+pub struct PluginStats {
+    pub delivered: AtomicU64,
+    pub failed_calls: AtomicU64,
+    pub retries: AtomicU64,
+    pub dead: AtomicU64,
+    pub filtered: AtomicU64,
+    pub coalesced: AtomicU64,
+    pub consecutive_traps: AtomicU64,
+}
+
+#[derive(Debug, Clone)]
+pub struct DispatchOptions {
+    pub max_attempts: u32,
+    pub base_backoff: Duration,
+    pub max_backoff: Duration,
+    /// Consecutive traps after which the plugin is reported unhealthy.
+    pub unhealthy_after: u64,
+}
+
+impl Default for DispatchOptions {
+    fn default() -> Self {
+        Self {
+            max_attempts: 5,
+            base_backoff: Duration::from_millis(100),
+            max_backoff: Duration::from_secs(30),
+            unhealthy_after: 3,
+        }
+    }
+}
+
+/// What a subscription delivers.
+#[derive(Debug, Clone)]
+pub struct SubscriptionFilter {
+    pub index: u32,
+    pub kind: Gvk,
+    pub deltas: Vec<DeltaType>,
+    pub fields: Vec<String>,
+    pub resync: Option<Duration>,
+}
+
+impl SubscriptionFilter {
+    /// Whether an update changed anything the plugin declared it cares about.
+    fn update_matters(&self, old: &KObject, new: &KObject) -> bool {
+        if self.fields.is_empty() {
+            return true;
+        }
+        let (o, n) = (old.meta(), new.meta());
+        if o.labels != n.labels
+            || o.annotations != n.annotations
+            || o.deletion_timestamp != n.deletion_timestamp
+        {
+            return true;
+        }
+        self.fields
+            .iter()
+            .any(|p| old.raw_field(p) != new.raw_field(p))
+    }
+}
+
+type Key = (u32, ObjectKey);
+
+struct Shared {
+    plugin: Arc<str>,
+    queue: Mutex<KeyedQueue<Key>>,
+    wake: Notify,
+    idle: Notify,
+    activity: Arc<Activity>,
+    stats: Arc<PluginStats>,
+    options: DispatchOptions,
+    executor: Arc<Executor>,
+    stopping: CancellationToken,
+}
+
+/// One plugin version's dispatcher.
+pub struct Dispatcher {
+    shared: Arc<Shared>,
+    tasks: TaskTracker,
+    intake_cancel: CancellationToken,
+    worker_cancel: CancellationToken,
+}
+
+impl std::fmt::Debug for Dispatcher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Dispatcher")
+            .field("plugin", &self.shared.plugin)
+            .finish()
+    }
+}
+
+impl Dispatcher {
+    pub fn new(
+        plugin: Arc<str>,
+        actors: Vec<Arc<Actor>>,
+        executor: Arc<Executor>,
+        activity: Arc<Activity>,
+        stats: Arc<PluginStats>,
+        options: DispatchOptions,
+    ) -> Self {
+        let shared = Arc::new(Shared {
+            plugin,
+            queue: Mutex::new(KeyedQueue::default()),
+            wake: Notify::new(),
+            idle: Notify::new(),
+            activity,
+            stats,
+            options,
+            executor,
+            stopping: CancellationToken::new(),
+        });
+        let tasks = TaskTracker::new();
+        let worker_cancel = CancellationToken::new();
+        for actor in actors {
+            tasks.spawn(worker(
+                shared.clone(),
+                actor,
+                worker_cancel.clone(),
+                tasks.clone(),
+            ));
+        }
+        Self {
+            shared,
+            tasks,
+            intake_cancel: CancellationToken::new(),
+            worker_cancel,
+        }
+    }
+
+    /// Starts consuming one subscription's informer deltas.
+    pub fn add_intake(
+        &self,
+        filter: SubscriptionFilter,
+        informer: Arc<Informer>,
+        rx: mpsc::UnboundedReceiver<Delta>,
+    ) {
+        self.tasks.spawn(intake(
+            self.shared.clone(),
+            filter,
+            informer,
+            rx,
+            self.intake_cancel.clone(),
+        ));
+    }
+
+    pub fn stats(&self) -> &Arc<PluginStats> {
+        &self.shared.stats
+    }
+
+    pub fn is_idle(&self) -> bool {
+        self.shared.queue.lock().is_idle()
+    }
+
+    /// Stops taking deltas, drops what is pending (a replacement version
+    /// replays the cache), waits for the calls in flight, and stops.
+    pub async fn stop(&self) {
+        self.intake_cancel.cancel();
+        self.shared.stopping.cancel();
+        let dropped = self.shared.queue.lock().clear_pending();
+        self.shared.activity.settle(dropped);
+        loop {
+            let idle = self.shared.idle.notified();
+            if self.shared.queue.lock().is_idle() {
+                break;
+            }
+            idle.await;
+        }
+        self.worker_cancel.cancel();
+        self.tasks.close();
+        self.tasks.wait().await;
+    }
+}
+
+fn push(shared: &Shared, key: Key, item: Item) {
+    let pushed = shared.queue.lock().push(key, item);
+    match pushed {
+        Pushed::Queued => shared.wake.notify_one(),
+        Pushed::Coalesced => {
+            shared.stats.coalesced.fetch_add(1, Ordering::Relaxed);
+        }
+        Pushed::Cancelled(w) => {
+            shared.stats.coalesced.fetch_add(1, Ordering::Relaxed);
+            shared.activity.settle(w);
+        }
+        Pushed::Dropped => {}
+    }
+}
+
+async fn intake(
+    shared: Arc<Shared>,
+    filter: SubscriptionFilter,
+    informer: Arc<Informer>,
+    mut rx: mpsc::UnboundedReceiver<Delta>,
+    cancel: CancellationToken,
+) {
+    let mut resync = filter.resync.map(|period| {
+        let mut t = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+        t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        t
+    });
+    loop {
+        let delta = tokio::select! {
+            () = cancel.cancelled() => break,
+            d = rx.recv() => match d { Some(d) => d, None => break },
+            _ = async { match resync.as_mut() { Some(t) => t.tick().await, None => std::future::pending().await } } => {
+                if filter.deltas.contains(&DeltaType::Resync) {
+                    let snap = informer.store().snapshot();
+                    shared.activity.emit(snap.len() as u64);
+                    for obj in snap.iter() {
+                        let d = CallDelta { dtype: DeltaType::Resync, subscription: filter.index, kind: filter.kind.clone(),
+                            object: Some(obj.clone()), old: None, initial: false, final_state_unknown: false };
+                        push(&shared, (filter.index, obj.key()), Item::new(d));
+                    }
+                }
+                continue;
+            }
+        };
+        let wanted = filter.deltas.contains(&delta.dtype)
+            && match (delta.dtype, &delta.old, &delta.object) {
+                (DeltaType::Updated, Some(old), Some(new)) => {
+                    let m = filter.update_matters(old, new);
+                    if !m {
+                        shared.stats.filtered.fetch_add(1, Ordering::Relaxed);
+                    }
+                    m
+                }
+                _ => true,
+            };
+        if !wanted {
+            shared.activity.settle(1);
+            continue;
+        }
+        let key = match &delta.object {
+            Some(o) => (filter.index, o.key()),
+            // Synced markers get a key of their own per subscription.
+            None => (filter.index, ObjectKey::new(None, "")),
+        };
+        let call = CallDelta {
+            dtype: delta.dtype,
+            subscription: filter.index,
+            kind: filter.kind.clone(),
+            object: delta.object,
+            old: delta.old,
+            initial: delta.initial,
+            final_state_unknown: delta.final_state_unknown,
+        };
+        push(&shared, key, Item::new(call));
+    }
+    // Whatever is still in the channel will never be handled by this version.
+    rx.close();
+    let mut rest = 0;
+    while rx.try_recv().is_ok() {
+        rest += 1;
+    }
+    shared.activity.settle(rest);
+}
+
+fn backoff(options: &DispatchOptions, attempts: u32) -> Duration {
+    let exp = options
+        .base_backoff
+        .saturating_mul(2u32.saturating_pow(attempts.saturating_sub(1)));
+    exp.min(options.max_backoff)
+}
+
+async fn worker(
+    shared: Arc<Shared>,
+    actor: Arc<Actor>,
+    cancel: CancellationToken,
+    tasks: TaskTracker,
+) {
+    loop {
+        let next = {
+            let wake = shared.wake.notified();
+            let popped = shared.queue.lock().pop();
+            match popped {
+                Some(v) => v,
+                None => {
+                    tokio::select! {
+                        () = cancel.cancelled() => return,
+                        () = wake => continue,
+                    }
+                }
+            }
+        };
+        let (key, mut item) = next;
+        // More may be ready: let a sibling worker take it.
+        if shared.queue.lock().has_ready() {
+            shared.wake.notify_one();
+        }
+        let (result, _elapsed) = actor.handle(item.delta.clone()).await;
+        let plugin = &*shared.plugin;
+        let obj_key = key.1.to_string();
+        let kind = item.delta.kind.kind.clone();
+        match result {
+            Ok(actions) => {
+                shared.stats.delivered.fetch_add(1, Ordering::Relaxed);
+                shared.stats.consecutive_traps.store(0, Ordering::Relaxed);
+                shared.executor.execute_all(plugin, actions).await;
+                finish(&shared, &key, item.weight);
+            }
+            Err(err) => {
+                shared.stats.failed_calls.fetch_add(1, Ordering::Relaxed);
+                if err.is_trap() {
+                    let n = shared
+                        .stats
+                        .consecutive_traps
+                        .fetch_add(1, Ordering::Relaxed)
+                        + 1;
+                    if n == shared.options.unhealthy_after {
+                        tracing::error!(plugin, consecutive_failures = n, error = %err, "plugin is unhealthy: it keeps trapping; other plugins are unaffected");
+                    }
+                }
+                item.attempts += 1;
+                if err.retryable() && item.attempts < shared.options.max_attempts {
+                    let wait = backoff(&shared.options, item.attempts);
+                    shared.stats.retries.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(plugin, kind, key = obj_key, attempt = item.attempts, error = %err, "handler call failed; retrying in {wait:?}");
+                    let shared2 = shared.clone();
+                    let stopping = shared.stopping.clone();
+                    tasks.spawn(async move {
+                        tokio::select! {
+                            () = tokio::time::sleep(wait) => {}
+                            () = stopping.cancelled() => {
+                                // Being replaced or unloaded: the next version replays.
+                                finish(&shared2, &key, item.weight);
+                                return;
+                            }
+                        }
+                        let mut q = shared2.queue.lock();
+                        q.requeue_front(&key, item);
+                        q.done(&key);
+                        drop(q);
+                        shared2.wake.notify_one();
+                    });
+                } else {
+                    shared.stats.dead.fetch_add(1, Ordering::Relaxed);
+                    tracing::error!(plugin, kind, key = obj_key, attempts = item.attempts, delta = ?item.delta.dtype, error = %err, "delta is dead: giving up on it");
+                    finish(&shared, &key, item.weight);
+                }
+            }
+        }
+    }
+}
+
+fn finish(shared: &Shared, key: &Key, weight: u64) {
+    let idle = {
+        let mut q = shared.queue.lock();
+        q.done(key);
+        q.is_idle()
+    };
+    shared.activity.settle(weight);
+    shared.wake.notify_one();
+    if idle {
+        shared.idle.notify_waiters();
+    }
+}
+
+/// `CallError` is re-exported for callers matching on results.
+pub type Failure = CallError;

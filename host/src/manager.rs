@@ -1,0 +1,349 @@
+//! Loading, replacing and unloading plugin versions: a new version is
+//! compiled, registered and subscribed (receiving the cache as initial
+//! deltas) before the old one stops, so nothing is missed across a swap.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::{Mutex, mpsc};
+
+use crate::actions::executor::Executor;
+use crate::dispatch::{Activity, DispatchOptions, Dispatcher, PluginStats, SubscriptionFilter};
+use crate::informer::selector::{FieldSelector, LabelSelector};
+use crate::informer::{Informer, InformerSet, InformerSpec, SubscriptionHandle};
+use crate::kind::KindRegistry;
+use crate::runtime::host::PluginScope;
+use crate::runtime::{Actor, CompileSource, LoadError, Manifest, Registration, Runtime};
+
+/// How a version was loaded, for logs and the benchmark.
+#[derive(Debug, Clone)]
+pub struct LoadInfo {
+    pub compile_source: CompileSource,
+    pub compile_time: Duration,
+    /// Instantiation plus `register` on every instance.
+    pub start_time: Duration,
+}
+
+/// One running version of a plugin.
+#[derive(Debug)]
+pub struct PluginVersion {
+    pub name: Arc<str>,
+    pub registration: Registration,
+    pub load: LoadInfo,
+    dispatcher: Dispatcher,
+    handles: Vec<SubscriptionHandle>,
+    indexes: Vec<(Arc<Informer>, String)>,
+}
+
+impl PluginVersion {
+    pub fn stats(&self) -> &Arc<PluginStats> {
+        self.dispatcher.stats()
+    }
+
+    pub fn is_idle(&self) -> bool {
+        self.dispatcher.is_idle()
+    }
+
+    async fn stop(&self, informers: &InformerSet) {
+        for h in &self.handles {
+            informers.unsubscribe(h);
+        }
+        self.dispatcher.stop().await;
+        for (informer, index) in &self.indexes {
+            informer.store().remove_index(index);
+        }
+    }
+}
+
+/// Owns the running plugins.
+pub struct PluginHost {
+    runtime: Runtime,
+    informers: Arc<InformerSet>,
+    kinds: KindRegistry,
+    executor: Arc<Executor>,
+    activity: Arc<Activity>,
+    dispatch: DispatchOptions,
+    plugins: Mutex<BTreeMap<String, Arc<PluginVersion>>>,
+    /// Stats survive version swaps: one line per plugin name in summaries.
+    stats: parking_lot::Mutex<BTreeMap<String, Arc<PluginStats>>>,
+    versions: std::sync::atomic::AtomicU64,
+}
+
+impl std::fmt::Debug for PluginHost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PluginHost").finish_non_exhaustive()
+    }
+}
+
+impl PluginHost {
+    pub fn new(
+        runtime: Runtime,
+        informers: Arc<InformerSet>,
+        kinds: KindRegistry,
+        executor: Arc<Executor>,
+        activity: Arc<Activity>,
+        dispatch: DispatchOptions,
+    ) -> Self {
+        Self {
+            runtime,
+            informers,
+            kinds,
+            executor,
+            activity,
+            dispatch,
+            plugins: Mutex::new(BTreeMap::new()),
+            stats: parking_lot::Mutex::new(BTreeMap::new()),
+            versions: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+
+    pub fn informers(&self) -> &Arc<InformerSet> {
+        &self.informers
+    }
+
+    pub fn executor(&self) -> &Arc<Executor> {
+        &self.executor
+    }
+
+    /// Loads `bytes` as plugin `name` and starts it; the previous version,
+    /// if any, keeps serving until the new one is subscribed, then drains.
+    pub async fn install(
+        &self,
+        name: &str,
+        bytes: Vec<u8>,
+        manifest: Manifest,
+    ) -> Result<Arc<PluginVersion>, LoadError> {
+        let version = Arc::new(self.start(name, bytes, manifest).await?);
+        let old = self
+            .plugins
+            .lock()
+            .await
+            .insert(name.to_owned(), version.clone());
+        if let Some(old) = old {
+            old.stop(&self.informers).await;
+            tracing::info!(
+                plugin = name,
+                "previous version stopped after its in-flight call"
+            );
+        }
+        Ok(version)
+    }
+
+    /// Stops and removes plugin `name` after its in-flight call.
+    pub async fn unload(&self, name: &str) -> bool {
+        let old = self.plugins.lock().await.remove(name);
+        match old {
+            Some(old) => {
+                old.stop(&self.informers).await;
+                tracing::info!(plugin = name, "plugin unloaded");
+                true
+            }
+            None => false,
+        }
+    }
+
+    pub async fn get(&self, name: &str) -> Option<Arc<PluginVersion>> {
+        self.plugins.lock().await.get(name).cloned()
+    }
+
+    pub async fn names(&self) -> Vec<String> {
+        self.plugins.lock().await.keys().cloned().collect()
+    }
+
+    pub fn stats(&self) -> BTreeMap<String, Arc<PluginStats>> {
+        self.stats.lock().clone()
+    }
+
+    pub async fn all_idle(&self) -> bool {
+        self.plugins.lock().await.values().all(|p| p.is_idle())
+    }
+
+    /// Stops every plugin, draining in-flight calls.
+    pub async fn shutdown(&self) {
+        let all: Vec<_> = std::mem::take(&mut *self.plugins.lock().await)
+            .into_values()
+            .collect();
+        for p in all {
+            p.stop(&self.informers).await;
+        }
+    }
+
+    async fn start(
+        &self,
+        name: &str,
+        bytes: Vec<u8>,
+        manifest: Manifest,
+    ) -> Result<PluginVersion, LoadError> {
+        let runtime = self.runtime.clone();
+        let owned_name = name.to_owned();
+        let prepared =
+            tokio::task::spawn_blocking(move || runtime.prepare(&owned_name, &bytes, manifest))
+                .await
+                .map_err(|e| LoadError::Start(e.to_string()))??;
+        let prepared = Arc::new(prepared);
+        let started = Instant::now();
+        let config = prepared.manifest.config_json();
+        let mut actors = Vec::new();
+        for i in 0..prepared.manifest.limits.concurrency {
+            actors.push(Arc::new(
+                Actor::spawn(prepared.clone(), i).map_err(|e| LoadError::Start(e.to_string()))?,
+            ));
+        }
+        let mut registration = None;
+        for actor in &actors {
+            let r = actor
+                .register(config.clone())
+                .await
+                .map_err(|e| LoadError::Register(e.to_string()))?;
+            registration.get_or_insert(r);
+        }
+        let registration = registration.ok_or_else(|| LoadError::Start("no instance".into()))?;
+        let start_time = started.elapsed();
+
+        // Validate and resolve everything before touching any informer.
+        let mut resolved = Vec::new();
+        for (i, sub) in registration.subscriptions.iter().enumerate() {
+            let bad = |m: String| {
+                LoadError::BadRegistration(format!("subscription {i} ({}): {m}", sub.kind))
+            };
+            let kind = self
+                .kinds
+                .resolve(&sub.kind)
+                .map_err(|e| bad(e.to_string()))?;
+            if let Some(s) = &sub.label_selector {
+                LabelSelector::parse(s).map_err(|e| bad(e.to_string()))?;
+            }
+            if let Some(s) = &sub.field_selector {
+                FieldSelector::parse(s).map_err(|e| bad(e.to_string()))?;
+            }
+            if sub.namespace.is_some() && !kind.namespaced {
+                return Err(bad(format!(
+                    "{} is cluster-scoped; drop the namespace",
+                    kind.resource_name()
+                )));
+            }
+            for f in &sub.fields {
+                if !f.starts_with('/') {
+                    return Err(bad(format!(
+                        "field {f:?} is not a JSON pointer (it must start with '/')"
+                    )));
+                }
+            }
+            let spec = InformerSpec {
+                kind: kind.clone(),
+                namespace: sub.namespace.clone(),
+                label_selector: sub.label_selector.clone(),
+                field_selector: sub.field_selector.clone(),
+            };
+            let filter = SubscriptionFilter {
+                index: u32::try_from(i).unwrap_or(u32::MAX),
+                kind: kind.gvk.clone(),
+                deltas: sub.deltas.clone(),
+                fields: sub.fields.clone(),
+                resync: sub.resync,
+            };
+            resolved.push((spec, filter));
+        }
+        let mut writes = HashSet::new();
+        for w in &registration.writes {
+            let info = self
+                .kinds
+                .resolve(w)
+                .map_err(|e| LoadError::BadRegistration(format!("writes: {e}")))?;
+            writes.insert(info.gvk);
+        }
+
+        let stats = self
+            .stats
+            .lock()
+            .entry(name.to_owned())
+            .or_insert_with(|| Arc::new(PluginStats::default()))
+            .clone();
+        let plugin: Arc<str> = Arc::from(name);
+        let dispatcher = Dispatcher::new(
+            plugin.clone(),
+            actors.clone(),
+            self.executor.clone(),
+            self.activity.clone(),
+            stats,
+            DispatchOptions {
+                max_attempts: prepared.manifest.limits.max_attempts,
+                ..self.dispatch.clone()
+            },
+        );
+        let mut handles = Vec::new();
+        let mut intakes = Vec::new();
+        let mut reads: HashMap<_, Arc<Informer>> = HashMap::new();
+        for (spec, filter) in resolved {
+            let (tx, rx) = mpsc::unbounded_channel();
+            let handle = self.informers.subscribe(spec, tx);
+            reads
+                .entry(filter.kind.clone())
+                .or_insert_with(|| handle.informer.clone());
+            intakes.push((filter, handle.informer.clone(), rx));
+            handles.push(handle);
+        }
+        let version_id = self
+            .versions
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let mut index_map = HashMap::new();
+        let mut indexes = Vec::new();
+        for idx in &registration.indexes {
+            let fail = |m: String| LoadError::BadRegistration(format!("index {:?}: {m}", idx.name));
+            let kind = match self.kinds.resolve(&idx.kind) {
+                Ok(k) => k,
+                Err(e) => {
+                    self.undo(&handles);
+                    return Err(fail(e.to_string()));
+                }
+            };
+            let Some(informer) = reads.get(&kind.gvk) else {
+                self.undo(&handles);
+                return Err(fail(format!("{} is not subscribed", kind.resource_name())));
+            };
+            let store_name = format!("{name}#{version_id}/{}", idx.name);
+            informer.store().add_index(&store_name, &idx.pointer);
+            index_map.insert(idx.name.clone(), (informer.clone(), store_name.clone()));
+            indexes.push((informer.clone(), store_name));
+        }
+        let scope = Arc::new(PluginScope {
+            kinds: self.kinds.clone(),
+            reads,
+            indexes: index_map,
+            writes,
+        });
+        for actor in &actors {
+            actor.set_scope(scope.clone());
+        }
+        for (filter, informer, rx) in intakes {
+            dispatcher.add_intake(filter, informer, rx);
+        }
+        tracing::info!(
+            plugin = name,
+            compile = ?prepared.compile_source,
+            compile_ms = prepared.compile_time.as_millis() as u64,
+            start_ms = start_time.as_millis() as u64,
+            subscriptions = registration.subscriptions.len(),
+            "plugin version started"
+        );
+        Ok(PluginVersion {
+            name: plugin,
+            load: LoadInfo {
+                compile_source: prepared.compile_source,
+                compile_time: prepared.compile_time,
+                start_time,
+            },
+            registration,
+            dispatcher,
+            handles,
+            indexes,
+        })
+    }
+
+    fn undo(&self, handles: &[SubscriptionHandle]) {
+        for h in handles {
+            self.informers.unsubscribe(h);
+        }
+    }
+}

@@ -1,0 +1,231 @@
+//! The watched plugin folder: one plugin is `NAME.wasm` plus an optional
+//! sidecar `NAME.yaml`. Every change triggers a rescan that compares content
+//! hashes, so editors' temp files, half-written files and Kubernetes
+//! ConfigMap volumes (which swap a `..data` symlink) all converge on what is
+//! really there. A version that fails to load leaves the previous one
+//! serving.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use notify::RecursiveMode;
+use notify_debouncer_full::{DebounceEventResult, new_debouncer};
+use sha2::{Digest, Sha256};
+use tokio::sync::{Mutex, mpsc};
+use tokio_util::sync::CancellationToken;
+
+use crate::manager::PluginHost;
+use crate::runtime::{LoadError, Manifest};
+
+#[derive(Debug, thiserror::Error)]
+pub enum DirError {
+    #[error(
+        "cannot read plugin folder {path}: {source} (create it, or pass --plugins with an existing folder)"
+    )]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot watch plugin folder {path}: {message}")]
+    Watch { path: PathBuf, message: String },
+}
+
+/// What a scan did to one plugin.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    Loaded,
+    Replaced,
+    Unloaded,
+    /// The file could not be loaded; the previous version (if any) serves.
+    Failed(String),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Known {
+    Running(String),
+    Failed(String),
+}
+
+/// The plugin folder and what it has loaded.
+pub struct PluginDir {
+    dir: PathBuf,
+    host: Arc<PluginHost>,
+    known: Mutex<BTreeMap<String, Known>>,
+    running: Mutex<BTreeMap<String, String>>,
+}
+
+impl std::fmt::Debug for PluginDir {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PluginDir").field("dir", &self.dir).finish()
+    }
+}
+
+fn candidates(dir: &Path) -> Result<BTreeMap<String, PathBuf>, DirError> {
+    let entries = std::fs::read_dir(dir).map_err(|source| DirError::Read {
+        path: dir.to_owned(),
+        source,
+    })?;
+    let mut out = BTreeMap::new();
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let Some(file) = path.file_name().and_then(|f| f.to_str()) else {
+            continue;
+        };
+        // Hidden entries are editors' temp files or ConfigMap internals
+        // (`..data`, `..2026_11_22...`): the visible names resolve through them.
+        if file.starts_with('.') {
+            continue;
+        }
+        if let Some(stem) = file.strip_suffix(".wasm") {
+            if !stem.is_empty() {
+                out.insert(stem.to_owned(), path);
+            }
+        }
+    }
+    Ok(out)
+}
+
+impl PluginDir {
+    pub fn new(dir: PathBuf, host: Arc<PluginHost>) -> Self {
+        Self {
+            dir,
+            host,
+            known: Mutex::new(BTreeMap::new()),
+            running: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Brings the running plugins in line with the folder.
+    pub async fn scan(&self) -> Result<BTreeMap<String, Outcome>, DirError> {
+        let found = candidates(&self.dir)?;
+        let mut outcomes = BTreeMap::new();
+        let mut known = self.known.lock().await;
+        for (name, path) in &found {
+            // Reading through the path follows symlinks (ConfigMap volumes).
+            let bytes = match std::fs::read(path) {
+                Ok(b) => b,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => {
+                    tracing::error!(plugin = %name, file = %path.display(), error = %e, "cannot read plugin file");
+                    continue;
+                }
+            };
+            let sidecar = Manifest::sidecar_path(path);
+            let sidecar_text = sidecar
+                .as_ref()
+                .and_then(|p| std::fs::read_to_string(p).ok());
+            let mut h = Sha256::new();
+            h.update(&bytes);
+            h.update([0xff]);
+            h.update(sidecar_text.as_deref().unwrap_or("").as_bytes());
+            let digest: String = h.finalize().iter().map(|b| format!("{b:02x}")).collect();
+            match known.get(name) {
+                Some(Known::Running(d)) | Some(Known::Failed(d)) if *d == digest => continue,
+                _ => {}
+            }
+            let manifest = match (&sidecar, &sidecar_text) {
+                (Some(p), Some(t)) => Manifest::parse(p, t).map_err(LoadError::from),
+                _ => Ok(Manifest::default()),
+            };
+            let result = match manifest {
+                Ok(m) => self.host.install(name, bytes, m).await.map(|_| ()),
+                Err(e) => Err(e),
+            };
+            let was_running = self.running.lock().await.contains_key(name);
+            match result {
+                Ok(()) => {
+                    let outcome = if was_running {
+                        Outcome::Replaced
+                    } else {
+                        Outcome::Loaded
+                    };
+                    tracing::info!(plugin = %name, file = %path.display(), sha256 = &digest[..12], "plugin {}", if was_running { "replaced" } else { "loaded" });
+                    self.running
+                        .lock()
+                        .await
+                        .insert(name.clone(), digest.clone());
+                    known.insert(name.clone(), Known::Running(digest));
+                    outcomes.insert(name.clone(), outcome);
+                }
+                Err(e) => {
+                    let msg = e.to_string();
+                    tracing::error!(
+                        plugin = %name,
+                        file = %path.display(),
+                        error = %msg,
+                        "cannot load plugin{}",
+                        if was_running { "; the previous version keeps serving" } else { "" }
+                    );
+                    known.insert(name.clone(), Known::Failed(digest));
+                    outcomes.insert(name.clone(), Outcome::Failed(msg));
+                }
+            }
+        }
+        let gone: Vec<String> = known
+            .keys()
+            .filter(|n| !found.contains_key(*n))
+            .cloned()
+            .collect();
+        for name in gone {
+            known.remove(&name);
+            if self.running.lock().await.remove(&name).is_some() && self.host.unload(&name).await {
+                outcomes.insert(name, Outcome::Unloaded);
+            }
+        }
+        Ok(outcomes)
+    }
+
+    /// Watches the folder until cancelled, rescanning on every change (and
+    /// every `poll` as a safety net for filesystems without events).
+    pub async fn watch(
+        self: Arc<Self>,
+        cancel: CancellationToken,
+        poll: Duration,
+    ) -> Result<(), DirError> {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let mut debouncer = new_debouncer(
+            Duration::from_millis(200),
+            None,
+            move |res: DebounceEventResult| {
+                let relevant = match &res {
+                    Ok(events) => events.iter().any(|e| !e.kind.is_access()),
+                    Err(_) => true,
+                };
+                if relevant {
+                    let _ = tx.send(());
+                }
+            },
+        )
+        .map_err(|e| DirError::Watch {
+            path: self.dir.clone(),
+            message: e.to_string(),
+        })?;
+        debouncer
+            .watch(&self.dir, RecursiveMode::NonRecursive)
+            .map_err(|e| DirError::Watch {
+                path: self.dir.clone(),
+                message: e.to_string(),
+            })?;
+        let mut ticker = tokio::time::interval(poll);
+        ticker.tick().await;
+        loop {
+            tokio::select! {
+                () = cancel.cancelled() => break,
+                Some(()) = rx.recv() => {}
+                _ = ticker.tick() => {}
+            }
+            while rx.try_recv().is_ok() {}
+            if let Err(e) = self.scan().await {
+                tracing::error!(error = %e, "plugin folder scan failed");
+            }
+        }
+        drop(debouncer);
+        Ok(())
+    }
+}
