@@ -3,6 +3,7 @@
 //! host executes.
 
 pub mod actions;
+pub mod app;
 pub mod dispatch;
 pub mod informer;
 pub mod kind;
@@ -10,3 +11,4 @@ pub mod manager;
 pub mod object;
 pub mod reload;
 pub mod runtime;
+pub mod source;

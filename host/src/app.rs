@@ -1,0 +1,232 @@
+//! Wiring: source -> informers -> dispatchers -> plugins -> executor, and
+//! the `run` command's lifecycle (initial sync, `--until-idle`, graceful
+//! shutdown).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use tokio_util::sync::CancellationToken;
+
+use crate::actions::executor::{Executor, ExecutorOptions};
+use crate::dispatch::{Activity, DispatchOptions};
+use crate::informer::InformerSet;
+use crate::kind::KindRegistry;
+use crate::manager::PluginHost;
+use crate::object::StripOptions;
+use crate::reload::{DirError, PluginDir};
+use crate::runtime::{EngineOptions, Runtime};
+use crate::source::local::{LocalCluster, LocalError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum AppError {
+    #[error(transparent)]
+    Local(#[from] LocalError),
+    #[error(transparent)]
+    Plugins(#[from] DirError),
+    #[error(transparent)]
+    Engine(#[from] crate::runtime::engine::EngineError),
+}
+
+/// Options of `kubewasm run`.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    pub plugins: PathBuf,
+    pub local: PathBuf,
+    pub dry_run: bool,
+    pub until_idle: bool,
+    pub engine: EngineOptions,
+    pub strip: StripOptions,
+    pub dispatch: DispatchOptions,
+    /// Safety-net rescan period of the plugin folder.
+    pub poll: Duration,
+}
+
+/// Per-plugin figures of a run.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PluginSummary {
+    pub delivered: u64,
+    pub failed_calls: u64,
+    pub retries: u64,
+    pub dead: u64,
+    pub filtered: u64,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Summary {
+    pub plugins: BTreeMap<String, PluginSummary>,
+    pub actions_applied: u64,
+    pub actions_failed: u64,
+}
+
+impl std::fmt::Display for Summary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(
+            f,
+            "{:<24} {:>10} {:>8} {:>8} {:>6}",
+            "plugin", "delivered", "failed", "retries", "dead"
+        )?;
+        for (name, p) in &self.plugins {
+            writeln!(
+                f,
+                "{name:<24} {:>10} {:>8} {:>8} {:>6}",
+                p.delivered, p.failed_calls, p.retries, p.dead
+            )?;
+        }
+        write!(
+            f,
+            "actions applied: {}, failed: {}",
+            self.actions_applied, self.actions_failed
+        )
+    }
+}
+
+/// A running host over the local cluster.
+pub struct App {
+    pub cluster: Arc<LocalCluster>,
+    pub host: Arc<PluginHost>,
+    pub plugin_dir: Arc<PluginDir>,
+    pub activity: Arc<Activity>,
+    pub executor: Arc<Executor>,
+    cancel: CancellationToken,
+}
+
+impl std::fmt::Debug for App {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("App").finish_non_exhaustive()
+    }
+}
+
+impl App {
+    /// Builds the pipeline and loads the plugin folder once.
+    pub async fn start(opts: &RunOptions, cancel: CancellationToken) -> Result<Self, AppError> {
+        let kinds = KindRegistry::builtin();
+        let cluster = LocalCluster::new(opts.local.clone(), kinds.clone(), opts.strip)?;
+        tracing::info!(dir = %opts.local.display(), objects = cluster.len(), "local cluster loaded");
+        let activity = Arc::new(Activity::default());
+        let informers = Arc::new(InformerSet::new(
+            cluster.clone(),
+            activity.clone(),
+            cancel.child_token(),
+        ));
+        let executor = Arc::new(Executor::new(
+            cluster.clone(),
+            ExecutorOptions {
+                dry_run: opts.dry_run,
+                ..ExecutorOptions::default()
+            },
+        ));
+        let runtime = Runtime::new(opts.engine.clone())?;
+        let host = Arc::new(PluginHost::new(
+            runtime,
+            informers,
+            kinds,
+            executor.clone(),
+            activity.clone(),
+            opts.dispatch.clone(),
+        ));
+        let plugin_dir = Arc::new(PluginDir::new(opts.plugins.clone(), host.clone()));
+        plugin_dir.scan().await?;
+        Ok(Self {
+            cluster,
+            host,
+            plugin_dir,
+            activity,
+            executor,
+            cancel,
+        })
+    }
+
+    /// Starts the folder watchers (plugins and local manifests).
+    pub fn watch(&self, poll: Duration, tasks: &tokio_util::task::TaskTracker) {
+        let dir = self.plugin_dir.clone();
+        let cancel = self.cancel.clone();
+        tasks.spawn(async move {
+            if let Err(e) = dir.watch(cancel, poll).await {
+                tracing::error!(error = %e, "plugin folder watcher stopped");
+            }
+        });
+        let cluster = self.cluster.clone();
+        let cancel = self.cancel.clone();
+        tasks.spawn(async move {
+            if let Err(e) = cluster.watch_files(cancel).await {
+                tracing::error!(error = %e, "local cluster watcher stopped");
+            }
+        });
+    }
+
+    /// Waits until every informer has synced and every delta emitted so far
+    /// (including those caused by the plugins' own actions) has been handled.
+    pub async fn wait_idle(&self) {
+        let start = Instant::now();
+        let mut last_report = Instant::now();
+        loop {
+            let informers = self.host.informers();
+            let synced = informers.all_synced();
+            if synced && self.activity.is_idle() && self.host.all_idle().await {
+                let before = self.activity.emitted.load(Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                if self.activity.emitted.load(Ordering::SeqCst) == before && self.activity.is_idle()
+                {
+                    tracing::info!(
+                        elapsed_ms = start.elapsed().as_millis() as u64,
+                        "idle: every delta handled"
+                    );
+                    return;
+                }
+                continue;
+            }
+            if last_report.elapsed() > Duration::from_secs(2) {
+                let pending = informers
+                    .informers()
+                    .iter()
+                    .filter(|i| !i.has_synced())
+                    .count();
+                tracing::info!(
+                    unsynced_informers = pending,
+                    outstanding_deltas = self
+                        .activity
+                        .emitted
+                        .load(Ordering::SeqCst)
+                        .saturating_sub(self.activity.settled.load(Ordering::SeqCst)),
+                    "waiting for caches to sync and queues to drain"
+                );
+                last_report = Instant::now();
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    pub fn summary(&self) -> Summary {
+        Summary {
+            plugins: self
+                .host
+                .stats()
+                .into_iter()
+                .map(|(name, s)| {
+                    (
+                        name,
+                        PluginSummary {
+                            delivered: s.delivered.load(Ordering::Relaxed),
+                            failed_calls: s.failed_calls.load(Ordering::Relaxed),
+                            retries: s.retries.load(Ordering::Relaxed),
+                            dead: s.dead.load(Ordering::Relaxed),
+                            filtered: s.filtered.load(Ordering::Relaxed),
+                        },
+                    )
+                })
+                .collect(),
+            actions_applied: self.executor.stats.applied.load(Ordering::Relaxed),
+            actions_failed: self.executor.stats.failed.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Drains in-flight calls and stops every task.
+    pub async fn shutdown(&self) {
+        self.cancel.cancel();
+        self.host.shutdown().await;
+        self.host.informers().shutdown().await;
+    }
+}

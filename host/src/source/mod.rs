@@ -1,0 +1,3 @@
+//! Object sources behind the informers.
+
+pub mod local;
