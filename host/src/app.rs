@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
-use crate::actions::executor::{Executor, ExecutorOptions};
+use crate::actions::executor::{ActionSink, Executor, ExecutorOptions};
 use crate::dispatch::{Activity, DispatchOptions};
 use crate::informer::InformerSet;
 use crate::kind::KindRegistry;
@@ -102,6 +102,16 @@ impl std::fmt::Debug for App {
 impl App {
     /// Builds the pipeline and loads the plugin folder once.
     pub async fn start(opts: &RunOptions, cancel: CancellationToken) -> Result<Self, AppError> {
+        Self::start_with_sink(opts, None, cancel).await
+    }
+
+    /// Like [`start`](Self::start), with actions sent to `sink` instead of
+    /// the local cluster (tests record them to assert them exactly).
+    pub async fn start_with_sink(
+        opts: &RunOptions,
+        sink: Option<Arc<dyn ActionSink>>,
+        cancel: CancellationToken,
+    ) -> Result<Self, AppError> {
         let kinds = KindRegistry::builtin();
         let cluster = LocalCluster::new(opts.local.clone(), kinds.clone(), opts.strip)?;
         tracing::info!(dir = %opts.local.display(), objects = cluster.len(), "local cluster loaded");
@@ -111,8 +121,12 @@ impl App {
             activity.clone(),
             cancel.child_token(),
         ));
+        let sink: Arc<dyn ActionSink> = match sink {
+            Some(s) => s,
+            None => cluster.clone(),
+        };
         let executor = Arc::new(Executor::new(
-            cluster.clone(),
+            sink,
             ExecutorOptions {
                 dry_run: opts.dry_run,
                 ..ExecutorOptions::default()

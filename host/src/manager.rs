@@ -316,6 +316,7 @@ impl PluginHost {
         for actor in &actors {
             actor.set_scope(scope.clone());
         }
+        dispatcher.start_when_synced(handles.iter().map(|h| h.informer.clone()).collect());
         for (filter, informer, rx) in intakes {
             dispatcher.add_intake(filter, informer, rx);
         }

@@ -119,6 +119,10 @@ struct Shared {
     options: DispatchOptions,
     executor: Arc<Executor>,
     stopping: CancellationToken,
+    /// Set once every informer the plugin subscribes to has synced: like a
+    /// client-go controller, no delta is handed out before the caches the
+    /// handler reads are complete.
+    ready: tokio::sync::watch::Sender<bool>,
 }
 
 /// One plugin version's dispatcher.
@@ -156,6 +160,7 @@ impl Dispatcher {
             options,
             executor,
             stopping: CancellationToken::new(),
+            ready: tokio::sync::watch::channel(false).0,
         });
         let tasks = TaskTracker::new();
         let worker_cancel = CancellationToken::new();
@@ -189,6 +194,20 @@ impl Dispatcher {
             rx,
             self.intake_cancel.clone(),
         ));
+    }
+
+    /// Starts delivering once `informers` have all synced.
+    pub fn start_when_synced(&self, informers: Vec<Arc<Informer>>) {
+        let shared = self.shared.clone();
+        let cancel = self.intake_cancel.clone();
+        self.tasks.spawn(async move {
+            tokio::select! {
+                () = cancel.cancelled() => {}
+                () = async { for i in &informers { i.wait_synced().await; } } => {
+                    shared.ready.send_replace(true);
+                }
+            }
+        });
     }
 
     pub fn stats(&self) -> &Arc<PluginStats> {
