@@ -188,6 +188,17 @@ impl PluginDir {
         cancel: CancellationToken,
         poll: Duration,
     ) -> Result<(), DirError> {
+        self.watch_with_ready(cancel, poll, tokio::sync::oneshot::channel().0)
+            .await
+    }
+
+    /// [`watch`](Self::watch), signalling `ready` once events are flowing.
+    pub async fn watch_with_ready(
+        self: Arc<Self>,
+        cancel: CancellationToken,
+        poll: Duration,
+        ready: tokio::sync::oneshot::Sender<()>,
+    ) -> Result<(), DirError> {
         let (tx, mut rx) = mpsc::unbounded_channel();
         let mut debouncer = new_debouncer(
             Duration::from_millis(200),
@@ -214,6 +225,12 @@ impl PluginDir {
             })?;
         let mut ticker = tokio::time::interval(poll);
         ticker.tick().await;
+        // Changes made between the initial scan and the watch being set up
+        // would otherwise wait for the next poll.
+        if let Err(e) = self.scan().await {
+            tracing::error!(error = %e, "plugin folder scan failed");
+        }
+        let _ = ready.send(());
         loop {
             tokio::select! {
                 () = cancel.cancelled() => break,

@@ -36,7 +36,14 @@ impl Plugin for Testkit {
         };
         let mode = MODE.with(|m| m.borrow().clone());
         if mode == "echo" {
-            let dtype = format!("{:?}", delta.delta_type).to_lowercase();
+            let dtype = match delta.delta_type {
+                DeltaType::Added => "added",
+                DeltaType::Updated => "updated",
+                DeltaType::Deleted => "deleted",
+                DeltaType::Resync => "resync",
+                DeltaType::Synced => "synced",
+            }
+            .to_owned();
             log::info("echo", &[("name", &meta.name), ("delta", &dtype)]);
             if delta.delta_type == DeltaType::Deleted {
                 return Ok(());

@@ -1,0 +1,311 @@
+//! The runtime isolates plugins: a trap, a deadline overrun, an
+//! out-of-memory, a malformed file or a wrong WIT version each fail alone
+//! while another plugin keeps working; and the plugin folder loads,
+//! replaces and unloads live (half-written files, symlink swaps).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::Duration;
+
+use kubewasm::reload::Outcome;
+use kubewasm::runtime::{LoadError, Manifest, Runtime};
+use kubewasm_tests::{Harness, describe, idle, install, wasm, write_cluster};
+
+fn pods(names: &[&str]) -> String {
+    names
+        .iter()
+        .map(|n| format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: {n}, namespace: default}}\nspec: {{containers: [{{name: c, image: x}}]}}\n"))
+        .collect::<Vec<_>>()
+        .join("---\n")
+}
+
+/// Runs a misbehaving testkit next to a healthy echo plugin; returns the
+/// summary and the echo plugin's actions.
+async fn misbehave(mode: &str, limits: &str) -> (kubewasm::app::Summary, Vec<String>) {
+    let h = Harness::new();
+    write_cluster(
+        h.cluster.path(),
+        &[("pods.yaml", &pods(&[&format!("{mode}-1"), "fine-1"]))],
+    );
+    install(
+        h.plugins.path(),
+        "bad",
+        "testkit",
+        Some(&format!("config: {{mode: {mode}}}\nlimits: {limits}\n")),
+    );
+    install(
+        h.plugins.path(),
+        "good",
+        "testkit",
+        Some("config: {mode: echo}\n"),
+    );
+    let (app, sink) = h.start_recording().await;
+    idle(&app).await;
+    let summary = app.summary();
+    app.shutdown().await;
+    let mut good: Vec<String> = sink
+        .take()
+        .into_iter()
+        .filter(|(p, _)| p == "good")
+        .map(|(_, a)| describe(&a))
+        .collect();
+    good.sort();
+    (summary, good)
+}
+
+fn echo_actions() -> Vec<String> {
+    vec![
+        r#"patch Merge pods default/fine-1 {"metadata":{"annotations":{"kubewasm.io/seen":"added"}}}"#.to_owned(),
+        r#"patch Merge pods default/MODE-1 {"metadata":{"annotations":{"kubewasm.io/seen":"added"}}}"#.to_owned(),
+    ]
+}
+
+fn expected(mode: &str) -> Vec<String> {
+    let mut v: Vec<String> = echo_actions()
+        .into_iter()
+        .map(|s| s.replace("MODE", mode))
+        .collect();
+    v.sort();
+    v
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trapping_plugin_fails_alone_and_its_delta_goes_dead_after_retries() {
+    let (summary, good) = misbehave("trap", "{maxAttempts: 3}").await;
+    let bad = &summary.plugins["bad"];
+    assert_eq!((bad.failed_calls, bad.dead), (3, 1), "{summary}");
+    assert_eq!(
+        bad.delivered, 1,
+        "the healthy object still went through: {summary}"
+    );
+    assert_eq!(good, expected("trap"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_looping_plugin_hits_its_deadline() {
+    let (summary, good) = misbehave("spin", "{maxAttempts: 2, timeout: 100ms}").await;
+    let bad = &summary.plugins["bad"];
+    assert_eq!(
+        (bad.failed_calls, bad.dead, bad.delivered),
+        (2, 1, 1),
+        "{summary}"
+    );
+    assert_eq!(good, expected("spin"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_allocating_past_its_limit_is_stopped() {
+    let (summary, good) = misbehave("oom", "{maxAttempts: 2, memory: 16Mi}").await;
+    let bad = &summary.plugins["bad"];
+    assert_eq!(
+        (bad.failed_calls, bad.dead, bad.delivered),
+        (2, 1, 1),
+        "{summary}"
+    );
+    assert_eq!(good, expected("oom"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retry_then_permanent_errors_follow_the_handler_result() {
+    let (summary, _) = misbehave("retry", "{maxAttempts: 4}").await;
+    assert_eq!(
+        (
+            summary.plugins["bad"].failed_calls,
+            summary.plugins["bad"].dead
+        ),
+        (4, 1)
+    );
+    let (summary, _) = misbehave("permanent", "{maxAttempts: 4}").await;
+    assert_eq!(
+        (
+            summary.plugins["bad"].failed_calls,
+            summary.plugins["bad"].dead
+        ),
+        (1, 1),
+        "a permanent error is not retried"
+    );
+}
+
+#[test]
+fn bad_files_get_errors_that_name_the_cause() {
+    let cache = tempfile::tempdir().unwrap();
+    let rt = Runtime::new(kubewasm::runtime::EngineOptions {
+        epoch_deadlines: true,
+        cache_dir: Some(cache.path().to_owned()),
+    })
+    .unwrap();
+    let prep = |bytes: &[u8]| {
+        rt.prepare("x", bytes, Manifest::default())
+            .map(|_| ())
+            .unwrap_err()
+    };
+    let good = wasm("noop");
+    assert!(
+        matches!(prep(&good[..good.len() / 2]), LoadError::Truncated),
+        "half-written"
+    );
+    assert!(matches!(prep(b""), LoadError::Truncated));
+    assert!(matches!(prep(b"not wasm at all"), LoadError::NotWasm));
+    assert!(matches!(prep(b"\0asm\x01\0\0\0"), LoadError::CoreModule));
+    match prep(&wasm("wrong_version")) {
+        LoadError::WrongVersion { found } => assert_eq!(found, "0.0.9"),
+        other => panic!("expected a version error, got {other}"),
+    }
+    let msg = prep(&wasm("wrong_version")).to_string();
+    assert!(
+        msg.contains("@0.0.9") && msg.contains("0.1.0") && msg.contains("rebuild"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn compiled_components_are_cached_on_disk() {
+    let cache = tempfile::tempdir().unwrap();
+    let opts = kubewasm::runtime::EngineOptions {
+        epoch_deadlines: true,
+        cache_dir: Some(cache.path().to_owned()),
+    };
+    let bytes = wasm("noop");
+    let first = Runtime::new(opts.clone())
+        .unwrap()
+        .prepare("noop", &bytes, Manifest::default())
+        .unwrap();
+    assert_eq!(
+        first.compile_source,
+        kubewasm::runtime::CompileSource::Compiled
+    );
+    // A new engine, as after a restart: loads from the cache.
+    let second = Runtime::new(opts)
+        .unwrap()
+        .prepare("noop", &bytes, Manifest::default())
+        .unwrap();
+    assert_eq!(
+        second.compile_source,
+        kubewasm::runtime::CompileSource::Cached
+    );
+    assert_eq!(std::fs::read_dir(cache.path()).unwrap().count(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plugin_folder_loads_replaces_and_unloads_live() {
+    let h = Harness::new();
+    write_cluster(h.cluster.path(), &[("pods.yaml", &pods(&["a", "b"]))]);
+    let (app, sink) = h.start_recording().await;
+    idle(&app).await;
+    let dir = &app.plugin_dir;
+    assert!(dir.scan().await.unwrap().is_empty());
+
+    // New file: loaded, and it receives the cache as initial deltas.
+    install(
+        h.plugins.path(),
+        "p",
+        "testkit",
+        Some("config: {mode: echo}\n"),
+    );
+    assert_eq!(dir.scan().await.unwrap()["p"], Outcome::Loaded);
+    idle(&app).await;
+    assert_eq!(sink.take().len(), 2);
+
+    // A half-written replacement fails and the old version keeps serving.
+    let full = wasm("noop");
+    std::fs::write(h.plugins.path().join("p.wasm"), &full[..full.len() / 3]).unwrap();
+    match &dir.scan().await.unwrap()["p"] {
+        Outcome::Failed(msg) => assert!(msg.contains("truncated"), "{msg}"),
+        other => panic!("{other:?}"),
+    }
+    assert!(
+        dir.scan().await.unwrap().is_empty(),
+        "a failed file is not retried until it changes"
+    );
+    write_cluster(h.cluster.path(), &[("pods.yaml", &pods(&["a", "b", "c"]))]);
+    app.cluster.rescan().unwrap();
+    idle(&app).await;
+    let served: Vec<String> = sink.take().iter().map(|(_, a)| describe(a)).collect();
+    assert_eq!(
+        served,
+        vec![
+            r#"patch Merge pods default/c {"metadata":{"annotations":{"kubewasm.io/seen":"added"}}}"#
+        ]
+    );
+
+    // A wrong-version file is refused the same way.
+    std::fs::write(h.plugins.path().join("p.wasm"), wasm("wrong_version")).unwrap();
+    assert!(matches!(&dir.scan().await.unwrap()["p"], Outcome::Failed(m) if m.contains("0.0.9")));
+
+    // Completing the write swaps in the new version (noop: no actions).
+    install(h.plugins.path(), "p", "noop", None);
+    std::fs::remove_file(h.plugins.path().join("p.yaml")).unwrap();
+    assert_eq!(dir.scan().await.unwrap()["p"], Outcome::Replaced);
+    idle(&app).await;
+    assert!(sink.take().is_empty());
+    assert!(
+        app.host
+            .get("p")
+            .await
+            .unwrap()
+            .stats()
+            .delivered
+            .load(std::sync::atomic::Ordering::Relaxed)
+            > 0
+    );
+
+    // Removing the file unloads it.
+    std::fs::remove_file(h.plugins.path().join("p.wasm")).unwrap();
+    assert_eq!(dir.scan().await.unwrap()["p"], Outcome::Unloaded);
+    assert!(app.host.get("p").await.is_none());
+    app.shutdown().await;
+}
+
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn configmap_style_symlink_swap_reloads_through_the_watcher() {
+    use std::os::unix::fs::symlink;
+    let h = Harness::new();
+    write_cluster(h.cluster.path(), &[("pods.yaml", &pods(&["a"]))]);
+    // The layout kubelet gives a ConfigMap volume.
+    let root = h.plugins.path();
+    let v1 = root.join("..2026_11_22_v1");
+    std::fs::create_dir(&v1).unwrap();
+    std::fs::write(v1.join("p.wasm"), wasm("noop")).unwrap();
+    symlink("..2026_11_22_v1", root.join("..data")).unwrap();
+    symlink("..data/p.wasm", root.join("p.wasm")).unwrap();
+
+    let (app, sink) = h.start_recording().await;
+    idle(&app).await;
+    assert!(app.host.get("p").await.is_some());
+    assert!(sink.take().is_empty(), "noop emits nothing");
+
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let (ready_tx, ready) = tokio::sync::oneshot::channel();
+    let watcher = tokio::spawn(app.plugin_dir.clone().watch_with_ready(
+        cancel.clone(),
+        Duration::from_secs(3600),
+        ready_tx,
+    ));
+    ready.await.unwrap();
+    // kubelet's atomic update: new timestamped dir, new ..data symlink renamed over the old.
+    let v2 = root.join("..2026_11_22_v2");
+    std::fs::create_dir(&v2).unwrap();
+    std::fs::write(v2.join("p.wasm"), wasm("testkit")).unwrap();
+    std::fs::write(v2.join("p.yaml"), "config: {mode: echo}\n").unwrap();
+    symlink("..data/p.yaml", root.join("p.yaml")).unwrap();
+    symlink("..2026_11_22_v2", root.join("..data_tmp")).unwrap();
+    std::fs::rename(root.join("..data_tmp"), root.join("..data")).unwrap();
+    std::fs::remove_dir_all(&v1).unwrap();
+
+    // The new version replays the cache: one echo patch for pod a.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let mut got = Vec::new();
+    while got.is_empty() && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        got = sink.take();
+    }
+    assert_eq!(
+        got.iter().map(|(_, a)| describe(a)).collect::<Vec<_>>(),
+        vec![
+            r#"patch Merge pods default/a {"metadata":{"annotations":{"kubewasm.io/seen":"added"}}}"#
+        ]
+    );
+    cancel.cancel();
+    watcher.await.unwrap().unwrap();
+    app.shutdown().await;
+}
