@@ -152,12 +152,12 @@ impl KObject {
         if strip.managed_fields {
             metadata.remove("managedFields");
         }
-        if strip.last_applied {
-            if let Some(Value::Object(ann)) = metadata.get_mut("annotations") {
-                ann.remove(LAST_APPLIED);
-                if ann.is_empty() {
-                    metadata.remove("annotations");
-                }
+        if strip.last_applied
+            && let Some(Value::Object(ann)) = metadata.get_mut("annotations")
+        {
+            ann.remove(LAST_APPLIED);
+            if ann.is_empty() {
+                metadata.remove("annotations");
             }
         }
         let raw: RawMeta = serde_json::from_value(Value::Object(metadata.clone()))?;

@@ -78,10 +78,10 @@ fn candidates(dir: &Path) -> Result<BTreeMap<String, PathBuf>, DirError> {
         if file.starts_with('.') {
             continue;
         }
-        if let Some(stem) = file.strip_suffix(".wasm") {
-            if !stem.is_empty() {
-                out.insert(stem.to_owned(), path);
-            }
+        if let Some(stem) = file.strip_suffix(".wasm")
+            && !stem.is_empty()
+        {
+            out.insert(stem.to_owned(), path);
         }
     }
     Ok(out)

@@ -335,6 +335,11 @@ async fn worker(
     cancel: CancellationToken,
     tasks: TaskTracker,
 ) {
+    let mut ready = shared.ready.subscribe();
+    tokio::select! {
+        () = cancel.cancelled() => return,
+        _ = ready.wait_for(|r| *r) => {}
+    }
     loop {
         let next = {
             let wake = shared.wake.notified();

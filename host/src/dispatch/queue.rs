@@ -284,14 +284,13 @@ mod tests {
                 exists.insert(key, dtype != DeltaType::Deleted);
                 q.push(key, Item::new(delta(dtype, rvs)));
                 last_pushed.insert(key, (dtype, rvs));
-                if pop {
-                    if let Some((k, item)) = q.pop() {
+                if pop
+                    && let Some((k, item)) = q.pop() {
                         let r: u32 = rv(&item).parse().unwrap();
                         prop_assert!(seen.get(&k).is_none_or(|prev| *prev < r));
                         seen.insert(k, r);
                         q.done(&k);
                     }
-                }
             }
             while let Some((k, item)) = q.pop() {
                 let r: u32 = rv(&item).parse().unwrap();

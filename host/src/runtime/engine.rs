@@ -134,21 +134,21 @@ impl WasmEngine {
             .cache_dir
             .as_ref()
             .map(|dir| dir.join(format!("{hex}-{}.cwasm", self.compat)));
-        if let Some(path) = &cached {
-            if path.exists() {
-                match load_cached(&self.engine, path) {
-                    Ok(c) => return Ok((c, CompileSource::Cached)),
-                    Err(e) => {
-                        tracing::warn!(path = %path.display(), error = %e, "ignoring unusable compile cache entry")
-                    }
+        if let Some(path) = &cached
+            && path.exists()
+        {
+            match load_cached(&self.engine, path) {
+                Ok(c) => return Ok((c, CompileSource::Cached)),
+                Err(e) => {
+                    tracing::warn!(path = %path.display(), error = %e, "ignoring unusable compile cache entry")
                 }
             }
         }
         let component = Component::new(&self.engine, bytes)?;
-        if let Some(path) = &cached {
-            if let Err(e) = store_cached(&component, path) {
-                tracing::warn!(path = %path.display(), error = %e, "cannot write compile cache entry");
-            }
+        if let Some(path) = &cached
+            && let Err(e) = store_cached(&component, path)
+        {
+            tracing::warn!(path = %path.display(), error = %e, "cannot write compile cache entry");
         }
         Ok((component, CompileSource::Compiled))
     }

@@ -298,10 +298,10 @@ impl LocalCluster {
             }
             match state.objects.get(&id) {
                 Some(e) if user_view(&e.value) == user_view(&value) => {
-                    if e.file != file {
-                        if let Some(e) = state.objects.get_mut(&id) {
-                            e.file = file;
-                        }
+                    if e.file != file
+                        && let Some(e) = state.objects.get_mut(&id)
+                    {
+                        e.file = file;
                     }
                 }
                 _ => self.upsert_locked(&mut state, id, value, file),
@@ -574,10 +574,10 @@ impl Source for LocalCluster {
         let mut state = self.state.lock();
         let _ = watcher.tx.send(Ok(WatchEvent::Init));
         for ((gvk, _), entry) in &state.objects {
-            if let Ok(obj) = KObject::from_value(entry.value.clone(), self.strip) {
-                if watcher.wants(gvk, &obj) {
-                    let _ = watcher.tx.send(Ok(WatchEvent::InitApply(obj)));
-                }
+            if let Ok(obj) = KObject::from_value(entry.value.clone(), self.strip)
+                && watcher.wants(gvk, &obj)
+            {
+                let _ = watcher.tx.send(Ok(WatchEvent::InitApply(obj)));
             }
         }
         let _ = watcher.tx.send(Ok(WatchEvent::InitDone));

@@ -117,7 +117,13 @@ impl Plugin for ConfigReplicator {
             match delta.delta_type {
                 DeltaType::Deleted => delete_copies(meta),
                 _ => {
-                    for ns in targets(state, meta)? {
+                    let targets = targets(state, meta)?;
+                    let count = targets.len().to_string();
+                    log::debug(
+                        "replicating",
+                        &[("source", &meta.name), ("targets", &count)],
+                    );
+                    for ns in targets {
                         copy_into(obj, meta, &ns.name)?;
                     }
                     Ok(())

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Builds the host and the example plugins, runs them once over the demo
+# cluster in examples/cluster (copied to target/demo, so the repository
+# stays clean), and shows what each plugin did.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$root"
+command -v cargo >/dev/null || { echo "Rust is required: https://rustup.rs" >&2; exit 1; }
+bash plugins/build.sh >/dev/null
+cargo build --release -p kubewasm
+demo="$root/target/demo"
+rm -rf "$demo" && mkdir -p "$demo/plugins"
+cp -r examples/cluster "$demo/cluster"
+for p in namespace-defaults crashloop-watcher config-replicator; do
+  cp "plugins/target/wasm32-wasip2/release/${p//-/_}.wasm" "$demo/plugins/$p.wasm"
+  cp "examples/plugins/$p.yaml" "$demo/plugins/$p.yaml"
+done
+"$root/target/release/kubewasm" run --local "$demo/cluster" --plugins "$demo/plugins" --until-idle
+echo
+echo "== objects the plugins created (new files in the cluster folder)"
+(cd "$demo/cluster" && find . -name '*.yaml' -newer "$demo/plugins/config-replicator.yaml" | sort)
+echo
+echo "== events recorded (events.log)"
+cat "$demo/cluster/events.log" 2>/dev/null || echo "(none)"
+echo
+echo "== annotations on Deployment team-a/shop"
+grep -A3 'annotations:' "$demo/cluster/team-a/shop.yaml" | head -4
