@@ -1,1 +1,251 @@
-fn main() {}
+//! Plugin runtime benchmark: prints per-delta figures (not a timed test).
+//!
+//! Run: `bash plugins/build.sh && cargo bench -p kubewasm --bench runtime`.
+//! Uses a realistic Pod from the corpus (KUBEWASM_CORPUS, default
+//! ../shared/corpus) when present, else a built-in 4 KB Pod.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout, clippy::collapsible_if)]
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use kubewasm::dispatch::Activity;
+use kubewasm::informer::{DeltaType, InformerSet, InformerSpec, Source, SourceError, WatchEvent};
+use kubewasm::kind::{Gvk, KindRef, KindRegistry};
+use kubewasm::object::{KObject, StripOptions};
+use kubewasm::runtime::host::PluginScope;
+use kubewasm::runtime::{Actor, CallDelta, EngineOptions, Manifest, Runtime};
+
+fn plugin(name: &str) -> Vec<u8> {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!(
+        "../plugins/target/wasm32-wasip2/release/{name}.wasm"
+    ));
+    std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}; run plugins/build.sh first", p.display()))
+}
+
+fn sample_pod() -> String {
+    let corpus = std::env::var("KUBEWASM_CORPUS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/corpus"));
+    let dir = corpus.join("objects/Pod");
+    if let Ok(entries) = std::fs::read_dir(&dir) {
+        let mut best: Option<(usize, String)> = None;
+        for e in entries.flatten() {
+            if let Ok(text) = std::fs::read_to_string(e.path()) {
+                if let Ok(mut v) = serde_json::from_str::<serde_json::Value>(&text) {
+                    if let Some(m) = v["metadata"].as_object_mut() {
+                        m.remove("managedFields");
+                    }
+                    if v["spec"]["nodeName"].is_string() {
+                        let s = serde_json::to_string(&v).unwrap();
+                        let d = s.len().abs_diff(4096);
+                        if best.as_ref().is_none_or(|(bd, _)| d < *bd) {
+                            best = Some((d, s));
+                        }
+                    }
+                }
+            }
+        }
+        if let Some((_, s)) = best {
+            println!(
+                "pod: from corpus {}, {} bytes compact",
+                dir.display(),
+                s.len()
+            );
+            return s;
+        }
+    }
+    println!(
+        "pod: corpus not found at {}; using a built-in pod",
+        dir.display()
+    );
+    let containers: Vec<_> = (0..4).map(|i| serde_json::json!({"name": format!("c{i}"), "image": "registry.example/app:1.2.3",
+        "env": (0..6).map(|j| serde_json::json!({"name": format!("VAR_{j}"), "value": "some-value-here"})).collect::<Vec<_>>(),
+        "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}}})).collect();
+    serde_json::json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web-1", "namespace": "shop", "uid": "u", "resourceVersion": "1",
+        "labels": {"app": "web"}}, "spec": {"nodeName": "node-1", "containers": containers},
+        "status": {"phase": "Running", "containerStatuses": [{"name": "c0", "restartCount": 2, "ready": true, "image": "x", "imageID": "y"}]}}).to_string()
+}
+
+struct Fixed(Vec<KObject>);
+impl Source for Fixed {
+    fn watch(
+        &self,
+        spec: &InformerSpec,
+    ) -> futures::stream::BoxStream<'static, Result<WatchEvent, SourceError>> {
+        let objs: Vec<_> = self
+            .0
+            .iter()
+            .filter(|o| o.gvk() == spec.kind.gvk)
+            .map(|o| {
+                Ok(WatchEvent::InitApply(
+                    KObject::from_json(o.json(), StripOptions::default()).unwrap(),
+                ))
+            })
+            .collect();
+        let mut evs = vec![Ok(WatchEvent::Init)];
+        evs.extend(objs);
+        evs.push(Ok(WatchEvent::InitDone));
+        Box::pin(futures::stream::iter(evs).chain(futures::stream::pending()))
+    }
+}
+use futures::StreamExt;
+
+fn measure(actor: &Actor, delta: &CallDelta, n: usize) -> Duration {
+    for _ in 0..n / 10 {
+        let (r, _) = actor.handle_blocking(delta.clone());
+        r.unwrap();
+    }
+    let start = Instant::now();
+    for _ in 0..n {
+        let (r, _) = actor.handle_blocking(delta.clone());
+        r.unwrap();
+    }
+    start.elapsed() / n as u32
+}
+
+fn main() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let pod_json = sample_pod();
+    let pod = Arc::new(KObject::from_json(&pod_json, StripOptions::default()).unwrap());
+    let node_name = match pod.field("/spec/nodeName") {
+        Some(kubewasm::object::FieldValue::Text(n)) => n,
+        _ => "node-1".into(),
+    };
+    let node = KObject::from_value(
+        serde_json::json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node_name,
+        "labels": {"topology.kubernetes.io/zone": "eu-1a"}}}),
+        StripOptions::default(),
+    )
+    .unwrap();
+    let kinds = KindRegistry::builtin();
+    let informers = InformerSet::new(
+        Arc::new(Fixed(vec![node])),
+        Arc::new(Activity::default()),
+        Default::default(),
+    );
+    let node_kind = kinds.resolve(&KindRef::Resource("nodes".into())).unwrap();
+    let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+    let handle = rt.block_on(async {
+        let h = informers.subscribe(
+            InformerSpec {
+                kind: node_kind.clone(),
+                namespace: None,
+                label_selector: None,
+                field_selector: None,
+            },
+            tx,
+        );
+        h.informer.wait_synced().await;
+        h
+    });
+    let scope = Arc::new(PluginScope {
+        kinds: kinds.clone(),
+        reads: HashMap::from([(node_kind.gvk.clone(), handle.informer.clone())]),
+        indexes: HashMap::new(),
+        writes: [Gvk::new("", "v1", "Pod")].into_iter().collect(),
+    });
+    let delta = CallDelta {
+        dtype: DeltaType::Updated,
+        subscription: 0,
+        kind: Gvk::new("", "v1", "Pod"),
+        object: Some(pod.clone()),
+        old: None,
+        initial: false,
+        final_state_unknown: false,
+    };
+    let n = 20_000;
+    let cache = tempfile::tempdir().unwrap();
+    let start_actor = |name: &str, epochs: bool| {
+        let runtime = Runtime::new(EngineOptions {
+            epoch_deadlines: epochs,
+            cache_dir: Some(cache.path().to_owned()),
+        })
+        .unwrap();
+        let prepared = Arc::new(
+            runtime
+                .prepare(name, &plugin(name), Manifest::default())
+                .unwrap(),
+        );
+        let actor = Actor::spawn(prepared, 0).unwrap();
+        rt.block_on(actor.register("{}".into())).unwrap();
+        actor.set_scope(scope.clone());
+        actor
+    };
+    println!("per-delta cost, {n} calls each, one core, plugin actor thread + caller thread");
+    let noop = start_actor("noop", true);
+    let t_noop = measure(&noop, &delta, n);
+    println!(
+        "  noop plugin (host overhead):           {:>8.2} us  ({:.0} deltas/s)",
+        t_noop.as_secs_f64() * 1e6,
+        1.0 / t_noop.as_secs_f64()
+    );
+    let realistic = start_actor("realistic", true);
+    let t_real = measure(&realistic, &delta, n);
+    println!(
+        "  realistic (meta + 2 fields + get + 1 action): {:>5.2} us  ({:.0} deltas/s, goal >= 100000)",
+        t_real.as_secs_f64() * 1e6,
+        1.0 / t_real.as_secs_f64()
+    );
+    let realistic_noepoch = start_actor("realistic", false);
+    let t_real_ne = measure(&realistic_noepoch, &delta, n);
+    println!(
+        "  epoch deadlines cost on realistic:     {:>+8.1} %  (goal <= 10 %)",
+        (t_real.as_secs_f64() / t_real_ne.as_secs_f64() - 1.0) * 100.0
+    );
+    let parse = start_actor("parse_all", true);
+    let t_parse = measure(&parse, &delta, n / 4);
+    let start = Instant::now();
+    for _ in 0..n / 4 {
+        std::hint::black_box(bench_logic::evaluate(std::hint::black_box(&pod_json)).unwrap());
+    }
+    let t_native = start.elapsed() / (n / 4) as u32;
+    println!(
+        "  parse whole pod in plugin:             {:>8.2} us",
+        t_parse.as_secs_f64() * 1e6
+    );
+    println!(
+        "  same logic as native Rust:             {:>8.2} us  (ratio {:.2}x, goal <= 1.2x)",
+        t_native.as_secs_f64() * 1e6,
+        t_parse.as_secs_f64() / t_native.as_secs_f64()
+    );
+
+    for name in ["noop", "config_replicator", "parse_all"] {
+        let bytes = plugin(name);
+        let dir = tempfile::tempdir().unwrap();
+        let opts = EngineOptions {
+            epoch_deadlines: true,
+            cache_dir: Some(dir.path().to_owned()),
+        };
+        let t0 = Instant::now();
+        let cold = Runtime::new(opts.clone())
+            .unwrap()
+            .prepare(name, &bytes, Manifest::default())
+            .unwrap();
+        let cold_t = t0.elapsed();
+        let t1 = Instant::now();
+        let warm = Runtime::new(opts)
+            .unwrap()
+            .prepare(name, &bytes, Manifest::default())
+            .unwrap();
+        let warm_t = t1.elapsed();
+        assert_eq!(
+            warm.compile_source,
+            kubewasm::runtime::CompileSource::Cached
+        );
+        drop(cold);
+        let prepared = Arc::new(warm);
+        let t2 = Instant::now();
+        let actor = Actor::spawn(prepared, 0).unwrap();
+        rt.block_on(actor.register("{}".into())).unwrap();
+        let inst_t = t2.elapsed();
+        println!(
+            "  {name:<18} {:>7} KiB: cold compile {:>7.1} ms, cached load {:>6.2} ms, instantiate+register {:>6.2} ms",
+            bytes.len() / 1024,
+            cold_t.as_secs_f64() * 1e3,
+            warm_t.as_secs_f64() * 1e3,
+            inst_t.as_secs_f64() * 1e3
+        );
+    }
+}
