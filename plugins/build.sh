@@ -1,7 +1,26 @@
 #!/usr/bin/env bash
-# Builds every guest plugin as a WebAssembly component (wasm32-wasip2).
+# Builds every guest plugin as a WebAssembly component (wasm32-wasip2,
+# release profile) and lists the .wasm files with their sizes. Extra
+# arguments go to cargo (e.g. `-p noop`). Output:
+# plugins/target/wasm32-wasip2/release/<crate_name>.wasm
 set -euo pipefail
 cd "$(dirname "$0")"
-rustup target add wasm32-wasip2 >/dev/null 2>&1 || true
-cargo build --release --target wasm32-wasip2 --workspace --exclude bench-logic --exclude kubewasm-sdk "$@"
-ls -l target/wasm32-wasip2/release/*.wasm | awk '{print $5, $9}'
+
+if command -v rustup >/dev/null && ! rustup target list --installed | grep -qx wasm32-wasip2; then
+  rustup target add wasm32-wasip2
+fi
+
+cargo build --release --target wasm32-wasip2 --workspace --locked "$@"
+
+out=target/wasm32-wasip2/release
+component=" 00 61 73 6d 0d 00 01 00"
+status=0
+for wasm in "$out"/*.wasm; do
+  magic=$(head -c 8 "$wasm" | od -An -tx1)
+  if [[ "$magic" != "$component" ]]; then
+    echo "error: $wasm is not a WebAssembly component (starts with$magic)" >&2
+    status=1
+  fi
+  printf '%8d  %s\n' "$(stat -c %s "$wasm")" "$wasm"
+done
+exit "$status"

@@ -3,7 +3,12 @@
 //! Run: `bash plugins/build.sh && cargo bench -p kubewasm --bench runtime`.
 //! Uses a realistic Pod from the corpus (KUBEWASM_CORPUS, default
 //! ../shared/corpus) when present, else a built-in 4 KB Pod.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout, clippy::collapsible_if)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::print_stdout,
+    clippy::collapsible_if
+)]
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

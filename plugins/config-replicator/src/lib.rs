@@ -1,15 +1,19 @@
-//! config-replicator: copy ConfigMaps matching a selector into every
-//! namespace matching another selector, keep copies in sync, and delete
-//! them when the source goes.
+//! config-replicator: copies source ConfigMaps (matching a label selector)
+//! into every namespace matching another selector, keeps the copies in step
+//! with their source, and deletes them when the source goes.
+//! See README.md for the config and the exact actions.
 
-use std::cell::RefCell;
+use std::borrow::Cow;
 
 use kubewasm_sdk::prelude::*;
-use kubewasm_sdk::selector::Selector;
+use kubewasm_sdk::serde_json::{Map, Value, json};
 use serde::Deserialize;
 
+/// Label on every copy; objects carrying it are never replicated.
 const REPLICA: &str = "kubewasm.io/replica";
+/// Annotation on every copy: `<namespace>/<name>` of its source.
 const REPLICA_OF: &str = "kubewasm.io/replica-of";
+/// Annotation on a source overriding the configured namespace selector.
 const REPLICATE_TO: &str = "kubewasm.io/replicate-to";
 
 #[derive(Deserialize)]
@@ -25,156 +29,219 @@ fn default_source() -> String {
     "kubewasm.io/replicate=true".to_owned()
 }
 
-struct State {
+struct ConfigReplicator {
     source: Selector,
     namespaces: Selector,
 }
 
-thread_local! {
-    static STATE: RefCell<Option<State>> = const { RefCell::new(None) };
+/// What a copy is made of: the source's name, key, data and binaryData.
+struct Copy {
+    name: String,
+    of: String,
+    data: Map<String, Value>,
 }
 
-struct ConfigReplicator;
-
-fn cache_err(e: CacheError) -> HandlerError {
-    retry(format!("cache read failed: {e:?}"))
-}
-
-fn is_source(state: &State, meta: &ObjectMeta) -> bool {
-    label(meta, REPLICA) != Some("true") && state.source.matches(&meta.labels)
-}
-
-/// Namespaces a source goes to, sorted by name.
-fn targets(state: &State, source: &ObjectMeta) -> Result<Vec<ObjectMeta>, HandlerError> {
-    let override_sel = annotation(source, REPLICATE_TO)
-        .map(Selector::parse)
-        .transpose()
-        .map_err(permanent)?;
-    let sel = override_sel.as_ref().unwrap_or(&state.namespaces);
-    let all = cache::list(&kind::<Namespace>(), None, None).map_err(cache_err)?;
-    Ok(all
-        .iter()
-        .map(Object::meta)
-        .filter(|ns| {
-            sel.matches(&ns.labels)
-                && ns.deletion_timestamp.is_none()
-                && Some(&ns.name) != source.namespace.as_ref()
+impl Copy {
+    fn of(meta: &ObjectMeta, source: &Object) -> Result<Self, HandlerError> {
+        let mut data = Map::new();
+        for (key, pointer) in [("binaryData", "/binaryData"), ("data", "/data")] {
+            match source.field_json(pointer)? {
+                None | Some(Value::Null) => {}
+                Some(v @ Value::Object(_)) => {
+                    data.insert(key.to_owned(), v);
+                }
+                Some(_) => return Err(permanent(format!("{} has a non-object {key}", meta.key()))),
+            }
+        }
+        Ok(Self {
+            name: meta.name.clone(),
+            of: meta.key(),
+            data,
         })
-        .collect())
+    }
+
+    fn apply_into(&self, namespace: &str) -> Result<(), HandlerError> {
+        let mut object = json!({
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {
+                "name": self.name,
+                "namespace": namespace,
+                "labels": {REPLICA: "true"},
+                "annotations": {REPLICA_OF: self.of},
+            },
+        });
+        if let Value::Object(map) = &mut object {
+            map.extend(self.data.clone());
+        }
+        actions::apply_json(&object, true)
+    }
 }
 
-fn copy_into(source: &Object, meta: &ObjectMeta, ns: &str) -> Result<(), HandlerError> {
-    let of = format!("{}/{}", meta.namespace.as_deref().unwrap_or(""), meta.name);
-    let mut copy = serde_json::json!({
-        "apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": meta.name, "namespace": ns, "labels": {REPLICA: "true"}, "annotations": {REPLICA_OF: of}},
-    });
-    for f in ["data", "binaryData"] {
-        if let Some(FieldValue::Json(v)) = source.field(&format!("/{f}")) {
-            copy[f] = serde_json::from_str(&v).map_err(|e| permanent(format!("bad {f}: {e}")))?;
+impl ConfigReplicator {
+    fn is_source(&self, meta: &ObjectMeta) -> bool {
+        meta.label(REPLICA) != Some("true") && self.source.matches(&meta.labels)
+    }
+
+    /// The namespace selector for a source: its annotation or the config's.
+    fn selector_for(&self, source: &ObjectMeta) -> Result<Cow<'_, Selector>, String> {
+        match source.annotation(REPLICATE_TO) {
+            Some(text) => Selector::parse(text)
+                .map(Cow::Owned)
+                .map_err(|e| format!("{REPLICATE_TO} on {}: {e}", source.key())),
+            None => Ok(Cow::Borrowed(&self.namespaces)),
         }
     }
-    actions::apply(&copy.to_string(), true).map_err(kubewasm_sdk::action_error)
+
+    fn config_map_changed(&self, delta: &Delta) -> Result<(), HandlerError> {
+        let (meta, object) = delta.parts()?;
+        if meta.label(REPLICA) == Some("true") {
+            return Ok(());
+        }
+        let source = self.is_source(meta);
+        match delta.delta_type {
+            DeltaType::Deleted if source => delete_copies(meta, |_| true),
+            DeltaType::Added | DeltaType::Resync if source => self.replicate(meta, object),
+            DeltaType::Updated if source => self.replicate(meta, object),
+            // No longer a source (labels changed): its copies go.
+            DeltaType::Updated if delta.old_meta().is_some_and(|old| self.is_source(&old)) => {
+                delete_copies(meta, |_| true)
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Applies the source into each target namespace (by name), then deletes
+    /// its copies in namespaces that exist, are not terminating and are no
+    /// longer targets.
+    fn replicate(&self, meta: &ObjectMeta, object: &Object) -> Result<(), HandlerError> {
+        let selector = self.selector_for(meta).map_err(permanent)?;
+        let copy = Copy::of(meta, object)?;
+        let namespaces: Vec<ObjectMeta> = cache::list::<Namespace>(None, None)?
+            .iter()
+            .map(Object::meta)
+            .collect();
+        let targets: Vec<&str> = namespaces
+            .iter()
+            .filter(|ns| {
+                !ns.is_terminating()
+                    && Some(&ns.name) != meta.namespace.as_ref()
+                    && selector.matches(&ns.labels)
+            })
+            .map(|ns| ns.name.as_str())
+            .collect();
+        for ns in &targets {
+            copy.apply_into(ns)?;
+        }
+        let stale = |ns: &str| {
+            !targets.contains(&ns)
+                && namespaces
+                    .iter()
+                    .any(|n| n.name == ns && !n.is_terminating())
+        };
+        delete_copies(meta, stale)?;
+        let count = targets.len().to_string();
+        log::debug(
+            "replicated",
+            &[("source", &copy.of), ("namespaces", &count)],
+        );
+        Ok(())
+    }
+
+    /// A live namespace appeared or changed labels: copies every source it
+    /// now matches (and did not before) into it, and deletes the copies of
+    /// sources it no longer matches. Initial namespaces are covered by the
+    /// sources' own initial deltas.
+    fn namespace_changed(&self, delta: &Delta) -> Result<(), HandlerError> {
+        let (ns, _) = delta.parts()?;
+        if delta.initial || ns.is_terminating() {
+            return Ok(());
+        }
+        let old_labels = delta.old_meta().map(|m| m.labels);
+        let filter = (!self.source.is_empty()).then(|| self.source.to_string());
+        for source in cache::list::<ConfigMap>(None, filter.as_deref())? {
+            let meta = source.meta();
+            if !self.is_source(&meta) || meta.namespace.as_ref() == Some(&ns.name) {
+                continue;
+            }
+            let selector = match self.selector_for(&meta) {
+                Ok(s) => s,
+                Err(e) => {
+                    log::warn("source skipped", &[("source", &meta.key()), ("error", &e)]);
+                    continue;
+                }
+            };
+            let now = selector.matches(&ns.labels);
+            let before = old_labels.as_ref().is_some_and(|l| selector.matches(l));
+            if now && !before {
+                Copy::of(&meta, &source)?.apply_into(&ns.name)?;
+            } else if before && !now {
+                delete_copies(&meta, |n| n == ns.name)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Deletes (background) every cached copy of `source` in a namespace
+/// `keep` accepts, in namespace order.
+fn delete_copies(source: &ObjectMeta, keep: impl Fn(&str) -> bool) -> Result<(), HandlerError> {
+    let of = source.key();
+    for copy in cache::list::<ConfigMap>(None, Some(&format!("{REPLICA}=true")))? {
+        let meta = copy.meta();
+        if meta.annotation(REPLICA_OF) == Some(of.as_str())
+            && meta.namespace.as_deref().is_some_and(&keep)
+        {
+            actions::delete(
+                &ObjectRef::from_meta::<ConfigMap>(&meta),
+                Propagation::Background,
+            )?;
+            log::info("copy deleted", &[("copy", &meta.key()), ("source", &of)]);
+        }
+    }
+    Ok(())
 }
 
 impl Plugin for ConfigReplicator {
-    fn register(config: String) -> Result<Registration, String> {
-        let cfg: Config = serde_json::from_str(&config).map_err(|e| format!("bad config: {e}"))?;
-        let state = State {
-            source: Selector::parse(&cfg.source_selector)?,
-            namespaces: Selector::parse(&cfg.namespace_selector)?,
-        };
-        STATE.with(|s| *s.borrow_mut() = Some(state));
-        let mut cms = subscribe::<ConfigMap>(&[
-            DeltaType::Added,
-            DeltaType::Updated,
-            DeltaType::Deleted,
-            DeltaType::Resync,
-        ]);
-        cms.fields = vec!["/data".into(), "/binaryData".into()];
-        let mut nss = subscribe::<Namespace>(&[DeltaType::Added, DeltaType::Updated]);
-        nss.fields = vec!["/metadata/labels".into()];
-        Ok(Registration {
-            subscriptions: vec![cms, nss],
-            writes: vec![kind::<ConfigMap>()],
-            indexes: vec![],
+    fn new(config: &str) -> Result<Self, String> {
+        let config: Config = parse_config(config)?;
+        Ok(Self {
+            source: Selector::parse(&config.source_selector)?,
+            namespaces: Selector::parse(&config.namespace_selector)?,
         })
     }
 
-    fn handle(delta: Delta) -> Result<(), HandlerError> {
-        let (Some(meta), Some(obj)) = (&delta.meta, &delta.object) else {
-            return Ok(());
-        };
-        STATE.with(|s| {
-            let s = s.borrow();
-            let state = s.as_ref().ok_or_else(|| permanent("not registered"))?;
-            if delta.subscription == 1 {
-                return namespace_changed(state, meta, &delta);
-            }
-            if !is_source(state, meta) {
-                return Ok(());
-            }
-            match delta.delta_type {
-                DeltaType::Deleted => delete_copies(meta),
-                _ => {
-                    let targets = targets(state, meta)?;
-                    let count = targets.len().to_string();
-                    log::debug(
-                        "replicating",
-                        &[("source", &meta.name), ("targets", &count)],
-                    );
-                    for ns in targets {
-                        copy_into(obj, meta, &ns.name)?;
-                    }
-                    Ok(())
-                }
-            }
-        })
+    fn registration(&self) -> Registration {
+        Registration::new()
+            .subscribe(
+                Subscription::kind::<ConfigMap>()
+                    .deltas([
+                        DeltaType::Added,
+                        DeltaType::Updated,
+                        DeltaType::Deleted,
+                        DeltaType::Resync,
+                    ])
+                    .fields(["/data", "/binaryData"]),
+            )
+            .subscribe(
+                Subscription::kind::<Namespace>()
+                    .deltas([DeltaType::Added, DeltaType::Updated])
+                    .fields(["/metadata/labels"]),
+            )
+            .writes::<ConfigMap>()
     }
-}
 
-/// A namespace appeared or its labels changed: give it every source it now matches.
-fn namespace_changed(state: &State, ns: &ObjectMeta, delta: &Delta) -> Result<(), HandlerError> {
-    // Initial namespaces are covered by the sources' own initial deltas
-    // (the host delivers nothing before every cache has synced).
-    if ns.deletion_timestamp.is_some() || delta.initial {
-        return Ok(());
-    }
-    let old_labels = delta.old_object.as_ref().map(|o| o.meta().labels);
-    let sources = cache::list(&kind::<ConfigMap>(), None, None).map_err(cache_err)?;
-    for src in &sources {
-        let m = src.meta();
-        if !is_source(state, &m) || m.namespace.as_ref() == Some(&ns.name) {
-            continue;
-        }
-        let sel = match annotation(&m, REPLICATE_TO) {
-            Some(s) => Selector::parse(s).map_err(permanent)?,
-            None => state.namespaces.clone(),
-        };
-        let was = old_labels.as_ref().is_some_and(|l| sel.matches(l));
-        if sel.matches(&ns.labels) && !was {
-            copy_into(src, &m, &ns.name)?;
+    fn handle(&mut self, delta: Delta) -> Result<(), HandlerError> {
+        if delta.delta_type == DeltaType::Synced {
+            Ok(())
+        } else if delta.is::<Namespace>() {
+            self.namespace_changed(&delta)
+        } else if delta.is::<ConfigMap>() {
+            self.config_map_changed(&delta)
+        } else {
+            Ok(())
         }
     }
-    Ok(())
-}
-
-fn delete_copies(source: &ObjectMeta) -> Result<(), HandlerError> {
-    let of = format!(
-        "{}/{}",
-        source.namespace.as_deref().unwrap_or(""),
-        source.name
-    );
-    let copies = cache::list(&kind::<ConfigMap>(), None, Some(&format!("{REPLICA}=true")))
-        .map_err(cache_err)?;
-    for c in copies {
-        let m = c.meta();
-        if annotation(&m, REPLICA_OF) == Some(of.as_str()) {
-            actions::delete(&object_ref::<ConfigMap>(&m), Propagation::Background)
-                .map_err(kubewasm_sdk::action_error)?;
-        }
-    }
-    Ok(())
 }
 
 kubewasm_sdk::export_plugin!(ConfigReplicator);

@@ -1,11 +1,15 @@
 //! crashloop-watcher: when a Pod container's restart count crosses a
-//! threshold, record a Warning Event on the Pod and annotate the owning
+//! threshold, records a Warning Event on the Pod and annotates the owning
 //! Deployment, found through the cache (Pod -> ReplicaSet -> Deployment).
-
-use std::cell::Cell;
+//! See README.md for the config and the exact actions.
 
 use kubewasm_sdk::prelude::*;
 use serde::Deserialize;
+
+/// Container status lists, in the order they are searched.
+const STATUS_LISTS: [&str; 2] = ["/status/containerStatuses", "/status/initContainerStatuses"];
+/// Containers read per host call (one `fields` call covers most pods).
+const BATCH: usize = 8;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -18,114 +22,149 @@ fn default_threshold() -> i64 {
     5
 }
 
-thread_local! {
-    static THRESHOLD: Cell<i64> = const { Cell::new(5) };
+struct CrashloopWatcher {
+    threshold: i64,
 }
 
-/// Restart counts per container, from `containerStatuses` then
-/// `initContainerStatuses`, read through the host (no JSON parsing).
-fn restarts(obj: &Object) -> Vec<(String, i64)> {
+/// `(container name, restart count)` of every container status, regular
+/// containers first, read through the host (no JSON parsing). A missing
+/// `restartCount` counts as 0.
+fn restarts(pod: &Object) -> Result<Vec<(String, i64)>, HandlerError> {
     let mut out = Vec::new();
-    for list in ["/status/containerStatuses", "/status/initContainerStatuses"] {
-        for i in 0.. {
-            let base = format!("{list}/{i}");
-            let Some(name) = field_str(obj, &format!("{base}/name")) else {
-                break;
-            };
-            out.push((
-                name,
-                field_i64(obj, &format!("{base}/restartCount")).unwrap_or(0),
-            ));
+    for list in STATUS_LISTS {
+        let mut i = 0;
+        'list: loop {
+            let pointers: Vec<String> = (i..i + BATCH)
+                .flat_map(|i| {
+                    [
+                        format!("{list}/{i}/name"),
+                        format!("{list}/{i}/restartCount"),
+                    ]
+                })
+                .collect();
+            let values = pod.fields(&pointers);
+            for pair in values.chunks_exact(2) {
+                let Some(name) = &pair[0] else {
+                    break 'list;
+                };
+                let name = name
+                    .as_str()
+                    .ok_or_else(|| permanent(format!("{list}/{i}/name is not a string")))?;
+                let count = match &pair[1] {
+                    None => 0,
+                    Some(count) => count.as_i64().ok_or_else(|| {
+                        permanent(format!("{list}/{i}/restartCount is not an integer"))
+                    })?,
+                };
+                out.push((name.to_owned(), count));
+                i += 1;
+            }
+            if values.len() < pointers.len() {
+                break; // a short answer: never loop on it
+            }
         }
     }
-    out
+    Ok(out)
 }
 
-struct CrashloopWatcher;
-
 impl Plugin for CrashloopWatcher {
-    fn register(config: String) -> Result<Registration, String> {
-        let cfg: Config = serde_json::from_str(&config).map_err(|e| format!("bad config: {e}"))?;
-        if cfg.threshold < 1 {
-            return Err("threshold must be at least 1".into());
+    fn new(config: &str) -> Result<Self, String> {
+        let config: Config = parse_config(config)?;
+        if config.threshold < 1 {
+            return Err("invalid config: threshold must be at least 1".to_owned());
         }
-        THRESHOLD.with(|t| t.set(cfg.threshold));
-        let mut pods = subscribe::<Pod>(&[DeltaType::Added, DeltaType::Updated, DeltaType::Resync]);
-        pods.fields = vec![
-            "/status/containerStatuses".into(),
-            "/status/initContainerStatuses".into(),
-        ];
-        Ok(Registration {
-            subscriptions: vec![pods, read_only::<ReplicaSet>(), read_only::<Deployment>()],
-            writes: vec![kind::<Deployment>()],
-            indexes: vec![],
+        Ok(Self {
+            threshold: config.threshold,
         })
     }
 
-    fn handle(delta: Delta) -> Result<(), HandlerError> {
-        let (Some(meta), Some(obj)) = (&delta.meta, &delta.object) else {
+    fn registration(&self) -> Registration {
+        Registration::new()
+            .subscribe(
+                Subscription::kind::<Pod>()
+                    .deltas([DeltaType::Added, DeltaType::Updated, DeltaType::Resync])
+                    .fields(STATUS_LISTS),
+            )
+            .subscribe(Subscription::kind::<ReplicaSet>().cache_only())
+            .subscribe(Subscription::kind::<Deployment>().cache_only())
+            .writes::<Deployment>()
+    }
+
+    fn handle(&mut self, delta: Delta) -> Result<(), HandlerError> {
+        if !delta.is::<Pod>() || delta.delta_type == DeltaType::Synced {
             return Ok(());
+        }
+        let (meta, pod) = delta.parts()?;
+        let threshold = self.threshold;
+        let now = restarts(pod)?;
+        if now.iter().all(|(_, n)| *n < threshold) {
+            return Ok(());
+        }
+        // The old state only matters for updates (a container missing from
+        // it counts as 0 restarts); without one, reaching the threshold is
+        // enough.
+        let before = match &delta.old_object {
+            Some(old) => Some(restarts(old)?),
+            None => None,
         };
-        let threshold = THRESHOLD.with(Cell::get);
-        let old: Vec<(String, i64)> = delta.old_object.as_ref().map(restarts).unwrap_or_default();
-        // Only the first container crossing in this delta is reported.
-        let crossed = restarts(obj).into_iter().find(|(name, n)| {
-            let before = old.iter().find(|(o, _)| o == name).map(|(_, n)| *n);
-            *n >= threshold && before.is_none_or(|b| b < threshold)
-        });
+        let was_below = |name: &str| {
+            before.as_ref().is_none_or(|b| {
+                b.iter()
+                    .find(|(o, _)| o == name)
+                    .is_none_or(|(_, n)| *n < threshold)
+            })
+        };
+        // Only the first container (in status order) crossing in this delta
+        // is reported: one Event and one annotation per delta.
+        let crossed = now
+            .into_iter()
+            .find(|(name, n)| *n >= threshold && was_below(name));
         let Some((container, count)) = crossed else {
             return Ok(());
         };
         let note = format!("container {container} restarted {count} times (threshold {threshold})");
-        actions::record_event(
-            &object_ref::<Pod>(meta),
+        actions::event(
+            &ObjectRef::from_meta::<Pod>(meta),
             EventType::Warning,
             "CrashLooping",
             &note,
-        )
-        .map_err(kubewasm_sdk::action_error)?;
-        let Some(deploy) = owning_deployment(meta)? else {
-            log::info(
-                "crash-looping pod has no Deployment in the cache",
-                &[("pod", &meta.name)],
-            );
-            return Ok(());
-        };
-        let patch = serde_json::json!({"metadata": {"annotations": {
-            "kubewasm.io/crashloop-pod": meta.name,
-            "kubewasm.io/crashloop-restarts": count.to_string(),
-        }}});
-        actions::patch(
-            &object_ref::<Deployment>(&deploy),
-            PatchType::Merge,
-            &patch.to_string(),
-        )
-        .map_err(kubewasm_sdk::action_error)
+        )?;
+        match owning_deployment(meta)? {
+            Ok(deployment) => actions::annotate(
+                &ObjectRef::from_meta::<Deployment>(&deployment),
+                &[
+                    ("kubewasm.io/crashloop-pod", &meta.name),
+                    ("kubewasm.io/crashloop-restarts", &count.to_string()),
+                ],
+            ),
+            Err(missing) => {
+                log::info(
+                    "crash-looping pod has no owning Deployment in the cache",
+                    &[("pod", &meta.key()), ("missing", missing)],
+                );
+                Ok(())
+            }
+        }
     }
 }
 
-/// Pod -> controlling ReplicaSet -> controlling Deployment, via the cache.
-fn owning_deployment(pod: &ObjectMeta) -> Result<Option<ObjectMeta>, HandlerError> {
-    let Some(rs_ref) = controller_of(pod).filter(|o| o.kind == "ReplicaSet") else {
-        return Ok(None);
+/// Pod -> controlling ReplicaSet -> controlling Deployment, via the cache;
+/// the inner error names the missing link.
+fn owning_deployment(pod: &ObjectMeta) -> Result<Result<ObjectMeta, &'static str>, HandlerError> {
+    let namespace = pod.namespace.as_deref();
+    let Some(rs) = pod.controller_owner().filter(|o| o.is::<ReplicaSet>()) else {
+        return Ok(Err("controller ReplicaSet reference"));
     };
-    let cached = |e: CacheError| retry(format!("cache read failed: {e:?}"));
-    let Some(rs) = cache::get(
-        &kind::<ReplicaSet>(),
-        pod.namespace.as_deref(),
-        &rs_ref.name,
-    )
-    .map_err(cached)?
-    else {
-        return Ok(None);
+    let Some(rs) = cache::get::<ReplicaSet>(namespace, &rs.name)? else {
+        return Ok(Err("ReplicaSet"));
     };
-    let rs_meta = rs.meta();
-    let Some(d_ref) = controller_of(&rs_meta).filter(|o| o.kind == "Deployment") else {
-        return Ok(None);
+    let rs = rs.meta();
+    let Some(deployment) = rs.controller_owner().filter(|o| o.is::<Deployment>()) else {
+        return Ok(Err("controller Deployment reference"));
     };
-    let deploy =
-        cache::get(&kind::<Deployment>(), pod.namespace.as_deref(), &d_ref.name).map_err(cached)?;
-    Ok(deploy.map(|d| d.meta()))
+    Ok(cache::get::<Deployment>(namespace, &deployment.name)?
+        .map(|d| d.meta())
+        .ok_or("Deployment"))
 }
 
 kubewasm_sdk::export_plugin!(CrashloopWatcher);

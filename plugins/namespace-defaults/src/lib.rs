@@ -1,23 +1,27 @@
-//! namespace-defaults: when a Namespace matching a label selector appears,
-//! apply a default-deny NetworkPolicy and a ResourceQuota into it; when it
-//! stops matching, delete only those two objects, and only if they carry
-//! this plugin's labels.
+//! namespace-defaults: gives every Namespace matching a label selector a
+//! default-deny NetworkPolicy and a ResourceQuota, and removes exactly those
+//! two objects (when it created them) once the Namespace stops matching.
+//! See README.md for the config and the exact actions.
 
-use std::cell::RefCell;
 use std::collections::BTreeMap;
 
 use kubewasm_sdk::k8s_openapi::api::core::v1::ResourceQuotaSpec;
 use kubewasm_sdk::k8s_openapi::api::networking::v1::NetworkPolicySpec;
 use kubewasm_sdk::k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kubewasm_sdk::k8s_openapi::apimachinery::pkg::apis::meta::v1::{
-    LabelSelector, ObjectMeta as KMeta,
+    LabelSelector, ObjectMeta as Metadata,
 };
 use kubewasm_sdk::prelude::*;
-use kubewasm_sdk::selector::Selector;
+use kubewasm_sdk::serde_json::Value;
 use serde::Deserialize;
 
 const POLICY: &str = "default-deny";
 const QUOTA: &str = "default-quota";
+/// The labels on everything this plugin creates, and how it recognises them.
+const OWN_LABELS: [(&str, &str); 2] = [
+    ("app.kubernetes.io/managed-by", "kubewasm"),
+    ("kubewasm.io/plugin", "namespace-defaults"),
+];
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
@@ -25,29 +29,21 @@ struct Config {
     #[serde(default = "default_selector")]
     namespace_selector: String,
     #[serde(default)]
-    quota: Quota,
+    quota: QuotaConfig,
 }
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct Quota {
-    hard: BTreeMap<String, String>,
+struct QuotaConfig {
+    /// Quantities as strings (`"8Gi"`) or plain numbers (`50`).
+    #[serde(default = "default_hard")]
+    hard: BTreeMap<String, Value>,
 }
 
-impl Default for Quota {
+impl Default for QuotaConfig {
     fn default() -> Self {
-        let hard = [
-            ("pods", "50"),
-            ("requests.cpu", "4"),
-            ("requests.memory", "8Gi"),
-            ("limits.cpu", "8"),
-            ("limits.memory", "16Gi"),
-        ];
         Self {
-            hard: hard
-                .iter()
-                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-                .collect(),
+            hard: default_hard(),
         }
     }
 }
@@ -56,130 +52,131 @@ fn default_selector() -> String {
     "kubewasm.io/defaults=enabled".to_owned()
 }
 
-struct State {
-    selector: Selector,
-    hard: BTreeMap<String, String>,
-}
-
-thread_local! {
-    static STATE: RefCell<Option<State>> = const { RefCell::new(None) };
-}
-
-fn labels() -> BTreeMap<String, String> {
+fn default_hard() -> BTreeMap<String, Value> {
     [
-        ("app.kubernetes.io/managed-by", "kubewasm"),
-        ("kubewasm.io/plugin", "namespace-defaults"),
+        ("pods", "50"),
+        ("requests.cpu", "4"),
+        ("requests.memory", "8Gi"),
+        ("limits.cpu", "8"),
+        ("limits.memory", "16Gi"),
     ]
-    .iter()
-    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), Value::from(v)))
     .collect()
 }
 
-fn owned_by_us(obj: &Object) -> bool {
-    let m = obj.meta();
-    label(&m, "app.kubernetes.io/managed-by") == Some("kubewasm")
-        && label(&m, "kubewasm.io/plugin") == Some("namespace-defaults")
+struct NamespaceDefaults {
+    selector: Selector,
+    hard: BTreeMap<String, Quantity>,
 }
-
-struct NamespaceDefaults;
 
 impl Plugin for NamespaceDefaults {
-    fn register(config: String) -> Result<Registration, String> {
-        let cfg: Config = serde_json::from_str(&config).map_err(|e| format!("bad config: {e}"))?;
-        let selector = Selector::parse(&cfg.namespace_selector)?;
-        STATE.with(|s| {
-            *s.borrow_mut() = Some(State {
-                selector,
-                hard: cfg.quota.hard,
+    fn new(config: &str) -> Result<Self, String> {
+        let config: Config = parse_config(config)?;
+        let selector = Selector::parse(&config.namespace_selector)?;
+        if config.quota.hard.is_empty() {
+            return Err("invalid config: quota.hard is empty".to_owned());
+        }
+        let hard = config
+            .quota
+            .hard
+            .into_iter()
+            .map(|(k, v)| match v {
+                Value::String(s) => Ok((k, Quantity(s))),
+                Value::Number(n) => Ok((k, Quantity(n.to_string()))),
+                other => Err(format!(
+                    "invalid config: quota.hard.{k} is {other}, not a quantity"
+                )),
             })
-        });
-        let mut ns =
-            subscribe::<Namespace>(&[DeltaType::Added, DeltaType::Updated, DeltaType::Resync]);
-        ns.fields = vec![
-            "/metadata/labels".into(),
-            "/metadata/deletionTimestamp".into(),
-        ];
-        Ok(Registration {
-            subscriptions: vec![
-                ns,
-                read_only::<NetworkPolicy>(),
-                read_only::<ResourceQuota>(),
-            ],
-            writes: vec![kind::<NetworkPolicy>(), kind::<ResourceQuota>()],
-            indexes: vec![],
-        })
+            .collect::<Result<_, _>>()?;
+        Ok(Self { selector, hard })
     }
 
-    fn handle(delta: Delta) -> Result<(), HandlerError> {
-        let Some(meta) = delta.meta else {
+    fn registration(&self) -> Registration {
+        Registration::new()
+            .subscribe(
+                Subscription::kind::<Namespace>()
+                    .deltas([DeltaType::Added, DeltaType::Updated, DeltaType::Resync])
+                    .fields(["/metadata/labels", "/metadata/deletionTimestamp"]),
+            )
+            .subscribe(Subscription::kind::<NetworkPolicy>().cache_only())
+            .subscribe(Subscription::kind::<ResourceQuota>().cache_only())
+            .writes::<NetworkPolicy>()
+            .writes::<ResourceQuota>()
+    }
+
+    fn handle(&mut self, delta: Delta) -> Result<(), HandlerError> {
+        if !delta.is::<Namespace>() || delta.delta_type == DeltaType::Synced {
             return Ok(());
-        };
-        STATE.with(|s| {
-            let s = s.borrow();
-            let state = s.as_ref().ok_or_else(|| permanent("not registered"))?;
-            let terminating = meta.deletion_timestamp.is_some();
-            let matches = state.selector.matches(&meta.labels) && !terminating;
-            match delta.delta_type {
-                DeltaType::Added | DeltaType::Updated | DeltaType::Resync if matches => {
-                    ensure(&meta.name, state)
-                }
-                DeltaType::Updated if !terminating => remove(&meta.name),
-                _ => Ok(()),
+        }
+        let (ns, _) = delta.parts()?;
+        if ns.is_terminating() {
+            return Ok(());
+        }
+        match (delta.delta_type, self.selector.matches(&ns.labels)) {
+            (DeltaType::Added | DeltaType::Updated | DeltaType::Resync, true) => {
+                self.ensure(&ns.name)
             }
-        })
+            (DeltaType::Updated, false) => remove(&ns.name),
+            _ => Ok(()),
+        }
     }
 }
 
-fn ensure(ns: &str, state: &State) -> Result<(), HandlerError> {
-    let meta = |name: &str| KMeta {
-        name: Some(name.to_owned()),
-        namespace: Some(ns.to_owned()),
-        labels: Some(labels()),
-        ..KMeta::default()
-    };
-    let policy = NetworkPolicy {
-        metadata: meta(POLICY),
-        spec: Some(NetworkPolicySpec {
-            pod_selector: Some(LabelSelector::default()),
-            policy_types: Some(vec!["Ingress".into(), "Egress".into()]),
-            ..NetworkPolicySpec::default()
-        }),
-    };
-    let quota = ResourceQuota {
-        metadata: meta(QUOTA),
-        spec: Some(ResourceQuotaSpec {
-            hard: Some(
-                state
-                    .hard
+impl NamespaceDefaults {
+    /// Applies the policy, then the quota.
+    fn ensure(&self, ns: &str) -> Result<(), HandlerError> {
+        let metadata = |name: &str| Metadata {
+            name: Some(name.to_owned()),
+            namespace: Some(ns.to_owned()),
+            labels: Some(
+                OWN_LABELS
                     .iter()
-                    .map(|(k, v)| (k.clone(), Quantity(v.clone())))
+                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
                     .collect(),
             ),
-            ..ResourceQuotaSpec::default()
-        }),
-        ..ResourceQuota::default()
-    };
-    apply(&policy, true)?;
-    apply(&quota, true)?;
-    log::info("namespace defaults applied", &[("namespace", ns)]);
-    Ok(())
+            ..Metadata::default()
+        };
+        let policy = NetworkPolicy {
+            metadata: metadata(POLICY),
+            spec: Some(NetworkPolicySpec {
+                pod_selector: Some(LabelSelector::default()),
+                policy_types: Some(vec!["Ingress".to_owned(), "Egress".to_owned()]),
+                ..NetworkPolicySpec::default()
+            }),
+        };
+        let quota = ResourceQuota {
+            metadata: metadata(QUOTA),
+            spec: Some(ResourceQuotaSpec {
+                hard: Some(self.hard.clone()),
+                ..ResourceQuotaSpec::default()
+            }),
+            ..ResourceQuota::default()
+        };
+        actions::apply(&policy, true)?;
+        actions::apply(&quota, true)?;
+        log::info("namespace defaults applied", &[("namespace", ns)]);
+        Ok(())
+    }
 }
 
+/// Deletes the policy, then the quota, each only if the cache holds it with
+/// this plugin's labels (so nothing someone else made is removed).
 fn remove(ns: &str) -> Result<(), HandlerError> {
-    for (k, name) in [
-        (kind::<NetworkPolicy>(), POLICY),
-        (kind::<ResourceQuota>(), QUOTA),
+    for (kind, name) in [
+        (kind_ref::<NetworkPolicy>(), POLICY),
+        (kind_ref::<ResourceQuota>(), QUOTA),
     ] {
-        let found = cache::get(&k, Some(ns), name).map_err(|e| permanent(format!("{e:?}")))?;
-        if let Some(obj) = found.filter(owned_by_us) {
-            let target = ObjectRef {
-                kind: k,
-                namespace: Some(ns.to_owned()),
-                name: name.to_owned(),
-                uid: Some(obj.meta().uid),
-            };
-            actions::delete(&target, Propagation::Background)
-                .map_err(kubewasm_sdk::action_error)?;
+        let Some(found) = cache::get_kind(&kind, Some(ns), name)? else {
+            continue;
+        };
+        let meta = found.meta();
+        if OWN_LABELS.iter().all(|(k, v)| meta.label(k) == Some(*v)) {
+            actions::delete(&ObjectRef::with_meta(kind, &meta), Propagation::Background)?;
+            log::info(
+                "namespace default removed",
+                &[("namespace", ns), ("name", name)],
+            );
         }
     }
     Ok(())

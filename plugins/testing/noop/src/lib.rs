@@ -1,26 +1,20 @@
-//! noop: subscribes to every Pod delta and does nothing: the floor of the
-//! host's per-delta overhead.
+//! noop: subscribes to every Pod delta (all namespaces, all delta types) and
+//! does nothing: the floor of the host's per-delta overhead.
+
 use kubewasm_sdk::prelude::*;
 
 struct Noop;
 
 impl Plugin for Noop {
-    fn register(_config: String) -> Result<Registration, String> {
-        let all = [
-            DeltaType::Added,
-            DeltaType::Updated,
-            DeltaType::Deleted,
-            DeltaType::Resync,
-            DeltaType::Synced,
-        ];
-        Ok(Registration {
-            subscriptions: vec![subscribe::<Pod>(&all)],
-            writes: vec![],
-            indexes: vec![],
-        })
+    fn new(_config: &str) -> Result<Self, String> {
+        Ok(Self)
     }
 
-    fn handle(_delta: Delta) -> Result<(), HandlerError> {
+    fn registration(&self) -> Registration {
+        Registration::new().subscribe(Subscription::kind::<Pod>().deltas(DeltaType::ALL))
+    }
+
+    fn handle(&mut self, _delta: Delta) -> Result<(), HandlerError> {
         Ok(())
     }
 }

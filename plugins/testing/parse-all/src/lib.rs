@@ -1,28 +1,37 @@
-//! parse-all: the same subscriptions as `realistic`, but decodes the whole
-//! Pod (bench_logic::evaluate) and emits its patch: the cost of parsing.
+//! parse-all: the subscriptions of `realistic`, but per delta decodes the
+//! whole Pod from `object.to-json()` with `bench_logic::evaluate` (the same
+//! code the host benchmark runs natively) and emits its merge patch, when
+//! there is one, as the only action: the cost of parsing in the guest.
+
 use kubewasm_sdk::prelude::*;
 
 struct ParseAll;
 
 impl Plugin for ParseAll {
-    fn register(_config: String) -> Result<Registration, String> {
-        Ok(Registration {
-            subscriptions: vec![
-                subscribe::<Pod>(&[DeltaType::Added, DeltaType::Updated, DeltaType::Resync]),
-                read_only::<Node>(),
-            ],
-            writes: vec![kind::<Pod>()],
-            indexes: vec![],
-        })
+    fn new(_config: &str) -> Result<Self, String> {
+        Ok(Self)
     }
 
-    fn handle(delta: Delta) -> Result<(), HandlerError> {
-        let (Some(meta), Some(obj)) = (&delta.meta, &delta.object) else {
+    fn registration(&self) -> Registration {
+        Registration::new()
+            .subscribe(Subscription::kind::<Pod>().deltas([
+                DeltaType::Added,
+                DeltaType::Updated,
+                DeltaType::Resync,
+            ]))
+            .subscribe(Subscription::kind::<Node>().cache_only())
+            .writes::<Pod>()
+    }
+
+    fn handle(&mut self, delta: Delta) -> Result<(), HandlerError> {
+        if delta.delta_type == DeltaType::Synced {
             return Ok(());
-        };
-        match bench_logic::evaluate(&obj.to_json()).map_err(permanent)? {
-            Some(patch) => actions::patch(&object_ref::<Pod>(meta), PatchType::Merge, &patch)
-                .map_err(kubewasm_sdk::action_error),
+        }
+        let (meta, pod) = delta.parts()?;
+        match bench_logic::evaluate(&pod.to_json()).map_err(permanent)? {
+            Some(patch) => {
+                actions::patch(&ObjectRef::from_meta::<Pod>(meta), PatchType::Merge, &patch)
+            }
             None => Ok(()),
         }
     }

@@ -1,42 +1,56 @@
-//! realistic: per Pod delta, reads metadata and two fields through the host,
-//! does one cache get (the Pod's Node) and emits one merge patch. No JSON
-//! parsing in the guest.
+//! realistic: a typical handler's work per Pod delta, with no JSON parsing
+//! in the guest: reads the metadata (label `app`), two fields through the
+//! host (`/spec/nodeName`, `/status/phase`), gets the Pod's Node from the
+//! cache, and emits one merge patch annotating the Pod with the Node's zone.
+
 use kubewasm_sdk::prelude::*;
 
-struct Realistic;
+const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
+const ZONE_ANNOTATION: &str = "kubewasm.io/zone";
+
+struct Realistic {
+    pointers: [String; 2],
+}
 
 impl Plugin for Realistic {
-    fn register(_config: String) -> Result<Registration, String> {
-        Ok(Registration {
-            subscriptions: vec![
-                subscribe::<Pod>(&[DeltaType::Added, DeltaType::Updated, DeltaType::Resync]),
-                read_only::<Node>(),
-            ],
-            writes: vec![kind::<Pod>()],
-            indexes: vec![],
+    fn new(_config: &str) -> Result<Self, String> {
+        Ok(Self {
+            pointers: ["/spec/nodeName".to_owned(), "/status/phase".to_owned()],
         })
     }
 
-    fn handle(delta: Delta) -> Result<(), HandlerError> {
-        let (Some(meta), Some(obj)) = (&delta.meta, &delta.object) else {
+    fn registration(&self) -> Registration {
+        Registration::new()
+            .subscribe(Subscription::kind::<Pod>().deltas([
+                DeltaType::Added,
+                DeltaType::Updated,
+                DeltaType::Resync,
+            ]))
+            .subscribe(Subscription::kind::<Node>().cache_only())
+            .writes::<Pod>()
+    }
+
+    fn handle(&mut self, delta: Delta) -> Result<(), HandlerError> {
+        if delta.delta_type == DeltaType::Synced {
             return Ok(());
+        }
+        let (meta, pod) = delta.parts()?;
+        let app = meta.label("app").unwrap_or("");
+        let mut fields = pod.fields(&self.pointers).into_iter();
+        let node = fields.next().flatten().and_then(FieldValue::into_string);
+        let phase = fields.next().flatten().and_then(FieldValue::into_string);
+        let zone = match &node {
+            Some(node) => cache::get::<Node>(None, node)?
+                .and_then(|n| n.meta().label(ZONE_LABEL).map(str::to_owned)),
+            None => None,
         };
-        let _app = label(meta, "app");
-        let mut fields = obj
-            .fields(&["/spec/nodeName".to_owned(), "/status/phase".to_owned()])
-            .into_iter();
-        let node = match fields.next().flatten() {
-            Some(FieldValue::Text(n)) => n,
-            _ => return Ok(()),
-        };
-        let _phase = fields.next().flatten();
-        let zone = cache::get(&kind::<Node>(), None, &node)
-            .map_err(|e| retry(format!("{e:?}")))?
-            .and_then(|n| label(&n.meta(), "topology.kubernetes.io/zone").map(str::to_owned))
-            .unwrap_or_else(|| "unknown".to_owned());
-        let patch = format!(r#"{{"metadata":{{"annotations":{{"kubewasm.io/zone":"{zone}"}}}}}}"#);
-        actions::patch(&object_ref::<Pod>(meta), PatchType::Merge, &patch)
-            .map_err(kubewasm_sdk::action_error)
+        let zone = zone.as_deref().unwrap_or("unknown");
+        // Read like a real handler would, used by none: keep them.
+        std::hint::black_box((app, phase));
+        actions::annotate(
+            &ObjectRef::from_meta::<Pod>(meta),
+            &[(ZONE_ANNOTATION, zone)],
+        )
     }
 }
 

@@ -1,83 +1,133 @@
 //! testkit: misbehaves on purpose, as its config says, for the host's
-//! isolation tests. `{"mode": M}` with M one of: ok, trap, spin, oom, retry,
-//! permanent, register-error, echo. Misbehaviour applies to objects whose
-//! name starts with the mode's name (`trap-1`, `spin-x`, ...); `echo`
-//! annotates every object it sees with the delta type.
-use std::cell::RefCell;
+//! isolation tests. See README.md for the modes.
 
 use kubewasm_sdk::prelude::*;
+use serde::Deserialize;
 
-thread_local! {
-    static MODE: RefCell<String> = const { RefCell::new(String::new()) };
-    static HOARD: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
+#[derive(Deserialize, Clone, Copy, PartialEq, Eq, Debug, Default)]
+#[serde(rename_all = "kebab-case")]
+enum Mode {
+    #[default]
+    Ok,
+    Trap,
+    Spin,
+    Oom,
+    Retry,
+    Permanent,
+    RegisterError,
+    Echo,
 }
 
-struct Testkit;
+impl Mode {
+    /// The name prefix of the objects this mode misbehaves on.
+    fn prefix(self) -> &'static str {
+        match self {
+            Self::Trap => "trap",
+            Self::Spin => "spin",
+            Self::Oom => "oom",
+            Self::Retry => "retry",
+            Self::Permanent => "permanent",
+            Self::Ok | Self::RegisterError | Self::Echo => "",
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Config {
+    #[serde(default)]
+    mode: Mode,
+}
+
+struct Testkit {
+    mode: Mode,
+    /// What `oom` allocates, kept so nothing is freed.
+    hoard: Vec<Vec<u8>>,
+}
 
 impl Plugin for Testkit {
-    fn register(config: String) -> Result<Registration, String> {
-        let v: serde_json::Value = serde_json::from_str(&config).map_err(|e| e.to_string())?;
-        let mode = v["mode"].as_str().unwrap_or("ok").to_owned();
-        if mode == "register-error" {
-            return Err("refused by config".into());
+    fn new(config: &str) -> Result<Self, String> {
+        let config: Config = parse_config(config)?;
+        if config.mode == Mode::RegisterError {
+            return Err("refused by config".to_owned());
         }
-        MODE.with(|m| *m.borrow_mut() = mode);
-        let all = [DeltaType::Added, DeltaType::Updated, DeltaType::Deleted];
-        Ok(Registration {
-            subscriptions: vec![subscribe::<Pod>(&all), subscribe::<ConfigMap>(&all)],
-            writes: vec![kind::<Pod>(), kind::<ConfigMap>()],
-            indexes: vec![],
+        Ok(Self {
+            mode: config.mode,
+            hoard: Vec::new(),
         })
     }
 
-    fn handle(delta: Delta) -> Result<(), HandlerError> {
-        let Some(meta) = &delta.meta else {
-            return Ok(());
-        };
-        let mode = MODE.with(|m| m.borrow().clone());
-        if mode == "echo" {
-            let dtype = match delta.delta_type {
-                DeltaType::Added => "added",
-                DeltaType::Updated => "updated",
-                DeltaType::Deleted => "deleted",
-                DeltaType::Resync => "resync",
-                DeltaType::Synced => "synced",
-            }
-            .to_owned();
-            log::info("echo", &[("name", &meta.name), ("delta", &dtype)]);
-            if delta.delta_type == DeltaType::Deleted {
-                return Ok(());
-            }
-            let r = if delta.kind.kind == "Pod" {
-                object_ref::<Pod>(meta)
-            } else {
-                object_ref::<ConfigMap>(meta)
-            };
-            let patch =
-                serde_json::json!({"metadata": {"annotations": {"kubewasm.io/seen": dtype}}});
-            return actions::patch(&r, PatchType::Merge, &patch.to_string())
-                .map_err(kubewasm_sdk::action_error);
+    fn registration(&self) -> Registration {
+        let deltas = [DeltaType::Added, DeltaType::Updated, DeltaType::Deleted];
+        Registration::new()
+            .subscribe(Subscription::kind::<Pod>().deltas(deltas))
+            .subscribe(Subscription::kind::<ConfigMap>().deltas(deltas))
+            .writes::<Pod>()
+            .writes::<ConfigMap>()
+    }
+
+    fn handle(&mut self, delta: Delta) -> Result<(), HandlerError> {
+        let (meta, _) = delta.parts()?;
+        if self.mode == Mode::Echo {
+            return echo(&delta, meta);
         }
-        if mode == "ok" || !meta.name.starts_with(mode.as_str()) {
+        let prefix = self.mode.prefix();
+        if prefix.is_empty() || !meta.name.starts_with(prefix) {
             return Ok(());
         }
-        match mode.as_str() {
-            "trap" => core::arch::wasm32::unreachable(),
-            "spin" => {
-                let mut x: u64 = 0;
-                loop {
-                    x = std::hint::black_box(x.wrapping_add(1));
-                }
-            }
-            "oom" => loop {
-                let mut chunk = vec![0u8; 1 << 20];
-                chunk[0] = 1;
-                HOARD.with(|h| h.borrow_mut().push(chunk));
+        match self.mode {
+            Mode::Trap => trap(),
+            Mode::Spin => spin(),
+            Mode::Oom => loop {
+                // 1 MiB at a time, every byte written, until allocation fails
+                // (which aborts: a trap).
+                self.hoard.push(vec![0xa5; 1 << 20]);
             },
-            "retry" => Err(retry("asked to retry")),
-            "permanent" => Err(permanent("asked to fail")),
-            _ => Ok(()),
+            Mode::Retry => Err(retry(format!("asked to retry {}", meta.key()))),
+            Mode::Permanent => Err(permanent(format!("asked to fail {}", meta.key()))),
+            Mode::Ok | Mode::RegisterError | Mode::Echo => Ok(()),
         }
+    }
+}
+
+/// Logs the delta; for all but `deleted`, annotates the object with its
+/// delta type.
+fn echo(delta: &Delta, meta: &ObjectMeta) -> Result<(), HandlerError> {
+    let namespace = meta.namespace.as_deref().unwrap_or("");
+    let initial = delta.initial.to_string();
+    log::info(
+        "echo",
+        &[
+            ("kind", &delta.kind.kind),
+            ("namespace", namespace),
+            ("name", &meta.name),
+            ("delta", delta.delta_type.as_str()),
+            ("initial", &initial),
+        ],
+    );
+    if delta.delta_type == DeltaType::Deleted {
+        return Ok(());
+    }
+    let Some(target) = ObjectRef::from_delta(delta) else {
+        return Ok(());
+    };
+    actions::annotate(&target, &[("kubewasm.io/seen", delta.delta_type.as_str())])
+}
+
+#[cfg(target_arch = "wasm32")]
+fn trap() -> ! {
+    core::arch::wasm32::unreachable()
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+fn trap() -> ! {
+    std::process::abort()
+}
+
+fn spin() -> ! {
+    let mut x: u64 = 0;
+    loop {
+        x = std::hint::black_box(x.wrapping_add(1));
     }
 }
 

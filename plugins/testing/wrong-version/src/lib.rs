@@ -1,22 +1,54 @@
-//! wrong-version: exports the handler of a different WIT version
-//! (kubewasm:plugin@0.0.9), so the host's version check can be shown.
-wit_bindgen::generate!({
-    inline: "
-        package kubewasm:plugin@0.0.9;
-        interface handler {
-            register: func(config: string) -> result<string, string>;
-        }
-        world plugin { export handler; }
-    ",
-    world: "plugin",
-});
+//! wrong-version: a noop built against `kubewasm:plugin@0.0.9` (wit/ holds
+//! a copy of the v0.1.0 contract with only the version changed), so the
+//! host can show its "built for another WIT version" refusal.
 
-struct Old;
+#[allow(missing_docs, unsafe_code, clippy::all)]
+mod bindings {
+    wit_bindgen::generate!({
+        path: "wit",
+        world: "plugin",
+    });
 
-impl exports::kubewasm::plugin::handler::Guest for Old {
-    fn register(_config: String) -> Result<String, String> {
-        Ok(String::new())
-    }
+    use super::Noop;
+    export!(Noop);
 }
 
-export!(Old);
+use bindings::exports::kubewasm::plugin::handler::{
+    Guest, HandlerError, Registration, Subscription,
+};
+use bindings::kubewasm::plugin::types::{Delta, DeltaType, GroupVersionKind, KindRef};
+
+struct Noop;
+
+impl Guest for Noop {
+    fn register(_config: String) -> Result<Registration, String> {
+        let pods = Subscription {
+            kind: KindRef::Gvk(GroupVersionKind {
+                group: String::new(),
+                version: "v1".to_owned(),
+                kind: "Pod".to_owned(),
+            }),
+            namespace: None,
+            label_selector: None,
+            field_selector: None,
+            deltas: vec![
+                DeltaType::Added,
+                DeltaType::Updated,
+                DeltaType::Deleted,
+                DeltaType::Resync,
+                DeltaType::Synced,
+            ],
+            fields: Vec::new(),
+            resync_seconds: None,
+        };
+        Ok(Registration {
+            subscriptions: vec![pods],
+            writes: Vec::new(),
+            indexes: Vec::new(),
+        })
+    }
+
+    fn handle(_delta: Delta) -> Result<(), HandlerError> {
+        Ok(())
+    }
+}
