@@ -13,11 +13,13 @@ use tokio_util::sync::CancellationToken;
 use crate::actions::executor::{ActionSink, Executor, ExecutorOptions};
 use crate::dispatch::{Activity, DispatchOptions};
 use crate::informer::InformerSet;
+use crate::informer::Source;
 use crate::kind::KindRegistry;
 use crate::manager::PluginHost;
 use crate::object::StripOptions;
 use crate::reload::{DirError, PluginDir};
 use crate::runtime::{EngineOptions, Runtime};
+use crate::source::kube::{Discovery, KubeError, KubeSink, KubeSource, KubeTarget};
 use crate::source::local::{LocalCluster, LocalError};
 
 #[derive(Debug, thiserror::Error)]
@@ -28,13 +30,24 @@ pub enum AppError {
     Plugins(#[from] DirError),
     #[error(transparent)]
     Engine(#[from] crate::runtime::engine::EngineError),
+    #[error(transparent)]
+    Kube(#[from] KubeError),
+}
+
+/// Which cluster the host runs against.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClusterTarget {
+    /// The embedded local cluster over a folder of manifests.
+    Local(PathBuf),
+    /// A real API server.
+    Kube(KubeTarget),
 }
 
 /// Options of `kubewasm run`.
 #[derive(Debug, Clone)]
 pub struct RunOptions {
     pub plugins: PathBuf,
-    pub local: PathBuf,
+    pub cluster: ClusterTarget,
     pub dry_run: bool,
     pub until_idle: bool,
     pub engine: EngineOptions,
@@ -83,9 +96,18 @@ impl std::fmt::Display for Summary {
     }
 }
 
-/// A running host over the local cluster.
+/// What differs between the local cluster and a real one.
+struct Backend {
+    kinds: KindRegistry,
+    source: Arc<dyn Source>,
+    sink: Arc<dyn ActionSink>,
+    discovery: Option<Arc<Discovery>>,
+    local: Option<Arc<LocalCluster>>,
+}
+
+/// A running host.
 pub struct App {
-    pub cluster: Arc<LocalCluster>,
+    local: Option<Arc<LocalCluster>>,
     pub host: Arc<PluginHost>,
     pub plugin_dir: Arc<PluginDir>,
     pub activity: Arc<Activity>,
@@ -112,19 +134,57 @@ impl App {
         sink: Option<Arc<dyn ActionSink>>,
         cancel: CancellationToken,
     ) -> Result<Self, AppError> {
-        let kinds = KindRegistry::builtin();
-        let cluster = LocalCluster::new(opts.local.clone(), kinds.clone(), opts.strip)?;
-        tracing::info!(dir = %opts.local.display(), objects = cluster.len(), "local cluster loaded");
+        let Backend {
+            kinds,
+            source,
+            sink: default_sink,
+            discovery,
+            local,
+        } = match &opts.cluster {
+            ClusterTarget::Local(dir) => {
+                let kinds = KindRegistry::builtin();
+                let cluster = LocalCluster::new(dir.clone(), kinds.clone(), opts.strip)?;
+                tracing::info!(dir = %dir.display(), objects = cluster.len(), "local cluster loaded");
+                Backend {
+                    kinds,
+                    source: cluster.clone(),
+                    sink: cluster.clone(),
+                    discovery: None,
+                    local: Some(cluster),
+                }
+            }
+            ClusterTarget::Kube(target) => {
+                let client = target.client().await?;
+                let kinds = KindRegistry::default();
+                let discovery = Arc::new(Discovery::new(client.clone(), kinds.clone()));
+                discovery.run().await?;
+                match client.apiserver_version().await {
+                    Ok(v) => {
+                        tracing::info!(version = %v.git_version, kinds = kinds.len(), "connected to the API server")
+                    }
+                    Err(e) => tracing::warn!(error = %e, "cannot read the API server version"),
+                }
+                Backend {
+                    kinds,
+                    source: Arc::new(KubeSource::new(
+                        client.clone(),
+                        opts.strip,
+                        target.initial_list,
+                        target.page_size,
+                    )),
+                    sink: Arc::new(KubeSink::new(client)),
+                    discovery: Some(discovery),
+                    local: None,
+                }
+            }
+        };
         let activity = Arc::new(Activity::default());
         let informers = Arc::new(InformerSet::new(
-            cluster.clone(),
+            source,
             activity.clone(),
             cancel.child_token(),
         ));
-        let sink: Arc<dyn ActionSink> = match sink {
-            Some(s) => s,
-            None => cluster.clone(),
-        };
+        let sink = sink.unwrap_or(default_sink);
         let executor = Arc::new(Executor::new(
             sink,
             ExecutorOptions {
@@ -133,18 +193,22 @@ impl App {
             },
         ));
         let runtime = Runtime::new(opts.engine.clone())?;
-        let host = Arc::new(PluginHost::new(
+        let mut host = PluginHost::new(
             runtime,
             informers,
             kinds,
             executor.clone(),
             activity.clone(),
             opts.dispatch.clone(),
-        ));
+        );
+        if let Some(d) = discovery {
+            host = host.with_discovery(d);
+        }
+        let host = Arc::new(host);
         let plugin_dir = Arc::new(PluginDir::new(opts.plugins.clone(), host.clone()));
         plugin_dir.scan().await?;
         Ok(Self {
-            cluster,
+            local,
             host,
             plugin_dir,
             activity,
@@ -162,13 +226,19 @@ impl App {
                 tracing::error!(error = %e, "plugin folder watcher stopped");
             }
         });
-        let cluster = self.cluster.clone();
-        let cancel = self.cancel.clone();
-        tasks.spawn(async move {
-            if let Err(e) = cluster.watch_files(cancel).await {
-                tracing::error!(error = %e, "local cluster watcher stopped");
-            }
-        });
+        if let Some(cluster) = self.local.clone() {
+            let cancel = self.cancel.clone();
+            tasks.spawn(async move {
+                if let Err(e) = cluster.watch_files(cancel).await {
+                    tracing::error!(error = %e, "local cluster watcher stopped");
+                }
+            });
+        }
+    }
+
+    /// The embedded local cluster, when the host runs on one.
+    pub fn local(&self) -> Option<&Arc<LocalCluster>> {
+        self.local.as_ref()
     }
 
     /// Waits until every informer has synced and every delta emitted so far

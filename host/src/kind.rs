@@ -112,6 +112,9 @@ pub enum KindError {
 #[derive(Debug, Clone, Default)]
 pub struct KindRegistry {
     inner: Arc<RwLock<BTreeMap<Gvk, KindInfo>>>,
+    /// Group -> preferred version (from discovery), used when a resource
+    /// name matches several versions of one group.
+    preferred: Arc<RwLock<BTreeMap<String, String>>>,
 }
 
 impl KindRegistry {
@@ -197,6 +200,21 @@ impl KindRegistry {
         reg
     }
 
+    /// Records a group's preferred version (discovery's `preferredVersion`).
+    pub fn set_preferred(&self, group: &str, version: &str) {
+        self.preferred
+            .write()
+            .insert(group.to_owned(), version.to_owned());
+    }
+
+    pub fn len(&self) -> usize {
+        self.inner.read().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.inner.read().is_empty()
+    }
+
     pub fn insert(&self, info: KindInfo) {
         self.inner.write().insert(info.gvk.clone(), info);
     }
@@ -261,7 +279,13 @@ impl KindRegistry {
                     if let Some(core) = found.iter().find(|i| i.gvk.group.is_empty()) {
                         return Ok((*core).clone());
                     }
-                    found.sort();
+                    // Within one group, the preferred version first (then
+                    // the alphabetical first, as before discovery).
+                    let preferred = self.preferred.read();
+                    found.sort_by_key(|i| {
+                        let pref = preferred.get(&i.gvk.group) == Some(&i.gvk.version);
+                        (i.gvk.group.clone(), !pref, i.gvk.version.clone())
+                    });
                     found.dedup_by(|a, b| a.gvk.group == b.gvk.group && a.plural == b.plural);
                     if found.len() > 1 {
                         let groups: std::collections::BTreeSet<&str> =

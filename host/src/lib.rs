@@ -4,6 +4,7 @@
 
 pub mod actions;
 pub mod app;
+pub mod config;
 pub mod dispatch;
 pub mod informer;
 pub mod kind;

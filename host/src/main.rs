@@ -2,14 +2,12 @@
 
 use std::io::Write;
 use std::path::PathBuf;
-use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
-use kubewasm::app::{App, RunOptions};
-use kubewasm::dispatch::DispatchOptions;
-use kubewasm::object::StripOptions;
-use kubewasm::runtime::EngineOptions;
+use kubewasm::app::App;
+use kubewasm::config::RunSettings;
+use kubewasm::source::kube::InitialList;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -41,12 +39,25 @@ enum Command {
 
 #[derive(clap::Args, Debug)]
 struct RunArgs {
+    /// Config file (YAML or JSON, `apiVersion: kubewasm.io/v1alpha1`, `kind: HostConfig`); flags win over it.
+    #[arg(long, env = "KUBEWASM_CONFIG")]
+    config: Option<PathBuf>,
     /// Folder of plugins: NAME.wasm plus optional NAME.yaml; watched and hot-reloaded.
     #[arg(long, env = "KUBEWASM_PLUGINS")]
-    plugins: PathBuf,
-    /// Folder of YAML/JSON manifests served as an embedded local cluster.
-    #[arg(long, env = "KUBEWASM_LOCAL")]
-    local: PathBuf,
+    plugins: Option<PathBuf>,
+    /// Folder of YAML/JSON manifests served as an embedded local cluster
+    /// (the default, over ./cluster, when no kubeconfig is given).
+    #[arg(long, env = "KUBEWASM_LOCAL", conflicts_with_all = ["kubeconfig", "context"])]
+    local: Option<PathBuf>,
+    /// Kubeconfig of a real cluster (KUBECONFIG, or the pod's service account in a cluster, when unset).
+    #[arg(long)]
+    kubeconfig: Option<PathBuf>,
+    /// Context of the kubeconfig to use (default: its current context).
+    #[arg(long)]
+    context: Option<String>,
+    /// Initial list strategy: streaming watch-list with paged fallback, always streaming, or always paged.
+    #[arg(long, value_enum)]
+    initial_list: Option<InitialListArg>,
     /// Log every action instead of executing it.
     #[arg(long)]
     dry_run: bool,
@@ -59,6 +70,39 @@ struct RunArgs {
     /// Keep managedFields and the last-applied annotation in the cache.
     #[arg(long)]
     keep_managed_fields: bool,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum InitialListArg {
+    Auto,
+    Stream,
+    Paged,
+}
+
+impl RunArgs {
+    fn settings(self) -> anyhow::Result<RunSettings> {
+        let file = match &self.config {
+            Some(path) => RunSettings::from_file(path)?,
+            None => RunSettings::default(),
+        };
+        let flags = RunSettings {
+            plugins: self.plugins,
+            local: self.local,
+            kubeconfig: self.kubeconfig,
+            context: self.context,
+            dry_run: self.dry_run.then_some(true),
+            until_idle: self.until_idle.then_some(true),
+            cache_dir: self.cache_dir,
+            keep_managed_fields: self.keep_managed_fields.then_some(true),
+            initial_list: self.initial_list.map(|i| match i {
+                InitialListArg::Auto => InitialList::Auto,
+                InitialListArg::Stream => InitialList::Stream,
+                InitialListArg::Paged => InitialList::Paged,
+            }),
+            ..RunSettings::default()
+        };
+        Ok(flags.over(file))
+    }
 }
 
 fn init_tracing(format: LogFormat) {
@@ -94,27 +138,9 @@ async fn shutdown_signal() {
 }
 
 async fn run(args: RunArgs) -> anyhow::Result<()> {
-    let mut engine = EngineOptions::default();
-    if let Some(dir) = args.cache_dir {
-        engine.cache_dir = Some(dir);
-    }
-    let opts = RunOptions {
-        plugins: args.plugins,
-        local: args.local,
-        dry_run: args.dry_run,
-        until_idle: args.until_idle,
-        engine,
-        strip: if args.keep_managed_fields {
-            StripOptions {
-                managed_fields: false,
-                last_applied: false,
-            }
-        } else {
-            StripOptions::default()
-        },
-        dispatch: DispatchOptions::default(),
-        poll: Duration::from_secs(30),
-    };
+    let in_cluster_or_env = std::env::var_os("KUBECONFIG").is_some()
+        || std::env::var_os("KUBERNETES_SERVICE_HOST").is_some();
+    let opts = args.settings()?.into_options(in_cluster_or_env)?;
     let cancel = CancellationToken::new();
     let app = App::start(&opts, cancel.clone())
         .await

@@ -12,9 +12,10 @@ use crate::actions::executor::Executor;
 use crate::dispatch::{Activity, DispatchOptions, Dispatcher, PluginStats, SubscriptionFilter};
 use crate::informer::selector::{FieldSelector, LabelSelector};
 use crate::informer::{Informer, InformerSet, InformerSpec, SubscriptionHandle};
-use crate::kind::KindRegistry;
+use crate::kind::{KindError, KindRegistry};
 use crate::runtime::host::PluginScope;
 use crate::runtime::{Actor, CompileSource, LoadError, Manifest, Registration, Runtime};
+use crate::source::kube::discovery::KindDiscovery;
 
 /// How a version was loaded, for logs and the benchmark.
 #[derive(Debug, Clone)]
@@ -68,6 +69,9 @@ pub struct PluginHost {
     /// Stats survive version swaps: one line per plugin name in summaries.
     stats: parking_lot::Mutex<BTreeMap<String, Arc<PluginStats>>>,
     versions: std::sync::atomic::AtomicU64,
+    /// Relearns the cluster's kinds when a registration names an unknown
+    /// one (a CRD installed after start); `None` for the local cluster.
+    discovery: Option<Arc<dyn KindDiscovery>>,
 }
 
 impl std::fmt::Debug for PluginHost {
@@ -95,6 +99,34 @@ impl PluginHost {
             plugins: Mutex::new(BTreeMap::new()),
             stats: parking_lot::Mutex::new(BTreeMap::new()),
             versions: std::sync::atomic::AtomicU64::new(0),
+            discovery: None,
+        }
+    }
+
+    /// Refresh kinds through `discovery` when a plugin names an unknown one.
+    #[must_use]
+    pub fn with_discovery(mut self, discovery: Arc<dyn KindDiscovery>) -> Self {
+        self.discovery = Some(discovery);
+        self
+    }
+
+    /// Runs discovery again if any kind the registration names is unknown.
+    async fn learn_kinds(&self, name: &str, registration: &Registration) {
+        let Some(discovery) = &self.discovery else {
+            return;
+        };
+        let unknown = registration
+            .subscriptions
+            .iter()
+            .map(|s| &s.kind)
+            .chain(registration.writes.iter())
+            .chain(registration.indexes.iter().map(|i| &i.kind))
+            .find(|k| matches!(self.kinds.resolve(k), Err(KindError::Unknown(_))));
+        if let Some(kind) = unknown {
+            tracing::info!(plugin = name, kind = %kind, "unknown kind; refreshing discovery");
+            if let Err(e) = discovery.refresh().await {
+                tracing::warn!(plugin = name, error = %e, "discovery refresh failed");
+            }
         }
     }
 
@@ -199,6 +231,7 @@ impl PluginHost {
             registration.get_or_insert(r);
         }
         let registration = registration.ok_or_else(|| LoadError::Start("no instance".into()))?;
+        self.learn_kinds(name, &registration).await;
         let start_time = started.elapsed();
 
         // Validate and resolve everything before touching any informer.

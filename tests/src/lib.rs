@@ -77,7 +77,7 @@ pub fn init_logs() {
 pub fn options(plugins: &Path, local: &Path, cache: &Path) -> RunOptions {
     RunOptions {
         plugins: plugins.to_owned(),
-        local: local.to_owned(),
+        cluster: kubewasm::app::ClusterTarget::Local(local.to_owned()),
         dry_run: false,
         until_idle: true,
         engine: EngineOptions {

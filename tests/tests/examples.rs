@@ -74,7 +74,8 @@ async fn namespace_defaults_removes_only_what_it_created_when_a_namespace_stops_
     idle(&app).await;
     let np = kubewasm::kind::Gvk::new("networking.k8s.io", "v1", "NetworkPolicy");
     assert!(
-        app.cluster
+        app.local()
+            .unwrap()
             .get(&np, Some("team-a"), "default-deny")
             .is_some()
     );
@@ -90,22 +91,25 @@ async fn namespace_defaults_removes_only_what_it_created_when_a_namespace_stops_
     let relabelled =
         NAMESPACES.replace("{kubewasm.io/defaults: enabled, env: prod}", "{env: prod}");
     write_cluster(h.cluster.path(), &[("namespaces.yaml", &relabelled)]);
-    app.cluster.rescan().unwrap();
+    app.local().unwrap().rescan().unwrap();
     idle(&app).await;
     assert!(
-        app.cluster
+        app.local()
+            .unwrap()
             .get(&np, Some("team-a"), "default-deny")
             .is_none(),
         "its own policy is removed"
     );
     let rq = kubewasm::kind::Gvk::new("", "v1", "ResourceQuota");
     assert!(
-        app.cluster
+        app.local()
+            .unwrap()
             .get(&rq, Some("team-a"), "default-quota")
             .is_none()
     );
     assert!(
-        app.cluster
+        app.local()
+            .unwrap()
             .get(&rq, Some("team-b"), "default-quota")
             .is_some(),
         "a quota it did not create stays"
@@ -160,7 +164,8 @@ async fn crashloop_watcher_records_an_event_and_annotates_the_owning_deployment(
     let mut actions: Vec<String> = sink.take().iter().map(|(_, a)| describe(a)).collect();
     // Uids are assigned by the local cluster: look them up.
     let uid = |name: &str| {
-        app.cluster
+        app.local()
+            .unwrap()
             .get(
                 &kubewasm::kind::Gvk::new("", "v1", "Pod"),
                 Some("shop"),
@@ -185,13 +190,13 @@ async fn crashloop_watcher_records_an_event_and_annotates_the_owning_deployment(
         h.cluster.path(),
         &[("pods/web-abc-2.yaml", &pod("web-abc-2", Some("web-abc"), 5))],
     );
-    app.cluster.rescan().unwrap();
+    app.local().unwrap().rescan().unwrap();
     idle(&app).await;
     write_cluster(
         h.cluster.path(),
         &[("pods/web-abc-2.yaml", &pod("web-abc-2", Some("web-abc"), 6))],
     );
-    app.cluster.rescan().unwrap();
+    app.local().unwrap().rescan().unwrap();
     idle(&app).await;
     let later: Vec<String> = sink.take().iter().map(|(_, a)| describe(a)).collect();
     assert_eq!(
@@ -265,7 +270,8 @@ async fn config_replicator_follows_its_source_through_update_new_namespace_and_d
     idle(&app).await;
     let cm = kubewasm::kind::Gvk::new("", "v1", "ConfigMap");
     let data = |ns: &str| {
-        app.cluster
+        app.local()
+            .unwrap()
             .get(&cm, Some(ns), "ca-bundle")
             .map(|v| v["data"]["ca.crt"].clone())
     };
@@ -277,7 +283,7 @@ async fn config_replicator_follows_its_source_through_update_new_namespace_and_d
         "metadata: {name: sandbox, labels: {tenant: 'yes'}}",
     );
     write_cluster(h.cluster.path(), &[("cluster.yaml", &updated)]);
-    app.cluster.rescan().unwrap();
+    app.local().unwrap().rescan().unwrap();
     idle(&app).await;
     for ns in ["team-a", "team-b", "sandbox"] {
         assert_eq!(data(ns), Some(serde_json::json!("PEM-2")), "{ns}");
@@ -289,13 +295,14 @@ async fn config_replicator_follows_its_source_through_update_new_namespace_and_d
         .collect::<Vec<_>>()
         .join("---");
     write_cluster(h.cluster.path(), &[("cluster.yaml", &without)]);
-    app.cluster.rescan().unwrap();
+    app.local().unwrap().rescan().unwrap();
     idle(&app).await;
     for ns in ["team-a", "team-b", "sandbox"] {
         assert_eq!(data(ns), None, "{ns}");
     }
     assert!(
-        app.cluster
+        app.local()
+            .unwrap()
             .get(&cm, Some("platform"), "local-only")
             .is_some()
     );

@@ -217,7 +217,7 @@ async fn plugin_folder_loads_replaces_and_unloads_live() {
         "a failed file is not retried until it changes"
     );
     write_cluster(h.cluster.path(), &[("pods.yaml", &pods(&["a", "b", "c"]))]);
-    app.cluster.rescan().unwrap();
+    app.local().unwrap().rescan().unwrap();
     idle(&app).await;
     let served: Vec<String> = sink.take().iter().map(|(_, a)| describe(a)).collect();
     assert_eq!(

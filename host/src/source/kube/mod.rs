@@ -1,0 +1,121 @@
+//! A real API server: client construction (kubeconfig, context, in-cluster),
+//! discovery into the kind registry, the watch source and the action sink.
+
+pub mod discovery;
+pub mod watch;
+pub mod write;
+
+use std::path::PathBuf;
+
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config};
+use serde::{Deserialize, Serialize};
+
+pub use discovery::Discovery;
+pub use watch::{InitialList, KubeSource};
+pub use write::KubeSink;
+
+#[derive(Debug, thiserror::Error)]
+pub enum KubeError {
+    #[error("cannot read kubeconfig {path}: {source} (check --kubeconfig)")]
+    Kubeconfig {
+        path: PathBuf,
+        source: kube::config::KubeconfigError,
+    },
+    #[error(
+        "no usable cluster configuration: {0} (pass --kubeconfig FILE, set KUBECONFIG, run in a pod, or use --local DIR)"
+    )]
+    Infer(String),
+    #[error("cannot build a client for {server}: {source}")]
+    Client { server: String, source: kube::Error },
+    #[error(
+        "discovery failed: {0} (is the API server reachable, and may this user get /api and /apis?)"
+    )]
+    Discovery(#[source] kube::Error),
+}
+
+/// How to reach a real API server.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct KubeTarget {
+    /// Kubeconfig file; `None` infers (KUBECONFIG, ~/.kube/config, in-cluster).
+    pub kubeconfig: Option<PathBuf>,
+    /// Context in the kubeconfig; `None` is its current context.
+    pub context: Option<String>,
+    /// Initial list strategy of every informer.
+    #[serde(default)]
+    pub initial_list: InitialList,
+    /// Page size of paged initial lists.
+    #[serde(default = "default_page_size")]
+    pub page_size: u32,
+}
+
+fn default_page_size() -> u32 {
+    500
+}
+
+impl KubeTarget {
+    pub fn new(kubeconfig: Option<PathBuf>, context: Option<String>) -> Self {
+        Self {
+            kubeconfig,
+            context,
+            initial_list: InitialList::default(),
+            page_size: default_page_size(),
+        }
+    }
+
+    /// Builds the client: an explicit kubeconfig file, else the usual
+    /// inference (KUBECONFIG, ~/.kube/config, the pod's service account).
+    pub async fn client(&self) -> Result<Client, KubeError> {
+        let options = KubeConfigOptions {
+            context: self.context.clone(),
+            ..KubeConfigOptions::default()
+        };
+        let config = match (&self.kubeconfig, &self.context) {
+            (Some(path), _) => {
+                let kc = Kubeconfig::read_from(path).map_err(|source| KubeError::Kubeconfig {
+                    path: path.clone(),
+                    source,
+                })?;
+                Config::from_custom_kubeconfig(kc, &options)
+                    .await
+                    .map_err(|source| KubeError::Kubeconfig {
+                        path: path.clone(),
+                        source,
+                    })?
+            }
+            (None, Some(_)) => Config::from_kubeconfig(&options)
+                .await
+                .map_err(|e| KubeError::Infer(e.to_string()))?,
+            (None, None) => Config::infer()
+                .await
+                .map_err(|e| KubeError::Infer(e.to_string()))?,
+        };
+        let server = config.cluster_url.to_string();
+        Client::try_from(config).map_err(|source| KubeError::Client { server, source })
+    }
+}
+
+/// The `ApiResource` kube's dynamic API needs for a kind we resolved.
+pub(crate) fn api_resource(kind: &crate::kind::KindInfo) -> kube::core::ApiResource {
+    kube::core::ApiResource {
+        group: kind.gvk.group.clone(),
+        version: kind.gvk.version.clone(),
+        api_version: kind.gvk.api_version(),
+        kind: kind.gvk.kind.clone(),
+        plural: kind.plural.clone(),
+    }
+}
+
+/// A dynamic API handle scoped to `namespace` when the kind is namespaced.
+pub(crate) fn dynamic_api(
+    client: &Client,
+    kind: &crate::kind::KindInfo,
+    namespace: Option<&str>,
+) -> kube::Api<kube::core::DynamicObject> {
+    let ar = api_resource(kind);
+    match namespace {
+        Some(ns) if kind.namespaced => kube::Api::namespaced_with(client.clone(), ns, &ar),
+        _ => kube::Api::all_with(client.clone(), &ar),
+    }
+}

@@ -1,0 +1,211 @@
+//! One kube-runtime `watcher` per informer: streaming initial lists where
+//! the server supports them (paged lists otherwise), bookmarks, exponential
+//! backoff on errors and 429s, and a relist on 410 Gone whose difference
+//! the informer turns into deltas.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
+
+use futures::StreamExt;
+use futures::stream::BoxStream;
+use kube::Client;
+use kube::core::{DynamicObject, TypeMeta};
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher;
+use serde::{Deserialize, Serialize};
+
+use crate::informer::{InformerSpec, Source, SourceError, WatchEvent};
+use crate::object::{KObject, StripOptions};
+
+/// How informers fetch their initial state.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum InitialList {
+    /// Streaming (watch-list) first; on a server that refuses it, paged
+    /// lists from then on, for every informer of this source.
+    #[default]
+    Auto,
+    /// Always `sendInitialEvents=true` (fails on servers without WatchList).
+    Stream,
+    /// Always a paged list followed by a watch.
+    Paged,
+}
+
+const UNKNOWN: u8 = 0;
+const STREAMING_WORKS: u8 = 1;
+const STREAMING_REFUSED: u8 = 2;
+
+/// The API-server source.
+#[derive(Clone)]
+pub struct KubeSource {
+    client: Client,
+    strip: StripOptions,
+    initial_list: InitialList,
+    page_size: u32,
+    /// What `Auto` learned about the server, shared by all informers.
+    streaming: Arc<AtomicU8>,
+}
+
+impl std::fmt::Debug for KubeSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KubeSource")
+            .field("initial_list", &self.initial_list)
+            .finish_non_exhaustive()
+    }
+}
+
+impl KubeSource {
+    pub fn new(
+        client: Client,
+        strip: StripOptions,
+        initial_list: InitialList,
+        page_size: u32,
+    ) -> Self {
+        Self {
+            client,
+            strip,
+            initial_list,
+            page_size: page_size.max(1),
+            streaming: Arc::new(AtomicU8::new(UNKNOWN)),
+        }
+    }
+
+    fn wants_streaming(&self) -> bool {
+        match self.initial_list {
+            InitialList::Stream => true,
+            InitialList::Paged => false,
+            InitialList::Auto => self.streaming.load(Ordering::Relaxed) != STREAMING_REFUSED,
+        }
+    }
+}
+
+/// The per-informer state of the converted stream.
+struct Run {
+    inner: BoxStream<'static, Result<watcher::Event<DynamicObject>, watcher::Error>>,
+    api: kube::Api<DynamicObject>,
+    config: watcher::Config,
+    streaming: bool,
+    auto: bool,
+    learned: Arc<AtomicU8>,
+    types: TypeMeta,
+    strip: StripOptions,
+    informer: String,
+}
+
+fn start(
+    api: &kube::Api<DynamicObject>,
+    config: &watcher::Config,
+    streaming: bool,
+) -> BoxStream<'static, Result<watcher::Event<DynamicObject>, watcher::Error>> {
+    let config = if streaming {
+        config.clone().streaming_lists()
+    } else {
+        config.clone()
+    };
+    watcher(api.clone(), config).default_backoff().boxed()
+}
+
+/// True when the server rejected `sendInitialEvents` (WatchList disabled or
+/// unknown): 400/422 on the initial watch.
+fn streaming_refused(err: &watcher::Error) -> bool {
+    match err {
+        watcher::Error::WatchStartFailed(kube::Error::Api(s))
+        | watcher::Error::InitialListFailed(kube::Error::Api(s)) => {
+            (s.code == 422 || s.code == 400)
+                && (s.message.contains("sendInitialEvents")
+                    || s.message.contains("resourceVersionMatch")
+                    || s.message.contains("WatchList"))
+        }
+        watcher::Error::WatchError(s) => {
+            (s.code == 422 || s.code == 400) && s.message.contains("sendInitialEvents")
+        }
+        _ => false,
+    }
+}
+
+fn source_error(err: watcher::Error) -> SourceError {
+    let status = match &err {
+        watcher::Error::InitialListFailed(kube::Error::Api(s))
+        | watcher::Error::WatchStartFailed(kube::Error::Api(s))
+        | watcher::Error::WatchFailed(kube::Error::Api(s)) => Some(s.as_ref()),
+        watcher::Error::WatchError(s) => Some(s.as_ref()),
+        _ => None,
+    };
+    match status {
+        Some(s) if s.code == 403 => SourceError::Forbidden(s.message.clone()),
+        _ => SourceError::Other(err.to_string()),
+    }
+}
+
+impl Run {
+    fn convert(&self, obj: DynamicObject) -> Result<KObject, SourceError> {
+        let mut obj = obj;
+        // List items usually carry no apiVersion/kind; the informer knows them.
+        obj.types = Some(self.types.clone());
+        let value = serde_json::to_value(&obj).map_err(|e| {
+            SourceError::Other(format!("{}: cannot encode object: {e}", self.informer))
+        })?;
+        KObject::from_value(value, self.strip).map_err(|e| {
+            SourceError::Other(format!("{}: malformed object skipped: {e}", self.informer))
+        })
+    }
+
+    async fn next(mut self) -> Option<(Result<WatchEvent, SourceError>, Self)> {
+        loop {
+            let item = self.inner.next().await?;
+            let event = match item {
+                Ok(ev) => ev,
+                Err(err) if self.streaming && self.auto && streaming_refused(&err) => {
+                    tracing::info!(informer = %self.informer, error = %err, "server refuses streaming lists; using paged lists");
+                    self.learned.store(STREAMING_REFUSED, Ordering::Relaxed);
+                    self.streaming = false;
+                    self.inner = start(&self.api, &self.config, false);
+                    continue;
+                }
+                Err(err) => return Some((Err(source_error(err)), self)),
+            };
+            let out = match event {
+                watcher::Event::Init => Ok(WatchEvent::Init),
+                watcher::Event::InitDone => {
+                    if self.streaming && self.auto {
+                        self.learned.store(STREAMING_WORKS, Ordering::Relaxed);
+                    }
+                    Ok(WatchEvent::InitDone)
+                }
+                watcher::Event::InitApply(o) => self.convert(o).map(WatchEvent::InitApply),
+                watcher::Event::Apply(o) => self.convert(o).map(WatchEvent::Apply),
+                watcher::Event::Delete(o) => self.convert(o).map(WatchEvent::Delete),
+            };
+            return Some((out, self));
+        }
+    }
+}
+
+impl Source for KubeSource {
+    fn watch(&self, spec: &InformerSpec) -> BoxStream<'static, Result<WatchEvent, SourceError>> {
+        let api = super::dynamic_api(&self.client, &spec.kind, spec.namespace.as_deref());
+        let mut config = watcher::Config::default().page_size(self.page_size);
+        if let Some(l) = &spec.label_selector {
+            config = config.labels(l);
+        }
+        if let Some(f) = &spec.field_selector {
+            config = config.fields(f);
+        }
+        let streaming = self.wants_streaming();
+        let run = Run {
+            inner: start(&api, &config, streaming),
+            api,
+            config,
+            streaming,
+            auto: self.initial_list == InitialList::Auto,
+            learned: self.streaming.clone(),
+            types: TypeMeta {
+                api_version: spec.kind.gvk.api_version(),
+                kind: spec.kind.gvk.kind.clone(),
+            },
+            strip: self.strip,
+            informer: spec.to_string(),
+        };
+        futures::stream::unfold(run, Run::next).boxed()
+    }
+}

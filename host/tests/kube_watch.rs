@@ -1,0 +1,310 @@
+//! The API-server source against a scripted mock server: paged initial
+//! list, bookmarks, a dropped connection resuming from the last bookmark
+//! without duplicates, 410 Gone relisting into deletes of vanished objects,
+//! 403 on list, and streaming lists with the fallback to paged lists.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+use futures::StreamExt;
+use kubewasm::dispatch::Activity;
+use kubewasm::informer::{Delta, InformerSet, InformerSpec, Source, SourceError};
+use kubewasm::kind::KindInfo;
+use kubewasm::object::StripOptions;
+use kubewasm::source::kube::{InitialList, KubeSource};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+fn spec() -> InformerSpec {
+    InformerSpec {
+        kind: KindInfo::new("", "v1", "ConfigMap", "configmaps", true),
+        namespace: Some("ns".into()),
+        label_selector: Some("team=a".into()),
+        field_selector: None,
+    }
+}
+
+/// `Added a (initial)`, `Updated a 5->11`, `Deleted b (unknown)`, `Synced`...
+fn describe(d: &Delta) -> String {
+    let obj = |o: &Option<kubewasm::object::ObjectHandle>| {
+        o.as_ref()
+            .map(|o| format!("{}@{}", o.name(), o.meta().resource_version))
+            .unwrap_or_default()
+    };
+    let mut s = format!("{:?} {}", d.dtype, obj(&d.object));
+    if d.old.is_some() {
+        s = format!("{s} old={}", obj(&d.old));
+    }
+    if d.initial {
+        s.push_str(" initial");
+    }
+    if d.final_state_unknown {
+        s.push_str(" unknown");
+    }
+    s.trim_end().to_owned()
+}
+
+async fn take(rx: &mut mpsc::UnboundedReceiver<Delta>, n: usize) -> Vec<String> {
+    let mut out = Vec::new();
+    while out.len() < n {
+        let d = tokio::time::timeout(Duration::from_secs(30), rx.recv())
+            .await
+            .unwrap_or_else(|_| panic!("only {out:?} within 30s"))
+            .unwrap();
+        out.push(describe(&d));
+    }
+    out
+}
+
+async fn no_more(rx: &mut mpsc::UnboundedReceiver<Delta>) {
+    if let Ok(Some(d)) = tokio::time::timeout(Duration::from_millis(300), rx.recv()).await {
+        panic!("unexpected delta {}", describe(&d));
+    }
+}
+
+#[tokio::test]
+async fn paged_list_bookmark_resume_and_410_relist() {
+    let (client, mut server) = mock_client();
+    let source = Arc::new(KubeSource::new(
+        client,
+        StripOptions::default(),
+        InitialList::Paged,
+        500,
+    ));
+    let set = InformerSet::new(
+        source,
+        Arc::new(Activity::default()),
+        CancellationToken::new(),
+    );
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let handle = set.subscribe(spec(), tx);
+
+    // 1. Paged initial list.
+    let (req, send) = next(&mut server).await;
+    assert_eq!(req.method, "GET");
+    assert_eq!(req.path, "/api/v1/namespaces/ns/configmaps");
+    assert_eq!(req.param("limit").as_deref(), Some("500"));
+    assert_eq!(req.param("labelSelector").as_deref(), Some("team=a"));
+    assert_eq!(req.param("watch"), None);
+    send.send_response(json_response(
+        200,
+        &list(
+            "10",
+            vec![
+                configmap("ns", "a", "5", "1"),
+                configmap("ns", "b", "6", "1"),
+            ],
+        ),
+    ));
+    assert_eq!(
+        take(&mut rx, 3).await,
+        ["Added a@5 initial", "Added b@6 initial", "Synced"]
+    );
+    assert!(handle.informer.has_synced());
+    // managedFields were stripped; kind/apiVersion filled in for list items.
+    let a = handle
+        .informer
+        .store()
+        .snapshot()
+        .get(&kubewasm::object::ObjectKey::new(Some("ns"), "a"))
+        .unwrap();
+    assert!(!a.json().contains("managedFields"), "{}", a.json());
+    assert_eq!(a.meta().kind.as_ref(), "ConfigMap");
+
+    // 2. Watch from the list's version, with bookmarks; then the connection drops.
+    let (req, send) = next(&mut server).await;
+    assert_eq!(req.param("watch").as_deref(), Some("true"));
+    assert_eq!(req.param("resourceVersion").as_deref(), Some("10"));
+    assert_eq!(req.param("allowWatchBookmarks").as_deref(), Some("true"));
+    let (resp, feed) = watch_response();
+    send.send_response(resp);
+    feed.send("MODIFIED", configmap("ns", "a", "11", "2"));
+    feed.bookmark("15", false);
+    assert_eq!(take(&mut rx, 1).await, ["Updated a@11 old=a@5"]);
+    drop(feed);
+
+    // 3. The watch resumes from the bookmark: nothing replayed, nothing lost.
+    let (req, send) = next(&mut server).await;
+    assert_eq!(req.param("watch").as_deref(), Some("true"));
+    assert_eq!(req.param("resourceVersion").as_deref(), Some("15"));
+    let (resp, feed) = watch_response();
+    send.send_response(resp);
+    feed.send("ADDED", configmap("ns", "c", "16", "1"));
+    assert_eq!(take(&mut rx, 1).await, ["Added c@16"]);
+    // 410 Gone: the history is compacted.
+    feed.gone();
+
+    // 4. Relist: b vanished meanwhile (its delete was never watched), d is new.
+    let (req, send) = next(&mut server).await;
+    assert_eq!(req.param("watch"), None, "expected a relist, got {req:?}");
+    send.send_response(json_response(
+        200,
+        &list(
+            "20",
+            vec![
+                configmap("ns", "a", "11", "2"),
+                configmap("ns", "c", "16", "1"),
+                configmap("ns", "d", "17", "1"),
+            ],
+        ),
+    ));
+    assert_eq!(
+        take(&mut rx, 2).await,
+        ["Added d@17", "Deleted b@6 unknown"]
+    );
+    // 5. And watches from the relist's version.
+    let (req, send) = next(&mut server).await;
+    assert_eq!(req.param("resourceVersion").as_deref(), Some("20"));
+    let (resp, feed) = watch_response();
+    send.send_response(resp);
+    feed.send("DELETED", configmap("ns", "c", "21", "1"));
+    assert_eq!(take(&mut rx, 1).await, ["Deleted c@21"]);
+    no_more(&mut rx).await;
+    let names: Vec<String> = handle
+        .informer
+        .store()
+        .snapshot()
+        .iter()
+        .map(|o| o.name().to_owned())
+        .collect();
+    assert_eq!(names, ["a", "d"]);
+    set.unsubscribe(&handle);
+    set.shutdown().await;
+}
+
+#[tokio::test]
+async fn forbidden_list_is_reported_and_retried() {
+    let (client, mut server) = mock_client();
+    let source = KubeSource::new(client, StripOptions::default(), InitialList::Paged, 50);
+    let mut stream = source.watch(&spec());
+    // kube-runtime announces a (re)list before it is made.
+    assert!(matches!(
+        stream.next().await,
+        Some(Ok(kubewasm::informer::WatchEvent::Init))
+    ));
+    let script = tokio::spawn(async move {
+        let (req, send) = next(&mut server).await;
+        assert_eq!(req.param("limit").as_deref(), Some("50"));
+        send.send_response(status(
+            403,
+            "Forbidden",
+            "configmaps is forbidden: User \"bob\" cannot list resource \"configmaps\" in API group \"\" in the namespace \"ns\"",
+        ));
+        // The stream retries (after backoff) and recovers once RBAC allows it.
+        let (req, send) = next(&mut server).await;
+        assert_eq!(req.path, "/api/v1/namespaces/ns/configmaps");
+        send.send_response(json_response(200, &list("3", vec![])));
+        server
+    });
+    match stream.next().await {
+        Some(Err(SourceError::Forbidden(msg))) => {
+            assert!(msg.contains("cannot list resource \"configmaps\""), "{msg}");
+            let shown = SourceError::Forbidden(msg).to_string();
+            assert!(shown.contains("grant"), "{shown}");
+        }
+        other => panic!("expected Forbidden, got {other:?}"),
+    }
+    assert!(matches!(
+        stream.next().await,
+        Some(Ok(kubewasm::informer::WatchEvent::Init))
+    ));
+    assert!(matches!(
+        stream.next().await,
+        Some(Ok(kubewasm::informer::WatchEvent::InitDone))
+    ));
+    let _server = script.await.unwrap();
+}
+
+#[tokio::test]
+async fn streaming_list_when_served_and_paged_fallback_when_refused() {
+    // A server with WatchList: one watch request brings the initial state.
+    let (client, mut server) = mock_client();
+    let source = Arc::new(KubeSource::new(
+        client,
+        StripOptions::default(),
+        InitialList::Auto,
+        500,
+    ));
+    let set = InformerSet::new(
+        source,
+        Arc::new(Activity::default()),
+        CancellationToken::new(),
+    );
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let handle = set.subscribe(spec(), tx);
+    let (req, send) = next(&mut server).await;
+    assert_eq!(req.param("watch").as_deref(), Some("true"));
+    assert_eq!(req.param("sendInitialEvents").as_deref(), Some("true"));
+    assert_eq!(
+        req.param("resourceVersionMatch").as_deref(),
+        Some("NotOlderThan")
+    );
+    let (resp, feed) = watch_response();
+    send.send_response(resp);
+    feed.send("ADDED", configmap("ns", "a", "5", "1"));
+    feed.send("ADDED", configmap("ns", "b", "6", "1"));
+    feed.bookmark("7", true);
+    feed.send("MODIFIED", configmap("ns", "b", "8", "2"));
+    assert_eq!(
+        take(&mut rx, 4).await,
+        [
+            "Added a@5 initial",
+            "Added b@6 initial",
+            "Synced",
+            "Updated b@8 old=b@6"
+        ]
+    );
+    set.unsubscribe(&handle);
+    drop(feed);
+
+    // A server without WatchList refuses sendInitialEvents with 422: the
+    // source switches to paged lists, for this and later informers.
+    let (client, mut server) = mock_client();
+    let source = Arc::new(KubeSource::new(
+        client,
+        StripOptions::default(),
+        InitialList::Auto,
+        500,
+    ));
+    let set = InformerSet::new(
+        source,
+        Arc::new(Activity::default()),
+        CancellationToken::new(),
+    );
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let handle = set.subscribe(spec(), tx);
+    let (req, send) = next(&mut server).await;
+    assert_eq!(req.param("sendInitialEvents").as_deref(), Some("true"));
+    send.send_response(status(
+        422,
+        "Invalid",
+        "ListOptions.meta.k8s.io \"\" is invalid: sendInitialEvents: Forbidden: sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled",
+    ));
+    let (req, send) = next(&mut server).await;
+    assert_eq!(
+        req.param("watch"),
+        None,
+        "expected a paged list, got {req:?}"
+    );
+    assert_eq!(req.param("limit").as_deref(), Some("500"));
+    send.send_response(json_response(
+        200,
+        &list("9", vec![configmap("ns", "a", "5", "1")]),
+    ));
+    assert_eq!(take(&mut rx, 2).await, ["Added a@5 initial", "Synced"]);
+    let (req, _send) = next(&mut server).await;
+    assert_eq!(req.param("resourceVersion").as_deref(), Some("9"));
+    // A second informer on the same source starts paged right away.
+    let mut other = spec();
+    other.label_selector = None;
+    let (tx2, _rx2) = mpsc::unbounded_channel();
+    let _h2 = set.subscribe(other, tx2);
+    let (req, _send) = next(&mut server).await;
+    assert_eq!(req.param("sendInitialEvents"), None, "{req:?}");
+    assert_eq!(req.param("watch"), None, "{req:?}");
+    set.unsubscribe(&handle);
+}

@@ -1,0 +1,293 @@
+//! The API-server action sink against a mock server: the exact requests
+//! (verb, path, field manager, content type, body) for every action, and
+//! how the executor treats conflicts, 403 and 422.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use common::*;
+use kubewasm::actions::executor::{ActionError, ActionSink, Executor, ExecutorOptions};
+use kubewasm::actions::{Action, EventType, PatchType, Propagation, Target};
+use kubewasm::kind::KindInfo;
+use kubewasm::source::kube::KubeSink;
+use serde_json::json;
+
+fn deployment() -> Target {
+    Target {
+        kind: KindInfo::new("apps", "v1", "Deployment", "deployments", true),
+        namespace: Some("shop".into()),
+        name: "web".into(),
+        uid: Some("uid-web".into()),
+    }
+}
+
+/// Runs `action` through the sink while the mock answers with `reply`;
+/// returns the request seen and the sink's result.
+async fn one(
+    action: Action,
+    reply: fn() -> http::Response<MockBody>,
+) -> (Seen, Result<(), ActionError>) {
+    let (client, mut server) = mock_client();
+    let sink = KubeSink::new(client);
+    let script = tokio::spawn(async move {
+        let (seen, send) = next(&mut server).await;
+        send.send_response(reply());
+        seen
+    });
+    let result = sink.execute("my-plugin", &action).await;
+    (script.await.unwrap(), result)
+}
+
+fn ok() -> http::Response<MockBody> {
+    json_response(
+        200,
+        &json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "namespace": "shop"}}),
+    )
+}
+
+#[tokio::test]
+async fn apply_is_server_side_apply_with_the_plugin_field_manager() {
+    let object = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "web", "namespace": "shop", "annotations": {"a": "b"}}});
+    let (seen, r) = one(
+        Action::Apply {
+            target: deployment(),
+            object: object.clone(),
+            force: true,
+            status: false,
+        },
+        ok,
+    )
+    .await;
+    r.unwrap();
+    assert_eq!(seen.method, "PATCH");
+    assert_eq!(seen.path, "/apis/apps/v1/namespaces/shop/deployments/web");
+    assert_eq!(
+        seen.param("fieldManager").as_deref(),
+        Some("kubewasm/my-plugin")
+    );
+    assert_eq!(seen.param("force").as_deref(), Some("true"));
+    assert_eq!(
+        seen.content_type.as_deref(),
+        Some("application/apply-patch+yaml")
+    );
+    assert_eq!(seen.body.as_ref(), Some(&object));
+
+    let (seen, r) = one(
+        Action::Apply {
+            target: deployment(),
+            object: object.clone(),
+            force: false,
+            status: true,
+        },
+        ok,
+    )
+    .await;
+    r.unwrap();
+    assert_eq!(
+        seen.path,
+        "/apis/apps/v1/namespaces/shop/deployments/web/status"
+    );
+    assert_eq!(seen.param("force"), None);
+}
+
+#[tokio::test]
+async fn patches_and_deletes_use_the_right_content_type_and_options() {
+    let (seen, r) = one(
+        Action::Patch {
+            target: deployment(),
+            patch_type: PatchType::Merge,
+            patch: json!({"metadata": {"annotations": {"x": "y"}}}),
+        },
+        ok,
+    )
+    .await;
+    r.unwrap();
+    assert_eq!(seen.method, "PATCH");
+    assert_eq!(
+        seen.content_type.as_deref(),
+        Some("application/merge-patch+json")
+    );
+    assert_eq!(
+        seen.param("fieldManager").as_deref(),
+        Some("kubewasm/my-plugin")
+    );
+    assert_eq!(
+        seen.body,
+        Some(json!({"metadata": {"annotations": {"x": "y"}}}))
+    );
+
+    let ops = json!([{"op": "replace", "path": "/spec/replicas", "value": 3}]);
+    let (seen, r) = one(
+        Action::Patch {
+            target: deployment(),
+            patch_type: PatchType::Json,
+            patch: ops.clone(),
+        },
+        ok,
+    )
+    .await;
+    r.unwrap();
+    assert_eq!(
+        seen.content_type.as_deref(),
+        Some("application/json-patch+json")
+    );
+    assert_eq!(seen.body, Some(ops));
+
+    let (seen, r) = one(
+        Action::Delete {
+            target: deployment(),
+            propagation: Propagation::Foreground,
+        },
+        ok,
+    )
+    .await;
+    r.unwrap();
+    assert_eq!(seen.method, "DELETE");
+    assert_eq!(seen.path, "/apis/apps/v1/namespaces/shop/deployments/web");
+    assert_eq!(seen.body.unwrap()["propagationPolicy"], "Foreground");
+}
+
+#[tokio::test]
+async fn events_are_events_k8s_io_v1_reported_by_kubewasm() {
+    let pod = Target {
+        kind: KindInfo::new("", "v1", "Pod", "pods", true),
+        namespace: Some("shop".into()),
+        name: "web-1".into(),
+        uid: Some("uid-pod".into()),
+    };
+    let (seen, r) = one(
+        Action::Event {
+            regarding: pod,
+            event_type: EventType::Warning,
+            reason: "CrashLooping".into(),
+            note: "container app restarted 5 times".into(),
+        },
+        || json_response(201, &json!({"apiVersion": "events.k8s.io/v1", "kind": "Event", "metadata": {"name": "x"}})),
+    )
+    .await;
+    r.unwrap();
+    assert_eq!(seen.method, "POST");
+    assert_eq!(seen.path, "/apis/events.k8s.io/v1/namespaces/shop/events");
+    let body = seen.body.unwrap();
+    assert_eq!(body["reportingController"], "kubewasm");
+    assert!(
+        body["reportingInstance"]
+            .as_str()
+            .unwrap()
+            .ends_with("/my-plugin")
+    );
+    assert_eq!(body["type"], "Warning");
+    assert_eq!(body["reason"], "CrashLooping");
+    assert_eq!(body["note"], "container app restarted 5 times");
+    assert_eq!(
+        body["regarding"],
+        json!({"apiVersion": "v1", "kind": "Pod", "namespace": "shop", "name": "web-1", "uid": "uid-pod"})
+    );
+    assert!(
+        body["metadata"]["name"]
+            .as_str()
+            .unwrap()
+            .starts_with("web-1.")
+    );
+    assert_eq!(
+        body["metadata"]["labels"]["kubewasm.io/plugin"],
+        "my-plugin"
+    );
+    assert!(body["eventTime"].as_str().unwrap().ends_with('Z'));
+}
+
+#[tokio::test]
+async fn errors_are_classified() {
+    let action = || Action::Patch {
+        target: deployment(),
+        patch_type: PatchType::Merge,
+        patch: json!({}),
+    };
+    type Case = (fn() -> http::Response<MockBody>, fn(&ActionError) -> bool);
+    let cases: [Case; 5] = [
+        (
+            || {
+                status(
+                    403,
+                    "Forbidden",
+                    "deployments.apps \"web\" is forbidden: User \"u\" cannot patch resource \"deployments\"",
+                )
+            },
+            |e| matches!(e, ActionError::Forbidden(m) if m.contains("cannot patch") && m.contains("patch deployments.apps shop/web")),
+        ),
+        (
+            || status(422, "Invalid", "spec.replicas: Invalid value: -1"),
+            |e| matches!(e, ActionError::Invalid(_)),
+        ),
+        (
+            || status(409, "Conflict", "Apply failed with 1 conflict"),
+            |e| matches!(e, ActionError::Conflict(_)),
+        ),
+        (
+            || status(404, "NotFound", "deployments.apps \"web\" not found"),
+            |e| matches!(e, ActionError::NotFound(_)),
+        ),
+        (
+            || status(503, "ServiceUnavailable", "etcd leader changed"),
+            |e| matches!(e, ActionError::Transient(_)),
+        ),
+    ];
+    for (reply, check) in cases {
+        let (_, r) = one(action(), reply).await;
+        let e = r.unwrap_err();
+        assert!(check(&e), "{e:?}");
+    }
+}
+
+#[tokio::test]
+async fn executor_retries_conflicts_but_not_forbidden_or_invalid() {
+    let (client, mut server) = mock_client();
+    let executor = Executor::new(
+        Arc::new(KubeSink::new(client)),
+        ExecutorOptions {
+            dry_run: false,
+            max_attempts: 4,
+            base_backoff: Duration::from_millis(5),
+        },
+    );
+    let action = Action::Patch {
+        target: deployment(),
+        patch_type: PatchType::Merge,
+        patch: json!({"a": 1}),
+    };
+    let script = tokio::spawn(async move {
+        for reply in [
+            status(409, "Conflict", "the object has been modified"),
+            ok(),
+        ] {
+            let (seen, send) = next(&mut server).await;
+            assert_eq!(seen.method, "PATCH");
+            send.send_response(reply);
+        }
+        // 403: exactly one attempt.
+        let (_, send) = next(&mut server).await;
+        send.send_response(status(403, "Forbidden", "no"));
+        // 422: exactly one attempt.
+        let (_, send) = next(&mut server).await;
+        send.send_response(status(422, "Invalid", "bad"));
+        server
+    });
+    assert!(executor.execute("p", &action).await);
+    assert_eq!(executor.stats.retried.load(Ordering::Relaxed), 1);
+    assert!(!executor.execute("p", &action).await);
+    assert!(!executor.execute("p", &action).await);
+    assert_eq!(executor.stats.failed.load(Ordering::Relaxed), 2);
+    assert_eq!(executor.stats.applied.load(Ordering::Relaxed), 1);
+    let mut server = script.await.unwrap();
+    // No further request was made (nothing retried forever).
+    assert!(
+        tokio::time::timeout(Duration::from_millis(200), server.next_request())
+            .await
+            .is_err()
+    );
+}
