@@ -4,6 +4,7 @@
 //! after the last attempt. Each plugin has its own queue and workers, so a
 //! slow or failing plugin never delays another.
 
+pub mod latency;
 pub mod queue;
 
 use std::sync::Arc;
@@ -20,6 +21,7 @@ use crate::informer::{Delta, DeltaType, Informer};
 use crate::kind::Gvk;
 use crate::object::{KObject, ObjectKey};
 use crate::runtime::{Actor, CallDelta, CallError};
+pub use latency::LatencyHistogram;
 use queue::{Item, KeyedQueue, Pushed};
 
 /// Global counters that tell when every delta emitted has been handled
@@ -56,6 +58,11 @@ pub struct PluginStats {
     pub filtered: AtomicU64,
     pub coalesced: AtomicU64,
     pub consecutive_traps: AtomicU64,
+    /// From the informer receiving a delta to the plugin's call returning
+    /// (queueing, coalescing and retries included).
+    pub latency: LatencyHistogram,
+    /// The plugin calls alone.
+    pub call_time: LatencyHistogram,
 }
 
 #[derive(Debug, Clone)]
@@ -311,7 +318,7 @@ async fn intake(
             initial: delta.initial,
             final_state_unknown: delta.final_state_unknown,
         };
-        push(&shared, key, Item::new(call));
+        push(&shared, key, Item::new(call).received_at(delta.received));
     }
     // Whatever is still in the channel will never be handled by this version.
     rx.close();
@@ -359,12 +366,14 @@ async fn worker(
         if shared.queue.lock().has_ready() {
             shared.wake.notify_one();
         }
-        let (result, _elapsed) = actor.handle(item.delta.clone()).await;
+        let (result, elapsed) = actor.handle(item.delta.clone()).await;
+        shared.stats.call_time.record(elapsed);
         let plugin = &*shared.plugin;
         let obj_key = key.1.to_string();
         let kind = item.delta.kind.kind.clone();
         match result {
             Ok(actions) => {
+                shared.stats.latency.record(item.received.elapsed());
                 shared.stats.delivered.fetch_add(1, Ordering::Relaxed);
                 shared.stats.consecutive_traps.store(0, Ordering::Relaxed);
                 shared.executor.execute_all(plugin, actions).await;

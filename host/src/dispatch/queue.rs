@@ -17,6 +17,8 @@ pub struct Item {
     pub attempts: u32,
     /// How many raw deltas this item stands for (after coalescing).
     pub weight: u64,
+    /// When the oldest delta it stands for reached the informer.
+    pub received: std::time::Instant,
 }
 
 impl Item {
@@ -25,7 +27,14 @@ impl Item {
             delta,
             attempts: 0,
             weight: 1,
+            received: std::time::Instant::now(),
         }
+    }
+
+    #[must_use]
+    pub fn received_at(mut self, at: std::time::Instant) -> Self {
+        self.received = at;
+        self
     }
 }
 
@@ -60,7 +69,7 @@ impl<K> Default for KeyedQueue<K> {
 }
 
 /// Merges `next` into `last` when the pair can be expressed as one delta.
-fn coalesce(last: &mut Item, next: Item) -> Result<Option<u64>, Item> {
+fn coalesce(last: &mut Item, next: Item) -> Result<Option<u64>, Box<Item>> {
     use DeltaType::*;
     let w = last.weight + next.weight;
     match (last.delta.dtype, next.delta.dtype) {
@@ -88,7 +97,7 @@ fn coalesce(last: &mut Item, next: Item) -> Result<Option<u64>, Item> {
             Ok(None)
         }
         (Added, Deleted) if last.attempts == 0 => Ok(Some(w)),
-        _ => Err(next),
+        _ => Err(Box::new(next)),
     }
 }
 
@@ -112,7 +121,7 @@ impl<K: Clone + Eq + Hash> KeyedQueue<K> {
                     }
                     return Pushed::Cancelled(weight);
                 }
-                Err(item) => queue.push_back(item),
+                Err(item) => queue.push_back(*item),
             }
         } else {
             queue.push_back(item);

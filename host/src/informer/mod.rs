@@ -93,6 +93,8 @@ pub struct Delta {
     pub old: Option<ObjectHandle>,
     pub initial: bool,
     pub final_state_unknown: bool,
+    /// When the informer received it (for delivery latency).
+    pub received: std::time::Instant,
 }
 
 impl Delta {
@@ -103,6 +105,7 @@ impl Delta {
             old: None,
             initial: false,
             final_state_unknown: false,
+            received: std::time::Instant::now(),
         }
     }
 
@@ -113,6 +116,7 @@ impl Delta {
             old: None,
             initial: false,
             final_state_unknown: false,
+            received: std::time::Instant::now(),
         }
     }
 }

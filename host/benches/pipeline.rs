@@ -1,0 +1,343 @@
+//! Pipeline and cache benchmark (prints figures; not a timed test).
+//!
+//! Run: `bash plugins/build.sh && cargo bench -p kubewasm --bench pipeline`.
+//! Objects are real Pods from the corpus (KUBEWASM_CORPUS, default
+//! ../shared/corpus), cloned under new names to reach the counts below.
+//!
+//! 1. Bytes per cached Pod: live heap bytes (a counting allocator) of the
+//!    lister cache holding N Pods, against their compact JSON size with
+//!    and without managedFields.
+//! 2. Throughput: an initial list of N Pods through source -> informer ->
+//!    cache -> dispatcher -> plugin (no-op and realistic), deltas/s.
+//! 3. Latency: updates paced at 5k/s (ARCHITECTURE.md's rate); p50/p99 from the
+//!    informer receiving a delta to the plugin call returning.
+#![allow(
+    unsafe_code,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::print_stdout,
+    clippy::cast_precision_loss
+)]
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use futures::future::BoxFuture;
+use futures::stream::BoxStream;
+use kubewasm::actions::Action;
+use kubewasm::actions::executor::{ActionError, ActionSink, Executor, ExecutorOptions};
+use kubewasm::dispatch::{Activity, DispatchOptions};
+use kubewasm::informer::{InformerSet, InformerSpec, Source, SourceError, Store, WatchEvent};
+use kubewasm::kind::{Gvk, KindRegistry};
+use kubewasm::manager::PluginHost;
+use kubewasm::object::{KObject, StripOptions};
+use kubewasm::runtime::{EngineOptions, Manifest, Runtime};
+use parking_lot::Mutex;
+use serde_json::Value;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+/// Counts live heap bytes, to measure what the cache really holds.
+struct Counting;
+static LIVE: AtomicI64 = AtomicI64::new(0);
+
+// SAFETY: forwards to the system allocator unchanged; only counts.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        LIVE.fetch_add(layout.size() as i64, Ordering::Relaxed);
+        // SAFETY: same layout contract as the caller's.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        LIVE.fetch_sub(layout.size() as i64, Ordering::Relaxed);
+        // SAFETY: `ptr` came from `alloc` with this layout.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        LIVE.fetch_add(new_size as i64 - layout.size() as i64, Ordering::Relaxed);
+        // SAFETY: forwarded unchanged.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static ALLOC: Counting = Counting;
+
+fn corpus() -> PathBuf {
+    std::env::var("KUBEWASM_CORPUS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/corpus"))
+}
+
+/// Corpus Pods with managedFields, as the API server sends them.
+fn corpus_pods() -> Vec<Value> {
+    let dir = corpus().join("objects/Pod");
+    let mut pods = Vec::new();
+    for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+        let Ok(text) = std::fs::read_to_string(e.path()) else {
+            continue;
+        };
+        let Ok(v) = serde_json::from_str::<Value>(&text) else {
+            continue;
+        };
+        if v["kind"] == "Pod" && v["metadata"]["name"].is_string() {
+            pods.push(v);
+        }
+    }
+    pods.sort_by_key(|p| p["metadata"]["name"].as_str().unwrap_or("").to_owned());
+    pods
+}
+
+fn plugin(name: &str) -> Vec<u8> {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!(
+        "../plugins/target/wasm32-wasip2/release/{name}.wasm"
+    ));
+    std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}; run plugins/build.sh first", p.display()))
+}
+
+/// Pod number `i`: corpus Pod `i % len` under a unique name and namespace.
+fn clone_pod(pods: &[Value], i: usize) -> Value {
+    let mut p = pods[i % pods.len()].clone();
+    p["metadata"]["name"] = Value::from(format!("pod-{i}"));
+    p["metadata"]["namespace"] = Value::from(format!("ns-{}", i % 50));
+    p["metadata"]["uid"] = Value::from(format!("uid-{i}"));
+    p["metadata"]["resourceVersion"] = Value::from(format!("{}", i + 1));
+    p["spec"]["nodeName"] = Value::from(format!("node-{}", i % 20));
+    p
+}
+
+fn percentile(sorted: &[usize], q: f64) -> usize {
+    sorted[((sorted.len() - 1) as f64 * q) as usize]
+}
+
+fn cache_bytes(pods: &[Value]) {
+    const N: usize = 10_000;
+    let mut full = Vec::with_capacity(N);
+    let mut stripped = Vec::with_capacity(N);
+    let store = Store::default();
+    store.add_index("by-node", "/spec/nodeName");
+    // Everything allocated from here on and still live at the end is the
+    // cache: the objects, their decoded metadata, the maps and indexes.
+    let before = LIVE.load(Ordering::SeqCst);
+    let objects: Vec<KObject> = (0..N)
+        .map(|i| {
+            let v = clone_pod(pods, i);
+            full.push(serde_json::to_string(&v).unwrap().len());
+            let o = KObject::from_value(v, StripOptions::default()).unwrap();
+            stripped.push(o.json().len());
+            o
+        })
+        .collect();
+    for o in objects {
+        store.upsert(Arc::new(o));
+    }
+    let after = LIVE.load(Ordering::SeqCst);
+    full.sort_unstable();
+    stripped.sort_unstable();
+    let per = (after - before) as f64 / N as f64;
+    let full_avg = full.iter().sum::<usize>() as f64 / N as f64;
+    let stripped_avg = stripped.iter().sum::<usize>() as f64 / N as f64;
+    println!(
+        "## Bytes per cached Pod ({N} Pods from {} corpus Pods)",
+        pods.len()
+    );
+    println!(
+        "compact JSON as served (with managedFields): avg {full_avg:.0} B (p50 {} B, p99 {} B)",
+        percentile(&full, 0.5),
+        percentile(&full, 0.99)
+    );
+    println!("compact JSON stripped (no managedFields/last-applied): avg {stripped_avg:.0} B");
+    println!(
+        "cache, live heap incl. meta, maps, namespace + by-node index: {per:.0} B/Pod = {:.2}x served JSON, {:.2}x stripped JSON (goal <= 1.0x)",
+        per / full_avg,
+        per / stripped_avg
+    );
+    drop(store);
+}
+
+/// Feeds one informer per kind from channels the benchmark writes.
+#[derive(Default)]
+struct Feed {
+    streams: Mutex<HashMap<Gvk, mpsc::UnboundedReceiver<Result<WatchEvent, SourceError>>>>,
+}
+
+impl Source for Feed {
+    fn watch(&self, spec: &InformerSpec) -> BoxStream<'static, Result<WatchEvent, SourceError>> {
+        match self.streams.lock().remove(&spec.kind.gvk) {
+            Some(mut rx) => Box::pin(futures::stream::poll_fn(move |cx| rx.poll_recv(cx))),
+            None => Box::pin(
+                futures::stream::iter([Ok(WatchEvent::Init), Ok(WatchEvent::InitDone)])
+                    .chain(futures::stream::pending()),
+            ),
+        }
+    }
+}
+use futures::StreamExt;
+
+#[derive(Default)]
+struct NullSink(AtomicU64);
+impl ActionSink for NullSink {
+    fn execute<'a>(&'a self, _: &'a str, _: &'a Action) -> BoxFuture<'a, Result<(), ActionError>> {
+        self.0.fetch_add(1, Ordering::Relaxed);
+        Box::pin(async { Ok(()) })
+    }
+}
+
+async fn wait_delivered(host: &PluginHost, name: &str, n: u64) {
+    let stats = host.stats().get(name).cloned().unwrap();
+    while stats.delivered.load(Ordering::Relaxed) < n {
+        tokio::time::sleep(Duration::from_micros(200)).await;
+    }
+}
+
+fn fmt(d: Option<Duration>) -> String {
+    d.map_or_else(
+        || "-".into(),
+        |d| format!("{:.1} us", d.as_secs_f64() * 1e6),
+    )
+}
+
+async fn pipeline(pods: &[Value], plugin_name: &str, concurrency: usize) {
+    const N: usize = 20_000;
+    let pod_gvk = Gvk::new("", "v1", "Pod");
+    let node_gvk = Gvk::new("", "v1", "Node");
+    let feed = Arc::new(Feed::default());
+    let (pod_tx, pod_rx) = mpsc::unbounded_channel();
+    let (node_tx, node_rx) = mpsc::unbounded_channel();
+    feed.streams.lock().insert(pod_gvk, pod_rx);
+    feed.streams.lock().insert(node_gvk, node_rx);
+    node_tx.send(Ok(WatchEvent::Init)).unwrap();
+    for n in 0..20 {
+        let node = serde_json::json!({"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": format!("node-{n}"), "uid": format!("n{n}"), "resourceVersion": "1",
+                "labels": {"topology.kubernetes.io/zone": format!("zone-{}", n % 3)}}});
+        node_tx
+            .send(Ok(WatchEvent::InitApply(
+                KObject::from_value(node, StripOptions::default()).unwrap(),
+            )))
+            .unwrap();
+    }
+    node_tx.send(Ok(WatchEvent::InitDone)).unwrap();
+
+    let cancel = CancellationToken::new();
+    let activity = Arc::new(Activity::default());
+    let informers = Arc::new(InformerSet::new(
+        feed.clone(),
+        activity.clone(),
+        cancel.child_token(),
+    ));
+    let sink = Arc::new(NullSink::default());
+    let executor = Arc::new(Executor::new(sink.clone(), ExecutorOptions::default()));
+    let cache = tempfile::tempdir().unwrap();
+    let runtime = Runtime::new(EngineOptions {
+        epoch_deadlines: true,
+        cache_dir: Some(cache.path().to_owned()),
+    })
+    .unwrap();
+    let host = PluginHost::new(
+        runtime,
+        informers.clone(),
+        KindRegistry::builtin(),
+        executor,
+        activity.clone(),
+        DispatchOptions::default(),
+    );
+    let mut manifest = Manifest::default();
+    manifest.limits.concurrency = concurrency;
+    host.install("bench", plugin(plugin_name), manifest)
+        .await
+        .unwrap();
+
+    // Objects are decoded (as the watcher would) before the clock starts.
+    let objects: Vec<KObject> = (0..N)
+        .map(|i| KObject::from_value(clone_pod(pods, i), StripOptions::default()).unwrap())
+        .collect();
+    let stats = host.stats().get("bench").cloned().unwrap();
+    let start = Instant::now();
+    pod_tx.send(Ok(WatchEvent::Init)).unwrap();
+    for o in objects {
+        pod_tx.send(Ok(WatchEvent::InitApply(o))).unwrap();
+    }
+    pod_tx.send(Ok(WatchEvent::InitDone)).unwrap();
+    wait_delivered(&host, "bench", N as u64).await;
+    let elapsed = start.elapsed();
+    let rate = N as f64 / elapsed.as_secs_f64();
+    println!(
+        "| {plugin_name} | {concurrency} | initial list | {rate:.0}/s | {} | {} | {} |",
+        fmt(stats.latency.quantile(0.5)),
+        fmt(stats.latency.quantile(0.99)),
+        fmt(stats.call_time.quantile(0.5)),
+    );
+
+    // Updates paced at the goal's 5k/s (or half the measured rate when
+    // that is lower), spread over all objects.
+    stats.latency.reset();
+    stats.call_time.reset();
+    let paced = (rate / 2.0).clamp(100.0, 5_000.0);
+    let updates = (paced * 2.0) as usize; // about two seconds
+    // Batches every millisecond (a spinning pacer would take one of the
+    // two cores from the pipeline).
+    let per_ms = (paced / 1000.0).max(1.0);
+    let delivered_before = stats.delivered.load(Ordering::Relaxed);
+    let updated: Vec<KObject> = (0..updates)
+        .map(|u| {
+            let i = (u * 7919) % N;
+            let mut v = clone_pod(pods, i);
+            v["metadata"]["resourceVersion"] = Value::from(format!("{}", N + u + 1));
+            v["metadata"]["labels"]["bench-seq"] = Value::from(u.to_string());
+            KObject::from_value(v, StripOptions::default()).unwrap()
+        })
+        .collect();
+    let t0 = Instant::now();
+    let mut tick = tokio::time::interval(Duration::from_millis(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+    let mut sent = 0usize;
+    let mut pending = updated.into_iter();
+    while sent < updates {
+        tick.tick().await;
+        let due = ((t0.elapsed().as_secs_f64() * 1000.0 + 1.0) * per_ms) as usize;
+        while sent < due.min(updates) {
+            pod_tx
+                .send(Ok(WatchEvent::Apply(pending.next().unwrap())))
+                .unwrap();
+            sent += 1;
+        }
+    }
+    wait_delivered(&host, "bench", delivered_before + updates as u64).await;
+    println!(
+        "| {plugin_name} | {concurrency} | updates paced at {paced:.0}/s | - | {} | {} | {} |",
+        fmt(stats.latency.quantile(0.5)),
+        fmt(stats.latency.quantile(0.99)),
+        fmt(stats.call_time.quantile(0.5)),
+    );
+    host.shutdown().await;
+    informers.shutdown().await;
+    cancel.cancel();
+}
+
+fn main() {
+    let pods = corpus_pods();
+    if pods.is_empty() {
+        println!(
+            "no corpus Pods under {}: set KUBEWASM_CORPUS to the corpus folder; skipping (nothing measured)",
+            corpus().display()
+        );
+        return;
+    }
+    cache_bytes(&pods);
+    println!();
+    println!("## Pipeline: source -> informer -> cache -> dispatcher -> plugin (2-core machine)");
+    println!("| plugin | instances | phase | throughput | latency p50 | latency p99 | call p50 |");
+    println!("|---|---|---|---|---|---|---|");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    for (name, conc) in [("noop", 1), ("noop", 2), ("realistic", 1), ("realistic", 2)] {
+        rt.block_on(pipeline(&pods, name, conc));
+    }
+}
