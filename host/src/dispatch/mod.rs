@@ -130,6 +130,8 @@ struct Shared {
     /// client-go controller, no delta is handed out before the caches the
     /// handler reads are complete.
     ready: tokio::sync::watch::Sender<bool>,
+    /// Workers (one per instance), for fair batch sizes.
+    workers: usize,
 }
 
 /// One plugin version's dispatcher.
@@ -168,6 +170,7 @@ impl Dispatcher {
             executor,
             stopping: CancellationToken::new(),
             ready: tokio::sync::watch::channel(false).0,
+            workers: actors.len(),
         });
         let tasks = TaskTracker::new();
         let worker_cancel = CancellationToken::new();
@@ -361,63 +364,100 @@ async fn worker(
                 }
             }
         };
-        let (key, mut item) = next;
-        // More may be ready: let a sibling worker take it.
-        if shared.queue.lock().has_ready() {
-            shared.wake.notify_one();
-        }
-        let (result, elapsed) = actor.handle(item.delta.clone()).await;
-        shared.stats.call_time.record(elapsed);
-        let plugin = &*shared.plugin;
-        let obj_key = key.1.to_string();
-        let kind = item.delta.kind.kind.clone();
-        match result {
-            Ok(actions) => {
-                shared.stats.latency.record(item.received.elapsed());
-                shared.stats.delivered.fetch_add(1, Ordering::Relaxed);
-                shared.stats.consecutive_traps.store(0, Ordering::Relaxed);
-                shared.executor.execute_all(plugin, actions).await;
-                finish(&shared, &key, item.weight);
+        // Take a fair share of what else is ready (the other workers get
+        // the rest), so a backlog costs one thread hand-off per batch.
+        let mut batch = vec![next];
+        {
+            let mut q = shared.queue.lock();
+            let share = q
+                .ready_len()
+                .div_ceil(shared.workers.max(1))
+                .min(MAX_BATCH - 1);
+            for _ in 0..share {
+                match q.pop() {
+                    Some(v) => batch.push(v),
+                    None => break,
+                }
             }
-            Err(err) => {
-                shared.stats.failed_calls.fetch_add(1, Ordering::Relaxed);
-                if err.is_trap() {
-                    let n = shared
-                        .stats
-                        .consecutive_traps
-                        .fetch_add(1, Ordering::Relaxed)
-                        + 1;
-                    if n == shared.options.unhealthy_after {
-                        tracing::error!(plugin, consecutive_failures = n, error = %err, "plugin is unhealthy: it keeps trapping; other plugins are unaffected");
-                    }
+            if q.has_ready() {
+                // More is ready: let a sibling worker take it.
+                shared.wake.notify_one();
+            }
+        }
+        let outcomes = if batch.len() == 1 {
+            vec![actor.handle(batch[0].1.delta.clone()).await]
+        } else {
+            actor
+                .handle_batch(batch.iter().map(|(_, i)| i.delta.clone()).collect())
+                .await
+        };
+        for ((key, item), (result, elapsed)) in batch.into_iter().zip(outcomes) {
+            shared.stats.call_time.record(elapsed);
+            settle(&shared, &tasks, key, item, result).await;
+        }
+    }
+}
+
+/// Most deltas handed to an instance at once.
+const MAX_BATCH: usize = 64;
+
+/// Acts on one call's outcome: run its actions, or retry, or give up.
+async fn settle(
+    shared: &Arc<Shared>,
+    tasks: &TaskTracker,
+    key: Key,
+    mut item: Item,
+    result: Result<Vec<crate::actions::Action>, CallError>,
+) {
+    let plugin = &*shared.plugin;
+    let obj_key = key.1.to_string();
+    let kind = item.delta.kind.kind.clone();
+    match result {
+        Ok(actions) => {
+            shared.stats.latency.record(item.received.elapsed());
+            shared.stats.delivered.fetch_add(1, Ordering::Relaxed);
+            shared.stats.consecutive_traps.store(0, Ordering::Relaxed);
+            shared.executor.execute_all(plugin, actions).await;
+            finish(shared, &key, item.weight);
+        }
+        Err(err) => {
+            shared.stats.failed_calls.fetch_add(1, Ordering::Relaxed);
+            if err.is_trap() {
+                let n = shared
+                    .stats
+                    .consecutive_traps
+                    .fetch_add(1, Ordering::Relaxed)
+                    + 1;
+                if n == shared.options.unhealthy_after {
+                    tracing::error!(plugin, consecutive_failures = n, error = %err, "plugin is unhealthy: it keeps trapping; other plugins are unaffected");
                 }
-                item.attempts += 1;
-                if err.retryable() && item.attempts < shared.options.max_attempts {
-                    let wait = backoff(&shared.options, item.attempts);
-                    shared.stats.retries.fetch_add(1, Ordering::Relaxed);
-                    tracing::warn!(plugin, kind, key = obj_key, attempt = item.attempts, error = %err, "handler call failed; retrying in {wait:?}");
-                    let shared2 = shared.clone();
-                    let stopping = shared.stopping.clone();
-                    tasks.spawn(async move {
-                        tokio::select! {
-                            () = tokio::time::sleep(wait) => {}
-                            () = stopping.cancelled() => {
-                                // Being replaced or unloaded: the next version replays.
-                                finish(&shared2, &key, item.weight);
-                                return;
-                            }
+            }
+            item.attempts += 1;
+            if err.retryable() && item.attempts < shared.options.max_attempts {
+                let wait = backoff(&shared.options, item.attempts);
+                shared.stats.retries.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(plugin, kind, key = obj_key, attempt = item.attempts, error = %err, "handler call failed; retrying in {wait:?}");
+                let shared2 = shared.clone();
+                let stopping = shared.stopping.clone();
+                tasks.spawn(async move {
+                    tokio::select! {
+                        () = tokio::time::sleep(wait) => {}
+                        () = stopping.cancelled() => {
+                            // Being replaced or unloaded: the next version replays.
+                            finish(&shared2, &key, item.weight);
+                            return;
                         }
-                        let mut q = shared2.queue.lock();
-                        q.requeue_front(&key, item);
-                        q.done(&key);
-                        drop(q);
-                        shared2.wake.notify_one();
-                    });
-                } else {
-                    shared.stats.dead.fetch_add(1, Ordering::Relaxed);
-                    tracing::error!(plugin, kind, key = obj_key, attempts = item.attempts, delta = ?item.delta.dtype, error = %err, "delta is dead: giving up on it");
-                    finish(&shared, &key, item.weight);
-                }
+                    }
+                    let mut q = shared2.queue.lock();
+                    q.requeue_front(&key, item);
+                    q.done(&key);
+                    drop(q);
+                    shared2.wake.notify_one();
+                });
+            } else {
+                shared.stats.dead.fetch_add(1, Ordering::Relaxed);
+                tracing::error!(plugin, kind, key = obj_key, attempts = item.attempts, delta = ?item.delta.dtype, error = %err, "delta is dead: giving up on it");
+                finish(shared, &key, item.weight);
             }
         }
     }

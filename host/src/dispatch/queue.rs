@@ -169,6 +169,10 @@ impl<K: Clone + Eq + Hash> KeyedQueue<K> {
         self.pending.values().map(VecDeque::len).sum()
     }
 
+    pub fn ready_len(&self) -> usize {
+        self.ready.len()
+    }
+
     pub fn has_ready(&self) -> bool {
         !self.ready.is_empty()
     }

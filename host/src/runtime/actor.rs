@@ -75,7 +75,16 @@ enum Request {
         delta: CallDelta,
         reply: oneshot::Sender<(Result<Vec<Action>, CallError>, Duration)>,
     },
+    /// Several deltas (of different objects) in one hand-off: the thread
+    /// switch costs more than a no-op call, so a backlog is drained in batches.
+    HandleBatch {
+        deltas: Vec<CallDelta>,
+        reply: oneshot::Sender<Vec<CallOutcome>>,
+    },
 }
+
+/// A call's result and duration.
+pub type CallOutcome = (Result<Vec<Action>, CallError>, Duration);
 
 /// Handle on one instance's thread. Dropping it ends the thread after the
 /// call in progress.
@@ -269,6 +278,17 @@ impl ActorThread {
                     let result = self.handle(delta);
                     let _ = reply.send((result, start.elapsed()));
                 }
+                Request::HandleBatch { deltas, reply } => {
+                    let out = deltas
+                        .into_iter()
+                        .map(|delta| {
+                            let start = Instant::now();
+                            let result = self.handle(delta);
+                            (result, start.elapsed())
+                        })
+                        .collect();
+                    let _ = reply.send(out);
+                }
             }
         }
     }
@@ -320,6 +340,21 @@ impl Actor {
         }
         rx.await
             .unwrap_or_else(|_| (Err(self.gone()), Duration::ZERO))
+    }
+
+    /// Runs several calls in order in one hand-off; one outcome per delta.
+    pub async fn handle_batch(&self, deltas: Vec<CallDelta>) -> Vec<CallOutcome> {
+        let n = deltas.len();
+        let (reply, rx) = oneshot::channel();
+        if self
+            .tx
+            .send(Request::HandleBatch { deltas, reply })
+            .is_err()
+        {
+            return (0..n).map(|_| (Err(self.gone()), Duration::ZERO)).collect();
+        }
+        rx.await
+            .unwrap_or_else(|_| (0..n).map(|_| (Err(self.gone()), Duration::ZERO)).collect())
     }
 
     /// Blocking variant for benchmarks and tools without a runtime.
