@@ -2,6 +2,8 @@
 //! laying out plugin and cluster folders, and running the host until idle.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+pub mod e2e;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Arc, OnceLock};
@@ -181,5 +183,191 @@ pub fn describe(action: &kubewasm::actions::Action) -> String {
             "event {event_type:?} {reason} {regarding} uid={} {note:?}",
             regarding.uid.as_deref().unwrap_or("-")
         ),
+    }
+}
+
+/// Copies a built plugin file at `path` into `dir` as `NAME.wasm`, with a
+/// sidecar (like [`install`], for artifacts outside the Rust workspace).
+pub fn install_file(dir: &Path, name: &str, path: &Path, sidecar: Option<&str>) {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let tmp = dir.join(format!(".{name}.wasm.tmp"));
+    std::fs::write(&tmp, bytes).unwrap();
+    if let Some(text) = sidecar {
+        std::fs::write(dir.join(format!("{name}.yaml")), text).unwrap();
+    }
+    std::fs::rename(tmp, dir.join(format!("{name}.wasm"))).unwrap();
+}
+
+/// Builds the non-Rust plugins (`plugins/build-languages.sh`, a no-op when
+/// nothing changed) once per test process and returns their folder,
+/// `plugins/target/languages` (`<lang>-config-replicator.wasm`).
+pub fn language_artifacts() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let plugins = repo_root().join("plugins");
+        let status = Command::new("bash")
+            .arg(plugins.join("build-languages.sh"))
+            .status()
+            .expect("run plugins/build-languages.sh");
+        assert!(
+            status.success(),
+            "building the language plugins failed: run plugins/install-toolchains.sh, then plugins/build-languages.sh to see why"
+        );
+        plugins.join("target/languages")
+    })
+}
+
+/// Compiles the plugin at `path` once per test process into a compile
+/// cache shared by test processes (`target/kubewasm-test-cache`, keyed by
+/// content and engine like the host's own cache), then links the compiled
+/// files into the harness's private cache: large guests (JavaScript,
+/// Python: 12-18 MB) take minutes to compile in a debug build, once.
+pub fn precompile_into(h: &Harness, path: &Path) {
+    static DONE: OnceLock<std::sync::Mutex<std::collections::HashSet<PathBuf>>> = OnceLock::new();
+    let shared = repo_root().join("target/kubewasm-test-cache");
+    {
+        let mut done = DONE.get_or_init(Default::default).lock().unwrap();
+        if !done.contains(path) {
+            std::fs::create_dir_all(&shared).unwrap();
+            let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            let engine = options(h.plugins.path(), h.cluster.path(), &shared).engine;
+            kubewasm::runtime::Runtime::new(engine)
+                .unwrap()
+                .prepare("precompile", &bytes, kubewasm::runtime::Manifest::default())
+                .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            done.insert(path.to_owned());
+        }
+    }
+    link_tree(&shared, h.cache.path());
+}
+
+fn link_tree(from: &Path, to: &Path) {
+    for entry in std::fs::read_dir(from).unwrap().flatten() {
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            std::fs::create_dir_all(&target).unwrap();
+            link_tree(&entry.path(), &target);
+        } else if !target.exists() && std::fs::hard_link(entry.path(), &target).is_err() {
+            std::fs::copy(entry.path(), &target).unwrap();
+        }
+    }
+}
+
+/// Runs the host with actions recorded until idle; every plugin must end
+/// with no dead delta. Returns `"<plugin>: <describe(action)>"` in order.
+pub async fn record_until_idle(h: &Harness) -> Vec<String> {
+    let (app, sink) = h.start_recording().await;
+    idle(&app).await;
+    let summary = app.summary();
+    app.shutdown().await;
+    for (name, p) in &summary.plugins {
+        assert_eq!(p.dead, 0, "{name} had dead deltas: {summary}");
+    }
+    sink.take()
+        .iter()
+        .map(|(plugin, a)| format!("{plugin}: {}", describe(a)))
+        .collect()
+}
+
+/// The config-replicator fixture (shared by the Rust plugin's test and its
+/// JavaScript, Python, C and Go twins): two tenant namespaces, two others,
+/// one source ConfigMap and one that is not a source.
+pub const REPLICATOR_CLUSTER: &str = "
+apiVersion: v1
+kind: Namespace
+metadata: {name: platform}
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: team-a, labels: {tenant: 'yes'}}
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: team-b, labels: {tenant: 'yes'}}
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: sandbox}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: ca-bundle, namespace: platform, labels: {kubewasm.io/replicate: 'true'}}
+data: {ca.crt: PEM-1}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: local-only, namespace: platform}
+data: {x: y}
+";
+
+/// The config-replicator's sidecar in the replicator tests.
+pub const REPLICATOR_SIDECAR: &str = "config: {namespaceSelector: tenant=yes}\n";
+
+/// The initial sync of [`REPLICATOR_CLUSTER`] emits exactly one apply per
+/// tenant namespace. `install(h)` puts the plugin, named `replicator`
+/// with [`REPLICATOR_SIDECAR`], into the harness's plugin folder.
+pub async fn check_replicator_copies_exactly(install: impl FnOnce(&Harness)) {
+    let h = Harness::new();
+    write_cluster(h.cluster.path(), &[("cluster.yaml", REPLICATOR_CLUSTER)]);
+    install(&h);
+    let actions = record_until_idle(&h).await;
+    let copy = |ns: &str| {
+        format!(
+            r#"replicator: apply force=true configmaps {ns}/ca-bundle {{"apiVersion":"v1","data":{{"ca.crt":"PEM-1"}},"kind":"ConfigMap","metadata":{{"annotations":{{"kubewasm.io/replica-of":"platform/ca-bundle"}},"labels":{{"kubewasm.io/replica":"true"}},"name":"ca-bundle","namespace":"{ns}"}}}}"#
+        )
+    };
+    assert_eq!(actions, vec![copy("team-a"), copy("team-b")]);
+}
+
+/// With actions applied for real: the copies follow an update of the
+/// source and a namespace labelled in, and all go with the source.
+pub async fn check_replicator_follows_source(install: impl FnOnce(&Harness)) {
+    let h = Harness::new();
+    write_cluster(h.cluster.path(), &[("cluster.yaml", REPLICATOR_CLUSTER)]);
+    install(&h);
+    let app = h.start().await;
+    idle(&app).await;
+    let cm = kubewasm::kind::Gvk::new("", "v1", "ConfigMap");
+    let data = |ns: &str| {
+        app.local()
+            .unwrap()
+            .get(&cm, Some(ns), "ca-bundle")
+            .map(|v| v["data"]["ca.crt"].clone())
+    };
+    assert_eq!(data("team-a"), Some(serde_json::json!("PEM-1")));
+    assert_eq!(data("sandbox"), None);
+    // Update the source and label the sandbox in.
+    let updated = REPLICATOR_CLUSTER.replace("PEM-1", "PEM-2").replace(
+        "metadata: {name: sandbox}",
+        "metadata: {name: sandbox, labels: {tenant: 'yes'}}",
+    );
+    write_cluster(h.cluster.path(), &[("cluster.yaml", &updated)]);
+    app.local().unwrap().rescan().unwrap();
+    idle(&app).await;
+    for ns in ["team-a", "team-b", "sandbox"] {
+        assert_eq!(data(ns), Some(serde_json::json!("PEM-2")), "{ns}");
+    }
+    // Delete the source: every copy goes.
+    let without: String = updated
+        .split("---")
+        .filter(|d| !d.contains("ca-bundle"))
+        .collect::<Vec<_>>()
+        .join("---");
+    write_cluster(h.cluster.path(), &[("cluster.yaml", &without)]);
+    app.local().unwrap().rescan().unwrap();
+    idle(&app).await;
+    for ns in ["team-a", "team-b", "sandbox"] {
+        assert_eq!(data(ns), None, "{ns}");
+    }
+    assert!(
+        app.local()
+            .unwrap()
+            .get(&cm, Some("platform"), "local-only")
+            .is_some()
+    );
+    let summary = app.summary();
+    app.shutdown().await;
+    for (name, p) in &summary.plugins {
+        assert_eq!(p.dead, 0, "{name} had dead deltas: {summary}");
     }
 }

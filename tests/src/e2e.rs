@@ -1,0 +1,254 @@
+//! End-to-end helpers: the real `kubewasm` binary as a subprocess against
+//! the test control plane, namespaces, and reading the recorder plugin's
+//! view (Events it records) back from the API server.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+use kube::api::{Api, ListParams, PostParams};
+use serde_json::{Value, json};
+
+use crate::{install, repo_root};
+
+/// Builds the `kubewasm` binary once per test process.
+pub fn kubewasm_bin() -> &'static Path {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let status = Command::new(env!("CARGO"))
+            .args(["build", "-p", "kubewasm", "--bin", "kubewasm"])
+            .current_dir(repo_root())
+            .status()
+            .expect("run cargo build");
+        assert!(status.success(), "building the kubewasm binary failed");
+        repo_root().join("target/debug/kubewasm")
+    })
+}
+
+/// `kubewasm run` against a kubeconfig, logs to a file, SIGTERM on drop.
+pub struct HostProcess {
+    child: Child,
+    pub plugins: tempfile::TempDir,
+    pub log: PathBuf,
+    _cache: tempfile::TempDir,
+}
+
+impl HostProcess {
+    /// Starts the host with `plugins` (`(name, artifact, sidecar)`).
+    pub fn start(kubeconfig: &Path, plugins: &[(&str, &str, Option<&str>)]) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = tempfile::tempdir().unwrap();
+        for (name, artifact, sidecar) in plugins {
+            install(dir.path(), name, artifact, *sidecar);
+        }
+        let log = dir.path().join("host.log");
+        let child = Command::new(kubewasm_bin())
+            .args(["run", "--kubeconfig"])
+            .arg(kubeconfig)
+            .arg("--plugins")
+            .arg(dir.path())
+            .arg("--cache-dir")
+            .arg(cache.path())
+            .env("RUST_LOG", "info,kube=warn")
+            .env_remove("KUBECONFIG")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("start kubewasm");
+        Self {
+            child,
+            plugins: dir,
+            log,
+            _cache: cache,
+        }
+    }
+
+    pub fn logs(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    fn signal(&self, sig: &str) {
+        let status = Command::new("kill")
+            .arg(format!("-{sig}"))
+            .arg(self.child.id().to_string())
+            .status()
+            .unwrap();
+        assert!(status.success(), "kill -{sig} failed");
+    }
+
+    /// Freezes the process (SIGSTOP): its watches stall, nothing is lost.
+    pub fn pause(&self) {
+        self.signal("STOP");
+    }
+
+    pub fn resume(&self) {
+        self.signal("CONT");
+    }
+
+    /// Waits until the log contains `needle`.
+    pub async fn wait_log(&self, needle: &str, timeout: Duration) {
+        let start = Instant::now();
+        while !self.logs().contains(needle) {
+            assert!(
+                start.elapsed() < timeout,
+                "host log never showed {needle:?} within {timeout:?}; log:\n{}",
+                self.logs()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// SIGTERM and wait: returns the exit status (the host drains and exits 0).
+    pub fn stop(mut self) -> std::process::ExitStatus {
+        self.signal("TERM");
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            if start.elapsed() > Duration::from_secs(20) {
+                let _ = self.child.kill();
+                panic!(
+                    "host did not exit within 20s of SIGTERM; log:\n{}",
+                    self.logs()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for HostProcess {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = Command::new("kill")
+                .arg("-CONT")
+                .arg(self.child.id().to_string())
+                .status();
+            let _ = Command::new("kill")
+                .arg("-TERM")
+                .arg(self.child.id().to_string())
+                .status();
+            for _ in 0..100 {
+                if let Ok(Some(_)) = self.child.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// Creates namespace `name` (with labels) and its `default` ServiceAccount
+/// (no controller-manager runs to create it).
+pub async fn namespace(client: &kube::Client, name: &str, labels: Value) {
+    let ns: Namespace = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Namespace",
+        "metadata": {"name": name, "labels": labels}
+    }))
+    .unwrap();
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .unwrap();
+    let sa: ServiceAccount = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default", "namespace": name}
+    }))
+    .unwrap();
+    let _ = Api::<ServiceAccount>::namespaced(client.clone(), name)
+        .create(&PostParams::default(), &sa)
+        .await;
+}
+
+/// One delta as the recorder plugin saw it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Seen {
+    pub version: String,
+    pub seq: u64,
+    pub delta: String,
+    pub name: String,
+    pub rv: String,
+    pub old_rv: String,
+    pub initial: bool,
+    pub unknown: bool,
+}
+
+impl Seen {
+    /// `added a initial`, `updated a`, `deleted b unknown`, `synced`.
+    pub fn short(&self) -> String {
+        let mut s = format!("{} {}", self.delta, self.name);
+        if self.initial {
+            s.push_str(" initial");
+        }
+        if self.unknown {
+            s.push_str(" unknown");
+        }
+        s.trim().to_owned()
+    }
+}
+
+/// The recorder's view in `ns`, in the order it saw it (per version).
+pub async fn recorded(client: &kube::Client, ns: &str) -> Vec<Seen> {
+    let ar = kube::core::ApiResource {
+        group: "events.k8s.io".into(),
+        version: "v1".into(),
+        api_version: "events.k8s.io/v1".into(),
+        kind: "Event".into(),
+        plural: "events".into(),
+    };
+    let api: Api<kube::core::DynamicObject> = Api::namespaced_with(client.clone(), ns, &ar);
+    let list = api
+        .list(&ListParams::default().labels("kubewasm.io/plugin=recorder"))
+        .await
+        .unwrap();
+    let mut out: Vec<Seen> = list
+        .items
+        .iter()
+        .filter_map(|e| {
+            let note: Value = serde_json::from_str(e.data["note"].as_str()?).ok()?;
+            Some(Seen {
+                version: note["version"].as_str()?.to_owned(),
+                seq: note["seq"].as_u64()?,
+                delta: note["type"].as_str()?.to_owned(),
+                name: note["name"].as_str()?.to_owned(),
+                rv: note["rv"].as_str()?.to_owned(),
+                old_rv: note["oldRv"].as_str()?.to_owned(),
+                initial: note["initial"].as_bool()?,
+                unknown: note["unknown"].as_bool()?,
+            })
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// Polls `check` until it returns `Some`, failing after `timeout`.
+pub async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let start = Instant::now();
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(
+            start.elapsed() < timeout,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// The recorder's sidecar for `resources` in `ns`.
+pub fn recorder_sidecar(ns: &str, resources: &[&str]) -> String {
+    format!(
+        "config: {}\n",
+        json!({"namespace": ns, "resources": resources})
+    )
+}
