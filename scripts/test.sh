@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Everything CI checks: formatting, lints, guest plugins, all tests.
+# Sets up what is missing (scripts/setup.sh), then everything CI checks:
+# formatting, lints, guest plugins, unit, integration and end-to-end tests.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
-rustup target add wasm32-wasip2
-rustup component add rustfmt clippy
+bash scripts/setup.sh
 cargo fmt --all --check
 (cd plugins && cargo fmt --all --check)
 bash plugins/build.sh

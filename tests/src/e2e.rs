@@ -51,7 +51,7 @@ impl HostProcess {
             .arg(dir.path())
             .arg("--cache-dir")
             .arg(cache.path())
-            .env("RUST_LOG", "info,kube=warn")
+            .env("RUST_LOG", "info,kube_client=warn,kube_runtime=warn")
             .env_remove("KUBECONFIG")
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap())

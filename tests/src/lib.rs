@@ -2,6 +2,8 @@
 //! laying out plugin and cluster folders, and running the host until idle.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+pub mod controlplane;
+
 pub mod e2e;
 
 use std::path::{Path, PathBuf};

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Builds the test control plane (real kube-apiserver + embedded etcd) into
+# tests/controlplane/bin/kubewasm-controlplane. A no-op when the binary is
+# newer than go.mod, go.sum and every .go file.
+#
+# Needs Go (>= the go line in go.mod) and the Go module proxy. A cold build
+# (empty module and build caches) takes several minutes on 2 cores; see
+# README.md in this folder for measured numbers.
+set -euo pipefail
+cd "$(dirname "$0")"
+
+out=bin/kubewasm-controlplane
+if [[ -x $out && -z $(find go.mod go.sum ./*.go -newer "$out" 2>/dev/null) ]]; then
+  exit 0
+fi
+command -v go >/dev/null || { echo "build.sh: Go is not installed (https://go.dev/dl/)" >&2; exit 1; }
+
+# /version must report the release the module pins.
+version=$(go mod edit -json | sed -n '/"Path": "k8s.io\/kubernetes"/{n;s/.*"Version": "\(.*\)".*/\1/p}')
+if [[ ! $version =~ ^v1\.([0-9]+)\.[0-9]+$ ]]; then
+  echo "build.sh: cannot find the k8s.io/kubernetes version in go.mod (got '$version')" >&2
+  exit 1
+fi
+minor=${BASH_REMATCH[1]}
+pkg=k8s.io/component-base/version
+ldflags="-s -w -X $pkg.gitVersion=$version -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor -X $pkg.gitTreeState=clean"
+
+mkdir -p bin
+echo "build.sh: building $out (k8s.io/kubernetes $version)..." >&2
+start=$SECONDS
+go build -mod=readonly -trimpath -buildvcs=false -ldflags "$ldflags" -o "$out.tmp" .
+mv -f "$out.tmp" "$out"
+echo "build.sh: built $out in $((SECONDS - start))s" >&2

@@ -1,0 +1,463 @@
+//! A real Kubernetes control plane for end-to-end tests: the official
+//! kube-apiserver (k8s.io/kubernetes v1.35) and an embedded etcd, both on
+//! 127.0.0.1, run by the Go program in `tests/controlplane/` (see its
+//! README.md). No controller-manager, scheduler or kubelet: namespaces are
+//! never finalized, owner references are not garbage-collected, Pods are not
+//! scheduled.
+//!
+//! ```no_run
+//! # async fn demo() -> anyhow::Result<()> {
+//! use kubewasm_tests::controlplane::ControlPlane;
+//! let cp = ControlPlane::shared(); // one per test binary; use your own namespace
+//! let client = cp.admin_client().await;
+//! # Ok(()) }
+//! ```
+//!
+//! Environment:
+//! - `KUBEWASM_CONTROLPLANE_BIN`: use this binary instead of building
+//!   `tests/controlplane/bin/kubewasm-controlplane` with `build.sh`.
+//! - `KUBEWASM_CONTROLPLANE_KEEP=1`: keep the state folder (etcd data,
+//!   `apiserver.log`, kubeconfigs) after the test and print where it is.
+//! - `KUBEWASM_CONTROLPLANE_LOG=1`: echo the control plane's stderr.
+
+use std::collections::VecDeque;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, TryRecvError};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, anyhow, bail};
+use rustix::process::{Pid, Signal, kill_process};
+
+const READY_PREFIX: &str = "KUBEWASM-CONTROLPLANE READY ";
+const RESTARTED: &str = "KUBEWASM-CONTROLPLANE RESTARTED";
+/// How long the API server may take to answer /readyz (start or restart).
+const READY_TIMEOUT: Duration = Duration::from_secs(120);
+/// How long a SIGTERM'd control plane may take to exit before SIGKILL.
+const STOP_TIMEOUT: Duration = Duration::from_secs(30);
+/// Lines of the control plane's stderr kept for error messages.
+const STDERR_LINES: usize = 200;
+
+/// Options for [`ControlPlane`]; start with [`ControlPlane::builder`] or
+/// [`ControlPlane::with_compaction`].
+#[derive(Debug, Clone)]
+pub struct ControlPlaneBuilder {
+    compaction: Option<Duration>,
+    watch_cache: bool,
+    verbosity: u32,
+    apiserver_args: Vec<String>,
+}
+
+impl Default for ControlPlaneBuilder {
+    fn default() -> Self {
+        Self {
+            compaction: None,
+            watch_cache: true,
+            verbosity: 0,
+            apiserver_args: Vec::new(),
+        }
+    }
+}
+
+impl ControlPlaneBuilder {
+    /// The apiserver's `--etcd-compaction-interval` (default 5m). A short
+    /// interval (2s) makes old resourceVersions expire so that watches and
+    /// lists from them get 410 Gone.
+    pub fn compaction(mut self, interval: Duration) -> Self {
+        self.compaction = Some(interval);
+        self
+    }
+
+    /// The apiserver's `--watch-cache` (default true). With the cache on, a
+    /// 410 comes from the cache's window of recent events; with it off, every
+    /// watch goes to etcd and a 410 follows etcd compaction.
+    pub fn watch_cache(mut self, on: bool) -> Self {
+        self.watch_cache = on;
+        self
+    }
+
+    /// The apiserver's `-v` (its log goes to `dir()/apiserver.log`).
+    pub fn verbosity(mut self, v: u32) -> Self {
+        self.verbosity = v;
+        self
+    }
+
+    /// An extra kube-apiserver flag, e.g. `--runtime-config=api/all=true`.
+    pub fn apiserver_arg(mut self, arg: impl Into<String>) -> Self {
+        self.apiserver_args.push(arg.into());
+        self
+    }
+
+    /// Builds the binary if needed, starts the control plane in a temp
+    /// folder and waits (up to 120 s, not counting the build) until the API
+    /// server answers /readyz. The waiting runs on a blocking thread.
+    pub async fn start(self) -> anyhow::Result<ControlPlane> {
+        tokio::task::spawn_blocking(move || self.start_blocking())
+            .await
+            .context("the control plane start task failed")?
+    }
+
+    /// [`Self::start`] for synchronous code (blocks the calling thread).
+    pub fn start_blocking(self) -> anyhow::Result<ControlPlane> {
+        let bin = binary()?;
+        let root = tempfile::Builder::new()
+            .prefix("kubewasm-controlplane-")
+            .tempdir()
+            .context("creating the control plane's temp folder")?;
+        let keep = std::env::var_os("KUBEWASM_CONTROLPLANE_KEEP").is_some_and(|v| v == "1");
+        let echo = std::env::var_os("KUBEWASM_CONTROLPLANE_LOG").is_some_and(|v| v == "1");
+
+        let mut cmd = Command::new(&bin);
+        cmd.arg("--dir")
+            .arg(root.path())
+            // The test process may never drop a shared instance: when it
+            // exits, stdin closes and the control plane stops by itself.
+            .arg("--exit-on-stdin-eof")
+            .arg(format!("--watch-cache={}", self.watch_cache))
+            .arg(format!("--v={}", self.verbosity));
+        if !keep {
+            cmd.arg("--remove-dir");
+        }
+        if let Some(every) = self.compaction {
+            cmd.arg(format!(
+                "--etcd-compaction-interval={}ms",
+                every.as_millis()
+            ));
+        }
+        for a in &self.apiserver_args {
+            cmd.arg(format!("--apiserver-arg={a}"));
+        }
+        cmd.stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = cmd
+            .spawn()
+            .with_context(|| format!("spawning {}", bin.display()))?;
+        let pid = Pid::from_child(&child);
+
+        // stdout: protocol lines into a channel.
+        let (tx, lines) = mpsc::channel();
+        let stdout = child.stdout.take().context("child stdout")?;
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        // stderr: the last lines, for error messages.
+        let stderr_tail = Arc::new(Mutex::new(VecDeque::with_capacity(STDERR_LINES)));
+        let stderr = child.stderr.take().context("child stderr")?;
+        let tail = stderr_tail.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                if echo {
+                    eprintln!("{line}");
+                }
+                let mut t = tail.lock().unwrap();
+                if t.len() == STDERR_LINES {
+                    t.pop_front();
+                }
+                t.push_back(line);
+            }
+        });
+        let stdin = child.stdin.take();
+
+        let dir = if keep {
+            let path = root.keep();
+            eprintln!("kubewasm-controlplane: keeping {}", path.display());
+            Dir::Kept(path)
+        } else {
+            Dir::Temp(root)
+        };
+        let mut cp = ControlPlane {
+            child: Mutex::new(Some(child)),
+            _stdin: Mutex::new(stdin),
+            pid,
+            lines: Mutex::new(lines),
+            stderr_tail,
+            dir,
+            server: String::new(),
+            etcd: String::new(),
+            admin_kubeconfig: PathBuf::new(),
+            user_kubeconfig: PathBuf::new(),
+            restart_lock: tokio::sync::Mutex::new(()),
+        };
+        let started = Instant::now();
+        let ready = cp
+            .wait_line_blocking(|l| l.starts_with(READY_PREFIX), READY_TIMEOUT)
+            .context("waiting for the control plane to become ready")?;
+        let info: serde_json::Value = serde_json::from_str(&ready[READY_PREFIX.len()..])
+            .with_context(|| format!("bad ready line: {ready}"))?;
+        let field = |k: &str| {
+            info[k]
+                .as_str()
+                .map(str::to_owned)
+                .ok_or_else(|| anyhow!("ready line without {k}: {ready}"))
+        };
+        cp.server = field("server")?;
+        cp.etcd = field("etcd")?;
+        cp.admin_kubeconfig = field("adminKubeconfig")?.into();
+        cp.user_kubeconfig = field("userKubeconfig")?.into();
+        if echo {
+            eprintln!(
+                "kubewasm-controlplane: {} ready in {:?}",
+                cp.server,
+                started.elapsed()
+            );
+        }
+        Ok(cp)
+    }
+}
+
+enum Dir {
+    Temp(tempfile::TempDir),
+    Kept(PathBuf),
+}
+
+/// A running control plane; stopped (SIGTERM, then wait) on drop.
+pub struct ControlPlane {
+    child: Mutex<Option<Child>>,
+    /// Kept open: the control plane exits when it closes (see `--exit-on-stdin-eof`).
+    _stdin: Mutex<Option<ChildStdin>>,
+    pid: Pid,
+    lines: Mutex<Receiver<String>>,
+    stderr_tail: Arc<Mutex<VecDeque<String>>>,
+    dir: Dir,
+    server: String,
+    etcd: String,
+    admin_kubeconfig: PathBuf,
+    user_kubeconfig: PathBuf,
+    restart_lock: tokio::sync::Mutex<()>,
+}
+
+impl std::fmt::Debug for ControlPlane {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ControlPlane")
+            .field("server", &self.server)
+            .field("etcd", &self.etcd)
+            .field("dir", &self.dir())
+            .finish()
+    }
+}
+
+impl ControlPlane {
+    /// Default options: watch cache on, compaction every 5 minutes.
+    pub fn builder() -> ControlPlaneBuilder {
+        ControlPlaneBuilder::default()
+    }
+
+    /// Starts a control plane with default options (see [`ControlPlaneBuilder::start`]).
+    pub async fn start() -> anyhow::Result<ControlPlane> {
+        Self::builder().start().await
+    }
+
+    /// Options with `--etcd-compaction-interval` set; finish with `.start().await`.
+    pub fn with_compaction(interval: Duration) -> ControlPlaneBuilder {
+        Self::builder().compaction(interval)
+    }
+
+    /// One control plane per test binary, started on first use with default
+    /// options. Tests sharing it must each use their own namespace and must
+    /// not restart it (start a private one for that). It stops when the test
+    /// binary exits.
+    pub fn shared() -> &'static ControlPlane {
+        static SHARED: OnceLock<ControlPlane> = OnceLock::new();
+        SHARED.get_or_init(|| {
+            ControlPlane::builder()
+                .start_blocking()
+                .unwrap_or_else(|e| panic!("starting the shared control plane: {e:#}"))
+        })
+    }
+
+    /// `https://127.0.0.1:PORT`
+    pub fn server(&self) -> &str {
+        &self.server
+    }
+
+    /// `http://127.0.0.1:PORT` of the embedded etcd.
+    pub fn etcd(&self) -> &str {
+        &self.etcd
+    }
+
+    /// Kubeconfig of a `system:masters` user.
+    pub fn admin_kubeconfig(&self) -> &Path {
+        &self.admin_kubeconfig
+    }
+
+    /// Kubeconfig of `kubewasm-e2e`, a user with no groups beyond
+    /// `system:authenticated`: it can do nothing until RBAC grants it.
+    pub fn user_kubeconfig(&self) -> &Path {
+        &self.user_kubeconfig
+    }
+
+    /// The state folder: etcd data, pki, kubeconfigs, `apiserver.log`, `etcd.log`.
+    pub fn dir(&self) -> &Path {
+        match &self.dir {
+            Dir::Temp(t) => t.path(),
+            Dir::Kept(p) => p,
+        }
+    }
+
+    /// The non-admin user's name, for RoleBinding subjects.
+    pub const USER: &'static str = "kubewasm-e2e";
+
+    /// A client for the admin user. Make one per test (per tokio runtime):
+    /// a client is bound to the runtime it was created on.
+    pub async fn admin_client(&self) -> kube::Client {
+        client_from(&self.admin_kubeconfig)
+            .await
+            .unwrap_or_else(|e| panic!("admin client: {e:#}"))
+    }
+
+    /// A client for the non-admin user `kubewasm-e2e`.
+    pub async fn user_client(&self) -> kube::Client {
+        client_from(&self.user_kubeconfig)
+            .await
+            .unwrap_or_else(|e| panic!("user client: {e:#}"))
+    }
+
+    /// Stops the API server (etcd keeps running) and starts it again on the
+    /// same port with the same data; returns once /readyz answers again.
+    /// Watches and connections break meanwhile, exactly like a real restart.
+    pub async fn restart(&self) -> anyhow::Result<()> {
+        let _one_at_a_time = self.restart_lock.lock().await;
+        // Drop any stale protocol line first.
+        while self.lines.lock().unwrap().try_recv().is_ok() {}
+        kill_process(self.pid, Signal::HUP).context("sending SIGHUP to the control plane")?;
+        let deadline = Instant::now() + READY_TIMEOUT;
+        loop {
+            let next = self.lines.lock().unwrap().try_recv();
+            match next {
+                Ok(line) if line == RESTARTED => return Ok(()),
+                Ok(_) => {}
+                Err(TryRecvError::Disconnected) => {
+                    bail!(
+                        "the control plane exited during a restart\n{}",
+                        self.stderr_tail()
+                    )
+                }
+                Err(TryRecvError::Empty) if Instant::now() >= deadline => {
+                    bail!(
+                        "the API server did not restart within {READY_TIMEOUT:?}\n{}",
+                        self.stderr_tail()
+                    )
+                }
+                Err(TryRecvError::Empty) => tokio::time::sleep(Duration::from_millis(50)).await,
+            }
+        }
+    }
+
+    fn wait_line_blocking(
+        &self,
+        want: impl Fn(&str) -> bool,
+        timeout: Duration,
+    ) -> anyhow::Result<String> {
+        let deadline = Instant::now() + timeout;
+        let lines = self.lines.lock().unwrap();
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match lines.recv_timeout(left) {
+                Ok(line) if want(&line) => return Ok(line),
+                Ok(_) => {}
+                Err(RecvTimeoutError::Disconnected) => {
+                    // Give the stderr reader a moment to catch the last lines.
+                    std::thread::sleep(Duration::from_millis(200));
+                    let status = self
+                        .child
+                        .lock()
+                        .unwrap()
+                        .as_mut()
+                        .and_then(|c| c.try_wait().ok().flatten());
+                    bail!(
+                        "the control plane exited ({}) before it was ready\n{}",
+                        status.map_or("status unknown".into(), |s| s.to_string()),
+                        self.stderr_tail()
+                    )
+                }
+                Err(RecvTimeoutError::Timeout) => {
+                    bail!("not ready within {timeout:?}\n{}", self.stderr_tail())
+                }
+            }
+        }
+    }
+
+    /// The last lines the control plane wrote to stderr (failures include
+    /// the tail of `apiserver.log`).
+    pub fn stderr_tail(&self) -> String {
+        let t = self.stderr_tail.lock().unwrap();
+        let mut s = String::from("--- kubewasm-controlplane stderr ---\n");
+        for l in t.iter() {
+            s.push_str(l);
+            s.push('\n');
+        }
+        s
+    }
+
+    /// Stops the control plane: SIGTERM, wait (SIGKILL after 30 s).
+    fn stop(&self) {
+        let Some(mut child) = self.child.lock().unwrap().take() else {
+            return;
+        };
+        if matches!(child.try_wait(), Ok(Some(_))) {
+            return;
+        }
+        let _ = kill_process(self.pid, Signal::TERM);
+        let deadline = Instant::now() + STOP_TIMEOUT;
+        while Instant::now() < deadline {
+            if matches!(child.try_wait(), Ok(Some(_))) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        eprintln!("kubewasm-controlplane did not stop within {STOP_TIMEOUT:?}: killing it");
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+}
+
+impl Drop for ControlPlane {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// A kube client from a kubeconfig file.
+pub async fn client_from(kubeconfig: &Path) -> anyhow::Result<kube::Client> {
+    let kc = kube::config::Kubeconfig::read_from(kubeconfig)
+        .with_context(|| format!("reading {}", kubeconfig.display()))?;
+    let config =
+        kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+            .await
+            .with_context(|| format!("loading {}", kubeconfig.display()))?;
+    Ok(kube::Client::try_from(config)?)
+}
+
+/// The control plane binary: `KUBEWASM_CONTROLPLANE_BIN`, or
+/// `tests/controlplane/bin/kubewasm-controlplane` built by `build.sh` (a
+/// no-op when up to date; a cold build takes minutes) once per process.
+pub fn binary() -> anyhow::Result<PathBuf> {
+    static BIN: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    BIN.get_or_init(|| {
+        if let Some(bin) = std::env::var_os("KUBEWASM_CONTROLPLANE_BIN") {
+            return Ok(bin.into());
+        }
+        let dir = crate::repo_root().join("tests/controlplane");
+        let status = Command::new("bash")
+            .arg(dir.join("build.sh"))
+            .status()
+            .map_err(|e| format!("running tests/controlplane/build.sh: {e}"))?;
+        if !status.success() {
+            return Err(format!(
+                "tests/controlplane/build.sh failed ({status}): it needs Go and the Go module proxy"
+            ));
+        }
+        Ok(dir.join("bin/kubewasm-controlplane"))
+    })
+    .clone()
+    .map_err(|e| anyhow!(e))
+}

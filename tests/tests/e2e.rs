@@ -1,0 +1,740 @@
+//! End-to-end: the real `kubewasm` binary against a real kube-apiserver and
+//! etcd (tests/controlplane). One control plane per run; every test in its
+//! own namespace. The recorder plugin writes each delta it sees as an Event,
+//! which the tests read back from the server.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kubewasm_tests::controlplane::ControlPlane;
+use kubewasm_tests::e2e::*;
+use kubewasm_tests::install;
+use serde_json::{Value, json};
+
+const WAIT: Duration = Duration::from_secs(60);
+
+fn cm(ns: &str, name: &str, labels: Value, data: Value) -> ConfigMap {
+    serde_json::from_value(json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": ns, "labels": labels}, "data": data}))
+    .unwrap()
+}
+
+async fn create_cm(api: &Api<ConfigMap>, ns: &str, name: &str, v: &str) -> String {
+    api.create(
+        &PostParams::default(),
+        &cm(ns, name, json!({}), json!({"v": v})),
+    )
+    .await
+    .unwrap()
+    .metadata
+    .resource_version
+    .unwrap()
+}
+
+async fn set_cm(api: &Api<ConfigMap>, name: &str, v: &str) -> String {
+    api.patch(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"data": {"v": v}})),
+    )
+    .await
+    .unwrap()
+    .metadata
+    .resource_version
+    .unwrap()
+}
+
+/// The recorder's deltas of one version, once they include `until`.
+async fn wait_seen(client: &kube::Client, ns: &str, until: impl Fn(&[Seen]) -> bool) -> Vec<Seen> {
+    eventually("the recorder's deltas", WAIT, || async {
+        let seen = recorded(client, ns).await;
+        until(&seen).then_some(seen)
+    })
+    .await
+}
+
+/// What the plugin believes exists (name -> rv), replaying its deltas.
+fn view(seen: &[Seen]) -> BTreeMap<String, String> {
+    let mut state = BTreeMap::new();
+    for s in seen {
+        match s.delta.as_str() {
+            "added" | "updated" => {
+                state.insert(s.name.clone(), s.rv.clone());
+            }
+            "deleted" => {
+                state.remove(&s.name);
+            }
+            _ => {}
+        }
+    }
+    state
+}
+
+async fn server_state(api: &Api<ConfigMap>) -> BTreeMap<String, String> {
+    api.list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|c| {
+            (
+                c.metadata.name.unwrap(),
+                c.metadata.resource_version.unwrap(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn initial_list_synced_then_live_deltas_with_old_and_new() {
+    let cp = ControlPlane::shared();
+    let client = cp.admin_client().await;
+    let ns = "e2e-deltas";
+    namespace(&client, ns, json!({})).await;
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    let rv_a = create_cm(&api, ns, "a", "1").await;
+    create_cm(&api, ns, "b", "1").await;
+
+    let host = HostProcess::start(
+        cp.admin_kubeconfig(),
+        &[(
+            "recorder",
+            "recorder",
+            Some(&recorder_sidecar(ns, &["configmaps"])),
+        )],
+    );
+    let seen = wait_seen(&client, ns, |s| s.iter().any(|x| x.delta == "synced")).await;
+    let mut initial: Vec<String> = seen.iter().map(Seen::short).collect();
+    // Order within the initial list is the server's; the marker comes last.
+    assert_eq!(initial.pop().as_deref(), Some("synced"));
+    initial.sort();
+    assert_eq!(initial, ["added a initial", "added b initial"]);
+
+    let rv_a2 = set_cm(&api, "a", "2").await;
+    api.delete("b", &DeleteParams::default()).await.unwrap();
+    let rv_c = create_cm(&api, ns, "c", "1").await;
+    let seen = wait_seen(&client, ns, |s| s.len() >= 6).await;
+    let live: Vec<String> = seen[3..].iter().map(Seen::short).collect();
+    assert_eq!(live, ["updated a", "deleted b", "added c"]);
+    assert_eq!(
+        (seen[3].rv.as_str(), seen[3].old_rv.as_str()),
+        (rv_a2.as_str(), rv_a.as_str())
+    );
+    assert_eq!(seen[5].rv, rv_c);
+    assert_eq!(view(&seen), server_state(&api).await);
+    assert!(host.stop().success(), "the host exits 0 on SIGTERM");
+}
+
+#[tokio::test]
+async fn example_plugins_write_to_the_server() {
+    let cp = ControlPlane::shared();
+    let client = cp.admin_client().await;
+    let ns = "e2e-examples";
+    namespace(
+        &client,
+        ns,
+        json!({"kubewasm.io/defaults": "enabled", "tenant": "yes"}),
+    )
+    .await;
+    namespace(&client, "e2e-examples-src", json!({})).await;
+    let src: Api<ConfigMap> = Api::namespaced(client.clone(), "e2e-examples-src");
+    src.create(
+        &PostParams::default(),
+        &cm(
+            "e2e-examples-src",
+            "shared",
+            json!({"kubewasm.io/replicate": "true"}),
+            json!({"k": "1"}),
+        ),
+    )
+    .await
+    .unwrap();
+    let root = kubewasm_tests::repo_root().join("examples/plugins");
+    let sidecar = |p: &str| std::fs::read_to_string(root.join(format!("{p}.yaml"))).unwrap();
+    let (nd, cl, cr) = (
+        sidecar("namespace-defaults"),
+        sidecar("crashloop-watcher"),
+        sidecar("config-replicator"),
+    );
+    let host = HostProcess::start(
+        cp.admin_kubeconfig(),
+        &[
+            ("namespace-defaults", "namespace_defaults", Some(&nd)),
+            ("crashloop-watcher", "crashloop_watcher", Some(&cl)),
+            ("config-replicator", "config_replicator", Some(&cr)),
+        ],
+    );
+
+    // namespace-defaults: the policy exists, owned by kubewasm/namespace-defaults.
+    let policies: Api<kube::core::DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        ns,
+        &kube::core::ApiResource::from_gvk_with_plural(
+            &kube::core::GroupVersionKind::gvk("networking.k8s.io", "v1", "NetworkPolicy"),
+            "networkpolicies",
+        ),
+    );
+    let policy = eventually("default-deny NetworkPolicy", WAIT, || async {
+        policies.get_opt("default-deny").await.unwrap()
+    })
+    .await;
+    let managers: Vec<String> = policy
+        .metadata
+        .managed_fields
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|m| m.manager)
+        .collect();
+    assert!(
+        managers.contains(&"kubewasm/namespace-defaults".to_owned()),
+        "{managers:?}"
+    );
+
+    // config-replicator: the copy follows its source through update and delete.
+    let copies: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    eventually("replicated ConfigMap", WAIT, || async {
+        let c = copies.get_opt("shared").await.unwrap()?;
+        (c.data?.get("k")? == "1").then_some(())
+    })
+    .await;
+    src.patch(
+        "shared",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"data": {"k": "2"}})),
+    )
+    .await
+    .unwrap();
+    eventually("copy updated", WAIT, || async {
+        let c = copies.get_opt("shared").await.unwrap()?;
+        (c.data?.get("k")? == "2").then_some(())
+    })
+    .await;
+    src.delete("shared", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("copy deleted", WAIT, || async {
+        copies
+            .get_opt("shared")
+            .await
+            .unwrap()
+            .is_none()
+            .then_some(())
+    })
+    .await;
+
+    // crashloop-watcher: Deployment -> ReplicaSet -> Pod made by hand (no
+    // controllers run), restarts set through the status subresource.
+    let dyn_api = |group: &str, kind: &str, plural: &str| -> Api<kube::core::DynamicObject> {
+        Api::namespaced_with(
+            client.clone(),
+            ns,
+            &kube::core::ApiResource::from_gvk_with_plural(
+                &kube::core::GroupVersionKind::gvk(group, "v1", kind),
+                plural,
+            ),
+        )
+    };
+    let labels = json!({"app": "web"});
+    let spec_template = json!({"metadata": {"labels": labels},
+        "spec": {"automountServiceAccountToken": false, "containers": [{"name": "app", "image": "example/app:1"}]}});
+    let deploy: kube::core::DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "namespace": ns},
+        "spec": {"selector": {"matchLabels": labels}, "template": spec_template}}))
+    .unwrap();
+    let deploy = dyn_api("apps", "Deployment", "deployments")
+        .create(&PostParams::default(), &deploy)
+        .await
+        .unwrap();
+    let owner = |kind: &str, o: &kube::core::DynamicObject, api_version: &str| {
+        json!([{"apiVersion": api_version, "kind": kind,
+        "name": o.metadata.name, "uid": o.metadata.uid, "controller": true}])
+    };
+    let rs: kube::core::DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "apps/v1", "kind": "ReplicaSet",
+        "metadata": {"name": "web-1", "namespace": ns, "ownerReferences": owner("Deployment", &deploy, "apps/v1")},
+        "spec": {"selector": {"matchLabels": labels}, "template": spec_template}}))
+    .unwrap();
+    let rs = dyn_api("apps", "ReplicaSet", "replicasets")
+        .create(&PostParams::default(), &rs)
+        .await
+        .unwrap();
+    let pods = dyn_api("", "Pod", "pods");
+    let pod: kube::core::DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "web-1-x", "namespace": ns, "labels": labels, "ownerReferences": owner("ReplicaSet", &rs, "apps/v1")},
+        "spec": spec_template["spec"]}))
+    .unwrap();
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    let status = |n: i64| {
+        json!({"status": {"containerStatuses": [{"name": "app", "image": "example/app:1", "imageID": "",
+        "ready": false, "restartCount": n, "state": {"waiting": {"reason": "CrashLoopBackOff"}}}]}})
+    };
+    pods.patch_status("web-1-x", &PatchParams::default(), &Patch::Merge(status(2)))
+        .await
+        .unwrap();
+    pods.patch_status("web-1-x", &PatchParams::default(), &Patch::Merge(status(6)))
+        .await
+        .unwrap();
+    let deployments = dyn_api("apps", "Deployment", "deployments");
+    eventually("crashloop annotation on the Deployment", WAIT, || async {
+        let d = deployments.get("web").await.unwrap();
+        (d.metadata
+            .annotations?
+            .get("kubewasm.io/crashloop-restarts")?
+            == "6")
+            .then_some(())
+    })
+    .await;
+    let events: Api<kube::core::DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        ns,
+        &kube::core::ApiResource::from_gvk_with_plural(
+            &kube::core::GroupVersionKind::gvk("events.k8s.io", "v1", "Event"),
+            "events",
+        ),
+    );
+    let crash = eventually("CrashLooping Event", WAIT, || async {
+        let list = events.list(&Default::default()).await.unwrap();
+        list.items
+            .into_iter()
+            .find(|e| e.data["reason"] == "CrashLooping")
+    })
+    .await;
+    assert_eq!(crash.data["type"], "Warning");
+    assert_eq!(crash.data["reportingController"], "kubewasm");
+    assert_eq!(crash.data["regarding"]["name"], "web-1-x");
+    assert!(
+        crash.data["note"]
+            .as_str()
+            .unwrap()
+            .contains("restarted 6 times")
+    );
+    assert!(host.stop().success());
+}
+
+#[tokio::test]
+async fn a_crd_created_during_the_run_flows_like_builtins() {
+    let cp = ControlPlane::shared();
+    let client = cp.admin_client().await;
+    let ns = "e2e-crd";
+    namespace(&client, ns, json!({})).await;
+    // The host starts before the CRD exists.
+    let host = HostProcess::start(
+        cp.admin_kubeconfig(),
+        &[(
+            "recorder-cm",
+            "recorder",
+            Some(&recorder_sidecar("e2e-crd-none", &["configmaps"])),
+        )],
+    );
+    host.wait_log("cache synced", WAIT).await;
+    let crds: Api<kube::core::DynamicObject> = Api::all_with(
+        client.clone(),
+        &kube::core::ApiResource::from_gvk_with_plural(
+            &kube::core::GroupVersionKind::gvk(
+                "apiextensions.k8s.io",
+                "v1",
+                "CustomResourceDefinition",
+            ),
+            "customresourcedefinitions",
+        ),
+    );
+    let crd: kube::core::DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "widgets.e2e.kubewasm.io"},
+        "spec": {"group": "e2e.kubewasm.io", "scope": "Namespaced",
+            "names": {"kind": "Widget", "plural": "widgets", "singular": "widget"},
+            "versions": [{"name": "v1", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}}))
+    .unwrap();
+    crds.create(&PostParams::default(), &crd).await.unwrap();
+    let widgets: Api<kube::core::DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        ns,
+        &kube::core::ApiResource::from_gvk_with_plural(
+            &kube::core::GroupVersionKind::gvk("e2e.kubewasm.io", "v1", "Widget"),
+            "widgets",
+        ),
+    );
+    let widget = |name: &str, size: i64| -> kube::core::DynamicObject {
+        serde_json::from_value(json!({"apiVersion": "e2e.kubewasm.io/v1", "kind": "Widget",
+            "metadata": {"name": name, "namespace": ns}, "spec": {"size": size}}))
+        .unwrap()
+    };
+    eventually("the CRD to be served", WAIT, || async {
+        widgets
+            .create(&PostParams::default(), &widget("w1", 1))
+            .await
+            .ok()
+    })
+    .await;
+    // A plugin dropped in now names the new kind by resource name.
+    install(
+        host.plugins.path(),
+        "recorder",
+        "recorder",
+        Some(&recorder_sidecar(ns, &["widgets.e2e.kubewasm.io"])),
+    );
+    wait_seen(&client, ns, |s| s.iter().any(|x| x.delta == "synced")).await;
+    widgets
+        .patch(
+            "w1",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"size": 2}})),
+        )
+        .await
+        .unwrap();
+    widgets
+        .create(&PostParams::default(), &widget("w2", 1))
+        .await
+        .unwrap();
+    widgets
+        .delete("w1", &DeleteParams::default())
+        .await
+        .unwrap();
+    let seen = wait_seen(&client, ns, |s| s.len() >= 5).await;
+    let shorts: Vec<String> = seen.iter().map(Seen::short).collect();
+    assert_eq!(
+        shorts,
+        [
+            "added w1 initial",
+            "synced",
+            "updated w1",
+            "added w2",
+            "deleted w1"
+        ]
+    );
+    drop(host);
+}
+
+#[tokio::test]
+async fn hot_reload_under_churn_loses_and_duplicates_nothing() {
+    let cp = ControlPlane::shared();
+    let client = cp.admin_client().await;
+    let ns = "e2e-reload";
+    namespace(&client, ns, json!({})).await;
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    for i in 0..10 {
+        create_cm(&api, ns, &format!("c{i}"), "0").await;
+    }
+    let sidecar = recorder_sidecar(ns, &["configmaps"]);
+    let host = HostProcess::start(
+        cp.admin_kubeconfig(),
+        &[("recorder", "recorder", Some(&sidecar))],
+    );
+    wait_seen(&client, ns, |s| s.iter().any(|x| x.delta == "synced")).await;
+
+    let churn_api = api.clone();
+    let churn = tokio::spawn(async move {
+        for round in 1..=30 {
+            let i = round % 10;
+            set_cm(&churn_api, &format!("c{i}"), &round.to_string()).await;
+            if round % 7 == 0 {
+                create_cm(&churn_api, "e2e-reload", &format!("n{round}"), "0").await;
+            }
+            // n7 and n14 go again (a c-object deleted here would be
+            // updated later).
+            if round == 15 || round == 29 {
+                let victim = if round == 15 { "n7" } else { "n14" };
+                churn_api
+                    .delete(victim, &DeleteParams::default())
+                    .await
+                    .unwrap();
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    // A new build of the same plugin: same code, different bytes (a custom
+    // section), so the folder sees a new version.
+    let mut bytes = kubewasm_tests::wasm("recorder");
+    bytes.extend_from_slice(&[0x00, 0x09, 0x08]);
+    bytes.extend_from_slice(b"e2e-swap");
+    let tmp = host.plugins.path().join(".recorder.wasm.tmp");
+    std::fs::write(&tmp, &bytes).unwrap();
+    std::fs::rename(&tmp, host.plugins.path().join("recorder.wasm")).unwrap();
+    churn.await.unwrap();
+    let server = server_state(&api).await;
+
+    let seen = eventually("two versions, the new one caught up", WAIT, || async {
+        let seen = recorded(&client, ns).await;
+        let versions: std::collections::BTreeSet<&str> =
+            seen.iter().map(|s| s.version.as_str()).collect();
+        let last = versions.iter().next_back()?.to_owned();
+        let new: Vec<Seen> = seen.iter().filter(|s| s.version == last).cloned().collect();
+        (versions.len() == 2 && view(&new) == server).then_some(new)
+    })
+    .await;
+    // The new version: its initial replay (each object once, then synced),
+    // then live deltas, none twice.
+    let replay_end = seen
+        .iter()
+        .position(|s| s.delta == "synced")
+        .expect("a synced marker");
+    let mut replayed: Vec<&str> = seen[..replay_end].iter().map(|s| s.name.as_str()).collect();
+    assert!(
+        seen[..replay_end]
+            .iter()
+            .all(|s| s.delta == "added" && s.initial)
+    );
+    replayed.sort_unstable();
+    let before = replayed.len();
+    replayed.dedup();
+    assert_eq!(before, replayed.len(), "an object replayed twice");
+    let mut live: Vec<(String, String, String)> = seen[replay_end + 1..]
+        .iter()
+        .map(|s| (s.name.clone(), s.rv.clone(), s.delta.clone()))
+        .collect();
+    let n = live.len();
+    live.sort();
+    live.dedup();
+    assert_eq!(n, live.len(), "a live delta delivered twice");
+    assert!(
+        host.logs().contains("previous version stopped"),
+        "{}",
+        host.logs()
+    );
+    drop(host);
+}
+
+#[tokio::test]
+async fn with_only_the_rbac_it_needs_the_host_works_and_a_forbidden_write_is_logged() {
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+    let cp = ControlPlane::shared();
+    let client = cp.admin_client().await;
+    let (allowed, denied, src) = ("e2e-rbac-a", "e2e-rbac-b", "e2e-rbac-src");
+    namespace(&client, allowed, json!({"e2e-rbac": "yes"})).await;
+    namespace(&client, denied, json!({"e2e-rbac": "yes"})).await;
+    namespace(&client, src, json!({})).await;
+    // Read everywhere the plugin reads; write ConfigMaps only in `allowed`.
+    let role: ClusterRole = serde_json::from_value(json!({"metadata": {"name": "e2e-kubewasm-read"},
+        "rules": [{"apiGroups": [""], "resources": ["configmaps", "namespaces"], "verbs": ["get", "list", "watch"]}]})).unwrap();
+    Api::<ClusterRole>::all(client.clone())
+        .create(&PostParams::default(), &role)
+        .await
+        .unwrap();
+    let binding: ClusterRoleBinding = serde_json::from_value(json!({"metadata": {"name": "e2e-kubewasm-read"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "e2e-kubewasm-read"},
+        "subjects": [{"kind": "User", "name": "kubewasm-e2e", "apiGroup": "rbac.authorization.k8s.io"}]})).unwrap();
+    Api::<ClusterRoleBinding>::all(client.clone())
+        .create(&PostParams::default(), &binding)
+        .await
+        .unwrap();
+    let write: Role = serde_json::from_value(json!({"metadata": {"name": "write", "namespace": allowed},
+        "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "patch", "create", "update", "delete"]}]})).unwrap();
+    Api::<Role>::namespaced(client.clone(), allowed)
+        .create(&PostParams::default(), &write)
+        .await
+        .unwrap();
+    let rb: RoleBinding = serde_json::from_value(json!({"metadata": {"name": "write", "namespace": allowed},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "write"},
+        "subjects": [{"kind": "User", "name": "kubewasm-e2e", "apiGroup": "rbac.authorization.k8s.io"}]})).unwrap();
+    Api::<RoleBinding>::namespaced(client.clone(), allowed)
+        .create(&PostParams::default(), &rb)
+        .await
+        .unwrap();
+
+    Api::<ConfigMap>::namespaced(client.clone(), src)
+        .create(
+            &PostParams::default(),
+            &cm(
+                src,
+                "rbac-shared",
+                json!({"e2e-rbac-replicate": "true"}),
+                json!({"k": "1"}),
+            ),
+        )
+        .await
+        .unwrap();
+    let sidecar =
+        "config:\n  sourceSelector: e2e-rbac-replicate=true\n  namespaceSelector: e2e-rbac=yes\n";
+    let host = HostProcess::start(
+        cp.user_kubeconfig(),
+        &[("config-replicator", "config_replicator", Some(sidecar))],
+    );
+    let copies: Api<ConfigMap> = Api::namespaced(client.clone(), allowed);
+    eventually("the copy in the allowed namespace", WAIT, || async {
+        copies.get_opt("rbac-shared").await.unwrap().map(|_| ())
+    })
+    .await;
+    host.wait_log("action failed; not retrying", WAIT).await;
+    let logs = host.logs();
+    let line = logs
+        .lines()
+        .find(|l| l.contains("action failed; not retrying"))
+        .unwrap();
+    for part in [
+        "config-replicator",
+        "verb=\"patch\"",
+        "configmaps e2e-rbac-b/rbac-shared",
+        "forbidden",
+    ] {
+        assert!(line.contains(part), "{part:?} missing from: {line}");
+    }
+    assert!(
+        Api::<ConfigMap>::namespaced(client.clone(), denied)
+            .get_opt("rbac-shared")
+            .await
+            .unwrap()
+            .is_none()
+    );
+    // The host carries on: a later change still reaches the allowed copy.
+    Api::<ConfigMap>::namespaced(client.clone(), src)
+        .patch(
+            "rbac-shared",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"data": {"k": "2"}})),
+        )
+        .await
+        .unwrap();
+    eventually("the allowed copy follows", WAIT, || async {
+        let c = copies.get_opt("rbac-shared").await.unwrap()?;
+        (c.data?.get("k")? == "2").then_some(())
+    })
+    .await;
+    assert!(host.stop().success());
+}
+
+/// Creates, updates and deletes ConfigMaps: `c0..c4` updated, `c5, c6`
+/// deleted, `n0..n2` created.
+async fn churn(api: &Api<ConfigMap>, ns: &str) {
+    for i in 0..5 {
+        set_cm(api, &format!("c{i}"), "churned").await;
+    }
+    for i in 5..7 {
+        api.delete(&format!("c{i}"), &DeleteParams::default())
+            .await
+            .unwrap();
+    }
+    for i in 0..3 {
+        create_cm(api, ns, &format!("n{i}"), "0").await;
+    }
+}
+
+/// Live deltas (after the first synced marker) never repeat.
+fn assert_no_duplicates(seen: &[Seen]) {
+    let start = seen
+        .iter()
+        .position(|s| s.delta == "synced")
+        .map_or(0, |p| p + 1);
+    let mut live: Vec<(&str, &str, &str)> = seen[start..]
+        .iter()
+        .filter(|s| s.delta != "synced")
+        .map(|s| (s.name.as_str(), s.rv.as_str(), s.delta.as_str()))
+        .collect();
+    let n = live.len();
+    live.sort_unstable();
+    live.dedup();
+    assert_eq!(n, live.len(), "a delta was delivered twice: {seen:#?}");
+}
+
+#[tokio::test]
+async fn api_server_restart_mid_stream_loses_no_delta() {
+    // Its own control plane: restarting the shared one would disturb the
+    // other tests.
+    let cp = ControlPlane::start().await.unwrap();
+    let client = cp.admin_client().await;
+    let ns = "e2e-restart";
+    namespace(&client, ns, json!({})).await;
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    for i in 0..8 {
+        create_cm(&api, ns, &format!("c{i}"), "0").await;
+    }
+    let host = HostProcess::start(
+        cp.admin_kubeconfig(),
+        &[(
+            "recorder",
+            "recorder",
+            Some(&recorder_sidecar(ns, &["configmaps"])),
+        )],
+    );
+    wait_seen(&client, ns, |s| s.iter().any(|x| x.delta == "synced")).await;
+    cp.restart().await.unwrap();
+    // Churn at once, while the host is still reconnecting with backoff.
+    let client = cp.admin_client().await;
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    churn(&api, ns).await;
+    let server = server_state(&api).await;
+    let seen = eventually("the plugin's view to equal the server's", WAIT, || async {
+        let seen = recorded(&client, ns).await;
+        (view(&seen) == server).then_some(seen)
+    })
+    .await;
+    assert_no_duplicates(&seen);
+    assert!(host.stop().success());
+}
+
+#[tokio::test]
+async fn gone_410_relists_and_reports_missed_deletions_as_final_state_unknown() {
+    // Short compaction and no watch cache: a watch resumed from an old
+    // resourceVersion hits etcd's compaction and gets 410 Gone.
+    let cp = ControlPlane::builder()
+        .compaction(Duration::from_secs(1))
+        .watch_cache(false)
+        .start()
+        .await
+        .unwrap();
+    let client = cp.admin_client().await;
+    let ns = "e2e-gone";
+    namespace(&client, ns, json!({})).await;
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    for i in 0..8 {
+        create_cm(&api, ns, &format!("c{i}"), "0").await;
+    }
+    let host = HostProcess::start(
+        cp.admin_kubeconfig(),
+        &[(
+            "recorder",
+            "recorder",
+            Some(&recorder_sidecar(ns, &["configmaps"])),
+        )],
+    );
+    wait_seen(&client, ns, |s| s.iter().any(|x| x.delta == "synced")).await;
+    // Freeze the host and cut its watch (restarting the API server), so
+    // that it sees nothing of what follows until it reconnects...
+    host.pause();
+    cp.restart().await.unwrap();
+    let client = cp.admin_client().await;
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    churn(&api, ns).await;
+    // ...by when compaction has passed its last resourceVersion.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    host.resume();
+    let server = server_state(&api).await;
+    let seen = eventually(
+        "the plugin's view to equal the server's after a relist",
+        WAIT,
+        || async {
+            let seen = recorded(&client, ns).await;
+            (view(&seen) == server).then_some(seen)
+        },
+    )
+    .await;
+    let deletes: Vec<String> = seen
+        .iter()
+        .filter(|s| s.delta == "deleted")
+        .map(Seen::short)
+        .collect();
+    assert_eq!(
+        deletes,
+        ["deleted c5 unknown", "deleted c6 unknown"],
+        "{seen:#?}"
+    );
+    // The deleted objects arrive with their last known state.
+    for s in seen.iter().filter(|s| s.delta == "deleted") {
+        let added = seen
+            .iter()
+            .find(|a| a.name == s.name && a.delta == "added")
+            .unwrap();
+        assert_eq!(s.rv, added.rv, "last known state of {}", s.name);
+    }
+    assert!(
+        host.logs().contains("410") || host.logs().to_lowercase().contains("too old"),
+        "no 410 in the host log:\n{}",
+        host.logs()
+    );
+    drop(host);
+}
