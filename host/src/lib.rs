@@ -12,4 +12,5 @@ pub mod manager;
 pub mod object;
 pub mod reload;
 pub mod runtime;
+pub mod scaffold;
 pub mod source;

@@ -35,6 +35,35 @@ enum LogFormat {
 enum Command {
     /// Run the plugins of a folder against a cluster.
     Run(RunArgs),
+    /// Create a plugin project (WIT bindings wired, a build command, a fixture test).
+    New(NewArgs),
+}
+
+#[derive(clap::Args, Debug)]
+struct NewArgs {
+    /// Language of the plugin.
+    #[arg(long, value_enum)]
+    lang: kubewasm::scaffold::Lang,
+    /// Project name: lowercase letters, digits and dashes.
+    name: String,
+    /// Folder to create the project in.
+    #[arg(long, default_value = ".")]
+    dir: PathBuf,
+    /// Take the WIT from this folder instead of the one built into kubewasm.
+    #[arg(long)]
+    wit: Option<PathBuf>,
+}
+
+fn new_project(args: NewArgs) -> anyhow::Result<()> {
+    let root = kubewasm::scaffold::create(args.lang, &args.name, &args.dir, args.wit.as_deref())?;
+    let mut out = std::io::stdout().lock();
+    writeln!(
+        out,
+        "created {} ({}): see its README for build, test and install",
+        root.display(),
+        args.lang.as_str()
+    )?;
+    Ok(())
 }
 
 #[derive(clap::Args, Debug)]
@@ -108,8 +137,10 @@ impl RunArgs {
 fn init_tracing(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // Colour only on a terminal: log files and collectors get plain text.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr);
     match format {
         LogFormat::Text => builder.init(),
@@ -175,5 +206,6 @@ fn main() -> anyhow::Result<()> {
         .context("cannot start the async runtime")?;
     match cli.command {
         Command::Run(args) => rt.block_on(run(args)),
+        Command::New(args) => new_project(args),
     }
 }

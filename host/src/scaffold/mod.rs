@@ -1,0 +1,374 @@
+//! `kubewasm new`: creates a plugin project in Rust, JavaScript, Python, C
+//! or Go. Each project holds a hello plugin (subscribes to ConfigMap
+//! `added` deltas and annotates each ConfigMap with `kubewasm.io/hello:
+//! NAME`) with the WIT bindings wired, the WIT itself (`wit/plugin.wit`,
+//! embedded in this binary, or copied from a folder), the language's
+//! kubewasm SDK where there is one in this repository, a `build.sh` that
+//! writes `dist/NAME.wasm`, and `fixtures/` (a cluster manifest and a
+//! README saying how to run the plugin against it with
+//! `kubewasm run --local fixtures --plugins dist --until-idle --dry-run`).
+
+use std::path::{Path, PathBuf};
+
+/// The WIT every plugin targets, as this host implements it.
+pub const PLUGIN_WIT: &str = include_str!("../../../wit/v0.1.0/plugin.wit");
+
+/// A language `kubewasm new` can create a plugin project in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum)]
+pub enum Lang {
+    Rust,
+    Js,
+    Python,
+    C,
+    Go,
+}
+
+impl Lang {
+    /// Every language, in the order of the docs.
+    pub const ALL: [Lang; 5] = [Lang::Rust, Lang::Js, Lang::Python, Lang::C, Lang::Go];
+
+    /// The name used on the command line (`rust`, `js`, `python`, `c`, `go`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Lang::Rust => "rust",
+            Lang::Js => "js",
+            Lang::Python => "python",
+            Lang::C => "c",
+            Lang::Go => "go",
+        }
+    }
+}
+
+impl std::fmt::Display for Lang {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Why a project could not be created.
+#[derive(Debug, thiserror::Error)]
+pub enum ScaffoldError {
+    #[error(
+        "invalid plugin name {0:?}: use 1 to 63 lowercase letters, digits and dashes, starting with a letter and not ending with a dash"
+    )]
+    InvalidName(String),
+    #[error("{0} already exists: choose another name or remove it")]
+    Exists(PathBuf),
+    #[error("no .wit file in {0}")]
+    NoWit(PathBuf),
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot write {path}: {source}")]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// One file of a template: path in the project, contents (with `{{name}}`
+/// and `{{crate}}` placeholders), whether it is executable.
+type TemplateFile = (&'static str, &'static str, bool);
+
+const COMMON: &[TemplateFile] = &[
+    (
+        "fixtures/cluster.yaml",
+        include_str!("templates/common/cluster.yaml"),
+        false,
+    ),
+    (
+        "fixtures/README.md",
+        include_str!("templates/common/fixtures-README.md"),
+        false,
+    ),
+    (
+        ".gitignore",
+        include_str!("templates/common/gitignore"),
+        false,
+    ),
+];
+
+const RUST: &[TemplateFile] = &[
+    (
+        "Cargo.toml",
+        include_str!("templates/rust/Cargo.toml"),
+        false,
+    ),
+    (
+        "src/lib.rs",
+        include_str!("templates/rust/src/lib.rs"),
+        false,
+    ),
+    ("build.sh", include_str!("templates/rust/build.sh"), true),
+    ("README.md", include_str!("templates/rust/README.md"), false),
+];
+
+const JS: &[TemplateFile] = &[
+    (
+        "package.json",
+        include_str!("templates/js/package.json"),
+        false,
+    ),
+    ("index.js", include_str!("templates/js/index.js"), false),
+    ("build.sh", include_str!("templates/js/build.sh"), true),
+    ("README.md", include_str!("templates/js/README.md"), false),
+    (
+        "sdk/kubewasm.js",
+        include_str!("../../../plugins/js/sdk/kubewasm.js"),
+        false,
+    ),
+    (
+        "sdk/selector.js",
+        include_str!("../../../plugins/js/sdk/selector.js"),
+        false,
+    ),
+];
+
+const PYTHON: &[TemplateFile] = &[
+    (
+        "requirements.txt",
+        include_str!("templates/python/requirements.txt"),
+        false,
+    ),
+    ("app.py", include_str!("templates/python/app.py"), false),
+    ("build.sh", include_str!("templates/python/build.sh"), true),
+    (
+        "README.md",
+        include_str!("templates/python/README.md"),
+        false,
+    ),
+    (
+        "sdk/kubewasm/__init__.py",
+        include_str!("../../../plugins/python/sdk/kubewasm/__init__.py"),
+        false,
+    ),
+    (
+        "sdk/kubewasm/selector.py",
+        include_str!("../../../plugins/python/sdk/kubewasm/selector.py"),
+        false,
+    ),
+];
+
+const WASI_ADAPTER: &[TemplateFile] = &[
+    (
+        "tools/wasi-adapter/Cargo.toml",
+        include_str!("../../../plugins/c/wasi-adapter/Cargo.toml"),
+        false,
+    ),
+    (
+        "tools/wasi-adapter/Cargo.lock",
+        include_str!("../../../plugins/c/wasi-adapter/Cargo.lock"),
+        false,
+    ),
+    (
+        "tools/wasi-adapter/src/main.rs",
+        include_str!("../../../plugins/c/wasi-adapter/src/main.rs"),
+        false,
+    ),
+];
+
+const C: &[TemplateFile] = &[
+    ("hello.c", include_str!("templates/c/hello.c"), false),
+    ("build.sh", include_str!("templates/c/build.sh"), true),
+    ("README.md", include_str!("templates/c/README.md"), false),
+    (
+        "sdk/kubewasm.h",
+        include_str!("../../../plugins/c/sdk/kubewasm.h"),
+        false,
+    ),
+    (
+        "sdk/kubewasm.c",
+        include_str!("../../../plugins/c/sdk/kubewasm.c"),
+        false,
+    ),
+];
+
+const GO: &[TemplateFile] = &[
+    ("go.mod", include_str!("templates/go/go.mod"), false),
+    ("main.go", include_str!("templates/go/main.go"), false),
+    ("build.sh", include_str!("templates/go/build.sh"), true),
+    ("README.md", include_str!("templates/go/README.md"), false),
+    (
+        "sdk/abi.go",
+        include_str!("../../../plugins/go/sdk/abi.go"),
+        false,
+    ),
+    (
+        "sdk/kubewasm.go",
+        include_str!("../../../plugins/go/sdk/kubewasm.go"),
+        false,
+    ),
+    (
+        "sdk/selector.go",
+        include_str!("../../../plugins/go/sdk/selector.go"),
+        false,
+    ),
+];
+
+fn templates(lang: Lang) -> Vec<&'static [TemplateFile]> {
+    match lang {
+        Lang::Rust => vec![COMMON, RUST],
+        Lang::Js => vec![COMMON, JS],
+        Lang::Python => vec![COMMON, PYTHON],
+        Lang::C => vec![COMMON, C, WASI_ADAPTER],
+        Lang::Go => vec![COMMON, GO, WASI_ADAPTER],
+    }
+}
+
+/// Whether `name` is a valid plugin name: a DNS label starting with a
+/// letter (it names the folder, the package and `dist/NAME.wasm`).
+pub fn valid_name(name: &str) -> bool {
+    (1..=63).contains(&name.len())
+        && name.starts_with(|c: char| c.is_ascii_lowercase())
+        && !name.ends_with('-')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+}
+
+/// Creates the project `dest/name` for `lang` and returns its path. The WIT
+/// comes from `wit_dir` (every `.wit` file in it) when given, else the one
+/// embedded in this binary. Refuses an existing `dest/name`.
+pub fn create(
+    lang: Lang,
+    name: &str,
+    dest: &Path,
+    wit_dir: Option<&Path>,
+) -> Result<PathBuf, ScaffoldError> {
+    if !valid_name(name) {
+        return Err(ScaffoldError::InvalidName(name.to_owned()));
+    }
+    let root = dest.join(name);
+    if root.exists() {
+        return Err(ScaffoldError::Exists(root));
+    }
+    let wit = match wit_dir {
+        Some(dir) => read_wit(dir)?,
+        None => vec![("plugin.wit".to_owned(), PLUGIN_WIT.to_owned())],
+    };
+    let crate_name = name.replace('-', "_");
+    for (file, text) in &wit {
+        write(&root.join("wit").join(file), text, false)?;
+    }
+    for set in templates(lang) {
+        for (path, text, executable) in set {
+            let text = text
+                .replace("{{name}}", name)
+                .replace("{{crate}}", &crate_name);
+            write(&root.join(path), &text, *executable)?;
+        }
+    }
+    Ok(root)
+}
+
+/// The `.wit` files directly in `dir`, sorted by name.
+fn read_wit(dir: &Path) -> Result<Vec<(String, String)>, ScaffoldError> {
+    let read_err = |source| ScaffoldError::Read {
+        path: dir.to_owned(),
+        source,
+    };
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(read_err)? {
+        let path = entry.map_err(read_err)?.path();
+        if path.extension().is_some_and(|e| e == "wit") && path.is_file() {
+            let text = std::fs::read_to_string(&path).map_err(|source| ScaffoldError::Read {
+                path: path.clone(),
+                source,
+            })?;
+            if let Some(file) = path.file_name() {
+                files.push((file.to_string_lossy().into_owned(), text));
+            }
+        }
+    }
+    if files.is_empty() {
+        return Err(ScaffoldError::NoWit(dir.to_owned()));
+    }
+    files.sort();
+    Ok(files)
+}
+
+fn write(path: &Path, text: &str, executable: bool) -> Result<(), ScaffoldError> {
+    let write_err = |source| ScaffoldError::Write {
+        path: path.to_owned(),
+        source,
+    };
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent).map_err(write_err)?;
+    }
+    std::fs::write(path, text).map_err(write_err)?;
+    #[cfg(unix)]
+    if executable {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755))
+            .map_err(write_err)?;
+    }
+    #[cfg(not(unix))]
+    let _ = executable;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn names() {
+        for ok in ["hello", "a", "zone-annotator", "x1"] {
+            assert!(valid_name(ok), "{ok}");
+        }
+        for bad in ["", "Hello", "1x", "-x", "x-", "a_b", "a.b", &"a".repeat(64)] {
+            assert!(!valid_name(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn creates_every_language_and_refuses_to_overwrite() {
+        let dir = tempfile::tempdir().unwrap();
+        for lang in Lang::ALL {
+            let name = format!("hello-{lang}");
+            let root = create(lang, &name, dir.path(), None).unwrap();
+            assert_eq!(root, dir.path().join(&name));
+            let wit = std::fs::read_to_string(root.join("wit/plugin.wit")).unwrap();
+            assert_eq!(wit, PLUGIN_WIT);
+            assert!(root.join("build.sh").is_file(), "{lang}");
+            assert!(root.join("fixtures/cluster.yaml").is_file(), "{lang}");
+            let readme = std::fs::read_to_string(root.join("fixtures/README.md")).unwrap();
+            assert!(
+                readme.contains(
+                    "kubewasm run --local fixtures --plugins dist --until-idle --dry-run"
+                )
+            );
+            assert!(readme.contains(&format!("dist/{name}.wasm")));
+            assert!(matches!(
+                create(lang, &name, dir.path(), None),
+                Err(ScaffoldError::Exists(_))
+            ));
+        }
+        assert!(matches!(
+            create(Lang::Rust, "Bad", dir.path(), None),
+            Err(ScaffoldError::InvalidName(_))
+        ));
+    }
+
+    #[test]
+    fn copies_wit_from_a_folder() {
+        let dir = tempfile::tempdir().unwrap();
+        let wit = dir.path().join("wit-src");
+        std::fs::create_dir(&wit).unwrap();
+        std::fs::write(wit.join("world.wit"), "package a:b;\n").unwrap();
+        let root = create(Lang::Go, "custom", dir.path(), Some(&wit)).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(root.join("wit/world.wit")).unwrap(),
+            "package a:b;\n"
+        );
+        let empty = dir.path().join("empty");
+        std::fs::create_dir(&empty).unwrap();
+        assert!(matches!(
+            create(Lang::Go, "other", dir.path(), Some(&empty)),
+            Err(ScaffoldError::NoWit(_))
+        ));
+    }
+}

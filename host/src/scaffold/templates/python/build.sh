@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Builds dist/{{name}}.wasm (a component) with componentize-py. Uses
+# $COMPONENTIZE_PY, else .venv (created with requirements.txt when missing).
+set -euo pipefail
+cd "$(dirname "$0")"
+cpy="${COMPONENTIZE_PY:-}"
+if [[ -z "$cpy" ]]; then
+  if [[ ! -x .venv/bin/componentize-py ]]; then
+    python3 -m venv .venv
+    .venv/bin/pip install -q -r requirements.txt
+  fi
+  cpy=.venv/bin/componentize-py
+fi
+mkdir -p dist
+"$cpy" -d wit -w plugin componentize app -p . -p sdk -o dist/{{name}}.wasm
+ls -l dist/{{name}}.wasm

@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Builds dist/{{name}}.wasm (a component) with cargo for wasm32-wasip2.
+set -euo pipefail
+cd "$(dirname "$0")"
+if command -v rustup >/dev/null && ! rustup target list --installed | grep -qx wasm32-wasip2; then
+  rustup target add wasm32-wasip2
+fi
+cargo build --release --target wasm32-wasip2
+mkdir -p dist
+cp "${CARGO_TARGET_DIR:-target}/wasm32-wasip2/release/{{crate}}.wasm" dist/{{name}}.wasm
+ls -l dist/{{name}}.wasm
