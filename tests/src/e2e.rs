@@ -23,7 +23,10 @@ pub fn kubewasm_bin() -> &'static Path {
             .status()
             .expect("run cargo build");
         assert!(status.success(), "building the kubewasm binary failed");
-        repo_root().join("target/debug/kubewasm")
+        let target = std::env::var_os("CARGO_TARGET_DIR")
+            .map(PathBuf::from)
+            .map_or_else(|| repo_root().join("target"), |t| repo_root().join(t));
+        target.join("debug/kubewasm")
     })
 }
 
