@@ -10,7 +10,8 @@ if command -v rustup >/dev/null && ! rustup target list --installed | grep -qx w
   rustup target add wasm32-wasip2
 fi
 
-cargo build --release --target wasm32-wasip2 --workspace --locked "$@"
+# Always plugins/target, whatever CARGO_TARGET_DIR says: the host finds them there.
+cargo build --release --target wasm32-wasip2 --workspace --locked --target-dir target "$@"
 
 out=target/wasm32-wasip2/release
 component=" 00 61 73 6d 0d 00 01 00"
