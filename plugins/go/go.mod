@@ -1,0 +1,3 @@
+module kubewasm/plugins
+
+go 1.24

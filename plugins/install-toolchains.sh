@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Installs the pinned toolchains plugins/build-languages.sh needs, from the
+# package registries only, on a fresh Debian 12 machine (as root, or with
+# sudo for apt). Idempotent: what is already at the pinned version is kept.
+#
+#   Debian apt   clang-19 lld-19 libclang-rt-19-dev-wasm32 wasi-libc   (C)
+#   crates.io    wasm-tools 1.263.0, wit-bindgen-cli 0.63.0             (C, Go)
+#   rustup       targets wasm32-wasip2, wasm32-wasip1
+#   npm          plugins/js/package-lock.json (npm ci): jco 1.35.0,
+#                componentize-js 0.23.0                                 (JavaScript)
+#   PyPI         plugins/python/requirements.txt into plugins/python/.venv:
+#                componentize-py 0.25.1                                 (Python)
+#   Go           1.24 or newer must be on the machine (GOOS=wasip1 with
+#                go:wasmexport); it is not installed here.
+set -euo pipefail
+cd "$(dirname "$0")"
+export PATH="$HOME/.cargo/bin:/usr/local/go/bin:$PATH"
+
+WASM_TOOLS=1.263.0
+WIT_BINDGEN=0.63.0
+APT_PACKAGES=(clang-19 lld-19 libclang-rt-19-dev-wasm32 wasi-libc)
+
+step() { printf '==> %s\n' "$*"; }
+
+# apt: only when a package is missing.
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [[ ${#missing[@]} -gt 0 ]]; then
+  step "apt-get install ${missing[*]}"
+  sudo=()
+  [[ $(id -u) -eq 0 ]] || sudo=(sudo)
+  "${sudo[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+if command -v rustup >/dev/null; then
+  step "rustup target add wasm32-wasip2 wasm32-wasip1"
+  rustup target add wasm32-wasip2 wasm32-wasip1 >/dev/null 2>&1
+fi
+
+# cargo install, with only the features the builds use (much faster).
+if [[ "$(wasm-tools --version 2>/dev/null)" != "wasm-tools $WASM_TOOLS"* ]]; then
+  step "cargo install wasm-tools@$WASM_TOOLS"
+  cargo install --quiet --locked "wasm-tools@$WASM_TOOLS" --no-default-features \
+    --features component,print,validate,strip,parse
+fi
+if [[ "$(wit-bindgen --version 2>/dev/null)" != "wit-bindgen-cli $WIT_BINDGEN"* ]]; then
+  step "cargo install wit-bindgen-cli@$WIT_BINDGEN"
+  cargo install --quiet --locked "wit-bindgen-cli@$WIT_BINDGEN" --no-default-features --features c
+fi
+
+# npm: exactly the lock file.
+if [[ ! -d js/node_modules || js/package-lock.json -nt js/node_modules/.package-lock.json ]]; then
+  step "npm ci (plugins/js)"
+  (cd js && npm ci --no-audit --no-fund --loglevel=error)
+fi
+
+# PyPI: a venv of its own.
+want=$(sed -n 's/^componentize-py==//p' python/requirements.txt)
+if [[ "$(python/.venv/bin/componentize-py --version 2>/dev/null)" != "componentize-py $want"* ]]; then
+  step "pip install -r python/requirements.txt (plugins/python/.venv)"
+  python3 -m venv python/.venv
+  python/.venv/bin/pip install --quiet --disable-pip-version-check -r python/requirements.txt
+fi
+
+# Go: checked, not installed.
+if ! command -v go >/dev/null; then
+  echo "error: Go 1.24 or newer is needed for plugins/go (GOOS=wasip1, go:wasmexport)" >&2
+  exit 1
+fi
+minor=$(go env GOVERSION | sed -E 's/^go1\.([0-9]+).*/\1/')
+if [[ "$minor" -lt 24 ]]; then
+  echo "error: $(go env GOVERSION) is too old for plugins/go: Go 1.24 or newer is needed" >&2
+  exit 1
+fi
+
+step "toolchains ready: $(clang-19 --version | head -1); $(wasm-tools --version); $(wit-bindgen --version); node $(node --version); $(python/.venv/bin/componentize-py --version); $(go env GOVERSION)"
