@@ -8,6 +8,7 @@ bash scripts/setup.sh
 cargo fmt --all --check
 (cd plugins && cargo fmt --all --check)
 bash plugins/build.sh
+bash plugins/build-languages.sh
 (cd plugins && cargo clippy --release --target wasm32-wasip2 --workspace -- -D warnings)
 (cd plugins && cargo test -p kubewasm-sdk)
 cargo clippy --workspace --all-targets -- -D warnings

@@ -41,11 +41,18 @@ pub struct HostProcess {
 impl HostProcess {
     /// Starts the host with `plugins` (`(name, artifact, sidecar)`).
     pub fn start(kubeconfig: &Path, plugins: &[(&str, &str, Option<&str>)]) -> Self {
+        Self::start_with(kubeconfig, |dir| {
+            for (name, artifact, sidecar) in plugins {
+                install(dir, name, artifact, *sidecar);
+            }
+        })
+    }
+
+    /// Starts the host after `fill` has put plugins into its folder.
+    pub fn start_with(kubeconfig: &Path, fill: impl FnOnce(&Path)) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let cache = tempfile::tempdir().unwrap();
-        for (name, artifact, sidecar) in plugins {
-            install(dir.path(), name, artifact, *sidecar);
-        }
+        fill(dir.path());
         let log = dir.path().join("host.log");
         let child = Command::new(kubewasm_bin())
             .args(["run", "--kubeconfig"])

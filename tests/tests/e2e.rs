@@ -738,3 +738,88 @@ async fn gone_410_relists_and_reports_missed_deletions_as_final_state_unknown() 
     );
     drop(host);
 }
+
+#[tokio::test]
+async fn javascript_and_python_plugins_act_on_the_real_server() {
+    let cp = ControlPlane::shared();
+    let client = cp.admin_client().await;
+    let langs = ["js", "python"];
+    let src_ns = "e2e-lang-src";
+    namespace(&client, src_ns, json!({})).await;
+    for lang in langs {
+        namespace(
+            &client,
+            &format!("e2e-lang-{lang}"),
+            json!({format!("e2e-lang-{lang}"): "yes"}),
+        )
+        .await;
+    }
+    let src: Api<ConfigMap> = Api::namespaced(client.clone(), src_ns);
+    for lang in langs {
+        src.create(
+            &PostParams::default(),
+            &cm(
+                src_ns,
+                &format!("from-{lang}"),
+                json!({format!("e2e-lang-{lang}"): "true"}),
+                json!({"k": "1"}),
+            ),
+        )
+        .await
+        .unwrap();
+    }
+    let artifacts = kubewasm_tests::language_artifacts();
+    let host = HostProcess::start_with(cp.admin_kubeconfig(), |dir| {
+        for lang in langs {
+            let sidecar = format!(
+                "config:\n  sourceSelector: e2e-lang-{lang}=true\n  namespaceSelector: e2e-lang-{lang}=yes\nlimits: {{memory: 256Mi, timeout: 5s}}\n"
+            );
+            kubewasm_tests::install_file(
+                dir,
+                &format!("{lang}-config-replicator"),
+                &artifacts.join(format!("{lang}-config-replicator.wasm")),
+                Some(&sidecar),
+            );
+        }
+    });
+    for lang in langs {
+        let copies: Api<ConfigMap> = Api::namespaced(client.clone(), &format!("e2e-lang-{lang}"));
+        let name = format!("from-{lang}");
+        let copy = eventually(
+            &format!("the {lang} plugin's copy"),
+            Duration::from_secs(180),
+            || async { copies.get_opt(&name).await.unwrap() },
+        )
+        .await;
+        assert_eq!(copy.data.unwrap()["k"], "1");
+        let managers: Vec<String> = copy
+            .metadata
+            .managed_fields
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|m| m.manager)
+            .collect();
+        assert!(
+            managers.contains(&format!("kubewasm/{lang}-config-replicator")),
+            "{managers:?}"
+        );
+        src.patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"data": {"k": "2"}})),
+        )
+        .await
+        .unwrap();
+        eventually(&format!("the {lang} copy follows"), WAIT, || async {
+            let c = copies.get_opt(&name).await.unwrap()?;
+            (c.data?.get("k")? == "2").then_some(())
+        })
+        .await;
+        src.delete(&name, &DeleteParams::default()).await.unwrap();
+        eventually(&format!("the {lang} copy is deleted"), WAIT, || async {
+            copies.get_opt(&name).await.unwrap().is_none().then_some(())
+        })
+        .await;
+    }
+    assert!(host.stop().success(), "{}", "host exit");
+}

@@ -209,102 +209,28 @@ async fn crashloop_watcher_records_an_event_and_annotates_the_owning_deployment(
     app.shutdown().await;
 }
 
-const REPLICATOR_CLUSTER: &str = "
-apiVersion: v1
-kind: Namespace
-metadata: {name: platform}
----
-apiVersion: v1
-kind: Namespace
-metadata: {name: team-a, labels: {tenant: 'yes'}}
----
-apiVersion: v1
-kind: Namespace
-metadata: {name: team-b, labels: {tenant: 'yes'}}
----
-apiVersion: v1
-kind: Namespace
-metadata: {name: sandbox}
----
-apiVersion: v1
-kind: ConfigMap
-metadata: {name: ca-bundle, namespace: platform, labels: {kubewasm.io/replicate: 'true'}}
-data: {ca.crt: PEM-1}
----
-apiVersion: v1
-kind: ConfigMap
-metadata: {name: local-only, namespace: platform}
-data: {x: y}
-";
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn config_replicator_copies_to_matching_namespaces_exactly() {
-    let h = Harness::new();
-    write_cluster(h.cluster.path(), &[("cluster.yaml", REPLICATOR_CLUSTER)]);
-    install(
-        h.plugins.path(),
-        "replicator",
-        "config_replicator",
-        Some("config: {namespaceSelector: tenant=yes}\n"),
-    );
-    let actions = run(&h).await;
-    let copy = |ns: &str| {
-        format!(
-            r#"replicator: apply force=true configmaps {ns}/ca-bundle {{"apiVersion":"v1","data":{{"ca.crt":"PEM-1"}},"kind":"ConfigMap","metadata":{{"annotations":{{"kubewasm.io/replica-of":"platform/ca-bundle"}},"labels":{{"kubewasm.io/replica":"true"}},"name":"ca-bundle","namespace":"{ns}"}}}}"#
-        )
-    };
-    assert_eq!(actions, vec![copy("team-a"), copy("team-b")]);
+    kubewasm_tests::check_replicator_copies_exactly(|h| {
+        install(
+            h.plugins.path(),
+            "replicator",
+            "config_replicator",
+            Some(kubewasm_tests::REPLICATOR_SIDECAR),
+        );
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn config_replicator_follows_its_source_through_update_new_namespace_and_delete() {
-    let h = Harness::new();
-    write_cluster(h.cluster.path(), &[("cluster.yaml", REPLICATOR_CLUSTER)]);
-    install(
-        h.plugins.path(),
-        "replicator",
-        "config_replicator",
-        Some("config: {namespaceSelector: tenant=yes}\n"),
-    );
-    let app = h.start().await;
-    idle(&app).await;
-    let cm = kubewasm::kind::Gvk::new("", "v1", "ConfigMap");
-    let data = |ns: &str| {
-        app.local()
-            .unwrap()
-            .get(&cm, Some(ns), "ca-bundle")
-            .map(|v| v["data"]["ca.crt"].clone())
-    };
-    assert_eq!(data("team-a"), Some(serde_json::json!("PEM-1")));
-    assert_eq!(data("sandbox"), None);
-    // Update the source and label the sandbox in.
-    let updated = REPLICATOR_CLUSTER.replace("PEM-1", "PEM-2").replace(
-        "metadata: {name: sandbox}",
-        "metadata: {name: sandbox, labels: {tenant: 'yes'}}",
-    );
-    write_cluster(h.cluster.path(), &[("cluster.yaml", &updated)]);
-    app.local().unwrap().rescan().unwrap();
-    idle(&app).await;
-    for ns in ["team-a", "team-b", "sandbox"] {
-        assert_eq!(data(ns), Some(serde_json::json!("PEM-2")), "{ns}");
-    }
-    // Delete the source: every copy goes.
-    let without: String = updated
-        .split("---")
-        .filter(|d| !d.contains("ca-bundle"))
-        .collect::<Vec<_>>()
-        .join("---");
-    write_cluster(h.cluster.path(), &[("cluster.yaml", &without)]);
-    app.local().unwrap().rescan().unwrap();
-    idle(&app).await;
-    for ns in ["team-a", "team-b", "sandbox"] {
-        assert_eq!(data(ns), None, "{ns}");
-    }
-    assert!(
-        app.local()
-            .unwrap()
-            .get(&cm, Some("platform"), "local-only")
-            .is_some()
-    );
-    app.shutdown().await;
+    kubewasm_tests::check_replicator_follows_source(|h| {
+        install(
+            h.plugins.path(),
+            "replicator",
+            "config_replicator",
+            Some(kubewasm_tests::REPLICATOR_SIDECAR),
+        );
+    })
+    .await;
 }

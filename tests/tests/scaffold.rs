@@ -1,0 +1,104 @@
+//! `kubewasm new` (host/src/scaffold): each language's project builds with
+//! its own `build.sh`, and the hello plugin it makes loads in the host and
+//! handles the delta of its own fixture (`fixtures/cluster.yaml`) with the
+//! exact action its `fixtures/README.md` promises. Toolchains as for the
+//! language plugins: `plugins/install-toolchains.sh`.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::Path;
+use std::process::Command;
+
+use kubewasm::scaffold::{self, Lang};
+use kubewasm_tests::{
+    Harness, install_file, language_artifacts, precompile_into, record_until_idle, repo_root,
+    write_cluster,
+};
+
+/// Runs the project's build.sh, reusing what the repository's own builds
+/// already fetched (npm packages, the Python venv, the WASI adapter, a
+/// cargo target folder) so the test needs no network of its own.
+fn build(lang: Lang, root: &Path) {
+    let built = language_artifacts(); // toolchains, node_modules, adapter
+    let plugins = repo_root().join("plugins");
+    let home = std::env::var("HOME").unwrap_or_default();
+    let path = std::env::var("PATH").unwrap_or_default();
+    let mut cmd = Command::new("bash");
+    cmd.arg("build.sh")
+        .current_dir(root)
+        .env(
+            "PATH",
+            format!("{home}/.cargo/bin:/usr/local/go/bin:{path}"),
+        )
+        .env(
+            "CARGO_TARGET_DIR",
+            repo_root().join("target/scaffold-tools"),
+        );
+    match lang {
+        Lang::Rust => {}
+        Lang::Js => {
+            std::os::unix::fs::symlink(plugins.join("js/node_modules"), root.join("node_modules"))
+                .unwrap();
+        }
+        Lang::Python => {
+            cmd.env(
+                "COMPONENTIZE_PY",
+                plugins.join("python/.venv/bin/componentize-py"),
+            );
+        }
+        Lang::C | Lang::Go => {
+            std::fs::create_dir_all(root.join("build")).unwrap();
+            std::fs::copy(
+                built.join("build/wasi_snapshot_preview1.reactor.wasm"),
+                root.join("build/wasi_snapshot_preview1.reactor.wasm"),
+            )
+            .unwrap();
+        }
+    }
+    let status = cmd.status().expect("run build.sh");
+    assert!(status.success(), "{lang}: build.sh failed");
+}
+
+async fn builds_loads_and_handles_its_fixture(lang: Lang) {
+    let work = tempfile::tempdir().unwrap();
+    let root = scaffold::create(lang, "hello", work.path(), None).unwrap();
+    build(lang, &root);
+    let wasm = root.join("dist/hello.wasm");
+    let h = Harness::new();
+    let cluster = std::fs::read_to_string(root.join("fixtures/cluster.yaml")).unwrap();
+    write_cluster(h.cluster.path(), &[("cluster.yaml", &cluster)]);
+    precompile_into(&h, &wasm);
+    install_file(h.plugins.path(), "hello", &wasm, None);
+    let actions = record_until_idle(&h).await;
+    assert_eq!(
+        actions,
+        vec![
+            r#"hello: patch Merge configmaps demo/greeting {"metadata":{"annotations":{"kubewasm.io/hello":"hello"}}}"#
+        ],
+        "{lang}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rust_scaffold_builds_and_handles_a_delta() {
+    builds_loads_and_handles_its_fixture(Lang::Rust).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn js_scaffold_builds_and_handles_a_delta() {
+    builds_loads_and_handles_its_fixture(Lang::Js).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_scaffold_builds_and_handles_a_delta() {
+    builds_loads_and_handles_its_fixture(Lang::Python).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c_scaffold_builds_and_handles_a_delta() {
+    builds_loads_and_handles_its_fixture(Lang::C).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn go_scaffold_builds_and_handles_a_delta() {
+    builds_loads_and_handles_its_fixture(Lang::Go).await;
+}
