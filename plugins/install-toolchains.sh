@@ -6,7 +6,7 @@
 #   Debian apt   clang-19 lld-19 libclang-rt-19-dev-wasm32 wasi-libc   (C)
 #   crates.io    wasm-tools 1.263.0, wit-bindgen-cli 0.63.0             (C, Go)
 #   rustup       targets wasm32-wasip2, wasm32-wasip1
-#   npm          plugins/js/package-lock.json (npm ci): jco 1.35.0,
+#   npm          plugins/js/package-lock.json (npm install --no-save): jco 1.35.0,
 #                componentize-js 0.23.0                                 (JavaScript)
 #   PyPI         plugins/python/requirements.txt into plugins/python/.venv:
 #                componentize-py 0.25.1                                 (Python)
@@ -51,10 +51,14 @@ if [[ "$(wit-bindgen --version 2>/dev/null)" != "wit-bindgen-cli $WIT_BINDGEN"* 
   cargo install --quiet --locked "wit-bindgen-cli@$WIT_BINDGEN" --no-default-features --features c
 fi
 
-# npm: exactly the lock file.
+# npm: the versions of the lock file. Not `npm ci`: npm 11 refuses this lock
+# as "out of sync" because some packages name platform binaries that were
+# never published (e.g. jco-node-fs-win32-arm64-msvc), which no lock can
+# hold; `npm install --no-save` installs the locked versions and leaves the
+# lock untouched.
 if [[ ! -d js/node_modules || js/package-lock.json -nt js/node_modules/.package-lock.json ]]; then
-  step "npm ci (plugins/js)"
-  (cd js && npm ci --no-audit --no-fund --loglevel=error)
+  step "npm install --no-save (plugins/js, from package-lock.json)"
+  (cd js && npm install --no-save --no-audit --no-fund --loglevel=error)
 fi
 
 # PyPI: a venv of its own.

@@ -11,7 +11,7 @@ command -v go >/dev/null || { echo "Go is required for the test control plane (t
 rustup target add wasm32-wasip2
 rustup component add rustfmt clippy
 # Pinned toolchains of the JavaScript, Python, C and Go plugins (apt,
-# npm ci, pip into plugins/python/.venv, cargo install --locked).
+# npm from the lock file, pip into plugins/python/.venv, cargo install --locked).
 bash plugins/install-toolchains.sh
 # The test control plane: a no-op when the binary is up to date; a cold
 # build takes about 10 minutes and 1.9 GB of memory on 2 cores.
