@@ -6,6 +6,8 @@
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
+# Where rustup and the Go tarball install, in case a login profile has not run.
+export PATH="$PATH:$HOME/.cargo/bin:/usr/local/go/bin"
 command -v cargo >/dev/null || { echo "Rust is required: https://rustup.rs (or run .ci/run)" >&2; exit 1; }
 command -v go >/dev/null || { echo "Go is required for the test control plane (tests/controlplane)" >&2; exit 1; }
 rustup target add wasm32-wasip2

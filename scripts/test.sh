@@ -4,6 +4,7 @@
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
+export PATH="$PATH:$HOME/.cargo/bin:/usr/local/go/bin"
 bash scripts/setup.sh
 cargo fmt --all --check
 (cd plugins && cargo fmt --all --check)
