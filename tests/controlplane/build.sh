@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# Builds the test control plane (real kube-apiserver + embedded etcd) into
-# tests/controlplane/bin/kubewasm-controlplane. A no-op when the binary is
+# Builds the test cluster into tests/controlplane/bin: kubewasm-controlplane
+# (the real kube-apiserver, kube-controller-manager, kube-scheduler and
+# kubelet as subcommands of one binary, plus an embedded etcd), pause (the
+# static sandbox program of the node's pause image) and apiprobe (the node
+# tests' in-cluster API client). A no-op when both are
 # newer than go.mod, go.sum and every .go file.
 #
 # Needs Go (>= the go line in go.mod) and the Go module proxy. A cold build
@@ -10,7 +13,9 @@ set -euo pipefail
 cd "$(dirname "$0")"
 
 out=bin/kubewasm-controlplane
-if [[ -x $out && -z $(find go.mod go.sum ./*.go -newer "$out" 2>/dev/null) ]]; then
+pause=bin/pause
+probe=bin/apiprobe
+if [[ -x $out && -x $pause && -x $probe && -z $(find go.mod go.sum ./*.go pause/*.go apiprobe/*.go -newer "$out" 2>/dev/null) ]]; then
   exit 0
 fi
 command -v go >/dev/null || { echo "build.sh: Go is not installed (https://go.dev/dl/)" >&2; exit 1; }
@@ -29,5 +34,9 @@ mkdir -p bin
 echo "build.sh: building $out (k8s.io/kubernetes $version)..." >&2
 start=$SECONDS
 go build -mod=readonly -trimpath -buildvcs=false -ldflags "$ldflags" -o "$out.tmp" .
+# The sandbox program: static, no cgo, a few hundred KB.
+CGO_ENABLED=0 go build -mod=readonly -trimpath -buildvcs=false -ldflags "-s -w" -o "$pause" ./pause
+# The node tests' in-cluster API client (static, for an image with no base).
+CGO_ENABLED=0 go build -mod=readonly -trimpath -buildvcs=false -ldflags "-s -w" -o "$probe" ./apiprobe
 mv -f "$out.tmp" "$out"
 echo "build.sh: built $out in $((SECONDS - start))s" >&2

@@ -57,11 +57,24 @@ type options struct {
 	readyTimeout       time.Duration
 	stopGrace          time.Duration
 	extra              []string
+	node               bool
+	nodeTimeout        time.Duration
 }
 
 func main() {
-	if len(os.Args) > 1 && os.Args[1] == "apiserver" {
-		os.Exit(runAPIServerChild(os.Args[2:]))
+	if len(os.Args) > 1 {
+		switch os.Args[1] {
+		case "apiserver":
+			os.Exit(runAPIServerChild(os.Args[2:]))
+		case "controller-manager":
+			os.Exit(runControllerManagerChild(os.Args[2:]))
+		case "scheduler":
+			os.Exit(runSchedulerChild(os.Args[2:]))
+		case "kubelet":
+			os.Exit(runKubeletChild(os.Args[2:]))
+		case "image":
+			os.Exit(runImage(os.Args[2:]))
+		}
 	}
 	os.Exit(run())
 }
@@ -89,6 +102,9 @@ func parseFlags() options {
 	fs.IntVar(&o.port, "port", 0, "kube-apiserver secure port (0: pick a free one)")
 	fs.DurationVar(&o.readyTimeout, "ready-timeout", 120*time.Second, "how long to wait for /readyz")
 	fs.DurationVar(&o.stopGrace, "stop-grace", 30*time.Second, "how long the apiserver may take to stop before it is killed")
+	fs.BoolVar(&o.node, "node", false,
+		"a whole single-node cluster: also kube-controller-manager, kube-scheduler, containerd and a kubelet (root only)")
+	fs.DurationVar(&o.nodeTimeout, "node-timeout", 180*time.Second, "how long to wait for the node to report Ready (--node)")
 	fs.Func("apiserver-arg", "extra kube-apiserver flag, repeatable (e.g. --apiserver-arg=--runtime-config=api/all=true)",
 		func(s string) error { o.extra = append(o.extra, s); return nil })
 	_ = fs.Parse(os.Args[1:])
@@ -206,6 +222,10 @@ func serve(o options, hup <-chan struct{}, stopping <-chan struct{}) int {
 		return 1
 	}
 
+	authz := "RBAC"
+	if o.node {
+		authz = "Node,RBAC"
+	}
 	args := []string{
 		"--etcd-servers=" + etcdURL,
 		"--bind-address=127.0.0.1",
@@ -219,10 +239,7 @@ func serve(o options, hup <-chan struct{}, stopping <-chan struct{}) int {
 		"--service-account-signing-key-file=" + p.saKey,
 		"--service-cluster-ip-range=" + serviceCIDR,
 		"--token-auth-file=" + p.tokens,
-		"--authorization-mode=RBAC",
-		// No controller-manager runs: nothing would create the default
-		// ServiceAccount that this admission plugin insists on for Pods.
-		"--disable-admission-plugins=ServiceAccount",
+		"--authorization-mode=" + authz,
 		// Loopback only: no endpoints for the kubernetes Service.
 		"--endpoint-reconciler-type=none",
 		"--etcd-compaction-interval=" + o.compactionInterval.String(),
@@ -232,6 +249,19 @@ func serve(o options, hup <-chan struct{}, stopping <-chan struct{}) int {
 		"--feature-gates=WatchList=true",
 		"--profiling=false",
 		"--v=" + strconv.Itoa(o.verbosity),
+	}
+	if o.node {
+		args = append(args,
+			"--enable-admission-plugins=NodeRestriction",
+			"--client-ca-file="+p.caCert,
+			"--kubelet-client-certificate="+p.kubeletClientCert,
+			"--kubelet-client-key="+p.kubeletClientKey,
+			"--kubelet-preferred-address-types=InternalIP,Hostname",
+		)
+	} else {
+		// No controller-manager runs: nothing would create the default
+		// ServiceAccount that this admission plugin insists on for Pods.
+		args = append(args, "--disable-admission-plugins=ServiceAccount")
 	}
 	args = append(args, o.extra...)
 
@@ -262,29 +292,64 @@ func serve(o options, hup <-chan struct{}, stopping <-chan struct{}) int {
 		logf("%v", err)
 		return 1
 	}
+	var n *node
+	if o.node {
+		logf("kube-apiserver ready in %s; starting the node", time.Since(started).Round(time.Millisecond))
+		n, err = startNode(nodeEnv{dir: dir, server: server, p: p, caPEM: caPEM, verbosity: o.verbosity}, api, o.nodeTimeout, stopping)
+		if err != nil {
+			n.stop(o.stopGrace)
+			stopAPI()
+			if errors.Is(err, errStopping) {
+				return 0
+			}
+			logf("node: %v", err)
+			return 1
+		}
+		logf("node %s Ready", nodeName)
+	}
+	stopAll := func() {
+		if n != nil {
+			n.stop(o.stopGrace)
+		}
+		stopAPI()
+	}
+	type nodeInfo struct {
+		Name             string `json:"name"`
+		ContainerdSocket string `json:"containerdSocket"`
+	}
+	var ni *nodeInfo
+	if n != nil {
+		ni = &nodeInfo{Name: nodeName, ContainerdSocket: n.socket}
+	}
 	ready, _ := json.Marshal(struct {
-		Server          string `json:"server"`
-		AdminKubeconfig string `json:"adminKubeconfig"`
-		UserKubeconfig  string `json:"userKubeconfig"`
-		Etcd            string `json:"etcd"`
-	}{server, adminKubeconfig, userKubeconfig, etcdURL})
+		Server          string    `json:"server"`
+		AdminKubeconfig string    `json:"adminKubeconfig"`
+		UserKubeconfig  string    `json:"userKubeconfig"`
+		Etcd            string    `json:"etcd"`
+		Node            *nodeInfo `json:"node,omitempty"`
+	}{server, adminKubeconfig, userKubeconfig, etcdURL, ni})
 	logf("ready in %s", time.Since(started).Round(time.Millisecond))
 	fmt.Fprintln(os.Stdout, readyPrefix+string(ready))
 
 	for {
 		select {
 		case <-stopping:
-			stopAPI()
+			stopAll()
 			return 0
+		case err := <-nodeDone(n):
+			logf("a node component exited unexpectedly (%v)", err)
+			stopAll()
+			return 1
 		case err := <-api.done():
 			logf("kube-apiserver exited unexpectedly (%v)\n%s", err, api.logTail(60))
+			stopAll()
 			return 1
 		case <-hup:
 			logf("SIGHUP: restarting kube-apiserver on %s", server)
 			t := time.Now()
 			stopAPI()
 			if err := startAndWait(); err != nil {
-				stopAPI()
+				stopAll()
 				if errors.Is(err, errStopping) {
 					return 0
 				}

@@ -28,6 +28,13 @@ type pki struct {
 	tokens     string // --token-auth-file
 	adminToken string
 	userToken  string
+	// Node mode: the components' users and the API server's client
+	// certificate for the kubelet (system:masters).
+	controllerManagerToken string
+	schedulerToken         string
+	nodeToken              string
+	kubeletClientCert      string
+	kubeletClientKey       string
 }
 
 const (
@@ -46,6 +53,8 @@ func ensurePKI(dir string) (*pki, error) {
 	p.saKey = filepath.Join(p.dir, "sa.key")
 	p.saPub = filepath.Join(p.dir, "sa.pub")
 	p.tokens = filepath.Join(p.dir, "tokens.csv")
+	p.kubeletClientCert = filepath.Join(p.dir, "apiserver-kubelet-client.crt")
+	p.kubeletClientKey = filepath.Join(p.dir, "apiserver-kubelet-client.key")
 	if err := os.MkdirAll(p.dir, 0o700); err != nil {
 		return nil, err
 	}
@@ -61,12 +70,26 @@ func ensurePKI(dir string) (*pki, error) {
 		}
 	}
 
+	if !exists(p.kubeletClientCert, p.kubeletClientKey) {
+		if err := writeClientCert(p.caCert, caKey, p.kubeletClientCert, p.kubeletClientKey,
+			"kube-apiserver-kubelet-client", []string{"system:masters"}); err != nil {
+			return nil, fmt.Errorf("kubelet client certificate: %w", err)
+		}
+	}
+
 	p.adminToken = randomToken()
 	p.userToken = randomToken()
+	p.controllerManagerToken = randomToken()
+	p.schedulerToken = randomToken()
+	p.nodeToken = randomToken()
 	// token,user,uid,"group1,group2"
-	csv := fmt.Sprintf("%s,%s,%s,\"system:masters\"\n%s,%s,%s\n",
+	csv := fmt.Sprintf("%s,%s,%s,\"system:masters\"\n%s,%s,%s\n"+
+		"%s,system:kube-controller-manager,kube-controller-manager-uid\n"+
+		"%s,system:kube-scheduler,kube-scheduler-uid\n"+
+		"%s,system:node:%s,node-uid,\"system:nodes\"\n",
 		p.adminToken, adminUser, adminUser+"-uid",
-		p.userToken, e2eUser, e2eUser+"-uid")
+		p.userToken, e2eUser, e2eUser+"-uid",
+		p.controllerManagerToken, p.schedulerToken, p.nodeToken, nodeName)
 	if err := writeFileAtomic(p.tokens, []byte(csv), 0o600); err != nil {
 		return nil, err
 	}
@@ -139,6 +162,56 @@ func writeServingCerts(caCertPath, caKeyPath, certPath, keyPath string) error {
 		}
 	}
 	return nil
+}
+
+// writeClientCert issues a client certificate from the harness's CA.
+func writeClientCert(caCertPath, caKeyPath, certPath, keyPath, cn string, orgs []string) error {
+	caPEM, err := os.ReadFile(caCertPath)
+	if err != nil {
+		return err
+	}
+	caKeyPEM, err := os.ReadFile(caKeyPath)
+	if err != nil {
+		return err
+	}
+	cb, _ := pem.Decode(caPEM)
+	kb, _ := pem.Decode(caKeyPEM)
+	if cb == nil || kb == nil {
+		return fmt.Errorf("cannot decode %s or %s", caCertPath, caKeyPath)
+	}
+	ca, err := x509.ParseCertificate(cb.Bytes)
+	if err != nil {
+		return err
+	}
+	caKey, err := x509.ParseECPrivateKey(kb.Bytes)
+	if err != nil {
+		return err
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return err
+	}
+	now := time.Now()
+	tmpl := &x509.Certificate{
+		SerialNumber: serial(),
+		Subject:      pkix.Name{CommonName: cn, Organization: orgs},
+		NotBefore:    now.Add(-time.Hour),
+		NotAfter:     now.Add(10 * 365 * 24 * time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+	if err != nil {
+		return err
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		return err
+	}
+	if err := writeFileAtomic(keyPath, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
+		return err
+	}
+	return writeFileAtomic(certPath, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600)
 }
 
 func writeServiceAccountKeys(keyPath, pubPath string) error {

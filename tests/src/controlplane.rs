@@ -1,9 +1,13 @@
 //! A real Kubernetes control plane for end-to-end tests: the official
 //! kube-apiserver (k8s.io/kubernetes v1.35) and an embedded etcd, both on
 //! 127.0.0.1, run by the Go program in `tests/controlplane/` (see its
-//! README.md). No controller-manager, scheduler or kubelet: namespaces are
-//! never finalized, owner references are not garbage-collected, Pods are not
-//! scheduled.
+//! README.md). In the light mode (the default, ready in seconds) there is no
+//! controller-manager, scheduler or kubelet: namespaces are never finalized,
+//! owner references are not garbage-collected, Pods are not scheduled. The
+//! node mode ([`ControlPlaneBuilder::node`], [`ControlPlane::shared_node`])
+//! adds kube-controller-manager, kube-scheduler, containerd and a kubelet: a
+//! whole single-node cluster whose Pods run (with `hostNetwork`, images
+//! imported with [`ControlPlane::load_image`]).
 //!
 //! ```no_run
 //! # async fn demo() -> anyhow::Result<()> {
@@ -35,8 +39,11 @@ const READY_PREFIX: &str = "KUBEWASM-CONTROLPLANE READY ";
 const RESTARTED: &str = "KUBEWASM-CONTROLPLANE RESTARTED";
 /// How long the API server may take to answer /readyz (start or restart).
 const READY_TIMEOUT: Duration = Duration::from_secs(120);
-/// How long a SIGTERM'd control plane may take to exit before SIGKILL.
-const STOP_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long, after the API server, the node may take to report Ready.
+const NODE_READY_TIMEOUT: Duration = Duration::from_secs(180);
+/// How long a SIGTERM'd control plane may take to exit before SIGKILL (in
+/// node mode it stops the kubelet, the containers and containerd too).
+const STOP_TIMEOUT: Duration = Duration::from_secs(60);
 /// Lines of the control plane's stderr kept for error messages.
 const STDERR_LINES: usize = 200;
 
@@ -48,6 +55,7 @@ pub struct ControlPlaneBuilder {
     watch_cache: bool,
     verbosity: u32,
     apiserver_args: Vec<String>,
+    node: bool,
 }
 
 impl Default for ControlPlaneBuilder {
@@ -57,6 +65,7 @@ impl Default for ControlPlaneBuilder {
             watch_cache: true,
             verbosity: 0,
             apiserver_args: Vec::new(),
+            node: false,
         }
     }
 }
@@ -87,6 +96,15 @@ impl ControlPlaneBuilder {
     /// An extra kube-apiserver flag, e.g. `--runtime-config=api/all=true`.
     pub fn apiserver_arg(mut self, arg: impl Into<String>) -> Self {
         self.apiserver_args.push(arg.into());
+        self
+    }
+
+    /// A whole single-node cluster (`--node`): also kube-controller-manager,
+    /// kube-scheduler, containerd and a kubelet; ready once the Node reports
+    /// Ready. Needs root and Debian's containerd, runc and CNI plugins
+    /// (`scripts/setup.sh`).
+    pub fn node(mut self, on: bool) -> Self {
+        self.node = on;
         self
     }
 
@@ -128,6 +146,9 @@ impl ControlPlaneBuilder {
         }
         for a in &self.apiserver_args {
             cmd.arg(format!("--apiserver-arg={a}"));
+        }
+        if self.node {
+            cmd.arg("--node");
         }
         cmd.stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -183,13 +204,19 @@ impl ControlPlaneBuilder {
             dir,
             server: String::new(),
             etcd: String::new(),
+            node: None,
             admin_kubeconfig: PathBuf::new(),
             user_kubeconfig: PathBuf::new(),
             restart_lock: tokio::sync::Mutex::new(()),
         };
         let started = Instant::now();
+        let timeout = if self.node {
+            READY_TIMEOUT + NODE_READY_TIMEOUT
+        } else {
+            READY_TIMEOUT
+        };
         let ready = cp
-            .wait_line_blocking(|l| l.starts_with(READY_PREFIX), READY_TIMEOUT)
+            .wait_line_blocking(|l| l.starts_with(READY_PREFIX), timeout)
             .context("waiting for the control plane to become ready")?;
         let info: serde_json::Value = serde_json::from_str(&ready[READY_PREFIX.len()..])
             .with_context(|| format!("bad ready line: {ready}"))?;
@@ -203,6 +230,19 @@ impl ControlPlaneBuilder {
         cp.etcd = field("etcd")?;
         cp.admin_kubeconfig = field("adminKubeconfig")?.into();
         cp.user_kubeconfig = field("userKubeconfig")?.into();
+        if self.node {
+            let node = &info["node"];
+            cp.node = Some(NodeInfo {
+                name: node["name"]
+                    .as_str()
+                    .ok_or_else(|| anyhow!("ready line without node.name: {ready}"))?
+                    .to_owned(),
+                containerd_socket: node["containerdSocket"]
+                    .as_str()
+                    .ok_or_else(|| anyhow!("ready line without node.containerdSocket: {ready}"))?
+                    .into(),
+            });
+        }
         if echo {
             eprintln!(
                 "kubewasm-controlplane: {} ready in {:?}",
@@ -233,7 +273,25 @@ pub struct ControlPlane {
     admin_kubeconfig: PathBuf,
     user_kubeconfig: PathBuf,
     restart_lock: tokio::sync::Mutex<()>,
+    node: Option<NodeInfo>,
 }
+
+/// What node mode adds to the ready line.
+#[derive(Debug, Clone)]
+struct NodeInfo {
+    name: String,
+    containerd_socket: PathBuf,
+}
+
+/// The components' log files in the state folder, in start order.
+pub const COMPONENT_LOGS: [&str; 6] = [
+    "etcd.log",
+    "apiserver.log",
+    "controller-manager.log",
+    "scheduler.log",
+    "containerd.log",
+    "kubelet.log",
+];
 
 impl std::fmt::Debug for ControlPlane {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -272,6 +330,147 @@ impl ControlPlane {
                 .start_blocking()
                 .unwrap_or_else(|e| panic!("starting the shared control plane: {e:#}"))
         })
+    }
+
+    /// One whole single-node cluster per test binary (see
+    /// [`ControlPlaneBuilder::node`]), started on first use. Tests sharing it
+    /// must each use their own namespace. It stops when the test binary exits.
+    pub fn shared_node() -> &'static ControlPlane {
+        static SHARED: OnceLock<ControlPlane> = OnceLock::new();
+        SHARED.get_or_init(|| {
+            ControlPlane::builder()
+                .node(true)
+                .start_blocking()
+                .unwrap_or_else(|e| panic!("starting the shared single-node cluster: {e:#}"))
+        })
+    }
+
+    /// The Node's name in node mode.
+    pub fn node_name(&self) -> Option<&str> {
+        self.node.as_ref().map(|n| n.name.as_str())
+    }
+
+    /// The port of the API server, for in-cluster clients on the host
+    /// network (`KUBERNETES_SERVICE_HOST=127.0.0.1`, `KUBERNETES_SERVICE_PORT`).
+    pub fn port(&self) -> u16 {
+        self.server
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_else(|| panic!("no port in {}", self.server))
+    }
+
+    /// Imports an image archive (docker-archive or OCI) into the node's
+    /// containerd, where Pods with `imagePullPolicy: Never` find it.
+    pub fn load_image(&self, archive: &Path) -> anyhow::Result<()> {
+        let node = self
+            .node
+            .as_ref()
+            .context("load_image needs node mode (ControlPlane::builder().node(true))")?;
+        let out = Command::new("ctr")
+            .arg("--address")
+            .arg(&node.containerd_socket)
+            .args([
+                "--namespace",
+                "k8s.io",
+                "images",
+                "import",
+                "--all-platforms",
+            ])
+            .arg(archive)
+            .output()
+            .context("running ctr (Debian package containerd)")?;
+        if !out.status.success() {
+            bail!(
+                "ctr images import {} failed ({}): {}",
+                archive.display(),
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        Ok(())
+    }
+
+    /// Builds a one-layer image from local files (`(source, path in image)`,
+    /// mode 0755) with `kubewasm-controlplane image` and imports it. For
+    /// static programs only: there is no base image.
+    pub fn build_and_load_image(
+        &self,
+        name: &str,
+        files: &[(&Path, &str)],
+        symlinks: &[(&str, &str)],
+    ) -> anyhow::Result<()> {
+        let archive = self.dir().join(format!(
+            "image-{}.tar",
+            name.replace(|c: char| !c.is_ascii_alphanumeric(), "_")
+        ));
+        let mut cmd = Command::new(binary()?);
+        cmd.arg("image")
+            .arg("--out")
+            .arg(&archive)
+            .arg("--name")
+            .arg(name);
+        for (src, dst) in files {
+            cmd.arg(format!("--add={}:{dst}", src.display()));
+        }
+        for (dst, target) in symlinks {
+            cmd.arg(format!("--symlink={dst}={target}"));
+        }
+        let out = cmd
+            .output()
+            .context("running kubewasm-controlplane image")?;
+        if !out.status.success() {
+            bail!(
+                "building image {name} failed: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        self.load_image(&archive)
+    }
+
+    /// A program built next to the control plane binary by `build.sh`:
+    /// `pause` (the sandbox) or `apiprobe` (an in-cluster API client that
+    /// verifies the projected CA and prints one line per request).
+    pub fn tool(name: &str) -> anyhow::Result<PathBuf> {
+        let bin = binary()?;
+        let path = bin
+            .parent()
+            .context("the control plane binary has no folder")?
+            .join(name);
+        anyhow::ensure!(
+            path.is_file(),
+            "{} is missing: tests/controlplane/build.sh builds it",
+            path.display()
+        );
+        Ok(path)
+    }
+
+    /// The last `lines` lines of every component's log in the state folder,
+    /// for a test's failure message.
+    pub fn component_logs(&self, lines: usize) -> String {
+        let mut out = String::new();
+        for name in COMPONENT_LOGS {
+            let Ok(text) = std::fs::read_to_string(self.dir().join(name)) else {
+                continue;
+            };
+            let all: Vec<&str> = text.lines().collect();
+            let from = all.len().saturating_sub(lines);
+            out.push_str(&format!(
+                "--- last {} lines of {name} ---\n",
+                all.len() - from
+            ));
+            for l in &all[from..] {
+                out.push_str(l);
+                out.push('\n');
+            }
+        }
+        out
+    }
+
+    /// A guard that prints [`Self::component_logs`] when the test panics
+    /// while it is alive.
+    pub fn logs_on_failure(&self) -> LogsOnFailure<'_> {
+        LogsOnFailure(self)
     }
 
     /// `https://127.0.0.1:PORT`
@@ -423,6 +622,18 @@ impl ControlPlane {
 impl Drop for ControlPlane {
     fn drop(&mut self) {
         self.stop();
+    }
+}
+
+/// Prints the components' logs if the test panics; see
+/// [`ControlPlane::logs_on_failure`].
+pub struct LogsOnFailure<'a>(&'a ControlPlane);
+
+impl Drop for LogsOnFailure<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("{}\n{}", self.0.stderr_tail(), self.0.component_logs(40));
+        }
     }
 }
 
