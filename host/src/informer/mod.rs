@@ -253,10 +253,12 @@ impl Informer {
     fn delete(&self, obj: KObject) {
         let mut fanout = self.fanout.lock();
         let key = obj.key();
-        // The watch event carries the final state; fall back to the cache's.
-        let last = Arc::new(obj);
-        if self.store.remove(&key).is_some() || fanout.synced {
-            self.emit(&mut fanout, Delta::new(DeltaType::Deleted, last));
+        // The watch event carries the final state. A delete of an object the
+        // cache never held (a watch racing a relist, or a selector the object
+        // never matched) is nothing to the subscribers: emitting it would
+        // hand plugins a delete of something they were never told about.
+        if self.store.remove(&key).is_some() {
+            self.emit(&mut fanout, Delta::new(DeltaType::Deleted, Arc::new(obj)));
         }
     }
 
@@ -409,5 +411,85 @@ impl InformerSet {
         }
         self.tasks.close();
         self.tasks.wait().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kind::KindInfo;
+    use crate::object::StripOptions;
+
+    /// A source that replays scripted events, then stays open.
+    struct Scripted(Mutex<Option<mpsc::UnboundedReceiver<Result<WatchEvent, SourceError>>>>);
+
+    impl Source for Scripted {
+        fn watch(
+            &self,
+            _spec: &InformerSpec,
+        ) -> BoxStream<'static, Result<WatchEvent, SourceError>> {
+            let Some(mut rx) = self.0.lock().take() else {
+                return Box::pin(futures::stream::pending());
+            };
+            Box::pin(futures::stream::poll_fn(move |cx| rx.poll_recv(cx)))
+        }
+    }
+
+    fn cm(name: &str) -> KObject {
+        KObject::from_value(
+            serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": name, "namespace": "default", "resourceVersion": "1", "uid": name}}),
+            StripOptions::default(),
+        )
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_delete_of_an_object_never_held_is_not_emitted() {
+        let (events, rx) = mpsc::unbounded_channel();
+        let set = InformerSet::new(
+            Arc::new(Scripted(Mutex::new(Some(rx)))),
+            Arc::new(Activity::default()),
+            CancellationToken::new(),
+        );
+        let (tx, mut deltas) = mpsc::unbounded_channel();
+        let handle = set.subscribe(
+            InformerSpec {
+                kind: KindInfo::new("", "v1", "ConfigMap", "configmaps", true),
+                namespace: None,
+                label_selector: None,
+                field_selector: None,
+            },
+            tx,
+        );
+        for e in [
+            WatchEvent::Init,
+            WatchEvent::InitApply(cm("held")),
+            WatchEvent::InitDone,
+            WatchEvent::Delete(cm("never-held")),
+            WatchEvent::Delete(cm("held")),
+        ] {
+            events.send(Ok(e)).unwrap();
+        }
+        let mut seen = Vec::new();
+        while seen.len() < 3 {
+            let d = tokio::time::timeout(std::time::Duration::from_secs(10), deltas.recv())
+                .await
+                .unwrap()
+                .unwrap();
+            let name = d.object.as_ref().map(|o| o.meta().name.to_string());
+            seen.push((d.dtype, name));
+        }
+        assert_eq!(
+            seen,
+            [
+                (DeltaType::Added, Some("held".to_owned())),
+                (DeltaType::Synced, None),
+                (DeltaType::Deleted, Some("held".to_owned())),
+            ]
+        );
+        assert!(deltas.try_recv().is_err(), "nothing else was emitted");
+        set.unsubscribe(&handle);
+        set.shutdown().await;
     }
 }
