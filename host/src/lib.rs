@@ -9,6 +9,7 @@ pub mod dispatch;
 pub mod informer;
 pub mod kind;
 pub mod manager;
+pub mod names;
 pub mod object;
 pub mod reload;
 pub mod runtime;

@@ -84,6 +84,8 @@ struct State {
     incarnations: BTreeMap<Id, u64>,
     /// Parse errors already reported, so a broken file is logged once.
     reported: BTreeMap<PathBuf, String>,
+    /// Invalid objects already reported (file and error), logged once.
+    reported_names: std::collections::BTreeSet<(PathBuf, String)>,
 }
 
 /// A folder-backed cluster.
@@ -268,6 +270,18 @@ impl LocalCluster {
                         } else {
                             None
                         };
+                        // The API server would refuse it; so does the local one.
+                        if let Err(e) = crate::names::validate_object(&gvk.kind, ns, name) {
+                            let object = format!(
+                                "{} {}{name}",
+                                gvk.kind,
+                                ns.map(|n| format!("{n}/")).unwrap_or_default()
+                            );
+                            if state.reported_names.insert((file.clone(), e.to_string())) {
+                                tracing::error!(file = %file.display(), object = %object, error = %e, "skipping an object the API server would refuse");
+                            }
+                            continue;
+                        }
                         found.insert((gvk, ObjectKey::new(ns, name)), (v, file.clone()));
                     }
                 }
@@ -407,16 +421,31 @@ impl LocalCluster {
         Ok(())
     }
 
-    fn file_for_new(&self, id: &Id, plural: &str) -> PathBuf {
+    fn file_for_new(&self, id: &Id, plural: &str) -> Result<PathBuf, ActionError> {
         let ns = id.1.namespace.as_deref().unwrap_or("_cluster");
         let group = if id.0.group.is_empty() {
             String::new()
         } else {
             format!(".{}", id.0.group)
         };
-        self.dir
-            .join(ns)
-            .join(format!("{plural}{group}-{}.yaml", id.1.name))
+        let ns_dir = Path::new(ns);
+        let file = PathBuf::from(format!("{plural}{group}-{}.yaml", id.1.name));
+        // Names are validated before this; refuse anything that is not one
+        // plain component anyway, so nothing is ever written outside the folder.
+        let plain = |p: &Path| {
+            let mut c = p.components();
+            matches!(
+                (c.next(), c.next()),
+                (Some(std::path::Component::Normal(_)), None)
+            )
+        };
+        if !plain(ns_dir) || !plain(&file) {
+            return Err(ActionError::Invalid(format!(
+                "{ns}/{}: not a plain file name",
+                id.1.name
+            )));
+        }
+        Ok(self.dir.join(ns_dir).join(file))
     }
 
     /// Rewrites the file an object lives in from the state.
@@ -455,6 +484,20 @@ impl LocalCluster {
     }
 
     fn apply_action(&self, plugin: &str, action: &Action) -> Result<(), ActionError> {
+        // Checked here too, whoever built the action: a namespace or name
+        // becomes a path in the folder.
+        let target = match action {
+            Action::Apply { target, .. }
+            | Action::Patch { target, .. }
+            | Action::Delete { target, .. } => target,
+            Action::Event { regarding, .. } => regarding,
+        };
+        crate::names::validate_object(
+            &target.kind.gvk.kind,
+            target.namespace.as_deref(),
+            &target.name,
+        )
+        .map_err(|e| ActionError::Invalid(format!("{target}: {e}")))?;
         let mut state = self.state.lock();
         match action {
             Action::Apply {
@@ -472,7 +515,7 @@ impl LocalCluster {
                     None if *status => {
                         return Err(ActionError::NotFound(format!("{target} does not exist")));
                     }
-                    None => (json!({}), self.file_for_new(&id, &target.kind.plural)),
+                    None => (json!({}), self.file_for_new(&id, &target.kind.plural)?),
                 };
                 let mut applied = object.clone();
                 if *status {
@@ -595,5 +638,98 @@ impl ActionSink for LocalCluster {
     ) -> BoxFuture<'a, Result<(), ActionError>> {
         let r = self.apply_action(plugin, action);
         Box::pin(async move { r })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::actions::Target;
+
+    #[tokio::test]
+    async fn actions_with_escaping_names_are_refused_and_write_nothing() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("a").join("b").join("cluster");
+        std::fs::create_dir_all(&dir).unwrap();
+        let kinds = KindRegistry::builtin();
+        let cluster =
+            LocalCluster::new(dir.clone(), kinds.clone(), StripOptions::default()).unwrap();
+        let kind = kinds
+            .resolve(&crate::kind::KindRef::Resource("configmaps".into()))
+            .unwrap();
+        for (ns, name) in [
+            ("../../x", "cm"),
+            ("default", "../../../x"),
+            ("default", "a/b"),
+            ("..", "cm"),
+        ] {
+            let action = Action::Apply {
+                target: Target {
+                    kind: kind.clone(),
+                    namespace: Some(ns.into()),
+                    name: name.into(),
+                    uid: None,
+                },
+                object: json!({"apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": name, "namespace": ns}, "data": {"k": "v"}}),
+                force: true,
+                status: false,
+            };
+            let err = cluster.execute("p", &action).await.unwrap_err();
+            assert!(
+                matches!(&err, ActionError::Invalid(m) if m.contains(&format!("{ns}/{name}"))),
+                "{ns}/{name}: {err}"
+            );
+        }
+        // Nothing was created anywhere under the root but the cluster folder.
+        let mut files = Vec::new();
+        walk(root.path(), &mut files).unwrap();
+        assert!(files.is_empty(), "{files:?}");
+        let mut entries = Vec::new();
+        for e in walkdir(root.path()) {
+            entries.push(e);
+        }
+        assert_eq!(
+            entries,
+            [root.path().join("a"), root.path().join("a/b"), dir.clone()]
+        );
+    }
+
+    fn walkdir(p: &Path) -> Vec<PathBuf> {
+        let mut out = Vec::new();
+        let mut items: Vec<PathBuf> = std::fs::read_dir(p)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        items.sort();
+        for i in items {
+            out.push(i.clone());
+            if i.is_dir() {
+                out.extend(walkdir(&i));
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn manifests_with_invalid_names_are_skipped() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("m.yaml"),
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: ok, namespace: default}\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: ../escape, namespace: default}\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: fine, namespace: ../../x}\n",
+        )
+        .unwrap();
+        let cluster = LocalCluster::new(
+            dir.path().to_owned(),
+            KindRegistry::builtin(),
+            StripOptions::default(),
+        )
+        .unwrap();
+        assert_eq!(cluster.len(), 1);
+        assert!(
+            cluster
+                .get(&Gvk::new("", "v1", "ConfigMap"), Some("default"), "ok")
+                .is_some()
+        );
     }
 }

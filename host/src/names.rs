@@ -1,0 +1,142 @@
+//! Object names and namespaces, validated as the API server validates them
+//! (apimachinery's `validation` package), so that what the local cluster
+//! accepts a real one would too, and no name can become a path that leaves
+//! the local cluster's folder.
+
+/// Why a name or namespace is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NameError {
+    #[error("{what} {value:?} is invalid: {reason}")]
+    Invalid {
+        what: &'static str,
+        value: String,
+        reason: String,
+    },
+}
+
+/// Longest DNS-1123 label (namespaces, most names that become hostnames).
+pub const LABEL_MAX: usize = 63;
+/// Longest DNS-1123 subdomain (most object names).
+pub const SUBDOMAIN_MAX: usize = 253;
+
+fn invalid(what: &'static str, value: &str, reason: impl Into<String>) -> NameError {
+    NameError::Invalid {
+        what,
+        value: value.to_owned(),
+        reason: reason.into(),
+    }
+}
+
+fn label_chars(s: &str) -> Result<(), String> {
+    let b = s.as_bytes();
+    let ok = |c: u8| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-';
+    if b.is_empty() {
+        return Err("it is empty".into());
+    }
+    if !b.iter().all(|c| ok(*c)) {
+        return Err("only lowercase letters, digits and '-' are allowed".into());
+    }
+    if !b[0].is_ascii_alphanumeric() || !b[b.len() - 1].is_ascii_alphanumeric() {
+        return Err("it must start and end with a letter or digit".into());
+    }
+    Ok(())
+}
+
+/// A DNS-1123 label: `[a-z0-9]([-a-z0-9]*[a-z0-9])?`, at most 63 characters.
+pub fn dns1123_label(what: &'static str, s: &str) -> Result<(), NameError> {
+    if s.len() > LABEL_MAX {
+        return Err(invalid(
+            what,
+            s,
+            format!("it is longer than {LABEL_MAX} characters"),
+        ));
+    }
+    label_chars(s).map_err(|r| invalid(what, s, format!("{r} (a DNS-1123 label)")))
+}
+
+/// A DNS-1123 subdomain: dot-separated labels, at most 253 characters.
+pub fn dns1123_subdomain(what: &'static str, s: &str) -> Result<(), NameError> {
+    if s.len() > SUBDOMAIN_MAX {
+        return Err(invalid(
+            what,
+            s,
+            format!("it is longer than {SUBDOMAIN_MAX} characters"),
+        ));
+    }
+    for part in s.split('.') {
+        label_chars(part).map_err(|r| {
+            invalid(
+                what,
+                s,
+                format!("{r} in each dot-separated part (a DNS-1123 subdomain)"),
+            )
+        })?;
+    }
+    Ok(())
+}
+
+/// A path segment name (RBAC kinds: `system:controller:x` is valid): not
+/// `.` or `..`, no `/` or `%`.
+pub fn path_segment(what: &'static str, s: &str) -> Result<(), NameError> {
+    if s.is_empty() {
+        return Err(invalid(what, s, "it is empty"));
+    }
+    if s == "." || s == ".." {
+        return Err(invalid(what, s, "it may not be '.' or '..'"));
+    }
+    if s.contains('/') || s.contains('%') {
+        return Err(invalid(what, s, "it may not contain '/' or '%'"));
+    }
+    if s.len() > SUBDOMAIN_MAX {
+        return Err(invalid(
+            what,
+            s,
+            format!("it is longer than {SUBDOMAIN_MAX} characters"),
+        ));
+    }
+    Ok(())
+}
+
+/// Validates an object's namespace and name for a kind (by its `Kind`
+/// name): namespaces are DNS-1123 labels, a Namespace's name too; the RBAC
+/// kinds take path-segment names; every other kind a DNS-1123 subdomain.
+pub fn validate_object(kind: &str, namespace: Option<&str>, name: &str) -> Result<(), NameError> {
+    if let Some(ns) = namespace {
+        dns1123_label("namespace", ns)?;
+    }
+    match kind {
+        "Namespace" => dns1123_label("name", name),
+        "Role" | "ClusterRole" | "RoleBinding" | "ClusterRoleBinding" => path_segment("name", name),
+        _ => dns1123_subdomain("name", name),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_follow_the_api_servers_rules() {
+        for ok in ["a", "web-1", "a.b.c", "x9"] {
+            assert!(
+                validate_object("ConfigMap", Some("default"), ok).is_ok(),
+                "{ok}"
+            );
+        }
+        let long = "a".repeat(254);
+        for bad in [
+            "", "..", ".", "a/b", "../x", "A", "-a", "a-", "a..b", "a_b", &long,
+        ] {
+            let e = validate_object("ConfigMap", Some("default"), bad).unwrap_err();
+            assert!(e.to_string().contains(&format!("{bad:?}")), "{e}");
+        }
+        for bad in ["", "..", "../../x", "a.b", "Default", &"n".repeat(64)] {
+            let e = validate_object("ConfigMap", Some(bad), "ok").unwrap_err();
+            assert!(e.to_string().starts_with("namespace"), "{e}");
+        }
+        assert!(validate_object("Namespace", None, "a.b").is_err());
+        assert!(validate_object("ClusterRole", None, "system:controller:x").is_ok());
+        assert!(validate_object("ClusterRole", None, "..").is_err());
+        assert!(validate_object("ClusterRole", None, "a/b").is_err());
+    }
+}
