@@ -72,6 +72,30 @@ pub struct Summary {
     pub plugins: BTreeMap<String, PluginSummary>,
     pub actions_applied: u64,
     pub actions_failed: u64,
+    /// Plugin files that failed to load, with the error.
+    pub failed_loads: BTreeMap<String, String>,
+}
+
+impl Summary {
+    /// Why a `--until-idle` run did not do all it was asked: plugins that
+    /// failed to load and deltas that went to dead letters. Empty when clean.
+    pub fn problems(&self) -> Vec<String> {
+        let loads = self
+            .failed_loads
+            .iter()
+            .map(|(name, e)| format!("plugin {name} failed to load: {e}"));
+        let dead = self
+            .plugins
+            .iter()
+            .filter(|(_, p)| p.dead > 0)
+            .map(|(name, p)| {
+                format!(
+                    "plugin {name}: {} delta(s) went to dead letters (see the errors logged above)",
+                    p.dead
+                )
+            });
+        loads.chain(dead).collect()
+    }
 }
 
 impl std::fmt::Display for Summary {
@@ -304,6 +328,7 @@ impl App {
                 .collect(),
             actions_applied: self.executor.stats.applied.load(Ordering::Relaxed),
             actions_failed: self.executor.stats.failed.load(Ordering::Relaxed),
+            failed_loads: self.plugin_dir.failures(),
         }
     }
 

@@ -31,6 +31,20 @@ pub enum ConfigError {
     Conflict(String),
     #[error("no plugin folder: pass --plugins DIR (or set `plugins:` in the config file)")]
     NoPlugins,
+    #[error(
+        "no cluster: pass --local DIR to run the embedded cluster over a folder of manifests, or --kubeconfig FILE (KUBECONFIG, ~/.kube/config and a pod's service account are used when present)"
+    )]
+    NoCluster,
+    #[error("{0}")]
+    OutOfRange(String),
+}
+
+/// Whether a real cluster can be reached without flags, in kubectl's order:
+/// `KUBECONFIG`, the pod's service account, `~/.kube/config`.
+pub fn default_cluster_available() -> bool {
+    std::env::var_os("KUBECONFIG").is_some()
+        || std::env::var_os("KUBERNETES_SERVICE_HOST").is_some()
+        || crate::source::kube::home_kubeconfig().is_some_and(|p| p.is_file())
 }
 
 /// Every `run` setting, each optional so that flags and file can merge.
@@ -148,9 +162,10 @@ impl RunSettings {
     }
 
     /// Picks the cluster: `local` for the embedded cluster; a kubeconfig or
-    /// context (or `in_cluster_or_env`: KUBECONFIG set, or running in a pod)
-    /// for a real one; otherwise the embedded cluster over `./cluster`.
-    pub fn into_options(self, in_cluster_or_env: bool) -> Result<RunOptions, ConfigError> {
+    /// context (or `default_cluster`: see [`default_cluster_available`]) for
+    /// a real one; otherwise an error saying which flag to pass. Values out
+    /// of range are errors.
+    pub fn into_options(self, default_cluster: bool) -> Result<RunOptions, ConfigError> {
         let plugins = self.plugins.clone().ok_or(ConfigError::NoPlugins)?;
         let wants_kube = self.kubeconfig.is_some() || self.context.is_some();
         let cluster = match (self.local.clone(), wants_kube) {
@@ -161,9 +176,10 @@ impl RunSettings {
             }
             (Some(dir), false) => ClusterTarget::Local(dir),
             (None, true) => ClusterTarget::Kube(self.kube_target()),
-            (None, false) if in_cluster_or_env => ClusterTarget::Kube(self.kube_target()),
-            (None, false) => ClusterTarget::Local(PathBuf::from("cluster")),
+            (None, false) if default_cluster => ClusterTarget::Kube(self.kube_target()),
+            (None, false) => return Err(ConfigError::NoCluster),
         };
+        self.check_ranges()?;
         let mut engine = EngineOptions::default();
         if let Some(dir) = self.cache_dir {
             engine.cache_dir = Some(dir);
@@ -171,7 +187,7 @@ impl RunSettings {
         let keep = self.keep_managed_fields.unwrap_or(false);
         let mut dispatch = DispatchOptions::default();
         if let Some(d) = self.dispatch {
-            dispatch.max_attempts = d.max_attempts.unwrap_or(dispatch.max_attempts).max(1);
+            dispatch.max_attempts = d.max_attempts.unwrap_or(dispatch.max_attempts);
             dispatch.base_backoff = d.base_backoff.unwrap_or(dispatch.base_backoff);
             dispatch.max_backoff = d.max_backoff.unwrap_or(dispatch.max_backoff);
             dispatch.unhealthy_after = d.unhealthy_after.unwrap_or(dispatch.unhealthy_after);
@@ -191,13 +207,42 @@ impl RunSettings {
         })
     }
 
+    fn check_ranges(&self) -> Result<(), ConfigError> {
+        let bad = |m: String| Err(ConfigError::OutOfRange(m));
+        if self.poll.is_some_and(|p| p.is_zero()) {
+            return bad(
+                "poll must be longer than 0s (it is the plugin folder's rescan period)".into(),
+            );
+        }
+        if self.page_size == Some(0) {
+            return bad("pageSize must be at least 1".into());
+        }
+        if let Some(d) = &self.dispatch {
+            if d.max_attempts == Some(0) {
+                return bad("dispatch.maxAttempts must be at least 1".into());
+            }
+            if d.unhealthy_after == Some(0) {
+                return bad("dispatch.unhealthyAfter must be at least 1".into());
+            }
+            let defaults = DispatchOptions::default();
+            let base = d.base_backoff.unwrap_or(defaults.base_backoff);
+            let max = d.max_backoff.unwrap_or(defaults.max_backoff);
+            if base.is_zero() || max < base {
+                return bad(format!(
+                    "dispatch.baseBackoff must be longer than 0s and at most dispatch.maxBackoff (found {base:?} and {max:?})"
+                ));
+            }
+        }
+        Ok(())
+    }
+
     fn kube_target(&self) -> KubeTarget {
         let mut t = KubeTarget::new(self.kubeconfig.clone(), self.context.clone());
         if let Some(i) = self.initial_list {
             t.initial_list = i;
         }
         if let Some(p) = self.page_size {
-            t.page_size = p.max(1);
+            t.page_size = p;
         }
         t
     }
@@ -265,9 +310,10 @@ mod tests {
             plugins: Some("p".into()),
             ..RunSettings::default()
         };
-        assert_eq!(
-            none.clone().into_options(false).unwrap().cluster,
-            ClusterTarget::Local("cluster".into())
+        let e = none.clone().into_options(false).unwrap_err().to_string();
+        assert!(
+            e.contains("--local DIR") && e.contains("--kubeconfig"),
+            "{e}"
         );
         assert!(matches!(
             none.into_options(true).unwrap().cluster,
@@ -277,5 +323,32 @@ mod tests {
             RunSettings::default().into_options(false),
             Err(ConfigError::NoPlugins)
         ));
+    }
+
+    #[test]
+    fn out_of_range_values_are_errors_not_panics() {
+        let p = Path::new("c.yaml");
+        for (text, key) in [
+            ("poll: 0s", "poll"),
+            ("pageSize: 0", "pageSize"),
+            ("dispatch: {maxAttempts: 0}", "dispatch.maxAttempts"),
+            ("dispatch: {unhealthyAfter: 0}", "dispatch.unhealthyAfter"),
+            ("dispatch: {baseBackoff: 0s}", "dispatch.baseBackoff"),
+            (
+                "dispatch: {baseBackoff: 10s, maxBackoff: 1s}",
+                "dispatch.maxBackoff",
+            ),
+        ] {
+            let s = RunSettings::parse(
+                &format!("apiVersion: kubewasm.io/v1alpha1\nkind: HostConfig\nplugins: p\nlocal: l\n{text}\n"),
+                p,
+            )
+            .unwrap();
+            let e = s.into_options(false).unwrap_err();
+            assert!(
+                matches!(&e, ConfigError::OutOfRange(m) if m.contains(key)),
+                "{text}: {e}"
+            );
+        }
     }
 }

@@ -75,10 +75,10 @@ struct RunArgs {
     #[arg(long, env = "KUBEWASM_PLUGINS")]
     plugins: Option<PathBuf>,
     /// Folder of YAML/JSON manifests served as an embedded local cluster
-    /// (the default, over ./cluster, when no kubeconfig is given).
+    /// (only when named: without it, the cluster of KUBECONFIG, the pod or ~/.kube/config).
     #[arg(long, env = "KUBEWASM_LOCAL", conflicts_with_all = ["kubeconfig", "context"])]
     local: Option<PathBuf>,
-    /// Kubeconfig of a real cluster (KUBECONFIG, or the pod's service account in a cluster, when unset).
+    /// Kubeconfig of a real cluster (unset: KUBECONFIG, the pod's service account, ~/.kube/config).
     #[arg(long)]
     kubeconfig: Option<PathBuf>,
     /// Context of the kubeconfig to use (default: its current context).
@@ -169,9 +169,9 @@ async fn shutdown_signal() {
 }
 
 async fn run(args: RunArgs) -> anyhow::Result<()> {
-    let in_cluster_or_env = std::env::var_os("KUBECONFIG").is_some()
-        || std::env::var_os("KUBERNETES_SERVICE_HOST").is_some();
-    let opts = args.settings()?.into_options(in_cluster_or_env)?;
+    let opts = args
+        .settings()?
+        .into_options(kubewasm::config::default_cluster_available())?;
     let cancel = CancellationToken::new();
     let app = App::start(&opts, cancel.clone())
         .await
@@ -182,8 +182,14 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             () = shutdown_signal() => tracing::info!("signal received; shutting down"),
         }
         app.shutdown().await;
-        let mut out = std::io::stdout().lock();
-        writeln!(out, "{}", app.summary())?;
+        let summary = app.summary();
+        writeln!(std::io::stdout().lock(), "{summary}")?;
+        let problems = summary.problems();
+        anyhow::ensure!(
+            problems.is_empty(),
+            "the run did not handle everything:\n  {}",
+            problems.join("\n  ")
+        );
         return Ok(());
     }
     let tasks = TaskTracker::new();

@@ -17,6 +17,7 @@ use tokio::sync::{Mutex, mpsc};
 use tokio_util::sync::CancellationToken;
 
 use crate::manager::PluginHost;
+use crate::runtime::manifest::ManifestError;
 use crate::runtime::{LoadError, Manifest};
 
 #[derive(Debug, thiserror::Error)]
@@ -54,6 +55,8 @@ pub struct PluginDir {
     host: Arc<PluginHost>,
     known: Mutex<BTreeMap<String, Known>>,
     running: Mutex<BTreeMap<String, String>>,
+    /// Plugins whose current file could not be loaded, with the error.
+    failed: parking_lot::Mutex<BTreeMap<String, String>>,
 }
 
 impl std::fmt::Debug for PluginDir {
@@ -94,7 +97,14 @@ impl PluginDir {
             host,
             known: Mutex::new(BTreeMap::new()),
             running: Mutex::new(BTreeMap::new()),
+            failed: parking_lot::Mutex::new(BTreeMap::new()),
         }
+    }
+
+    /// Plugins whose current file failed to load, with the error (a previous
+    /// version may still be serving).
+    pub fn failures(&self) -> BTreeMap<String, String> {
+        self.failed.lock().clone()
     }
 
     pub fn dir(&self) -> &Path {
@@ -117,20 +127,30 @@ impl PluginDir {
                 }
             };
             let sidecar = Manifest::sidecar_path(path);
-            let sidecar_text = sidecar
-                .as_ref()
-                .and_then(|p| std::fs::read_to_string(p).ok());
+            // A sidecar that exists but cannot be read is an error: loading
+            // the plugin without its limits and config would be worse.
+            let sidecar_text = sidecar.as_ref().map(|p| {
+                std::fs::read_to_string(p).map_err(|source| ManifestError::Read {
+                    path: p.clone(),
+                    source,
+                })
+            });
             let mut h = Sha256::new();
             h.update(&bytes);
             h.update([0xff]);
-            h.update(sidecar_text.as_deref().unwrap_or("").as_bytes());
+            match &sidecar_text {
+                Some(Ok(t)) => h.update(t.as_bytes()),
+                Some(Err(e)) => h.update(format!("\0unreadable: {e}").as_bytes()),
+                None => {}
+            }
             let digest: String = h.finalize().iter().map(|b| format!("{b:02x}")).collect();
             match known.get(name) {
                 Some(Known::Running(d)) | Some(Known::Failed(d)) if *d == digest => continue,
                 _ => {}
             }
-            let manifest = match (&sidecar, &sidecar_text) {
-                (Some(p), Some(t)) => Manifest::parse(p, t).map_err(LoadError::from),
+            let manifest = match (&sidecar, sidecar_text) {
+                (Some(p), Some(Ok(t))) => Manifest::parse(p, &t).map_err(LoadError::from),
+                (_, Some(Err(e))) => Err(LoadError::from(e)),
                 _ => Ok(Manifest::default()),
             };
             let result = match manifest {
@@ -151,6 +171,7 @@ impl PluginDir {
                         .await
                         .insert(name.clone(), digest.clone());
                     known.insert(name.clone(), Known::Running(digest));
+                    self.failed.lock().remove(name);
                     outcomes.insert(name.clone(), outcome);
                 }
                 Err(e) => {
@@ -163,6 +184,7 @@ impl PluginDir {
                         if was_running { "; the previous version keeps serving" } else { "" }
                     );
                     known.insert(name.clone(), Known::Failed(digest));
+                    self.failed.lock().insert(name.clone(), msg.clone());
                     outcomes.insert(name.clone(), Outcome::Failed(msg));
                 }
             }
@@ -174,6 +196,7 @@ impl PluginDir {
             .collect();
         for name in gone {
             known.remove(&name);
+            self.failed.lock().remove(&name);
             if self.running.lock().await.remove(&name).is_some() && self.host.unload(&name).await {
                 outcomes.insert(name, Outcome::Unloaded);
             }
@@ -223,7 +246,8 @@ impl PluginDir {
                 path: self.dir.clone(),
                 message: e.to_string(),
             })?;
-        let mut ticker = tokio::time::interval(poll);
+        // `interval` panics on zero; the config refuses it, library callers get a floor.
+        let mut ticker = tokio::time::interval(poll.max(Duration::from_millis(100)));
         ticker.tick().await;
         // Changes made between the initial scan and the watch being set up
         // would otherwise wait for the next poll.

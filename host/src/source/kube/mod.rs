@@ -87,13 +87,26 @@ impl KubeTarget {
             (None, Some(_)) => Config::from_kubeconfig(&options)
                 .await
                 .map_err(|e| KubeError::Infer(e.to_string()))?,
-            (None, None) => Config::infer()
+            // kubectl's order: KUBECONFIG, the pod's service account, then
+            // ~/.kube/config (kube's `infer` would read ~/.kube/config first).
+            (None, None) if std::env::var_os("KUBECONFIG").is_none() => match Config::incluster() {
+                Ok(c) => c,
+                Err(_) => Config::from_kubeconfig(&options)
+                    .await
+                    .map_err(|e| KubeError::Infer(e.to_string()))?,
+            },
+            (None, None) => Config::from_kubeconfig(&options)
                 .await
                 .map_err(|e| KubeError::Infer(e.to_string()))?,
         };
         let server = config.cluster_url.to_string();
         Client::try_from(config).map_err(|source| KubeError::Client { server, source })
     }
+}
+
+/// `~/.kube/config`, where kubectl looks when nothing else names a cluster.
+pub fn home_kubeconfig() -> Option<PathBuf> {
+    std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".kube").join("config"))
 }
 
 /// The `ApiResource` kube's dynamic API needs for a kind we resolved.
