@@ -35,6 +35,7 @@ pub struct PluginVersion {
     dispatcher: Dispatcher,
     handles: Vec<SubscriptionHandle>,
     indexes: Vec<(Arc<Informer>, String)>,
+    prepared: Arc<crate::runtime::Prepared>,
 }
 
 impl PluginVersion {
@@ -44,6 +45,14 @@ impl PluginVersion {
 
     pub fn is_idle(&self) -> bool {
         self.dispatcher.is_idle()
+    }
+
+    /// Instances created so far: the first ones and every replacement
+    /// after a trap (a quarantined plugin gets none).
+    pub fn instantiations(&self) -> u64 {
+        self.prepared
+            .instantiations
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     async fn stop(&self, informers: &InformerSet) {
@@ -301,19 +310,27 @@ impl PluginHost {
             self.activity.clone(),
             stats,
             DispatchOptions {
-                max_attempts: prepared.manifest.limits.max_attempts,
+                // The sidecar overrides the host config only where it sets a key.
+                max_attempts: prepared
+                    .manifest
+                    .limits
+                    .max_attempts
+                    .unwrap_or(self.dispatch.max_attempts),
                 ..self.dispatch.clone()
             },
         );
         let mut handles = Vec::new();
         let mut intakes = Vec::new();
-        let mut reads: HashMap<_, Arc<Informer>> = HashMap::new();
+        // Every subscription's cache is readable: two subscriptions to one
+        // kind (other namespaces or selectors) are two caches.
+        let mut reads: HashMap<_, Vec<Arc<Informer>>> = HashMap::new();
         for (spec, filter) in resolved {
             let (tx, rx) = mpsc::unbounded_channel();
             let handle = self.informers.subscribe(spec, tx);
-            reads
-                .entry(filter.kind.clone())
-                .or_insert_with(|| handle.informer.clone());
+            let same_kind = reads.entry(filter.kind.clone()).or_default();
+            if !same_kind.iter().any(|i| Arc::ptr_eq(i, &handle.informer)) {
+                same_kind.push(handle.informer.clone());
+            }
             intakes.push((filter, handle.informer.clone(), rx));
             handles.push(handle);
         }
@@ -331,14 +348,19 @@ impl PluginHost {
                     return Err(fail(e.to_string()));
                 }
             };
-            let Some(informer) = reads.get(&kind.gvk) else {
+            let Some(informers) = reads.get(&kind.gvk) else {
                 self.undo(&handles);
                 return Err(fail(format!("{} is not subscribed", kind.resource_name())));
             };
+            // The index covers every cache of the kind the plugin reads.
             let store_name = format!("{name}#{version_id}/{}", idx.name);
-            informer.store().add_index(&store_name, &idx.pointer);
-            index_map.insert(idx.name.clone(), (informer.clone(), store_name.clone()));
-            indexes.push((informer.clone(), store_name));
+            let mut on = Vec::new();
+            for informer in informers {
+                informer.store().add_index(&store_name, &idx.pointer);
+                on.push((informer.clone(), store_name.clone()));
+                indexes.push((informer.clone(), store_name.clone()));
+            }
+            index_map.insert(idx.name.clone(), on);
         }
         let scope = Arc::new(PluginScope {
             kinds: self.kinds.clone(),
@@ -372,6 +394,7 @@ impl PluginHost {
             dispatcher,
             handles,
             indexes,
+            prepared,
         })
     }
 

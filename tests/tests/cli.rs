@@ -148,3 +148,124 @@ fn a_config_file_gives_the_same_run_and_bad_settings_are_named() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[test]
+fn until_idle_fails_naming_failed_loads_and_dead_letters_and_guest_output_reaches_the_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = dir.path().join("cluster");
+    let plugins = dir.path().join("plugins");
+    std::fs::create_dir_all(&cluster).unwrap();
+    std::fs::create_dir_all(&plugins).unwrap();
+    std::fs::write(
+        cluster.join("pods.yaml"),
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: panic-1, namespace: default}\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: flood-1, namespace: default}\n",
+    )
+    .unwrap();
+    // No stdio grant: the guest's stderr is captured and logged anyway.
+    install(
+        &plugins,
+        "panicky",
+        "testkit",
+        Some("config: {mode: panic}\nlimits: {maxAttempts: 1}\n"),
+    );
+    install(
+        &plugins,
+        "noisy",
+        "testkit",
+        Some("config: {mode: flood}\n"),
+    );
+    std::fs::write(plugins.join("broken.wasm"), b"not wasm at all").unwrap();
+    let out = Command::new(kubewasm_bin())
+        .args(["run", "--until-idle", "--local"])
+        .arg(&cluster)
+        .arg("--plugins")
+        .arg(&plugins)
+        .arg("--cache-dir")
+        .arg(dir.path().join("cache"))
+        .env_remove("KUBECONFIG")
+        .env("RUST_LOG", "info")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stdout}\n{stderr}");
+    // The summary is still printed, and the exit says why.
+    assert_eq!(summary(&stdout).len(), 2, "{stdout}");
+    assert!(
+        stderr.contains("plugin broken failed to load")
+            && stderr.contains("not a WebAssembly file"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("plugin panicky: 1 delta(s) went to dead letters"),
+        "{stderr}"
+    );
+    // The panic message, attributed to the plugin, in the log and in the
+    // dead delta's error.
+    let line = |needle: &str, plugin: &str| {
+        stderr
+            .lines()
+            .any(|l| l.contains(needle) && l.contains(plugin))
+    };
+    assert!(
+        line(
+            "guest output: testkit panicked on purpose on default/panic-1",
+            "panicky"
+        ),
+        "{stderr}"
+    );
+    // The dead delta's error (a multi-line trap backtrace) ends with the cause.
+    assert!(
+        stderr.contains(
+            "wasm trap: wasm `unreachable` instruction executed (guest output: testkit panicked on purpose on default/panic-1)"
+        ),
+        "{stderr}"
+    );
+    // A flood is cut at 64 KiB per call, with a note.
+    let flood_lines = stderr
+        .lines()
+        .filter(|l| l.contains("guest output: ffff") && l.contains("noisy"))
+        .count();
+    assert_eq!(flood_lines, 64, "{stderr}");
+    assert!(
+        line("guest output truncated: 139264 more bytes dropped", "noisy"),
+        "{stderr}"
+    );
+    // Compiling a new component logs its start with the size and its end with the time.
+    assert!(
+        stderr
+            .lines()
+            .any(|l| l.contains("compiling component") && l.contains("bytes=")),
+        "{stderr}"
+    );
+    assert!(
+        stderr
+            .lines()
+            .any(|l| l.contains("component compiled") && l.contains("elapsed_ms=")),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn without_a_cluster_flag_or_kubeconfig_the_error_says_what_to_pass() {
+    let home = tempfile::tempdir().unwrap();
+    let plugins = home.path().join("plugins");
+    std::fs::create_dir_all(&plugins).unwrap();
+    // A ./cluster folder is no longer picked up by itself.
+    std::fs::create_dir_all(home.path().join("cluster")).unwrap();
+    let out = Command::new(kubewasm_bin())
+        .args(["run", "--until-idle", "--plugins"])
+        .arg(&plugins)
+        .current_dir(home.path())
+        .env("HOME", home.path())
+        .env_remove("KUBECONFIG")
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("--local DIR") && stderr.contains("--kubeconfig"),
+        "{stderr}"
+    );
+}

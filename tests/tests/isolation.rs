@@ -309,3 +309,156 @@ async fn configmap_style_symlink_swap_reloads_through_the_watcher() {
     watcher.await.unwrap().unwrap();
     app.shutdown().await;
 }
+
+/// Starts a host over `h` with `opts` changed by `tune`, recording actions.
+async fn start_tuned(
+    h: &Harness,
+    tune: impl FnOnce(&mut kubewasm::app::RunOptions),
+) -> (
+    kubewasm::app::App,
+    std::sync::Arc<kubewasm::actions::executor::RecordingSink>,
+) {
+    let mut opts = h.options();
+    tune(&mut opts);
+    let sink = std::sync::Arc::new(kubewasm::actions::executor::RecordingSink::default());
+    let app = kubewasm::app::App::start_with_sink(
+        &opts,
+        Some(sink.clone() as std::sync::Arc<dyn kubewasm::actions::executor::ActionSink>),
+        tokio_util::sync::CancellationToken::new(),
+    )
+    .await
+    .unwrap();
+    (app, sink)
+}
+
+/// Polls `cond` every 20 ms for up to 30 s.
+async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !cond() {
+        assert!(std::time::Instant::now() < deadline, "timed out: {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_host_configs_max_attempts_applies_when_the_sidecar_sets_none() {
+    let h = Harness::new();
+    write_cluster(h.cluster.path(), &[("pods.yaml", &pods(&["trap-1"]))]);
+    install(
+        h.plugins.path(),
+        "bad",
+        "testkit",
+        Some("config: {mode: trap}\n"),
+    );
+    let (app, _) = start_tuned(&h, |o| {
+        o.dispatch.max_attempts = 2;
+        o.dispatch.unhealthy_after = 100;
+    })
+    .await;
+    idle(&app).await;
+    let summary = app.summary();
+    app.shutdown().await;
+    let bad = &summary.plugins["bad"];
+    assert_eq!((bad.failed_calls, bad.dead), (2, 1), "{summary}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_that_keeps_trapping_is_quarantined_and_keeps_its_deltas() {
+    let h = Harness::new();
+    let names: Vec<String> = (0..10).map(|i| format!("trap-{i}")).collect();
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    write_cluster(h.cluster.path(), &[("pods.yaml", &pods(&names))]);
+    install(
+        h.plugins.path(),
+        "bad",
+        "testkit",
+        Some("config: {mode: trap}\nlimits: {maxAttempts: 1000}\n"),
+    );
+    let (app, _) = start_tuned(&h, |o| {
+        o.dispatch.unhealthy_after = 3;
+        o.dispatch.quarantine_base = Duration::from_millis(200);
+        o.dispatch.quarantine_max = Duration::from_millis(400);
+    })
+    .await;
+    let version = app.host.get("bad").await.unwrap();
+    let stats = version.stats().clone();
+    let load = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::SeqCst);
+    // 200 + 400 + 400 ms of quarantine: without it, ten deltas retried
+    // every 10-100 ms would make dozens of instances in that time.
+    eventually("three quarantines", || load(&stats.quarantines) >= 3).await;
+    let instances = version.instantiations();
+    let calls = load(&stats.failed_calls);
+    let quarantines = load(&stats.quarantines);
+    // Three instances trapped before the first quarantine; each later one
+    // follows a single trial call on a single new instance (one may be in flight).
+    assert!(
+        instances <= quarantines + 3,
+        "{instances} instances for {quarantines} quarantines"
+    );
+    assert!(
+        calls <= quarantines + 3,
+        "{calls} calls for {quarantines} quarantines"
+    );
+    // Nothing was given up or handled: every delta is still queued.
+    assert_eq!((load(&stats.dead), load(&stats.delivered)), (0, 0));
+    assert!(!app.host.all_idle().await);
+    app.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreadable_sidecar_is_an_error_and_the_plugin_does_not_load() {
+    let h = Harness::new();
+    write_cluster(h.cluster.path(), &[("pods.yaml", &pods(&["a"]))]);
+    let (app, _) = h.start_recording().await;
+    idle(&app).await;
+    install(h.plugins.path(), "p", "testkit", None);
+    // Exists, cannot be read as a file.
+    std::fs::create_dir(h.plugins.path().join("p.yaml")).unwrap();
+    match &app.plugin_dir.scan().await.unwrap()["p"] {
+        Outcome::Failed(m) => assert!(m.contains("p.yaml") && m.contains("cannot read"), "{m}"),
+        other => panic!("expected a failure, got {other:?}"),
+    }
+    assert!(app.host.get("p").await.is_none());
+    assert!(app.summary().failed_loads.contains_key("p"));
+    // Readable again: it loads.
+    std::fs::remove_dir(h.plugins.path().join("p.yaml")).unwrap();
+    std::fs::write(h.plugins.path().join("p.yaml"), "config: {mode: ok}\n").unwrap();
+    assert_eq!(app.plugin_dir.scan().await.unwrap()["p"], Outcome::Loaded);
+    assert!(app.summary().failed_loads.is_empty());
+    app.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_subscriptions_to_one_kind_read_and_index_their_own_caches() {
+    let h = Harness::new();
+    let cm = |ns: &str| {
+        format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: x, namespace: {ns}}}\ndata: {{app: x}}\n"
+        )
+    };
+    write_cluster(
+        h.cluster.path(),
+        &[
+            ("pods.yaml", &pods(&["x"])),
+            ("one.yaml", &cm("one")),
+            ("two.yaml", &cm("two")),
+            ("three.yaml", &cm("three")),
+        ],
+    );
+    install(
+        h.plugins.path(),
+        "p",
+        "testkit",
+        Some("config: {mode: two-caches}\n"),
+    );
+    let (app, sink) = h.start_recording().await;
+    idle(&app).await;
+    app.shutdown().await;
+    let got: Vec<String> = sink.take().iter().map(|(_, a)| describe(a)).collect();
+    assert_eq!(
+        got,
+        vec![
+            r#"patch Merge pods default/x {"metadata":{"annotations":{"kubewasm.io/found":"one=true,two=true,listed=2,indexed=2"}}}"#
+        ]
+    );
+}

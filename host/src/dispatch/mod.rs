@@ -58,6 +58,8 @@ pub struct PluginStats {
     pub filtered: AtomicU64,
     pub coalesced: AtomicU64,
     pub consecutive_traps: AtomicU64,
+    /// Times the plugin was quarantined (see [`DispatchOptions::unhealthy_after`]).
+    pub quarantines: AtomicU64,
     /// From the informer receiving a delta to the plugin's call returning
     /// (queueing, coalescing and retries included).
     pub latency: LatencyHistogram,
@@ -70,8 +72,14 @@ pub struct DispatchOptions {
     pub max_attempts: u32,
     pub base_backoff: Duration,
     pub max_backoff: Duration,
-    /// Consecutive traps after which the plugin is reported unhealthy.
+    /// Consecutive failed calls (traps, deadlines, out-of-memory, instances
+    /// that cannot start) after which the plugin is quarantined: no call and
+    /// no new instance for a period, its deltas kept queued.
     pub unhealthy_after: u64,
+    /// The first quarantine period; each one in a row doubles it.
+    pub quarantine_base: Duration,
+    /// The longest quarantine period.
+    pub quarantine_max: Duration,
 }
 
 impl Default for DispatchOptions {
@@ -81,6 +89,8 @@ impl Default for DispatchOptions {
             base_backoff: Duration::from_millis(100),
             max_backoff: Duration::from_secs(30),
             unhealthy_after: 3,
+            quarantine_base: Duration::from_secs(1),
+            quarantine_max: Duration::from_secs(300),
         }
     }
 }
@@ -116,6 +126,16 @@ impl SubscriptionFilter {
 
 type Key = (u32, ObjectKey);
 
+/// A plugin that keeps failing is left alone for a growing period instead
+/// of being re-instantiated for every delta.
+#[derive(Debug)]
+struct Quarantine {
+    /// Quarantined until then.
+    until: Option<tokio::time::Instant>,
+    /// The next period.
+    next: Duration,
+}
+
 struct Shared {
     plugin: Arc<str>,
     queue: Mutex<KeyedQueue<Key>>,
@@ -132,6 +152,7 @@ struct Shared {
     ready: tokio::sync::watch::Sender<bool>,
     /// Workers (one per instance), for fair batch sizes.
     workers: usize,
+    quarantine: Mutex<Quarantine>,
 }
 
 /// One plugin version's dispatcher.
@@ -166,11 +187,15 @@ impl Dispatcher {
             idle: Notify::new(),
             activity,
             stats,
-            options,
             executor,
             stopping: CancellationToken::new(),
             ready: tokio::sync::watch::channel(false).0,
             workers: actors.len(),
+            quarantine: Mutex::new(Quarantine {
+                until: None,
+                next: options.quarantine_base,
+            }),
+            options,
         });
         let tasks = TaskTracker::new();
         let worker_cancel = CancellationToken::new();
@@ -351,6 +376,18 @@ async fn worker(
         _ = ready.wait_for(|r| *r) => {}
     }
     loop {
+        // Quarantined: no call, so no new instance; deltas stay queued.
+        let until = shared.quarantine.lock().until;
+        if let Some(until) = until
+            && until > tokio::time::Instant::now()
+        {
+            tokio::select! {
+                () = cancel.cancelled() => return,
+                () = tokio::time::sleep_until(until) => {}
+            }
+            tracing::info!(plugin = %shared.plugin, "quarantine over: trying the plugin again");
+            continue;
+        }
         let next = {
             let wake = shared.wake.notified();
             let popped = shared.queue.lock().pop();
@@ -367,7 +404,8 @@ async fn worker(
         // Take a fair share of what else is ready (the other workers get
         // the rest), so a backlog costs one thread hand-off per batch.
         let mut batch = vec![next];
-        {
+        // A plugin that has just failed gets one delta at a time.
+        if shared.stats.consecutive_traps.load(Ordering::Relaxed) == 0 {
             let mut q = shared.queue.lock();
             let share = q
                 .ready_len()
@@ -391,9 +429,23 @@ async fn worker(
                 .handle_batch(batch.iter().map(|(_, i)| i.delta.clone()).collect())
                 .await
         };
-        for ((key, item), (result, elapsed)) in batch.into_iter().zip(outcomes) {
-            shared.stats.call_time.record(elapsed);
-            settle(&shared, &tasks, key, item, result).await;
+        let mut outcomes = outcomes.into_iter();
+        for (key, item) in batch {
+            match outcomes.next() {
+                Some((result, elapsed)) => {
+                    shared.stats.call_time.record(elapsed);
+                    settle(&shared, &tasks, key, item, result).await;
+                }
+                // Not run: an earlier call of the batch broke the instance.
+                // Back to the queue, no attempt counted.
+                None => {
+                    let mut q = shared.queue.lock();
+                    q.requeue_front(&key, item);
+                    q.done(&key);
+                    drop(q);
+                    shared.wake.notify_one();
+                }
+            }
         }
     }
 }
@@ -416,20 +468,26 @@ async fn settle(
         Ok(actions) => {
             shared.stats.latency.record(item.received.elapsed());
             shared.stats.delivered.fetch_add(1, Ordering::Relaxed);
-            shared.stats.consecutive_traps.store(0, Ordering::Relaxed);
+            if shared.stats.consecutive_traps.swap(0, Ordering::Relaxed) > 0 {
+                let mut q = shared.quarantine.lock();
+                if q.until.take().is_some() {
+                    tracing::info!(plugin, "plugin recovered: quarantine lifted");
+                }
+                q.next = shared.options.quarantine_base;
+            }
             shared.executor.execute_all(plugin, actions).await;
             finish(shared, &key, item.weight);
         }
         Err(err) => {
             shared.stats.failed_calls.fetch_add(1, Ordering::Relaxed);
-            if err.is_trap() {
+            if err.is_trap() || matches!(err, CallError::Unavailable(_)) {
                 let n = shared
                     .stats
                     .consecutive_traps
                     .fetch_add(1, Ordering::Relaxed)
                     + 1;
-                if n == shared.options.unhealthy_after {
-                    tracing::error!(plugin, consecutive_failures = n, error = %err, "plugin is unhealthy: it keeps trapping; other plugins are unaffected");
+                if n >= shared.options.unhealthy_after {
+                    quarantine(shared, n, &err);
                 }
             }
             item.attempts += 1;
@@ -461,6 +519,30 @@ async fn settle(
             }
         }
     }
+}
+
+/// Starts a quarantine period, doubling the next one (up to the maximum).
+fn quarantine(shared: &Shared, failures: u64, err: &CallError) {
+    let period = {
+        let mut q = shared.quarantine.lock();
+        let period = q.next;
+        q.until = Some(tokio::time::Instant::now() + period);
+        q.next = period.saturating_mul(2).min(
+            shared
+                .options
+                .quarantine_max
+                .max(shared.options.quarantine_base),
+        );
+        period
+    };
+    shared.stats.quarantines.fetch_add(1, Ordering::Relaxed);
+    tracing::error!(
+        plugin = %shared.plugin,
+        consecutive_failures = failures,
+        quarantine_ms = period.as_millis() as u64,
+        error = %err,
+        "plugin quarantined: it keeps failing; no call and no new instance until the period ends, its deltas stay queued, other plugins are unaffected"
+    );
 }
 
 fn finish(shared: &Shared, key: &Key, weight: u64) {

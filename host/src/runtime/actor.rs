@@ -126,19 +126,47 @@ fn classify(store: &Store<HostState>, err: wasmtime::Error, timeout: Duration) -
     }
 }
 
+/// Logs what the guest printed during a call (bounded, attributed to the
+/// plugin); a trap's error also carries the output's last line, which is
+/// where a panic message or an exception ends up.
+fn with_output<T>(
+    plugin: &str,
+    store: &Store<HostState>,
+    result: Result<T, CallError>,
+) -> Result<T, CallError> {
+    let Some(captured) = store
+        .data()
+        .output
+        .as_ref()
+        .and_then(|o| o.flush_to_log(plugin))
+    else {
+        return result;
+    };
+    let last = captured
+        .cause()
+        .map(|l| l.chars().take(512).collect::<String>());
+    match (result, last) {
+        (Err(CallError::Trap(m)), Some(line)) => {
+            Err(CallError::Trap(format!("{m} (guest output: {line})")))
+        }
+        (r, _) => r,
+    }
+}
+
 impl ActorThread {
     fn instantiate(&mut self) -> Result<&mut Instance, CallError> {
         if self.instance.is_none() {
             let p = &self.prepared;
-            let wasi = p.wasi_ctx().map_err(CallError::Unavailable)?;
-            let mut store = Store::new(
-                p.engine.engine(),
-                HostState::new(
-                    p.name.clone(),
-                    wasi,
-                    usize::try_from(p.manifest.limits.memory).unwrap_or(usize::MAX),
-                ),
+            let (wasi, output) = p.wasi_ctx().map_err(CallError::Unavailable)?;
+            let mut state = HostState::new(
+                p.name.clone(),
+                wasi,
+                usize::try_from(p.manifest.limits.memory).unwrap_or(usize::MAX),
             );
+            state.output = output;
+            p.instantiations
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let mut store = Store::new(p.engine.engine(), state);
             store.limiter(|s| &mut s.limiter);
             if p.engine.epoch_deadlines() {
                 store.set_epoch_deadline(self.deadline_ticks());
@@ -201,8 +229,10 @@ impl ActorThread {
     fn register(&mut self, config: String) -> Result<Registration, CallError> {
         let ticks = self.deadline_ticks();
         let epochs = self.prepared.engine.epoch_deadlines();
+        let name = self.prepared.name.clone();
         let inst = self.instantiate()?;
         let result = Self::call_register(inst, &config, ticks, epochs);
+        let result = with_output(&name, &inst.store, result);
         match &result {
             Ok(_) => self.config = Some(config),
             Err(_) => self.instance = None,
@@ -214,6 +244,7 @@ impl ActorThread {
         let ticks = self.deadline_ticks();
         let epochs = self.prepared.engine.epoch_deadlines();
         let timeout = self.prepared.manifest.limits.timeout;
+        let name = self.prepared.name.clone();
         let inst = self.instantiate()?;
         let store = &mut inst.store;
         store.data_mut().begin_call();
@@ -248,12 +279,16 @@ impl ActorThread {
             .plugin
             .kubewasm_plugin_handler()
             .call_handle(&mut inst.store, &wit);
+        let result = match result {
+            Ok(r) => Ok(r),
+            Err(e) => Err(classify(&inst.store, e, timeout)),
+        };
+        let result = with_output(&name, &inst.store, result);
         match result {
             Ok(Ok(())) => Ok(std::mem::take(&mut inst.store.data_mut().actions)),
             Ok(Err(handler::HandlerError::Retry(m))) => Err(CallError::Retry(m)),
             Ok(Err(handler::HandlerError::Permanent(m))) => Err(CallError::Permanent(m)),
-            Err(e) => {
-                let err = classify(&inst.store, e, timeout);
+            Err(err) => {
                 // The instance may be in any state after a trap: replace it.
                 self.instance = None;
                 Err(err)
@@ -279,14 +314,18 @@ impl ActorThread {
                     let _ = reply.send((result, start.elapsed()));
                 }
                 Request::HandleBatch { deltas, reply } => {
-                    let out = deltas
-                        .into_iter()
-                        .map(|delta| {
-                            let start = Instant::now();
-                            let result = self.handle(delta);
-                            (result, start.elapsed())
-                        })
-                        .collect();
+                    let mut out = Vec::with_capacity(deltas.len());
+                    for delta in deltas {
+                        let start = Instant::now();
+                        let result = self.handle(delta);
+                        let broken = matches!(&result, Err(e) if e.is_trap() || matches!(e, CallError::Unavailable(_)));
+                        out.push((result, start.elapsed()));
+                        // The rest is not run on a fresh instance: the
+                        // dispatcher requeues it and may quarantine the plugin.
+                        if broken {
+                            break;
+                        }
+                    }
                     let _ = reply.send(out);
                 }
             }
@@ -342,7 +381,8 @@ impl Actor {
             .unwrap_or_else(|_| (Err(self.gone()), Duration::ZERO))
     }
 
-    /// Runs several calls in order in one hand-off; one outcome per delta.
+    /// Runs several calls in order in one hand-off: one outcome per delta
+    /// run, in order; the batch stops after a call that broke the instance.
     pub async fn handle_batch(&self, deltas: Vec<CallDelta>) -> Vec<CallOutcome> {
         let n = deltas.len();
         let (reply, rx) = oneshot::channel();

@@ -124,9 +124,15 @@ impl WasmEngine {
         self.options.epoch_deadlines
     }
 
-    /// Compiles `bytes`, or loads the artifact a previous run cached for the
-    /// same content and engine. Cache failures only cost a recompile.
-    pub fn component(&self, bytes: &[u8]) -> Result<(Component, CompileSource), wasmtime::Error> {
+    /// Compiles `bytes` (plugin `name`), or loads the artifact a previous run
+    /// cached for the same content and engine. Cache failures only cost a
+    /// recompile. A compile logs its start (with the size), its end (with
+    /// the time) and, when it is slow, progress every [`COMPILE_PROGRESS`].
+    pub fn component(
+        &self,
+        name: &str,
+        bytes: &[u8],
+    ) -> Result<(Component, CompileSource), wasmtime::Error> {
         let digest = Sha256::digest(bytes);
         let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
         let cached = self
@@ -144,7 +150,27 @@ impl WasmEngine {
                 }
             }
         }
-        let component = Component::new(&self.engine, bytes)?;
+        tracing::info!(plugin = name, bytes = bytes.len(), "compiling component");
+        let started = std::time::Instant::now();
+        let progress = {
+            let (name, size) = (name.to_owned(), bytes.len());
+            spawn_progress(COMPILE_PROGRESS, move |elapsed| {
+                tracing::info!(
+                    plugin = %name,
+                    bytes = size,
+                    elapsed_s = elapsed.as_secs(),
+                    "still compiling component"
+                );
+            })
+        };
+        let compiled = Component::new(&self.engine, bytes);
+        drop(progress);
+        let component = compiled?;
+        tracing::info!(
+            plugin = name,
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "component compiled"
+        );
         if let Some(path) = &cached
             && let Err(e) = store_cached(&component, path)
         {
@@ -152,6 +178,32 @@ impl WasmEngine {
         }
         Ok((component, CompileSource::Compiled))
     }
+}
+
+/// How often a slow compile reports that it is still going.
+pub const COMPILE_PROGRESS: Duration = Duration::from_secs(5);
+
+/// Calls `tick` with the elapsed time every `every` until the returned guard
+/// is dropped (the ticker task is owned by the work it reports on). Without
+/// a tokio runtime there is no ticker.
+pub fn spawn_progress(
+    every: Duration,
+    tick: impl Fn(Duration) + Send + 'static,
+) -> Option<tokio_util::sync::DropGuard> {
+    let handle = tokio::runtime::Handle::try_current().ok()?;
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let stop = cancel.clone();
+    handle.spawn(async move {
+        let start = tokio::time::Instant::now();
+        let mut ticker = tokio::time::interval_at(start + every, every);
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => break,
+                _ = ticker.tick() => tick(start.elapsed()),
+            }
+        }
+    });
+    Some(cancel.drop_guard())
 }
 
 #[allow(unsafe_code)]
@@ -173,4 +225,33 @@ fn store_cached(component: &Component, path: &Path) -> Result<(), Box<dyn std::e
     std::fs::write(&tmp, bytes)?;
     std::fs::rename(&tmp, path)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn progress_ticks_until_its_guard_is_dropped() {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let guard = spawn_progress(Duration::from_millis(20), move |elapsed| {
+            let _ = tx.send(elapsed);
+        })
+        .unwrap();
+        let first = rx.recv().await.unwrap();
+        let second = rx.recv().await.unwrap();
+        assert!(second > first && first >= Duration::from_millis(20));
+        drop(guard);
+        // The ticker ends (dropping its sender) once its owner is gone.
+        let rest = tokio::time::timeout(Duration::from_secs(10), async {
+            let mut n = 0;
+            while rx.recv().await.is_some() {
+                n += 1;
+            }
+            n
+        })
+        .await
+        .unwrap();
+        assert!(rest <= 1, "{rest} ticks after the guard was dropped");
+    }
 }

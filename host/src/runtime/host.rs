@@ -19,11 +19,12 @@ use crate::object::{FieldValue, Meta, ObjectHandle, ObjectKey};
 #[derive(Debug, Default)]
 pub struct PluginScope {
     pub kinds: KindRegistry,
-    /// Readable kinds, each served by the informer of the plugin's first
-    /// subscription to it.
-    pub reads: HashMap<Gvk, Arc<Informer>>,
-    /// Declared index name -> (informer, the store's index name).
-    pub indexes: HashMap<String, (Arc<Informer>, String)>,
+    /// Readable kinds, each served by the informers of all the plugin's
+    /// subscriptions to it (other namespaces or selectors: other caches).
+    pub reads: HashMap<Gvk, Vec<Arc<Informer>>>,
+    /// Declared index name -> (informer, the store's index name), one per
+    /// cache of the index's kind.
+    pub indexes: HashMap<String, Vec<(Arc<Informer>, String)>>,
     pub writes: HashSet<Gvk>,
 }
 
@@ -69,9 +70,11 @@ pub struct HostState {
     pub limiter: MemoryLimiter,
     pub scope: Option<Arc<PluginScope>>,
     /// Snapshots taken during the current call: one consistent state per
-    /// kind for the whole call.
-    snapshots: HashMap<Gvk, Snapshot>,
+    /// cache for the whole call (keyed by the informer's address).
+    snapshots: HashMap<usize, Snapshot>,
     pub actions: Vec<Action>,
+    /// The guest's captured stdout/stderr (no stdio grant).
+    pub output: Option<super::stdio::GuestOutput>,
 }
 
 impl WasiView for HostState {
@@ -96,6 +99,7 @@ impl HostState {
             scope: None,
             snapshots: HashMap::new(),
             actions: Vec::new(),
+            output: None,
         }
     }
 
@@ -119,28 +123,32 @@ impl HostState {
             .ok_or_else(|| "the cache and actions are not available during register".to_owned())
     }
 
+    /// The call's snapshot of `informer`'s cache.
+    fn snapshot_of(&mut self, informer: &Arc<Informer>) -> Snapshot {
+        self.snapshots
+            .entry(Arc::as_ptr(informer) as usize)
+            .or_insert_with(|| informer.store().snapshot())
+            .clone()
+    }
+
     fn snapshot_for(
         &mut self,
         kind: &types::KindRef,
-    ) -> Result<(KindInfo, Snapshot), cache::CacheError> {
+    ) -> Result<(KindInfo, Vec<Snapshot>), cache::CacheError> {
         let scope = self.scope().map_err(cache::CacheError::NotSubscribed)?;
         let kref = kind_ref(kind);
         let info = scope
             .kinds
             .resolve(&kref)
             .map_err(|e| cache::CacheError::NotSubscribed(e.to_string()))?;
-        let informer = scope.reads.get(&info.gvk).ok_or_else(|| {
+        let informers = scope.reads.get(&info.gvk).ok_or_else(|| {
             cache::CacheError::NotSubscribed(format!(
                 "{} is not among this plugin's subscriptions; add a subscription (with no delta types for read-only access)",
                 info.resource_name()
             ))
         })?;
-        let snap = self
-            .snapshots
-            .entry(info.gvk.clone())
-            .or_insert_with(|| informer.store().snapshot())
-            .clone();
-        Ok((info, snap))
+        let snaps = informers.iter().map(|i| self.snapshot_of(i)).collect();
+        Ok((info, snaps))
     }
 
     fn push_all(
@@ -196,6 +204,19 @@ impl HostState {
                 if kind.namespaced { "" } else { "not " }
             )));
         }
+        crate::names::validate_object(&kind.gvk.kind, namespace.as_deref(), &r.name).map_err(
+            |e| {
+                actions::ActionError::Invalid(format!(
+                    "{} {}{}: {e}",
+                    kind.resource_name(),
+                    namespace
+                        .as_deref()
+                        .map(|n| format!("{n}/"))
+                        .unwrap_or_default(),
+                    r.name
+                ))
+            },
+        )?;
         Ok(Target {
             kind,
             namespace,
@@ -244,6 +265,28 @@ impl HostState {
         });
         Ok(())
     }
+}
+
+/// The objects of several caches of one kind, each once (caches with
+/// overlapping selections hold the same object).
+fn merge(lists: impl IntoIterator<Item = Vec<ObjectHandle>>) -> Vec<ObjectHandle> {
+    let mut lists = lists.into_iter();
+    let Some(mut out) = lists.next() else {
+        return Vec::new();
+    };
+    let mut rest = lists.peekable();
+    if rest.peek().is_none() {
+        return out;
+    }
+    let mut seen: HashSet<ObjectKey> = out.iter().map(|o| o.key()).collect();
+    for list in rest {
+        for o in list {
+            if seen.insert(o.key()) {
+                out.push(o);
+            }
+        }
+    }
+    out
 }
 
 pub fn kind_ref(k: &types::KindRef) -> KindRef {
@@ -337,7 +380,7 @@ impl cache::Host for HostState {
         namespace: Option<String>,
         name: String,
     ) -> wasmtime::Result<Result<Option<Resource<ObjectHandle>>, cache::CacheError>> {
-        let (info, snap) = match self.snapshot_for(&kind) {
+        let (info, snaps) = match self.snapshot_for(&kind) {
             Ok(v) => v,
             Err(e) => return Ok(Err(e)),
         };
@@ -346,7 +389,8 @@ impl cache::Host for HostState {
         } else {
             None
         };
-        match snap.get(&ObjectKey::new(ns, &name)) {
+        let key = ObjectKey::new(ns, &name);
+        match snaps.iter().find_map(|s| s.get(&key)) {
             Some(o) => Ok(Ok(Some(self.push_object(o)?))),
             None => Ok(Ok(None)),
         }
@@ -358,7 +402,7 @@ impl cache::Host for HostState {
         namespace: Option<String>,
         label_selector: Option<String>,
     ) -> wasmtime::Result<Result<Vec<Resource<ObjectHandle>>, cache::CacheError>> {
-        let (_, snap) = match self.snapshot_for(&kind) {
+        let (_, snaps) = match self.snapshot_for(&kind) {
             Ok(v) => v,
             Err(e) => return Ok(Err(e)),
         };
@@ -366,7 +410,8 @@ impl cache::Host for HostState {
             Ok(s) => s,
             Err(e) => return Ok(Err(cache::CacheError::InvalidSelector(e.to_string()))),
         };
-        let objs = snap.list(namespace.as_deref().filter(|n| !n.is_empty()), &selector);
+        let ns = namespace.as_deref().filter(|n| !n.is_empty());
+        let objs = merge(snaps.iter().map(|s| s.list(ns, &selector)));
         Ok(Ok(self.push_all(objs)?))
     }
 
@@ -379,18 +424,20 @@ impl cache::Host for HostState {
             Ok(s) => s,
             Err(e) => return Ok(Err(cache::CacheError::UnknownIndex(e))),
         };
-        let Some((informer, store_index)) = scope.indexes.get(&index) else {
+        let Some(caches) = scope.indexes.get(&index) else {
             return Ok(Err(cache::CacheError::UnknownIndex(format!(
                 "no index {index:?} was declared at registration"
             ))));
         };
-        let gvk = informer.spec().kind.gvk.clone();
-        let snap = self
-            .snapshots
-            .entry(gvk)
-            .or_insert_with(|| informer.store().snapshot())
-            .clone();
-        let objs = snap.by_index(store_index, &value).unwrap_or_default();
+        let found: Vec<Vec<ObjectHandle>> = caches
+            .iter()
+            .map(|(informer, store_index)| {
+                self.snapshot_of(informer)
+                    .by_index(store_index, &value)
+                    .unwrap_or_default()
+            })
+            .collect();
+        let objs = merge(found);
         Ok(Ok(self.push_all(objs)?))
     }
 }

@@ -43,8 +43,41 @@ pub struct Limits {
     pub timeout: Duration,
     /// Instances handling different objects at once.
     pub concurrency: usize,
-    /// Attempts per delta before it is recorded as dead.
-    pub max_attempts: u32,
+    /// Attempts per delta before it is recorded as dead; unset, the host
+    /// config's `dispatch.maxAttempts` applies.
+    pub max_attempts: Option<u32>,
+}
+
+/// Most instances one plugin may run at once (each is a thread).
+pub const MAX_CONCURRENCY: usize = 256;
+
+impl Limits {
+    /// Out-of-range values are errors rather than clamped or left to panic.
+    fn check(&self) -> Result<(), String> {
+        if self.concurrency == 0 || self.concurrency > MAX_CONCURRENCY {
+            return Err(format!(
+                "limits.concurrency must be 1 to {MAX_CONCURRENCY}, found {}",
+                self.concurrency
+            ));
+        }
+        if self.max_attempts == Some(0) {
+            return Err("limits.maxAttempts must be at least 1".into());
+        }
+        if self.memory < (1 << 20) {
+            return Err(format!(
+                "limits.memory must be at least 1Mi, found {} bytes",
+                self.memory
+            ));
+        }
+        if self.timeout < super::engine::EPOCH_TICK {
+            return Err(format!(
+                "limits.timeout must be at least {:?}, found {:?}",
+                super::engine::EPOCH_TICK,
+                self.timeout
+            ));
+        }
+        Ok(())
+    }
 }
 
 impl Default for Limits {
@@ -53,7 +86,7 @@ impl Default for Limits {
             memory: 64 << 20,
             timeout: Duration::from_secs(1),
             concurrency: 1,
-            max_attempts: 5,
+            max_attempts: None,
         }
     }
 }
@@ -120,12 +153,13 @@ pub fn parse_bytes(s: &str) -> Option<u64> {
 }
 
 impl Manifest {
-    /// The sidecar of `wasm`, if one exists.
+    /// The sidecar of `wasm`, if one exists (a dangling symlink or a
+    /// folder counts: reading it then fails with an error naming it).
     pub fn sidecar_path(wasm: &Path) -> Option<PathBuf> {
         ["yaml", "yml", "json"]
             .iter()
             .map(|ext| wasm.with_extension(ext))
-            .find(|p| p.exists())
+            .find(|p| p.symlink_metadata().is_ok())
     }
 
     pub fn load(path: &Path) -> Result<Self, ManifestError> {
@@ -148,12 +182,10 @@ impl Manifest {
             path: path.to_owned(),
             message,
         })?;
-        if m.limits.concurrency == 0 || m.limits.max_attempts == 0 || m.limits.memory < (1 << 20) {
-            return Err(ManifestError::Parse {
-                path: path.to_owned(),
-                message: "limits.concurrency and limits.maxAttempts must be at least 1, limits.memory at least 1Mi".into(),
-            });
-        }
+        m.limits.check().map_err(|message| ManifestError::Parse {
+            path: path.to_owned(),
+            message,
+        })?;
         Ok(m)
     }
 
@@ -195,5 +227,28 @@ mod tests {
         );
         let err = Manifest::parse(Path::new("p.yaml"), "limits:\n  memory: lots\n").unwrap_err();
         assert!(err.to_string().contains("not a size"), "{err}");
+    }
+
+    #[test]
+    fn out_of_range_limits_are_errors_naming_the_key() {
+        for (text, key) in [
+            ("limits: {timeout: 0s}", "limits.timeout"),
+            ("limits: {concurrency: 0}", "limits.concurrency"),
+            ("limits: {concurrency: 100000}", "limits.concurrency"),
+            ("limits: {maxAttempts: 0}", "limits.maxAttempts"),
+            ("limits: {memory: 1Ki}", "limits.memory"),
+        ] {
+            let err = Manifest::parse(Path::new("/x/p.yaml"), text)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains(key) && err.contains("/x/p.yaml"),
+                "{text}: {err}"
+            );
+        }
+        // Unset, the host's dispatch.maxAttempts applies.
+        assert_eq!(Manifest::default().limits.max_attempts, None);
+        let m = Manifest::parse(Path::new("p.yaml"), "limits: {maxAttempts: 2}").unwrap();
+        assert_eq!(m.limits.max_attempts, Some(2));
     }
 }

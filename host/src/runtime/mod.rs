@@ -6,6 +6,7 @@ pub mod bindings;
 pub mod engine;
 pub mod host;
 pub mod manifest;
+pub mod stdio;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -78,6 +79,8 @@ pub struct Prepared {
     pub manifest: Manifest,
     pub compile_source: CompileSource,
     pub compile_time: Duration,
+    /// Instances created so far (first ones and replacements after traps).
+    pub instantiations: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Debug for Prepared {
@@ -89,8 +92,9 @@ impl std::fmt::Debug for Prepared {
 }
 
 impl Prepared {
-    /// The WASI context: nothing unless the manifest grants it.
-    pub fn wasi_ctx(&self) -> Result<WasiCtx, String> {
+    /// The WASI context: nothing unless the manifest grants it. Without a
+    /// stdio grant, stdout and stderr go to a bounded capture the actor logs.
+    pub fn wasi_ctx(&self) -> Result<(WasiCtx, Option<stdio::GuestOutput>), String> {
         let grants = &self.manifest.grants;
         let mut b = WasiCtxBuilder::new();
         for var in &grants.env {
@@ -98,8 +102,13 @@ impl Prepared {
                 b.env(var, &value);
             }
         }
+        let mut output = None;
         if grants.stdio {
             b.inherit_stdout().inherit_stderr();
+        } else {
+            let capture = stdio::GuestOutput::default();
+            b.stdout(capture.clone()).stderr(capture.clone());
+            output = Some(capture);
         }
         if grants.network {
             b.inherit_network().allow_ip_name_lookup(true);
@@ -108,7 +117,7 @@ impl Prepared {
             b.preopened_dir(&dir.host, &dir.guest, FsPerms::ReadOnly)
                 .map_err(|e| format!("cannot grant directory {}: {e:#}", dir.host.display()))?;
         }
-        Ok(b.build())
+        Ok((b.build(), output))
     }
 }
 
@@ -229,7 +238,7 @@ impl Runtime {
             )));
         }
         let start = Instant::now();
-        let (component, compile_source) = self.engine.component(bytes).map_err(|e| {
+        let (component, compile_source) = self.engine.component(name, bytes).map_err(|e| {
             let msg = format!("{e:#}");
             if msg.contains("unexpected end") || msg.contains("out of bounds") {
                 LoadError::Truncated
@@ -272,6 +281,7 @@ impl Runtime {
             manifest,
             compile_source,
             compile_time,
+            instantiations: std::sync::atomic::AtomicU64::new(0),
         })
     }
 }

@@ -16,6 +16,9 @@ enum Mode {
     Permanent,
     RegisterError,
     Echo,
+    Panic,
+    Flood,
+    TwoCaches,
 }
 
 impl Mode {
@@ -27,7 +30,9 @@ impl Mode {
             Self::Oom => "oom",
             Self::Retry => "retry",
             Self::Permanent => "permanent",
-            Self::Ok | Self::RegisterError | Self::Echo => "",
+            Self::Panic => "panic",
+            Self::Flood => "flood",
+            Self::Ok | Self::RegisterError | Self::Echo | Self::TwoCaches => "",
         }
     }
 }
@@ -59,6 +64,22 @@ impl Plugin for Testkit {
 
     fn registration(&self) -> Registration {
         let deltas = [DeltaType::Added, DeltaType::Updated, DeltaType::Deleted];
+        if self.mode == Mode::TwoCaches {
+            return Registration::new()
+                .subscribe(Subscription::kind::<Pod>().deltas([DeltaType::Added]))
+                .subscribe(
+                    Subscription::kind::<ConfigMap>()
+                        .namespace("one")
+                        .cache_only(),
+                )
+                .subscribe(
+                    Subscription::kind::<ConfigMap>()
+                        .namespace("two")
+                        .cache_only(),
+                )
+                .index(Index::new::<ConfigMap>("by-app", "/data/app"))
+                .writes::<Pod>();
+        }
         Registration::new()
             .subscribe(Subscription::kind::<Pod>().deltas(deltas))
             .subscribe(Subscription::kind::<ConfigMap>().deltas(deltas))
@@ -70,6 +91,9 @@ impl Plugin for Testkit {
         let (meta, _) = delta.parts()?;
         if self.mode == Mode::Echo {
             return echo(&delta, meta);
+        }
+        if self.mode == Mode::TwoCaches {
+            return two_caches(&delta, meta);
         }
         let prefix = self.mode.prefix();
         if prefix.is_empty() || !meta.name.starts_with(prefix) {
@@ -85,7 +109,18 @@ impl Plugin for Testkit {
             },
             Mode::Retry => Err(retry(format!("asked to retry {}", meta.key()))),
             Mode::Permanent => Err(permanent(format!("asked to fail {}", meta.key()))),
-            Mode::Ok | Mode::RegisterError | Mode::Echo => Ok(()),
+            Mode::Panic => panic!("testkit panicked on purpose on {}", meta.key()),
+            Mode::Flood => {
+                use std::io::Write;
+                let line = [b'f'; 1023];
+                let mut err = std::io::stderr().lock();
+                for _ in 0..200 {
+                    let _ = err.write_all(&line);
+                    let _ = err.write_all(b"\n");
+                }
+                Ok(())
+            }
+            Mode::Ok | Mode::RegisterError | Mode::Echo | Mode::TwoCaches => Ok(()),
         }
     }
 }
@@ -112,6 +147,21 @@ fn echo(delta: &Delta, meta: &ObjectMeta) -> Result<(), HandlerError> {
         return Ok(());
     };
     actions::annotate(&target, &[("kubewasm.io/seen", delta.delta_type.as_str())])
+}
+
+/// Reads the ConfigMaps named like the pod in namespaces `one` and `two`
+/// (two subscriptions to one kind) and through the `by-app` index; records
+/// what it found as an annotation on the pod.
+fn two_caches(delta: &Delta, meta: &ObjectMeta) -> Result<(), HandlerError> {
+    let one = cache::get::<ConfigMap>(Some("one"), &meta.name)?.is_some();
+    let two = cache::get::<ConfigMap>(Some("two"), &meta.name)?.is_some();
+    let listed = cache::list::<ConfigMap>(None, None)?.len();
+    let indexed = cache::by_index("by-app", &meta.name)?.len();
+    let found = format!("one={one},two={two},listed={listed},indexed={indexed}");
+    let Some(target) = ObjectRef::from_delta(delta) else {
+        return Ok(());
+    };
+    actions::annotate(&target, &[("kubewasm.io/found", &found)])
 }
 
 #[cfg(target_arch = "wasm32")]
