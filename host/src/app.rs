@@ -9,12 +9,14 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::actions::executor::{ActionSink, Executor, ExecutorOptions};
 use crate::dispatch::{Activity, DispatchOptions};
 use crate::informer::InformerSet;
 use crate::informer::Source;
 use crate::kind::KindRegistry;
+use crate::leader::{ElectionOptions, Elector, KubeLeases, Leadership};
 use crate::manager::PluginHost;
 use crate::object::StripOptions;
 use crate::reload::{DirError, PluginDir};
@@ -32,6 +34,8 @@ pub enum AppError {
     Engine(#[from] crate::runtime::engine::EngineError),
     #[error(transparent)]
     Kube(#[from] KubeError),
+    #[error("leader election needs a real cluster, not the embedded local one")]
+    ElectionWithoutCluster,
 }
 
 /// Which cluster the host runs against.
@@ -55,6 +59,10 @@ pub struct RunOptions {
     pub dispatch: DispatchOptions,
     /// Safety-net rescan period of the plugin folder.
     pub poll: Duration,
+    /// Leader election; `None` runs as the only replica (always acting).
+    pub election: Option<ElectionOptions>,
+    /// How long shutdown waits for in-flight calls and actions.
+    pub shutdown_grace: Duration,
 }
 
 /// Per-plugin figures of a run.
@@ -127,6 +135,7 @@ struct Backend {
     sink: Arc<dyn ActionSink>,
     discovery: Option<Arc<Discovery>>,
     local: Option<Arc<LocalCluster>>,
+    client: Option<kube::Client>,
 }
 
 /// A running host.
@@ -136,6 +145,12 @@ pub struct App {
     pub plugin_dir: Arc<PluginDir>,
     pub activity: Arc<Activity>,
     pub executor: Arc<Executor>,
+    /// Whether this replica leads (always, without election); read it for
+    /// the `kubewasm_leader` gauge.
+    pub leadership: Leadership,
+    /// The elector and the replay-on-gain task, stopped after the drain.
+    election: Option<(CancellationToken, TaskTracker)>,
+    shutdown_grace: Duration,
     cancel: CancellationToken,
 }
 
@@ -164,6 +179,7 @@ impl App {
             sink: default_sink,
             discovery,
             local,
+            client,
         } = match &opts.cluster {
             ClusterTarget::Local(dir) => {
                 let kinds = KindRegistry::builtin();
@@ -175,6 +191,7 @@ impl App {
                     sink: cluster.clone(),
                     discovery: None,
                     local: Some(cluster),
+                    client: None,
                 }
             }
             ClusterTarget::Kube(target) => {
@@ -196,9 +213,10 @@ impl App {
                         target.initial_list,
                         target.page_size,
                     )),
-                    sink: Arc::new(KubeSink::new(client)),
+                    sink: Arc::new(KubeSink::new(client.clone())),
                     discovery: Some(discovery),
                     local: None,
+                    client: Some(client),
                 }
             }
         };
@@ -209,13 +227,20 @@ impl App {
             cancel.child_token(),
         ));
         let sink = sink.unwrap_or(default_sink);
-        let executor = Arc::new(Executor::new(
-            sink,
-            ExecutorOptions {
-                dry_run: opts.dry_run,
-                ..ExecutorOptions::default()
-            },
-        ));
+        let leadership = match &opts.election {
+            Some(_) => Leadership::follower(),
+            None => Leadership::always(),
+        };
+        let executor = Arc::new(
+            Executor::new(
+                sink,
+                ExecutorOptions {
+                    dry_run: opts.dry_run,
+                    ..ExecutorOptions::default()
+                },
+            )
+            .with_leadership(leadership.clone()),
+        );
         let runtime = Runtime::new(opts.engine.clone())?;
         let mut host = PluginHost::new(
             runtime,
@@ -224,19 +249,30 @@ impl App {
             executor.clone(),
             activity.clone(),
             opts.dispatch.clone(),
-        );
+        )
+        .with_leadership(leadership.clone());
         if let Some(d) = discovery {
             host = host.with_discovery(d);
         }
         let host = Arc::new(host);
         let plugin_dir = Arc::new(PluginDir::new(opts.plugins.clone(), host.clone()));
         plugin_dir.scan().await?;
+        let election = match (&opts.election, client) {
+            (None, _) => None,
+            (Some(_), None) => return Err(AppError::ElectionWithoutCluster),
+            (Some(e), Some(client)) => {
+                Some(start_election(e, client, leadership.clone(), host.clone()))
+            }
+        };
         Ok(Self {
             local,
             host,
             plugin_dir,
             activity,
             executor,
+            leadership,
+            election,
+            shutdown_grace: opts.shutdown_grace,
             cancel,
         })
     }
@@ -332,10 +368,63 @@ impl App {
         }
     }
 
-    /// Drains in-flight calls and stops every task.
+    /// Stops taking deltas, drains in-flight calls and actions (for at
+    /// most the shutdown grace), then, when elected, stops acting and
+    /// releases the lease so a follower takes over at once.
     pub async fn shutdown(&self) {
         self.cancel.cancel();
-        self.host.shutdown().await;
+        let grace = self.shutdown_grace;
+        if tokio::time::timeout(grace, self.host.shutdown())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                ?grace,
+                "in-flight calls and actions did not finish within the shutdown grace; abandoning them"
+            );
+        }
+        if let Some((cancel, tasks)) = &self.election {
+            self.leadership.lose();
+            cancel.cancel();
+            tasks.close();
+            if tokio::time::timeout(Duration::from_secs(5), tasks.wait())
+                .await
+                .is_err()
+            {
+                tracing::warn!(
+                    "the lease was not released within 5s; a follower takes over when it expires"
+                );
+            }
+        }
         self.host.informers().shutdown().await;
     }
+}
+
+/// Starts the elector and the task that replays the cache to every plugin
+/// each time this replica becomes leader.
+fn start_election(
+    opts: &ElectionOptions,
+    client: kube::Client,
+    leadership: Leadership,
+    host: Arc<PluginHost>,
+) -> (CancellationToken, TaskTracker) {
+    let cancel = CancellationToken::new();
+    let tasks = TaskTracker::new();
+    let leases = Arc::new(KubeLeases::new(client, &opts.namespace, &opts.lease_name));
+    let elector = Elector::new(leases, opts.clone(), leadership.clone());
+    tasks.spawn(elector.run(cancel.clone()));
+    let stop = cancel.clone();
+    tasks.spawn(async move {
+        let mut gate = leadership.subscribe();
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => return,
+                changed = gate.changed() => if changed.is_err() { return },
+            }
+            if gate.borrow_and_update().leading {
+                host.replay_all().await;
+            }
+        }
+    });
+    (cancel, tasks)
 }

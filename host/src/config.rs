@@ -10,6 +10,7 @@ use serde::Deserialize;
 
 use crate::app::{ClusterTarget, RunOptions};
 use crate::dispatch::DispatchOptions;
+use crate::leader::{self, ElectionConfigError, ElectionOptions};
 use crate::object::StripOptions;
 use crate::runtime::EngineOptions;
 use crate::source::kube::{InitialList, KubeTarget};
@@ -17,6 +18,8 @@ use crate::source::kube::{InitialList, KubeTarget};
 /// The only config file version so far.
 pub const API_VERSION: &str = "kubewasm.io/v1alpha1";
 pub const KIND: &str = "HostConfig";
+/// How long SIGTERM waits for in-flight calls and actions by default.
+pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -37,6 +40,8 @@ pub enum ConfigError {
     NoCluster,
     #[error("{0}")]
     OutOfRange(String),
+    #[error(transparent)]
+    Election(#[from] ElectionConfigError),
 }
 
 /// Whether a real cluster can be reached without flags, in kubectl's order:
@@ -45,6 +50,31 @@ pub fn default_cluster_available() -> bool {
     std::env::var_os("KUBECONFIG").is_some()
         || std::env::var_os("KUBERNETES_SERVICE_HOST").is_some()
         || crate::source::kube::home_kubeconfig().is_some_and(|p| p.is_file())
+}
+
+/// What the process environment says, for defaults that depend on where
+/// the host runs.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Environment {
+    /// `KUBECONFIG` is set.
+    pub kubeconfig_env: bool,
+    /// `KUBERNETES_SERVICE_HOST` is set: running in a Pod.
+    pub in_cluster: bool,
+    /// Lease holder identity (`POD_NAME`, else `HOSTNAME_PID`).
+    pub identity: String,
+    /// `POD_NAMESPACE`, else the service account's namespace file.
+    pub namespace: Option<String>,
+}
+
+impl Environment {
+    pub fn detect() -> Self {
+        Self {
+            kubeconfig_env: std::env::var_os("KUBECONFIG").is_some(),
+            in_cluster: std::env::var_os("KUBERNETES_SERVICE_HOST").is_some(),
+            identity: crate::telemetry::identity::instance(),
+            namespace: crate::telemetry::identity::pod_namespace(),
+        }
+    }
 }
 
 /// Every `run` setting, each optional so that flags and file can merge.
@@ -64,6 +94,19 @@ pub struct RunSettings {
     #[serde(default, with = "humantime_serde")]
     pub poll: Option<Duration>,
     pub dispatch: Option<DispatchSettings>,
+    /// Leader election on a Lease (default: on in a Pod, off elsewhere).
+    pub leader_elect: Option<bool>,
+    #[serde(default, with = "humantime_serde")]
+    pub leader_elect_lease_duration: Option<Duration>,
+    #[serde(default, with = "humantime_serde")]
+    pub leader_elect_renew_deadline: Option<Duration>,
+    #[serde(default, with = "humantime_serde")]
+    pub leader_elect_retry_period: Option<Duration>,
+    pub leader_elect_lease_name: Option<String>,
+    pub leader_elect_namespace: Option<String>,
+    /// How long SIGTERM waits for in-flight calls and actions.
+    #[serde(default, with = "humantime_serde")]
+    pub shutdown_grace: Option<Duration>,
 }
 
 /// Retry policy of every plugin's queue.
@@ -158,14 +201,39 @@ impl RunSettings {
             page_size: self.page_size.or(file.page_size),
             poll: self.poll.or(file.poll),
             dispatch,
+            leader_elect: self.leader_elect.or(file.leader_elect),
+            leader_elect_lease_duration: self
+                .leader_elect_lease_duration
+                .or(file.leader_elect_lease_duration),
+            leader_elect_renew_deadline: self
+                .leader_elect_renew_deadline
+                .or(file.leader_elect_renew_deadline),
+            leader_elect_retry_period: self
+                .leader_elect_retry_period
+                .or(file.leader_elect_retry_period),
+            leader_elect_lease_name: self
+                .leader_elect_lease_name
+                .or(file.leader_elect_lease_name),
+            leader_elect_namespace: self.leader_elect_namespace.or(file.leader_elect_namespace),
+            shutdown_grace: self.shutdown_grace.or(file.shutdown_grace),
         }
     }
 
     /// Picks the cluster: `local` for the embedded cluster; a kubeconfig or
     /// context (or `default_cluster`: see [`default_cluster_available`]) for
     /// a real one; otherwise an error saying which flag to pass. Values out
-    /// of range are errors.
+    /// of range are errors. Election defaults come from the process
+    /// environment.
     pub fn into_options(self, default_cluster: bool) -> Result<RunOptions, ConfigError> {
+        self.into_options_in(default_cluster, &Environment::detect())
+    }
+
+    /// [`into_options`](Self::into_options) with the environment given.
+    pub fn into_options_in(
+        self,
+        default_cluster: bool,
+        env: &Environment,
+    ) -> Result<RunOptions, ConfigError> {
         let plugins = self.plugins.clone().ok_or(ConfigError::NoPlugins)?;
         let wants_kube = self.kubeconfig.is_some() || self.context.is_some();
         let cluster = match (self.local.clone(), wants_kube) {
@@ -180,6 +248,7 @@ impl RunSettings {
             (None, false) => return Err(ConfigError::NoCluster),
         };
         self.check_ranges()?;
+        let election = self.election(&cluster, env)?;
         let mut engine = EngineOptions::default();
         if let Some(dir) = self.cache_dir {
             engine.cache_dir = Some(dir);
@@ -204,6 +273,8 @@ impl RunSettings {
             },
             dispatch,
             poll: self.poll.unwrap_or(Duration::from_secs(30)),
+            election,
+            shutdown_grace: self.shutdown_grace.unwrap_or(DEFAULT_SHUTDOWN_GRACE),
         })
     }
 
@@ -234,6 +305,54 @@ impl RunSettings {
             }
         }
         Ok(())
+    }
+
+    /// Leader election: on by default only in a Pod using its service
+    /// account (no kubeconfig or context given); never on the local
+    /// cluster.
+    fn election(
+        &self,
+        cluster: &ClusterTarget,
+        env: &Environment,
+    ) -> Result<Option<ElectionOptions>, ConfigError> {
+        let local = matches!(cluster, ClusterTarget::Local(_));
+        let explicit_config =
+            self.kubeconfig.is_some() || self.context.is_some() || env.kubeconfig_env;
+        let enabled = match self.leader_elect {
+            Some(true) if local => {
+                return Err(ConfigError::Conflict(
+                    "--leader-elect needs a real cluster: the embedded local cluster (--local) has no Lease to elect on".into(),
+                ));
+            }
+            Some(on) => on,
+            None => env.in_cluster && !explicit_config && !local,
+        };
+        if !enabled {
+            return Ok(None);
+        }
+        let opts = ElectionOptions {
+            identity: env.identity.clone(),
+            lease_name: self
+                .leader_elect_lease_name
+                .clone()
+                .unwrap_or_else(|| leader::DEFAULT_LEASE_NAME.to_owned()),
+            namespace: self
+                .leader_elect_namespace
+                .clone()
+                .or_else(|| env.namespace.clone())
+                .unwrap_or_else(|| "default".to_owned()),
+            lease_duration: self
+                .leader_elect_lease_duration
+                .unwrap_or(leader::DEFAULT_LEASE_DURATION),
+            renew_deadline: self
+                .leader_elect_renew_deadline
+                .unwrap_or(leader::DEFAULT_RENEW_DEADLINE),
+            retry_period: self
+                .leader_elect_retry_period
+                .unwrap_or(leader::DEFAULT_RETRY_PERIOD),
+        };
+        opts.validate()?;
+        Ok(Some(opts))
     }
 
     fn kube_target(&self) -> KubeTarget {
@@ -280,6 +399,130 @@ mod tests {
             }
             other => panic!("expected a kube target, got {other:?}"),
         }
+    }
+
+    fn pod() -> Environment {
+        Environment {
+            kubeconfig_env: false,
+            in_cluster: true,
+            identity: "kubewasm-0".into(),
+            namespace: Some("kubewasm-system".into()),
+        }
+    }
+
+    #[test]
+    fn election_is_on_in_a_pod_and_off_elsewhere() {
+        let base = RunSettings {
+            plugins: Some("p".into()),
+            ..RunSettings::default()
+        };
+        let e = base
+            .clone()
+            .into_options_in(true, &pod())
+            .unwrap()
+            .election
+            .expect("on by default in a pod");
+        assert_eq!(e.identity, "kubewasm-0");
+        assert_eq!(e.namespace, "kubewasm-system");
+        assert_eq!(e.lease_name, "kubewasm");
+        assert_eq!(e.lease_duration, Duration::from_secs(15));
+        assert_eq!(e.renew_deadline, Duration::from_secs(10));
+        assert_eq!(e.retry_period, Duration::from_secs(2));
+        // A kubeconfig (flag or KUBECONFIG) means a run from outside.
+        let outside = RunSettings {
+            kubeconfig: Some("k".into()),
+            ..base.clone()
+        };
+        assert_eq!(
+            outside
+                .clone()
+                .into_options_in(true, &pod())
+                .unwrap()
+                .election,
+            None
+        );
+        let env_kubeconfig = Environment {
+            kubeconfig_env: true,
+            ..pod()
+        };
+        assert_eq!(
+            base.clone()
+                .into_options_in(true, &env_kubeconfig)
+                .unwrap()
+                .election,
+            None
+        );
+        // Explicitly on from outside, with the namespace fallback.
+        let on = RunSettings {
+            leader_elect: Some(true),
+            ..outside
+        };
+        let e = on
+            .into_options_in(true, &Environment::default())
+            .unwrap()
+            .election
+            .unwrap();
+        assert_eq!(e.namespace, "default");
+        // Explicitly off in a pod: runs as without election.
+        let off = RunSettings {
+            leader_elect: Some(false),
+            ..base.clone()
+        };
+        assert_eq!(off.into_options_in(true, &pod()).unwrap().election, None);
+        // The local cluster: off by default, an error when asked for.
+        let local = RunSettings {
+            local: Some("l".into()),
+            ..base.clone()
+        };
+        assert_eq!(
+            local
+                .clone()
+                .into_options_in(false, &pod())
+                .unwrap()
+                .election,
+            None
+        );
+        let e = RunSettings {
+            leader_elect: Some(true),
+            ..local
+        }
+        .into_options_in(false, &pod())
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("--leader-elect needs a real cluster"), "{e}");
+        // Durations are checked, naming the flag.
+        let e = RunSettings {
+            leader_elect_renew_deadline: Some(Duration::from_secs(15)),
+            ..base
+        }
+        .into_options_in(true, &pod())
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("--leader-elect-renew-deadline"), "{e}");
+    }
+
+    #[test]
+    fn election_keys_in_the_file() {
+        let file = RunSettings::parse(
+            "apiVersion: kubewasm.io/v1alpha1\nkind: HostConfig\nplugins: p\nkubeconfig: k\nleaderElect: true\nleaderElectLeaseDuration: 4s\nleaderElectRenewDeadline: 3s\nleaderElectRetryPeriod: 500ms\nleaderElectLeaseName: ha\nleaderElectNamespace: ops\nshutdownGrace: 5s\n",
+            Path::new("c.yaml"),
+        )
+        .unwrap();
+        let opts = RunSettings::default()
+            .over(file)
+            .into_options_in(false, &Environment::default())
+            .unwrap();
+        assert_eq!(opts.shutdown_grace, Duration::from_secs(5));
+        let e = opts.election.unwrap();
+        assert_eq!((e.lease_name.as_str(), e.namespace.as_str()), ("ha", "ops"));
+        assert_eq!(e.retry_period, Duration::from_millis(500));
+        let e = RunSettings::parse(
+            "apiVersion: kubewasm.io/v1alpha1\nkind: HostConfig\nleaderElection: true\n",
+            Path::new("c.yaml"),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("unknown field `leaderElection`"), "{e}");
     }
 
     #[test]

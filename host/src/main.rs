@@ -99,6 +99,35 @@ struct RunArgs {
     /// Keep managedFields and the last-applied annotation in the cache.
     #[arg(long)]
     keep_managed_fields: bool,
+    #[command(flatten)]
+    election: ElectionArgs,
+    /// How long SIGTERM waits for in-flight calls and actions [default: 20s].
+    #[arg(long, value_parser = humantime::parse_duration)]
+    shutdown_grace: Option<std::time::Duration>,
+}
+
+/// Leader election on a coordination.k8s.io/v1 Lease.
+#[derive(clap::Args, Debug)]
+struct ElectionArgs {
+    /// Elect a leader among replicas; followers stay warm but act on nothing
+    /// [default: true in a Pod (KUBERNETES_SERVICE_HOST set, no kubeconfig), else false].
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    leader_elect: Option<bool>,
+    /// How long followers wait after the leader's last renewal [default: 15s].
+    #[arg(long, value_parser = humantime::parse_duration)]
+    leader_elect_lease_duration: Option<std::time::Duration>,
+    /// How long the leader acts without renewing before it stops [default: 10s].
+    #[arg(long, value_parser = humantime::parse_duration)]
+    leader_elect_renew_deadline: Option<std::time::Duration>,
+    /// How often the leader renews and followers try to acquire [default: 2s].
+    #[arg(long, value_parser = humantime::parse_duration)]
+    leader_elect_retry_period: Option<std::time::Duration>,
+    /// Name of the Lease [default: kubewasm].
+    #[arg(long)]
+    leader_elect_lease_name: Option<String>,
+    /// Namespace of the Lease [default: POD_NAMESPACE, else the service account's namespace, else default].
+    #[arg(long)]
+    leader_elect_namespace: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -128,6 +157,13 @@ impl RunArgs {
                 InitialListArg::Stream => InitialList::Stream,
                 InitialListArg::Paged => InitialList::Paged,
             }),
+            leader_elect: self.election.leader_elect,
+            leader_elect_lease_duration: self.election.leader_elect_lease_duration,
+            leader_elect_renew_deadline: self.election.leader_elect_renew_deadline,
+            leader_elect_retry_period: self.election.leader_elect_retry_period,
+            leader_elect_lease_name: self.election.leader_elect_lease_name,
+            leader_elect_namespace: self.election.leader_elect_namespace,
+            shutdown_grace: self.shutdown_grace,
             ..RunSettings::default()
         };
         Ok(flags.over(file))

@@ -1,6 +1,8 @@
 //! Loading, replacing and unloading plugin versions: a new version is
 //! compiled, registered and subscribed (receiving the cache as initial
 //! deltas) before the old one stops, so nothing is missed across a swap.
+//! Gaining leadership takes the same path without recompiling: every
+//! running version is resubscribed, receiving the cache again.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
@@ -13,6 +15,7 @@ use crate::dispatch::{Activity, DispatchOptions, Dispatcher, PluginStats, Subscr
 use crate::informer::selector::{FieldSelector, LabelSelector};
 use crate::informer::{Informer, InformerSet, InformerSpec, SubscriptionHandle};
 use crate::kind::{KindError, KindRegistry};
+use crate::leader::Leadership;
 use crate::runtime::host::PluginScope;
 use crate::runtime::{Actor, CompileSource, LoadError, Manifest, Registration, Runtime};
 use crate::source::kube::discovery::KindDiscovery;
@@ -33,7 +36,11 @@ pub struct PluginVersion {
     pub registration: Registration,
     pub load: LoadInfo,
     dispatcher: Dispatcher,
-    handles: Vec<SubscriptionHandle>,
+    /// What each subscription asks for, to subscribe again on a new term.
+    subscriptions: Vec<(InformerSpec, SubscriptionFilter)>,
+    handles: parking_lot::Mutex<Vec<SubscriptionHandle>>,
+    /// The leadership term its intakes forward in.
+    term: std::sync::atomic::AtomicU64,
     indexes: Vec<(Arc<Informer>, String)>,
     prepared: Arc<crate::runtime::Prepared>,
 }
@@ -55,8 +62,26 @@ impl PluginVersion {
             .load(std::sync::atomic::Ordering::Relaxed)
     }
 
+    /// Subscribes every subscription again for leadership term `term`:
+    /// the informer replays its cache into the new intake as initial deltas
+    /// (atomically with live deltas, so order holds), then the old
+    /// subscription goes (the informer stays up: it always has one).
+    fn replay(&self, informers: &InformerSet, term: u64) {
+        let mut handles = self.handles.lock();
+        for ((spec, filter), handle) in self.subscriptions.iter().zip(handles.iter_mut()) {
+            let (tx, rx) = mpsc::unbounded_channel();
+            let fresh = informers.subscribe(spec.clone(), tx);
+            self.dispatcher
+                .add_intake(filter.clone(), fresh.informer.clone(), rx, term);
+            let old = std::mem::replace(handle, fresh);
+            informers.unsubscribe(&old);
+        }
+        self.term.store(term, std::sync::atomic::Ordering::SeqCst);
+    }
+
     async fn stop(&self, informers: &InformerSet) {
-        for h in &self.handles {
+        let handles = std::mem::take(&mut *self.handles.lock());
+        for h in &handles {
             informers.unsubscribe(h);
         }
         self.dispatcher.stop().await;
@@ -81,6 +106,7 @@ pub struct PluginHost {
     /// Relearns the cluster's kinds when a registration names an unknown
     /// one (a CRD installed after start); `None` for the local cluster.
     discovery: Option<Arc<dyn KindDiscovery>>,
+    leadership: Leadership,
 }
 
 impl std::fmt::Debug for PluginHost {
@@ -109,7 +135,35 @@ impl PluginHost {
             stats: parking_lot::Mutex::new(BTreeMap::new()),
             versions: std::sync::atomic::AtomicU64::new(0),
             discovery: None,
+            leadership: Leadership::always(),
         }
+    }
+
+    /// Delivers only while `leadership` leads (the default: always).
+    #[must_use]
+    pub fn with_leadership(mut self, leadership: Leadership) -> Self {
+        self.leadership = leadership;
+        self
+    }
+
+    /// Replays the cache to every running plugin for the current term
+    /// (just gained): from then on they are live.
+    pub async fn replay_all(&self) {
+        let plugins = self.plugins.lock().await;
+        let state = self.leadership.state();
+        if !state.leading {
+            return;
+        }
+        for v in plugins.values() {
+            if v.term.load(std::sync::atomic::Ordering::SeqCst) != state.term {
+                v.replay(&self.informers, state.term);
+            }
+        }
+        tracing::info!(
+            plugins = plugins.len(),
+            term = state.term,
+            "leading: cache replayed to every plugin"
+        );
     }
 
     /// Refresh kinds through `discovery` when a plugin names an unknown one.
@@ -156,11 +210,19 @@ impl PluginHost {
         manifest: Manifest,
     ) -> Result<Arc<PluginVersion>, LoadError> {
         let version = Arc::new(self.start(name, bytes, manifest).await?);
-        let old = self
-            .plugins
-            .lock()
-            .await
-            .insert(name.to_owned(), version.clone());
+        let old = {
+            let mut plugins = self.plugins.lock().await;
+            let old = plugins.insert(name.to_owned(), version.clone());
+            // Leadership was gained while it started: its intakes belong to
+            // the old term; `replay_all` either ran before the insert or
+            // will skip it, so replay here (under the same lock).
+            let state = self.leadership.state();
+            if state.leading && version.term.load(std::sync::atomic::Ordering::SeqCst) != state.term
+            {
+                version.replay(&self.informers, state.term);
+            }
+            old
+        };
         if let Some(old) = old {
             old.stop(&self.informers).await;
             tracing::info!(
@@ -318,7 +380,12 @@ impl PluginHost {
                     .unwrap_or(self.dispatch.max_attempts),
                 ..self.dispatch.clone()
             },
+            self.leadership.clone(),
         );
+        // Read before subscribing: if leadership is gained after this, the
+        // version is replayed for the new term.
+        let term = self.leadership.state().term;
+        let subscriptions = resolved.clone();
         let mut handles = Vec::new();
         let mut intakes = Vec::new();
         // Every subscription's cache is readable: two subscriptions to one
@@ -373,7 +440,7 @@ impl PluginHost {
         }
         dispatcher.start_when_synced(handles.iter().map(|h| h.informer.clone()).collect());
         for (filter, informer, rx) in intakes {
-            dispatcher.add_intake(filter, informer, rx);
+            dispatcher.add_intake(filter, informer, rx, term);
         }
         tracing::info!(
             plugin = name,
@@ -392,7 +459,9 @@ impl PluginHost {
             },
             registration,
             dispatcher,
-            handles,
+            subscriptions,
+            handles: parking_lot::Mutex::new(handles),
+            term: std::sync::atomic::AtomicU64::new(term),
             indexes,
             prepared,
         })

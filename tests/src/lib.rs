@@ -94,6 +94,8 @@ pub fn options(plugins: &Path, local: &Path, cache: &Path) -> RunOptions {
             ..DispatchOptions::default()
         },
         poll: Duration::from_secs(30),
+        election: None,
+        shutdown_grace: Duration::from_secs(20),
     }
 }
 

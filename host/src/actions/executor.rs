@@ -1,16 +1,16 @@
 //! Executes plugins' actions in order, with retries for conflicts and
-//! transient failures, never forever; pausable for leader election; a
-//! dry-run mode that only logs.
+//! transient failures, never forever; gated by leadership (a follower
+//! executes nothing, and a leader that loses its lease abandons the action
+//! in flight); a dry-run mode that only logs.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use super::Action;
+use crate::leader::Leadership;
 use futures::future::BoxFuture;
 use parking_lot::Mutex;
-use tokio::sync::watch;
-
-use super::Action;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ActionError {
@@ -47,6 +47,9 @@ pub struct ExecutorStats {
     pub applied: AtomicU64,
     pub failed: AtomicU64,
     pub retried: AtomicU64,
+    /// Refused or abandoned because this replica was not (or stopped
+    /// being) the leader.
+    pub fenced: AtomicU64,
 }
 
 #[derive(Debug, Clone)]
@@ -69,7 +72,7 @@ impl Default for ExecutorOptions {
 pub struct Executor {
     sink: Arc<dyn ActionSink>,
     options: ExecutorOptions,
-    paused: watch::Sender<bool>,
+    leadership: Leadership,
     pub stats: ExecutorStats,
 }
 
@@ -86,18 +89,22 @@ impl Executor {
         Self {
             sink,
             options,
-            paused: watch::channel(false).0,
+            leadership: Leadership::always(),
             stats: ExecutorStats::default(),
         }
     }
 
-    /// Stops executing (actions wait) until [`resume`](Self::resume).
-    pub fn pause(&self) {
-        self.paused.send_replace(true);
+    /// Executes only while `leadership` leads (the default: always).
+    #[must_use]
+    pub fn with_leadership(mut self, leadership: Leadership) -> Self {
+        self.leadership = leadership;
+        self
     }
 
-    pub fn resume(&self) {
-        self.paused.send_replace(false);
+    fn fenced(&self, plugin: &str, action: &Action) -> bool {
+        self.stats.fenced.fetch_add(1, Ordering::Relaxed);
+        tracing::debug!(plugin, verb = action.verb(), resource = %action.target(), "not the leader: action not executed");
+        false
     }
 
     /// Executes one plugin call's actions in order. Failures are logged with
@@ -110,8 +117,22 @@ impl Executor {
     }
 
     pub async fn execute(&self, plugin: &str, action: &Action) -> bool {
-        let mut paused = self.paused.subscribe();
-        let _ = paused.wait_for(|p| !*p).await;
+        let mut gate = self.leadership.subscribe();
+        let term = *gate.borrow_and_update();
+        if !term.leading {
+            return self.fenced(plugin, action);
+        }
+        // Resolves when this term ends (even if a new one began since).
+        let ended = async move {
+            if gate
+                .wait_for(|s| !s.leading || s.term != term.term)
+                .await
+                .is_err()
+            {
+                std::future::pending::<()>().await;
+            }
+        };
+        tokio::pin!(ended);
         if self.options.dry_run {
             tracing::info!(plugin, action = %action, "dry run: not sending");
             self.stats.applied.fetch_add(1, Ordering::Relaxed);
@@ -119,7 +140,12 @@ impl Executor {
         }
         let mut attempt = 1;
         loop {
-            match self.sink.execute(plugin, action).await {
+            let result = tokio::select! {
+                biased;
+                () = &mut ended => return self.fenced(plugin, action),
+                r = self.sink.execute(plugin, action) => r,
+            };
+            match result {
                 Ok(()) => {
                     tracing::debug!(plugin, action = %action, "action applied");
                     self.stats.applied.fetch_add(1, Ordering::Relaxed);
@@ -133,7 +159,11 @@ impl Executor {
                     self.stats.retried.fetch_add(1, Ordering::Relaxed);
                     let wait = self.options.base_backoff * 2u32.saturating_pow(attempt - 1);
                     tracing::warn!(plugin, verb = action.verb(), resource = %action.target(), attempt, error = %e, "action failed; retrying in {wait:?}");
-                    tokio::time::sleep(wait).await;
+                    tokio::select! {
+                        biased;
+                        () = &mut ended => return self.fenced(plugin, action),
+                        () = tokio::time::sleep(wait) => {}
+                    }
                     attempt += 1;
                 }
                 Err(e) => {
@@ -169,5 +199,74 @@ impl ActionSink for RecordingSink {
             .lock()
             .push((plugin.to_owned(), action.clone()));
         Box::pin(async { Ok(()) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::actions::{EventType, Target};
+    use crate::kind::KindInfo;
+
+    /// A sink whose writes take 5s, recording those that complete.
+    #[derive(Default)]
+    struct SlowSink(Mutex<Vec<String>>);
+
+    impl ActionSink for SlowSink {
+        fn execute<'a>(
+            &'a self,
+            _plugin: &'a str,
+            action: &'a Action,
+        ) -> BoxFuture<'a, Result<(), ActionError>> {
+            Box::pin(async move {
+                tokio::time::sleep(Duration::from_secs(5)).await;
+                self.0.lock().push(action.to_string());
+                Ok(())
+            })
+        }
+    }
+
+    fn event(reason: &str) -> Action {
+        Action::Event {
+            regarding: Target {
+                kind: KindInfo::new("", "v1", "ConfigMap", "configmaps", true),
+                namespace: Some("n".into()),
+                name: "c".into(),
+                uid: None,
+            },
+            event_type: EventType::Normal,
+            reason: reason.into(),
+            note: String::new(),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn followers_execute_nothing_and_a_lost_term_abandons_the_write_in_flight() {
+        let sink = Arc::new(SlowSink::default());
+        let leadership = Leadership::follower();
+        let ex = Arc::new(
+            Executor::new(sink.clone(), ExecutorOptions::default())
+                .with_leadership(leadership.clone()),
+        );
+        assert!(!ex.execute("p", &event("follower")).await);
+        assert_eq!(ex.stats.fenced.load(Ordering::Relaxed), 1);
+
+        leadership.gain();
+        let ex2 = ex.clone();
+        let in_flight = tokio::spawn(async move { ex2.execute("p", &event("lost")).await });
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        // Lost and regained before the write returns: still a new term, so
+        // the old term's write is abandoned.
+        leadership.lose();
+        leadership.gain();
+        assert!(!in_flight.await.unwrap());
+        assert_eq!(ex.stats.fenced.load(Ordering::Relaxed), 2);
+
+        assert!(ex.execute("p", &event("leader")).await);
+        let done = sink.0.lock().clone();
+        assert_eq!(done.len(), 1, "{done:?}");
+        assert!(done[0].contains("leader"), "{done:?}");
     }
 }

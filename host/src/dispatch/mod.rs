@@ -3,6 +3,11 @@
 //! its concurrency, retried with exponential backoff, and recorded as dead
 //! after the last attempt. Each plugin has its own queue and workers, so a
 //! slow or failing plugin never delays another.
+//!
+//! Deliveries are gated twice: until the plugin's caches have synced, and
+//! by leadership. An intake belongs to one leadership term and forwards
+//! only while that term lasts (a new term resubscribes, replaying the
+//! cache); losing leadership drops everything queued.
 
 pub mod latency;
 pub mod queue;
@@ -19,6 +24,7 @@ use tokio_util::task::TaskTracker;
 use crate::actions::executor::Executor;
 use crate::informer::{Delta, DeltaType, Informer};
 use crate::kind::Gvk;
+use crate::leader::Leadership;
 use crate::object::{KObject, ObjectKey};
 use crate::runtime::{Actor, CallDelta, CallError};
 pub use latency::LatencyHistogram;
@@ -145,6 +151,7 @@ struct Shared {
     stats: Arc<PluginStats>,
     options: DispatchOptions,
     executor: Arc<Executor>,
+    leadership: Leadership,
     stopping: CancellationToken,
     /// Set once every informer the plugin subscribes to has synced: like a
     /// client-go controller, no delta is handed out before the caches the
@@ -179,6 +186,7 @@ impl Dispatcher {
         activity: Arc<Activity>,
         stats: Arc<PluginStats>,
         options: DispatchOptions,
+        leadership: Leadership,
     ) -> Self {
         let shared = Arc::new(Shared {
             plugin,
@@ -188,6 +196,7 @@ impl Dispatcher {
             activity,
             stats,
             executor,
+            leadership,
             stopping: CancellationToken::new(),
             ready: tokio::sync::watch::channel(false).0,
             workers: actors.len(),
@@ -207,6 +216,7 @@ impl Dispatcher {
                 tasks.clone(),
             ));
         }
+        tasks.spawn(drop_on_loss(shared.clone(), worker_cancel.clone()));
         Self {
             shared,
             tasks,
@@ -215,18 +225,21 @@ impl Dispatcher {
         }
     }
 
-    /// Starts consuming one subscription's informer deltas.
+    /// Starts consuming one subscription's informer deltas, forwarded only
+    /// while leadership term `term` lasts.
     pub fn add_intake(
         &self,
         filter: SubscriptionFilter,
         informer: Arc<Informer>,
         rx: mpsc::UnboundedReceiver<Delta>,
+        term: u64,
     ) {
         self.tasks.spawn(intake(
             self.shared.clone(),
             filter,
             informer,
             rx,
+            term,
             self.intake_cancel.clone(),
         ));
     }
@@ -273,6 +286,37 @@ impl Dispatcher {
     }
 }
 
+/// Whether deltas of intake term `term` may be queued now.
+fn in_term(shared: &Shared, term: u64) -> bool {
+    let s = shared.leadership.state();
+    s.leading && s.term == term
+}
+
+/// Drops what is queued whenever leadership is lost: a new term replays
+/// the cache, and the leader that follows will have acted on it already.
+async fn drop_on_loss(shared: Arc<Shared>, cancel: CancellationToken) {
+    let mut gate = shared.leadership.subscribe();
+    loop {
+        tokio::select! {
+            () = cancel.cancelled() => return,
+            changed = gate.changed() => if changed.is_err() { return },
+        }
+        let state = *gate.borrow_and_update();
+        if state.leading {
+            continue;
+        }
+        let (dropped, idle) = {
+            let mut q = shared.queue.lock();
+            (q.clear_pending(), q.is_idle())
+        };
+        shared.activity.settle(dropped);
+        tracing::info!(plugin = %shared.plugin, dropped, term = state.term, "not the leader: dropped queued deltas");
+        if idle {
+            shared.idle.notify_waiters();
+        }
+    }
+}
+
 fn push(shared: &Shared, key: Key, item: Item) {
     let pushed = shared.queue.lock().push(key, item);
     match pushed {
@@ -293,6 +337,7 @@ async fn intake(
     filter: SubscriptionFilter,
     informer: Arc<Informer>,
     mut rx: mpsc::UnboundedReceiver<Delta>,
+    term: u64,
     cancel: CancellationToken,
 ) {
     let mut resync = filter.resync.map(|period| {
@@ -305,7 +350,7 @@ async fn intake(
             () = cancel.cancelled() => break,
             d = rx.recv() => match d { Some(d) => d, None => break },
             _ = async { match resync.as_mut() { Some(t) => t.tick().await, None => std::future::pending().await } } => {
-                if filter.deltas.contains(&DeltaType::Resync) {
+                if filter.deltas.contains(&DeltaType::Resync) && in_term(&shared, term) {
                     let snap = informer.store().snapshot();
                     shared.activity.emit(snap.len() as u64);
                     for obj in snap.iter() {
@@ -317,7 +362,8 @@ async fn intake(
                 continue;
             }
         };
-        let wanted = filter.deltas.contains(&delta.dtype)
+        let wanted = in_term(&shared, term)
+            && filter.deltas.contains(&delta.dtype)
             && match (delta.dtype, &delta.old, &delta.object) {
                 (DeltaType::Updated, Some(old), Some(new)) => {
                     let m = filter.update_matters(old, new);
@@ -375,7 +421,14 @@ async fn worker(
         () = cancel.cancelled() => return,
         _ = ready.wait_for(|r| *r) => {}
     }
+    let mut gate = shared.leadership.subscribe();
     loop {
+        if !gate.borrow_and_update().leading {
+            tokio::select! {
+                () = cancel.cancelled() => return,
+                r = gate.wait_for(|s| s.leading) => if r.is_err() { return },
+            }
+        }
         // Quarantined: no call, so no new instance; deltas stay queued.
         let until = shared.quarantine.lock().until;
         if let Some(until) = until
@@ -505,6 +558,11 @@ async fn settle(
                             finish(&shared2, &key, item.weight);
                             return;
                         }
+                    }
+                    if !shared2.leadership.is_leader() {
+                        // Leadership was lost meanwhile: the queue was dropped.
+                        finish(&shared2, &key, item.weight);
+                        return;
                     }
                     let mut q = shared2.queue.lock();
                     q.requeue_front(&key, item);

@@ -1,0 +1,605 @@
+//! The election loop: client-go's `LeaderElector` on kube's Lease API.
+//!
+//! Why not kube-lease-manager 0.13 (it builds on kube 5): it counts every
+//! duration in whole seconds (no sub-second retry period); it has no renew
+//! deadline (a leader whose renewals fail keeps reporting itself leader
+//! while it backs off, so it cannot fence itself by time); and a follower
+//! sleeps until the lease it last saw would expire, so a lease released on
+//! shutdown is only taken after a whole lease duration, not at once. This
+//! module is client-go's algorithm instead: updates guarded by
+//! resourceVersion (a conflict means another replica won), followers that
+//! judge expiry on their own clock from when they last saw the record
+//! change (no clock skew between nodes matters), a leader that stops acting
+//! at the renew deadline, and a release that clears the holder.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use kube::api::{Api, ObjectMeta, PostParams};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::{ElectionOptions, Leadership};
+
+#[derive(Debug, thiserror::Error)]
+pub enum LeaseError {
+    #[error("cannot read or write the Lease: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("cannot reach the Lease: {0}")]
+    Unavailable(String),
+}
+
+/// Whether a write took effect or lost a race to another replica.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Written {
+    Done,
+    /// Already exists (create) or changed since read (update).
+    Lost,
+}
+
+/// Reads and writes the one Lease; the API server in production, memory in
+/// tests.
+pub trait LeaseBackend: Send + Sync + 'static {
+    fn get(&self) -> BoxFuture<'_, Result<Option<Lease>, LeaseError>>;
+    fn create(&self, lease: Lease) -> BoxFuture<'_, Result<Written, LeaseError>>;
+    /// Replaces the Lease if its resourceVersion is still the one read.
+    fn replace(&self, lease: Lease) -> BoxFuture<'_, Result<Written, LeaseError>>;
+}
+
+/// The Lease on the API server (verbs: get, create, update).
+#[derive(Clone)]
+pub struct KubeLeases {
+    api: Api<Lease>,
+    name: String,
+}
+
+impl std::fmt::Debug for KubeLeases {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KubeLeases")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl KubeLeases {
+    pub fn new(client: kube::Client, namespace: &str, name: &str) -> Self {
+        Self {
+            api: Api::namespaced(client, namespace),
+            name: name.to_owned(),
+        }
+    }
+}
+
+fn lost_race(e: kube::Error) -> Result<Written, LeaseError> {
+    match e {
+        kube::Error::Api(s) if s.is_conflict() || s.is_already_exists() => Ok(Written::Lost),
+        e => Err(e.into()),
+    }
+}
+
+impl LeaseBackend for KubeLeases {
+    fn get(&self) -> BoxFuture<'_, Result<Option<Lease>, LeaseError>> {
+        Box::pin(async move { Ok(self.api.get_opt(&self.name).await?) })
+    }
+
+    fn create(&self, lease: Lease) -> BoxFuture<'_, Result<Written, LeaseError>> {
+        Box::pin(async move {
+            match self.api.create(&PostParams::default(), &lease).await {
+                Ok(_) => Ok(Written::Done),
+                Err(e) => lost_race(e),
+            }
+        })
+    }
+
+    fn replace(&self, lease: Lease) -> BoxFuture<'_, Result<Written, LeaseError>> {
+        Box::pin(async move {
+            match self
+                .api
+                .replace(&self.name, &PostParams::default(), &lease)
+                .await
+            {
+                Ok(_) => Ok(Written::Done),
+                Err(e) => lost_race(e),
+            }
+        })
+    }
+}
+
+/// Why a term ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ended {
+    Shutdown,
+    DeadlinePassed,
+    TakenOver,
+}
+
+/// Campaigns for the Lease and moves the [`Leadership`] gate.
+pub struct Elector {
+    backend: Arc<dyn LeaseBackend>,
+    opts: ElectionOptions,
+    leadership: Leadership,
+    /// The record's resourceVersion and when this replica first saw it:
+    /// another holder's lease runs from then, on this replica's clock.
+    observed: Option<(String, Instant)>,
+    holder: Option<String>,
+}
+
+impl std::fmt::Debug for Elector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Elector")
+            .field("opts", &self.opts)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Elector {
+    pub fn new(
+        backend: Arc<dyn LeaseBackend>,
+        opts: ElectionOptions,
+        leadership: Leadership,
+    ) -> Self {
+        Self {
+            backend,
+            opts,
+            leadership,
+            observed: None,
+            holder: None,
+        }
+    }
+
+    fn lease(&self) -> String {
+        format!("{}/{}", self.opts.namespace, self.opts.lease_name)
+    }
+
+    /// Follows, leads, follows again, ... until `cancel`; then, if leading,
+    /// closes the gate and releases the Lease so a follower takes over at
+    /// once. Cancel only once in-flight work has drained.
+    pub async fn run(mut self, cancel: CancellationToken) {
+        let identity = self.opts.identity.clone();
+        let lease = self.lease();
+        tracing::info!(identity, lease, "campaigning for the lease");
+        loop {
+            let acquired = loop {
+                let sent = Instant::now();
+                match self.try_acquire_or_renew().await {
+                    Ok(true) => break sent,
+                    Ok(false) => {}
+                    Err(e) => {
+                        tracing::warn!(identity, lease, error = %e, "cannot read or update the lease; retrying");
+                    }
+                }
+                tokio::select! {
+                    () = cancel.cancelled() => return,
+                    () = tokio::time::sleep(self.opts.retry_period) => {}
+                }
+            };
+            let term = self.leadership.gain();
+            tracing::info!(identity, lease, term, "became leader");
+            let ended = self.lead(acquired, &cancel).await;
+            // Fencing by time: the gate closes before anyone else may hold
+            // the lease (renew deadline < lease duration).
+            self.leadership.lose();
+            match ended {
+                Ended::Shutdown => {
+                    tracing::info!(identity, lease, term, "stopped leading: shutting down");
+                    self.release().await;
+                    return;
+                }
+                Ended::DeadlinePassed => tracing::warn!(
+                    identity,
+                    lease,
+                    term,
+                    renew_deadline = ?self.opts.renew_deadline,
+                    "lost leadership: the lease was not renewed within the renew deadline"
+                ),
+                Ended::TakenOver => tracing::warn!(
+                    identity,
+                    lease,
+                    term,
+                    holder = self.holder.as_deref().unwrap_or(""),
+                    "lost leadership: the lease has another holder"
+                ),
+            }
+        }
+    }
+
+    /// Renews every retry period until the renew deadline passes without a
+    /// successful renewal, the lease changes hands, or `cancel`.
+    async fn lead(&mut self, acquired: Instant, cancel: &CancellationToken) -> Ended {
+        let mut renewed = acquired;
+        let (identity, lease) = (self.opts.identity.clone(), self.lease());
+        let (retry, deadline) = (self.opts.retry_period, self.opts.renew_deadline);
+        loop {
+            let attempt = async {
+                tokio::time::sleep(retry).await;
+                let sent = Instant::now();
+                (sent, self.try_acquire_or_renew().await)
+            };
+            tokio::select! {
+                biased;
+                () = cancel.cancelled() => return Ended::Shutdown,
+                () = tokio::time::sleep_until(renewed + deadline) => return Ended::DeadlinePassed,
+                (sent, result) = attempt => match result {
+                    Ok(true) => renewed = sent,
+                    Ok(false) => return Ended::TakenOver,
+                    Err(e) => tracing::warn!(identity, lease, error = %e, "cannot renew the lease; retrying until the renew deadline"),
+                },
+            }
+        }
+    }
+
+    /// One round of client-go's `tryAcquireOrRenew`: take the lease if it
+    /// is free, expired or ours; `Ok(false)` if another replica holds it
+    /// or won the race.
+    async fn try_acquire_or_renew(&mut self) -> Result<bool, LeaseError> {
+        let now = MicroTime(k8s_openapi::jiff::Timestamp::now());
+        let me = self.opts.identity.clone();
+        let seconds = self.opts.lease_seconds();
+        let Some(mut lease) = self.backend.get().await? else {
+            let lease = Lease {
+                metadata: ObjectMeta {
+                    name: Some(self.opts.lease_name.clone()),
+                    namespace: Some(self.opts.namespace.clone()),
+                    ..ObjectMeta::default()
+                },
+                spec: Some(LeaseSpec {
+                    holder_identity: Some(me),
+                    lease_duration_seconds: Some(seconds),
+                    acquire_time: Some(now.clone()),
+                    renew_time: Some(now),
+                    lease_transitions: Some(0),
+                    ..LeaseSpec::default()
+                }),
+            };
+            return Ok(self.backend.create(lease).await? == Written::Done);
+        };
+        let rv = lease.metadata.resource_version.clone().unwrap_or_default();
+        let seen_at = match &self.observed {
+            Some((seen, at)) if *seen == rv => *at,
+            _ => {
+                let at = Instant::now();
+                self.observed = Some((rv, at));
+                at
+            }
+        };
+        let spec = lease.spec.take().unwrap_or_default();
+        let holder = spec.holder_identity.clone().filter(|h| !h.is_empty());
+        let mine = holder.as_deref() == Some(me.as_str());
+        if let Some(h) = &holder
+            && !mine
+        {
+            let held = u64::try_from(spec.lease_duration_seconds.unwrap_or(0)).unwrap_or(0);
+            if Instant::now() < seen_at + Duration::from_secs(held) {
+                self.holder = Some(h.clone());
+                return Ok(false);
+            }
+        }
+        let transitions = spec.lease_transitions.unwrap_or(0);
+        lease.spec = Some(LeaseSpec {
+            holder_identity: Some(me),
+            lease_duration_seconds: Some(seconds),
+            acquire_time: if mine {
+                spec.acquire_time.clone()
+            } else {
+                Some(now.clone())
+            },
+            renew_time: Some(now),
+            lease_transitions: Some(if mine {
+                transitions
+            } else {
+                transitions.saturating_add(1)
+            }),
+            ..spec
+        });
+        let written = self.backend.replace(lease).await?;
+        if written == Written::Lost {
+            self.holder = None;
+        }
+        Ok(written == Written::Done)
+    }
+
+    /// Clears the holder (and shortens the lease to 1s, as client-go does)
+    /// if this replica still holds it.
+    async fn release(&mut self) {
+        let (identity, lease) = (self.opts.identity.clone(), self.lease());
+        let result = async {
+            let Some(mut l) = self.backend.get().await? else {
+                return Ok(false);
+            };
+            let spec = l.spec.take().unwrap_or_default();
+            if spec.holder_identity.as_deref() != Some(identity.as_str()) {
+                return Ok(false);
+            }
+            let now = MicroTime(k8s_openapi::jiff::Timestamp::now());
+            l.spec = Some(LeaseSpec {
+                holder_identity: None,
+                lease_duration_seconds: Some(1),
+                acquire_time: Some(now.clone()),
+                renew_time: Some(now),
+                ..spec
+            });
+            Ok::<_, LeaseError>(self.backend.replace(l).await? == Written::Done)
+        }
+        .await;
+        match result {
+            Ok(true) => tracing::info!(identity, lease, "released the lease"),
+            Ok(false) => {
+                tracing::info!(identity, lease, "lease not released: no longer its holder")
+            }
+            Err(e) => {
+                tracing::warn!(identity, lease, error = %e, "cannot release the lease; a follower takes over when it expires");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod memory {
+    //! An in-memory Lease with resourceVersion checks and a switch that
+    //! cuts one replica off from it.
+
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use futures::future::BoxFuture;
+    use k8s_openapi::api::coordination::v1::Lease;
+    use parking_lot::Mutex;
+
+    use super::{LeaseBackend, LeaseError, Written};
+
+    #[derive(Debug, Default)]
+    pub struct Store {
+        lease: Mutex<Option<Lease>>,
+        version: Mutex<u64>,
+    }
+
+    impl Store {
+        pub fn holder(&self) -> Option<String> {
+            self.lease
+                .lock()
+                .as_ref()
+                .and_then(|l| l.spec.as_ref()?.holder_identity.clone())
+                .filter(|h| !h.is_empty())
+        }
+
+        fn write(&self, mut lease: Lease) {
+            let mut v = self.version.lock();
+            *v += 1;
+            lease.metadata.resource_version = Some(v.to_string());
+            *self.lease.lock() = Some(lease);
+        }
+    }
+
+    /// One replica's connection to the shared store.
+    #[derive(Debug)]
+    pub struct Conn {
+        pub store: Arc<Store>,
+        pub cut: AtomicBool,
+    }
+
+    impl Conn {
+        pub fn new(store: Arc<Store>) -> Arc<Self> {
+            Arc::new(Self {
+                store,
+                cut: AtomicBool::new(false),
+            })
+        }
+
+        fn check(&self) -> Result<(), LeaseError> {
+            if self.cut.load(Ordering::SeqCst) {
+                return Err(LeaseError::Unavailable("partitioned".into()));
+            }
+            Ok(())
+        }
+    }
+
+    impl LeaseBackend for Conn {
+        fn get(&self) -> BoxFuture<'_, Result<Option<Lease>, LeaseError>> {
+            Box::pin(async move {
+                self.check()?;
+                Ok(self.store.lease.lock().clone())
+            })
+        }
+
+        fn create(&self, lease: Lease) -> BoxFuture<'_, Result<Written, LeaseError>> {
+            Box::pin(async move {
+                self.check()?;
+                if self.store.lease.lock().is_some() {
+                    return Ok(Written::Lost);
+                }
+                self.store.write(lease);
+                Ok(Written::Done)
+            })
+        }
+
+        fn replace(&self, lease: Lease) -> BoxFuture<'_, Result<Written, LeaseError>> {
+            Box::pin(async move {
+                self.check()?;
+                let current = self
+                    .store
+                    .lease
+                    .lock()
+                    .as_ref()
+                    .and_then(|l| l.metadata.resource_version.clone());
+                if current != lease.metadata.resource_version {
+                    return Ok(Written::Lost);
+                }
+                self.store.write(lease);
+                Ok(Written::Done)
+            })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::Ordering;
+
+    use super::memory::{Conn, Store};
+    use super::*;
+
+    fn opts(identity: &str) -> ElectionOptions {
+        ElectionOptions {
+            identity: identity.into(),
+            lease_name: "kubewasm".into(),
+            namespace: "test".into(),
+            lease_duration: Duration::from_secs(4),
+            renew_deadline: Duration::from_secs(3),
+            retry_period: Duration::from_millis(500),
+        }
+    }
+
+    struct Replica {
+        conn: Arc<Conn>,
+        leadership: Leadership,
+        cancel: CancellationToken,
+        task: tokio::task::JoinHandle<()>,
+    }
+
+    fn replica(store: &Arc<Store>, identity: &str) -> Replica {
+        let conn = Conn::new(store.clone());
+        let leadership = Leadership::follower();
+        let cancel = CancellationToken::new();
+        let elector = Elector::new(conn.clone(), opts(identity), leadership.clone());
+        let task = tokio::spawn(elector.run(cancel.clone()));
+        Replica {
+            conn,
+            leadership,
+            cancel,
+            task,
+        }
+    }
+
+    /// Polls (in paused time) until `cond`, returning how long it took.
+    async fn until(what: &str, limit: Duration, cond: impl Fn() -> bool) -> Duration {
+        let start = Instant::now();
+        while !cond() {
+            assert!(start.elapsed() < limit, "{what} not within {limit:?}");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        start.elapsed()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn exactly_one_of_two_leads_and_keeps_leading() {
+        let store = Arc::new(Store::default());
+        let a = replica(&store, "a");
+        until("a leads", Duration::from_secs(1), || {
+            a.leadership.is_leader()
+        })
+        .await;
+        let b = replica(&store, "b");
+        // Many renewals later, still exactly one leader: the holder.
+        for _ in 0..100 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            assert!(a.leadership.is_leader());
+            assert!(!b.leadership.is_leader());
+            assert_eq!(store.holder().as_deref(), Some("a"));
+        }
+        assert_eq!(a.leadership.state().term, 1, "no flapping");
+        b.cancel.cancel();
+        a.cancel.cancel();
+        let _ = tokio::join!(a.task, b.task);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_cut_off_leader_stops_acting_before_the_follower_may_start() {
+        let store = Arc::new(Store::default());
+        let a = replica(&store, "a");
+        until("a leads", Duration::from_secs(1), || {
+            a.leadership.is_leader()
+        })
+        .await;
+        let b = replica(&store, "b");
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let cut_at = Instant::now();
+        a.conn.cut.store(true, Ordering::SeqCst);
+        let mut a_rx = a.leadership.subscribe();
+        let mut b_rx = b.leadership.subscribe();
+        let a_stopped = async {
+            a_rx.wait_for(|s| !s.leading).await.unwrap();
+            Instant::now()
+        };
+        let b_started = async {
+            b_rx.wait_for(|s| s.leading).await.unwrap();
+            Instant::now()
+        };
+        let (a_stopped, b_started) = tokio::join!(a_stopped, b_started);
+        // a stops within the renew deadline of its last renewal...
+        assert!(
+            a_stopped - cut_at <= Duration::from_secs(3),
+            "{:?}",
+            a_stopped - cut_at
+        );
+        // ...and b starts only once a's lease ran out on b's clock, after a stopped.
+        assert!(b_started > a_stopped + Duration::from_millis(500));
+        assert!(b_started - cut_at <= Duration::from_secs(4) + Duration::from_secs(1));
+        assert_eq!(store.holder().as_deref(), Some("b"));
+        // Reconnected, a stays a follower of b, ready to lead again.
+        a.conn.cut.store(false, Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        assert!(!a.leadership.is_leader());
+        b.cancel.cancel();
+        b.task.await.unwrap();
+        until("a leads again", Duration::from_secs(2), || {
+            a.leadership.is_leader()
+        })
+        .await;
+        assert_eq!(a.leadership.state().term, 2, "a new term: a new replay");
+        a.cancel.cancel();
+        a.task.await.unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn release_on_shutdown_hands_over_within_a_retry_period() {
+        let store = Arc::new(Store::default());
+        let a = replica(&store, "a");
+        until("a leads", Duration::from_secs(1), || {
+            a.leadership.is_leader()
+        })
+        .await;
+        let b = replica(&store, "b");
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        a.cancel.cancel();
+        a.task.await.unwrap();
+        assert!(!a.leadership.is_leader());
+        assert_ne!(store.holder().as_deref(), Some("a"), "released");
+        let took = until("b leads", Duration::from_secs(4), || {
+            b.leadership.is_leader()
+        })
+        .await;
+        assert!(
+            took <= Duration::from_millis(600),
+            "took {took:?}: a released lease is taken at the next retry, not after the lease duration"
+        );
+        b.cancel.cancel();
+        b.task.await.unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lease_taken_by_another_closes_the_gate_at_the_next_renewal() {
+        let store = Arc::new(Store::default());
+        let a = replica(&store, "a");
+        until("a leads", Duration::from_secs(1), || {
+            a.leadership.is_leader()
+        })
+        .await;
+        // Someone else forcibly takes it (an operator, a split brain).
+        let intruder = Conn::new(store.clone());
+        let mut l = intruder.get().await.unwrap().unwrap();
+        if let Some(s) = l.spec.as_mut() {
+            s.holder_identity = Some("z".into());
+        }
+        assert_eq!(intruder.replace(l).await.unwrap(), Written::Done);
+        let took = until("a follows", Duration::from_secs(2), || {
+            !a.leadership.is_leader()
+        })
+        .await;
+        assert!(took <= Duration::from_millis(600), "{took:?}");
+        a.cancel.cancel();
+        a.task.await.unwrap();
+    }
+}

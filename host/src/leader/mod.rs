@@ -1,0 +1,217 @@
+//! Leader election on a `coordination.k8s.io/v1` Lease, and the leadership
+//! gate the dispatcher and the executor read.
+//!
+//! Followers keep their informers synced and their plugins loaded, but
+//! deliver nothing and execute nothing. Each time this replica becomes
+//! leader a new *term* starts: every plugin is resubscribed (the cache is
+//! replayed to it as initial deltas, the path a hot swap takes) and only
+//! deliveries of the current term reach it. Losing the lease, or failing to
+//! renew it within the renew deadline, closes the gate at once: queued
+//! deltas are dropped and actions are refused, before the lease could pass
+//! to another replica (the renew deadline is shorter than the lease).
+
+pub mod elector;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+pub use elector::{Elector, KubeLeases, LeaseBackend, LeaseError};
+
+/// One moment of leadership: whether this replica may act, and in which
+/// term (incremented on every gain).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct LeaderState {
+    pub leading: bool,
+    pub term: u64,
+}
+
+/// The leadership gate, shared by the elector (which moves it) and the
+/// dispatcher, the executor and metrics (which read it).
+#[derive(Debug, Clone)]
+pub struct Leadership {
+    tx: Arc<watch::Sender<LeaderState>>,
+}
+
+impl Leadership {
+    /// Always leading (no election: `--leader-elect=false`).
+    pub fn always() -> Self {
+        Self::with(LeaderState {
+            leading: true,
+            term: 0,
+        })
+    }
+
+    /// A follower until an elector makes it lead.
+    pub fn follower() -> Self {
+        Self::with(LeaderState::default())
+    }
+
+    fn with(state: LeaderState) -> Self {
+        Self {
+            tx: Arc::new(watch::channel(state).0),
+        }
+    }
+
+    pub fn state(&self) -> LeaderState {
+        *self.tx.borrow()
+    }
+
+    pub fn is_leader(&self) -> bool {
+        self.tx.borrow().leading
+    }
+
+    /// Changes of the state (for the `kubewasm_leader` gauge, the replay on
+    /// gain, the drop on loss).
+    pub fn subscribe(&self) -> watch::Receiver<LeaderState> {
+        self.tx.subscribe()
+    }
+
+    /// Opens the gate for a new term; returns it.
+    pub fn gain(&self) -> u64 {
+        let mut term = 0;
+        self.tx.send_modify(|s| {
+            s.leading = true;
+            s.term += 1;
+            term = s.term;
+        });
+        term
+    }
+
+    /// Closes the gate (no-op when already closed).
+    pub fn lose(&self) {
+        self.tx
+            .send_if_modified(|s| std::mem::replace(&mut s.leading, false));
+    }
+}
+
+/// Durations and names of the election (client-go's defaults).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ElectionOptions {
+    /// Lease holder identity: the Pod name, else `HOSTNAME_PID`.
+    pub identity: String,
+    pub lease_name: String,
+    pub namespace: String,
+    /// How long followers wait after the last renewal they saw.
+    pub lease_duration: Duration,
+    /// How long the leader keeps acting without a successful renewal.
+    pub renew_deadline: Duration,
+    /// How often the leader renews and a follower tries to acquire.
+    pub retry_period: Duration,
+}
+
+pub const DEFAULT_LEASE_DURATION: Duration = Duration::from_secs(15);
+pub const DEFAULT_RENEW_DEADLINE: Duration = Duration::from_secs(10);
+pub const DEFAULT_RETRY_PERIOD: Duration = Duration::from_secs(2);
+pub const DEFAULT_LEASE_NAME: &str = "kubewasm";
+
+/// A bad combination of election durations; names the flags.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ElectionConfigError {
+    #[error(
+        "--leader-elect-renew-deadline ({renew:?}) must be shorter than --leader-elect-lease-duration ({lease:?}): the leader stops acting at the renew deadline, before a follower may take the lease"
+    )]
+    RenewNotBeforeLease { renew: Duration, lease: Duration },
+    #[error(
+        "--leader-elect-retry-period ({retry:?}) must be shorter than --leader-elect-renew-deadline ({renew:?}): the leader needs at least one renewal attempt per deadline"
+    )]
+    RetryNotBeforeRenew { retry: Duration, renew: Duration },
+    #[error(
+        "--leader-elect-lease-duration ({0:?}) must be at least 1s: a Lease counts whole seconds"
+    )]
+    LeaseTooShort(Duration),
+    #[error("--leader-elect-retry-period must be greater than zero")]
+    ZeroRetry,
+    #[error("--leader-elect-lease-name and --leader-elect-namespace must not be empty")]
+    EmptyName,
+}
+
+impl ElectionOptions {
+    /// Checks renew deadline < lease duration and retry period < renew
+    /// deadline (client-go's rules).
+    pub fn validate(&self) -> Result<(), ElectionConfigError> {
+        if self.lease_duration < Duration::from_secs(1) {
+            return Err(ElectionConfigError::LeaseTooShort(self.lease_duration));
+        }
+        if self.renew_deadline >= self.lease_duration {
+            return Err(ElectionConfigError::RenewNotBeforeLease {
+                renew: self.renew_deadline,
+                lease: self.lease_duration,
+            });
+        }
+        if self.retry_period.is_zero() {
+            return Err(ElectionConfigError::ZeroRetry);
+        }
+        if self.retry_period >= self.renew_deadline {
+            return Err(ElectionConfigError::RetryNotBeforeRenew {
+                retry: self.retry_period,
+                renew: self.renew_deadline,
+            });
+        }
+        if self.lease_name.is_empty() || self.namespace.is_empty() {
+            return Err(ElectionConfigError::EmptyName);
+        }
+        Ok(())
+    }
+
+    /// `lease_duration` as the Lease's whole seconds, rounded up.
+    pub fn lease_seconds(&self) -> i32 {
+        let s = self.lease_duration.as_secs() + u64::from(self.lease_duration.subsec_nanos() > 0);
+        i32::try_from(s).unwrap_or(i32::MAX).max(1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts(lease: u64, renew: u64, retry: u64) -> ElectionOptions {
+        ElectionOptions {
+            identity: "a".into(),
+            lease_name: "kubewasm".into(),
+            namespace: "default".into(),
+            lease_duration: Duration::from_millis(lease),
+            renew_deadline: Duration::from_millis(renew),
+            retry_period: Duration::from_millis(retry),
+        }
+    }
+
+    #[test]
+    fn durations_are_validated_naming_the_flag() {
+        assert_eq!(opts(15_000, 10_000, 2_000).validate(), Ok(()));
+        let e = opts(4_000, 4_000, 500).validate().unwrap_err().to_string();
+        assert!(e.contains("--leader-elect-renew-deadline"), "{e}");
+        let e = opts(4_000, 3_000, 3_000)
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--leader-elect-retry-period"), "{e}");
+        assert!(matches!(
+            opts(500, 300, 100).validate(),
+            Err(ElectionConfigError::LeaseTooShort(_))
+        ));
+        assert_eq!(opts(4_500, 3_000, 500).lease_seconds(), 5);
+    }
+
+    #[test]
+    fn terms_advance_on_gain_and_loss_is_idempotent() {
+        let l = Leadership::follower();
+        let mut rx = l.subscribe();
+        assert!(!l.is_leader());
+        assert_eq!(l.gain(), 1);
+        assert!(rx.has_changed().unwrap());
+        rx.borrow_and_update();
+        l.lose();
+        assert!(rx.has_changed().unwrap());
+        rx.borrow_and_update();
+        l.lose();
+        assert!(!rx.has_changed().unwrap());
+        assert_eq!(
+            l.gain(),
+            2,
+            "a regained lease starts a new term (a new replay)"
+        );
+        assert_eq!(Leadership::always().state().term, 0);
+    }
+}
