@@ -50,12 +50,26 @@ impl HostProcess {
 
     /// Starts the host after `fill` has put plugins into its folder.
     pub fn start_with(kubeconfig: &Path, fill: impl FnOnce(&Path)) -> Self {
+        Self::start_args(kubeconfig, &[], &[], fill)
+    }
+
+    /// Like [`start_with`](Self::start_with), with extra `run` flags and
+    /// environment variables (e.g. `POD_NAME`).
+    pub fn start_args(
+        kubeconfig: &Path,
+        args: &[&str],
+        env: &[(&str, &str)],
+        fill: impl FnOnce(&Path),
+    ) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let cache = tempfile::tempdir().unwrap();
         fill(dir.path());
         let log = dir.path().join("host.log");
         let child = Command::new(kubewasm_bin())
-            .args(["run", "--kubeconfig"])
+            .args(["run"])
+            .args(args)
+            .envs(env.iter().copied())
+            .arg("--kubeconfig")
             .arg(kubeconfig)
             .arg("--plugins")
             .arg(dir.path())
@@ -110,8 +124,24 @@ impl HostProcess {
         }
     }
 
+    /// SIGKILL and wait: no drain, no release, as when a node dies.
+    pub fn kill(mut self) {
+        self.signal("KILL");
+        let _ = self.child.wait();
+    }
+
     /// SIGTERM and wait: returns the exit status (the host drains and exits 0).
     pub fn stop(mut self) -> std::process::ExitStatus {
+        self.terminate()
+    }
+
+    /// [`stop`](Self::stop), also returning the log (gone with the folder).
+    pub fn stop_with_logs(mut self) -> (std::process::ExitStatus, String) {
+        let status = self.terminate();
+        (status, self.logs())
+    }
+
+    fn terminate(&mut self) -> std::process::ExitStatus {
         self.signal("TERM");
         let start = Instant::now();
         loop {

@@ -1,0 +1,310 @@
+//! Leader election end to end: two real `kubewasm` processes with
+//! `--leader-elect` against the real API server (tests/controlplane), each
+//! with its own identity (`POD_NAME`). The recorder plugin writes every delta
+//! it is handed as an Event whose `reportingInstance` names the replica, so
+//! the Events show who acted and when.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::str::FromStr;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kubewasm_tests::controlplane::ControlPlane;
+use kubewasm_tests::e2e::*;
+use kubewasm_tests::install;
+use serde_json::{Value, json};
+
+const WAIT: Duration = Duration::from_secs(60);
+/// Short durations so failover is quick: lease 4s, renew deadline 3s.
+const LEASE: Duration = Duration::from_secs(4);
+const RETRY: Duration = Duration::from_millis(500);
+
+fn replica(cp: &ControlPlane, ns: &str, name: &str) -> HostProcess {
+    let sidecar = recorder_sidecar(ns, &["configmaps"]);
+    HostProcess::start_args(
+        cp.admin_kubeconfig(),
+        &[
+            "--leader-elect",
+            "--leader-elect-namespace",
+            ns,
+            "--leader-elect-lease-duration",
+            "4s",
+            "--leader-elect-renew-deadline",
+            "3s",
+            "--leader-elect-retry-period",
+            "500ms",
+        ],
+        &[("POD_NAME", name)],
+        |dir| install(dir, "recorder", "recorder", Some(&sidecar)),
+    )
+}
+
+/// One recorder Event: who wrote it, when, and the delta it describes.
+#[derive(Debug, Clone)]
+struct Written {
+    instance: String,
+    at: Timestamp,
+    version: String,
+    seq: u64,
+    delta: String,
+    name: String,
+    rv: String,
+}
+
+async fn written(client: &kube::Client, ns: &str) -> Vec<Written> {
+    let ar = kube::core::ApiResource {
+        group: "events.k8s.io".into(),
+        version: "v1".into(),
+        api_version: "events.k8s.io/v1".into(),
+        kind: "Event".into(),
+        plural: "events".into(),
+    };
+    let api: Api<kube::core::DynamicObject> = Api::namespaced_with(client.clone(), ns, &ar);
+    let list = api
+        .list(&ListParams::default().labels("kubewasm.io/plugin=recorder"))
+        .await
+        .unwrap();
+    let mut out: Vec<Written> = list
+        .items
+        .iter()
+        .map(|e| {
+            let note: Value = serde_json::from_str(e.data["note"].as_str().unwrap()).unwrap();
+            Written {
+                instance: e.data["reportingInstance"].as_str().unwrap().to_owned(),
+                at: Timestamp::from_str(e.data["eventTime"].as_str().unwrap()).unwrap(),
+                version: note["version"].as_str().unwrap().to_owned(),
+                seq: note["seq"].as_u64().unwrap(),
+                delta: note["type"].as_str().unwrap().to_owned(),
+                name: note["name"].as_str().unwrap().to_owned(),
+                rv: note["rv"].as_str().unwrap().to_owned(),
+            }
+        })
+        .collect();
+    out.sort_by(|a, b| (&a.version, a.seq).cmp(&(&b.version, b.seq)));
+    out
+}
+
+/// The plugin's belief (name -> rv) from one replica's deltas, in order.
+fn view<'a>(ws: impl Iterator<Item = &'a Written>) -> BTreeMap<String, String> {
+    let mut state = BTreeMap::new();
+    for w in ws {
+        match w.delta.as_str() {
+            "added" | "updated" => {
+                state.insert(w.name.clone(), w.rv.clone());
+            }
+            "deleted" => {
+                state.remove(&w.name);
+            }
+            _ => {}
+        }
+    }
+    state
+}
+
+async fn server_state(api: &Api<ConfigMap>) -> BTreeMap<String, String> {
+    api.list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|c| {
+            (
+                c.metadata.name.unwrap(),
+                c.metadata.resource_version.unwrap(),
+            )
+        })
+        .collect()
+}
+
+async fn holder(leases: &Api<Lease>) -> Option<String> {
+    leases
+        .get_opt("kubewasm")
+        .await
+        .unwrap()
+        .and_then(|l| l.spec?.holder_identity)
+        .filter(|h| !h.is_empty())
+}
+
+async fn create_cms(api: &Api<ConfigMap>, ns: &str, names: impl Iterator<Item = String>) {
+    for name in names {
+        let cm: ConfigMap = serde_json::from_value(json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": ns}, "data": {"v": "0"}}))
+        .unwrap();
+        api.create(&PostParams::default(), &cm).await.unwrap();
+    }
+}
+
+/// Waits until `host`'s identity holds the Lease and its recorder has
+/// handed over the initial list (its `synced` Event exists).
+async fn wait_leading(client: &kube::Client, leases: &Api<Lease>, ns: &str, id: &str) {
+    eventually(&format!("{id} leads and has synced"), WAIT, || async {
+        let leads = holder(leases).await.as_deref() == Some(id);
+        let synced = written(client, ns)
+            .await
+            .iter()
+            .any(|w| w.instance.starts_with(id) && w.delta == "synced");
+        (leads && synced).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn one_of_two_replicas_leads_and_a_killed_leader_fails_over_within_the_lease() {
+    let cp = ControlPlane::shared();
+    let client = cp.admin_client().await;
+    let ns = "e2e-lease-kill";
+    namespace(&client, ns, json!({})).await;
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    let leases: Api<Lease> = Api::namespaced(client.clone(), ns);
+    create_cms(&api, ns, (0..8).map(|i| format!("c{i}"))).await;
+
+    let a = replica(cp, ns, "lease-kill-a");
+    let b = replica(cp, ns, "lease-kill-b");
+    let first = eventually("a lease holder", WAIT, || holder(&leases)).await;
+    let (leader, follower, fid) = match first.as_str() {
+        "lease-kill-a" => (a, b, "lease-kill-b"),
+        "lease-kill-b" => (b, a, "lease-kill-a"),
+        other => panic!("unexpected holder {other}"),
+    };
+    wait_leading(&client, &leases, ns, &first).await;
+    // The follower is up and warm (its cache synced) but holds nothing.
+    follower.wait_log("cache synced", WAIT).await;
+    follower.wait_log("campaigning for the lease", WAIT).await;
+    // Several retry periods later: still the one holder, and only it acted.
+    tokio::time::sleep(RETRY * 6).await;
+    assert_eq!(holder(&leases).await.as_deref(), Some(first.as_str()));
+    let before = written(&client, ns).await;
+    assert!(!before.is_empty());
+    assert!(
+        before.iter().all(|w| w.instance.starts_with(&first)),
+        "a follower acted: {before:#?}"
+    );
+    assert!(!follower.logs().contains("became leader"));
+
+    // Churn, and kill the leader in the middle of it.
+    let churn = {
+        let api = api.clone();
+        tokio::spawn(async move {
+            for round in 0..6 {
+                for i in 0..4 {
+                    api.patch(
+                        &format!("c{i}"),
+                        &PatchParams::default(),
+                        &Patch::Merge(json!({"data": {"v": round.to_string()}})),
+                    )
+                    .await
+                    .unwrap();
+                }
+                if round == 2 {
+                    api.delete("c7", &DeleteParams::default()).await.unwrap();
+                }
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            }
+            create_cms(&api, "e2e-lease-kill", (0..2).map(|i| format!("n{i}"))).await;
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let killed = Instant::now();
+    let killed_at = Timestamp::now();
+    leader.kill();
+    let took = eventually("the follower holds the lease", WAIT, || async {
+        (holder(&leases).await.as_deref() == Some(fid)).then(|| killed.elapsed())
+    })
+    .await;
+    eprintln!("abrupt failover: the follower held the lease {took:?} after SIGKILL");
+    // The follower waits out the lease from the last renewal it saw (at
+    // most one retry period before the kill), then takes it.
+    assert!(
+        took <= LEASE + RETRY * 3,
+        "takeover took {took:?} (lease {LEASE:?})"
+    );
+    assert!(took >= LEASE - RETRY * 2, "took over early: {took:?}");
+    churn.await.unwrap();
+
+    // The new leader's view, from its replay and live deltas, is the server's.
+    let server = server_state(&api).await;
+    let ws = eventually("the new leader's view equals the server", WAIT, || async {
+        let ws = written(&client, ns).await;
+        let mine = ws.iter().filter(|w| w.instance.starts_with(fid));
+        (view(mine) == server).then_some(ws)
+    })
+    .await;
+    let lease = leases.get("kubewasm").await.unwrap().spec.unwrap();
+    let acquired = lease.acquire_time.unwrap().0;
+    for w in &ws {
+        if w.instance.starts_with(&first) {
+            assert!(
+                w.at <= killed_at,
+                "the old leader wrote after its death: {w:?}"
+            );
+        } else {
+            assert!(w.instance.starts_with(fid), "{w:?}");
+            assert!(
+                w.at >= acquired,
+                "the new leader wrote before it held the lease ({acquired}): {w:?}"
+            );
+        }
+    }
+    // It started with a full replay of its cache.
+    let replay: Vec<&Written> = ws
+        .iter()
+        .filter(|w| w.instance.starts_with(fid))
+        .take_while(|w| w.delta != "synced")
+        .collect();
+    assert!(replay.iter().all(|w| w.delta == "added"), "{replay:#?}");
+    assert!(replay.len() >= 7, "{replay:#?}");
+    assert!(follower.logs().contains("became leader"));
+    assert!(follower.stop().success());
+}
+
+#[tokio::test]
+async fn sigterm_drains_releases_the_lease_and_the_follower_takes_over_at_once() {
+    let cp = ControlPlane::shared();
+    let client = cp.admin_client().await;
+    let ns = "e2e-lease-term";
+    namespace(&client, ns, json!({})).await;
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    let leases: Api<Lease> = Api::namespaced(client.clone(), ns);
+    create_cms(&api, ns, (0..4).map(|i| format!("c{i}"))).await;
+
+    let a = replica(cp, ns, "lease-term-a");
+    wait_leading(&client, &leases, ns, "lease-term-a").await;
+    let b = replica(cp, ns, "lease-term-b");
+    b.wait_log("cache synced", WAIT).await;
+    b.wait_log("campaigning for the lease", WAIT).await;
+    tokio::time::sleep(RETRY * 3).await;
+    assert_eq!(holder(&leases).await.as_deref(), Some("lease-term-a"));
+
+    let (status, log) = a.stop_with_logs();
+    let exited = Instant::now();
+    let exited_at = Timestamp::now();
+    assert!(status.success(), "the leader exits 0 on SIGTERM: {log}");
+    assert!(log.contains("released the lease"), "{log}");
+    let took = eventually("the follower holds the lease", WAIT, || async {
+        (holder(&leases).await.as_deref() == Some("lease-term-b")).then(|| exited.elapsed())
+    })
+    .await;
+    eprintln!("graceful handover: the follower held the lease {took:?} after the leader exited");
+    assert!(
+        took < Duration::from_secs(2),
+        "a released lease must be taken at once, not after the lease duration: {took:?}"
+    );
+
+    // The new leader acts; the old one wrote nothing after it exited.
+    create_cms(&api, ns, std::iter::once("after".to_owned())).await;
+    let server = server_state(&api).await;
+    let ws = eventually("the new leader's view equals the server", WAIT, || async {
+        let ws = written(&client, ns).await;
+        let mine = ws.iter().filter(|w| w.instance.starts_with("lease-term-b"));
+        (view(mine) == server).then_some(ws)
+    })
+    .await;
+    for w in ws.iter().filter(|w| w.instance.starts_with("lease-term-a")) {
+        assert!(w.at <= exited_at, "{w:?}");
+    }
+    assert!(b.stop().success());
+}
