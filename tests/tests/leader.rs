@@ -209,8 +209,9 @@ async fn one_of_two_replicas_leads_and_a_killed_leader_fails_over_within_the_lea
     };
     tokio::time::sleep(Duration::from_millis(700)).await;
     let killed = Instant::now();
-    let killed_at = Timestamp::now();
     leader.kill();
+    // Once it has been reaped, it can write nothing more.
+    let killed_at = Timestamp::now();
     let took = eventually("the follower holds the lease", WAIT, || async {
         (holder(&leases).await.as_deref() == Some(fid)).then(|| killed.elapsed())
     })
