@@ -23,6 +23,9 @@ use crate::reload::{DirError, PluginDir};
 use crate::runtime::{EngineOptions, Runtime};
 use crate::source::kube::{Discovery, KubeError, KubeSink, KubeSource, KubeTarget};
 use crate::source::local::{LocalCluster, LocalError};
+use crate::telemetry::Telemetry;
+use crate::telemetry::server::MetricsAddr;
+use crate::telemetry::view::AppView;
 
 #[derive(Debug, thiserror::Error)]
 pub enum AppError {
@@ -63,6 +66,9 @@ pub struct RunOptions {
     pub election: Option<ElectionOptions>,
     /// How long shutdown waits for in-flight calls and actions.
     pub shutdown_grace: Duration,
+    /// Listen address of `/healthz`, `/readyz` and `/metrics` (`main`
+    /// serves it; an `App` alone never binds).
+    pub metrics_addr: MetricsAddr,
 }
 
 /// Per-plugin figures of a run.
@@ -151,6 +157,7 @@ pub struct App {
     /// The elector and the replay-on-gain task, stopped after the drain.
     election: Option<(CancellationToken, TaskTracker)>,
     shutdown_grace: Duration,
+    telemetry: Telemetry,
     cancel: CancellationToken,
 }
 
@@ -163,7 +170,7 @@ impl std::fmt::Debug for App {
 impl App {
     /// Builds the pipeline and loads the plugin folder once.
     pub async fn start(opts: &RunOptions, cancel: CancellationToken) -> Result<Self, AppError> {
-        Self::start_with_sink(opts, None, cancel).await
+        Self::start_with(opts, None, Telemetry::default(), cancel).await
     }
 
     /// Like [`start`](Self::start), with actions sent to `sink` instead of
@@ -171,6 +178,18 @@ impl App {
     pub async fn start_with_sink(
         opts: &RunOptions,
         sink: Option<Arc<dyn ActionSink>>,
+        cancel: CancellationToken,
+    ) -> Result<Self, AppError> {
+        Self::start_with(opts, sink, Telemetry::default(), cancel).await
+    }
+
+    /// Like [`start_with_sink`](Self::start_with_sink), reporting metrics,
+    /// readiness and task liveness through `telemetry` (readiness follows
+    /// the plugin folder's first scan as it happens).
+    pub async fn start_with(
+        opts: &RunOptions,
+        sink: Option<Arc<dyn ActionSink>>,
+        telemetry: Telemetry,
         cancel: CancellationToken,
     ) -> Result<Self, AppError> {
         let Backend {
@@ -213,7 +232,10 @@ impl App {
                         target.initial_list,
                         target.page_size,
                     )),
-                    sink: Arc::new(KubeSink::new(client.clone())),
+                    sink: Arc::new(KubeSink::with_identity(
+                        client.clone(),
+                        telemetry.identity(),
+                    )),
                     discovery: Some(discovery),
                     local: None,
                     client: Some(client),
@@ -221,11 +243,10 @@ impl App {
             }
         };
         let activity = Arc::new(Activity::default());
-        let informers = Arc::new(InformerSet::new(
-            source,
-            activity.clone(),
-            cancel.child_token(),
-        ));
+        let informers = Arc::new(
+            InformerSet::new(source, activity.clone(), cancel.child_token())
+                .with_telemetry(telemetry.clone()),
+        );
         let sink = sink.unwrap_or(default_sink);
         let leadership = match &opts.election {
             Some(_) => Leadership::follower(),
@@ -239,7 +260,8 @@ impl App {
                     ..ExecutorOptions::default()
                 },
             )
-            .with_leadership(leadership.clone()),
+            .with_leadership(leadership.clone())
+            .with_telemetry(telemetry.clone()),
         );
         let runtime = Runtime::new(opts.engine.clone())?;
         let mut host = PluginHost::new(
@@ -254,14 +276,24 @@ impl App {
         if let Some(d) = discovery {
             host = host.with_discovery(d);
         }
-        let host = Arc::new(host);
-        let plugin_dir = Arc::new(PluginDir::new(opts.plugins.clone(), host.clone()));
+        let host = Arc::new(host.with_telemetry(telemetry.clone()));
+        let plugin_dir = Arc::new(
+            PluginDir::new(opts.plugins.clone(), host.clone()).with_telemetry(telemetry.clone()),
+        );
+        telemetry.attach(Arc::new(AppView::new(host.clone(), plugin_dir.clone())));
         plugin_dir.scan().await?;
         let election = match (&opts.election, client) {
             (None, _) => None,
             (Some(_), None) => return Err(AppError::ElectionWithoutCluster),
             (Some(e), Some(client)) => {
-                Some(start_election(e, client, leadership.clone(), host.clone()))
+                telemetry.leader().set(false);
+                Some(start_election(
+                    e,
+                    client,
+                    leadership.clone(),
+                    host.clone(),
+                    telemetry.leader().clone(),
+                ))
             }
         };
         Ok(Self {
@@ -273,6 +305,7 @@ impl App {
             leadership,
             election,
             shutdown_grace: opts.shutdown_grace,
+            telemetry,
             cancel,
         })
     }
@@ -281,19 +314,34 @@ impl App {
     pub fn watch(&self, poll: Duration, tasks: &tokio_util::task::TaskTracker) {
         let dir = self.plugin_dir.clone();
         let cancel = self.cancel.clone();
+        let guard = self.telemetry.task("plugin folder watcher");
         tasks.spawn(async move {
-            if let Err(e) = dir.watch(cancel, poll).await {
-                tracing::error!(error = %e, "plugin folder watcher stopped");
+            match dir.watch(cancel, poll).await {
+                Ok(()) => guard.done(),
+                Err(e) => {
+                    tracing::error!(error = %e, "plugin folder watcher stopped");
+                    guard.failed(&e.to_string());
+                }
             }
         });
         if let Some(cluster) = self.local.clone() {
             let cancel = self.cancel.clone();
+            let guard = self.telemetry.task("local cluster watcher");
             tasks.spawn(async move {
-                if let Err(e) = cluster.watch_files(cancel).await {
-                    tracing::error!(error = %e, "local cluster watcher stopped");
+                match cluster.watch_files(cancel).await {
+                    Ok(()) => guard.done(),
+                    Err(e) => {
+                        tracing::error!(error = %e, "local cluster watcher stopped");
+                        guard.failed(&e.to_string());
+                    }
                 }
             });
         }
+    }
+
+    /// Metrics, readiness and liveness of this host.
+    pub fn telemetry(&self) -> &Telemetry {
+        &self.telemetry
     }
 
     /// The embedded local cluster, when the host runs on one.
@@ -407,6 +455,7 @@ fn start_election(
     client: kube::Client,
     leadership: Leadership,
     host: Arc<PluginHost>,
+    leader_gauge: crate::telemetry::LeaderFlag,
 ) -> (CancellationToken, TaskTracker) {
     let cancel = CancellationToken::new();
     let tasks = TaskTracker::new();
@@ -421,7 +470,9 @@ fn start_election(
                 () = stop.cancelled() => return,
                 changed = gate.changed() => if changed.is_err() { return },
             }
-            if gate.borrow_and_update().leading {
+            let leading = gate.borrow_and_update().leading;
+            leader_gauge.set(leading);
+            if leading {
                 host.replay_all().await;
             }
         }

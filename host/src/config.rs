@@ -14,6 +14,7 @@ use crate::leader::{self, ElectionConfigError, ElectionOptions};
 use crate::object::StripOptions;
 use crate::runtime::EngineOptions;
 use crate::source::kube::{InitialList, KubeTarget};
+use crate::telemetry::server::MetricsAddr;
 
 /// The only config file version so far.
 pub const API_VERSION: &str = "kubewasm.io/v1alpha1";
@@ -107,6 +108,9 @@ pub struct RunSettings {
     /// How long SIGTERM waits for in-flight calls and actions.
     #[serde(default, with = "humantime_serde")]
     pub shutdown_grace: Option<Duration>,
+    /// `/healthz`, `/readyz` and `/metrics` listen address (`HOST:PORT`,
+    /// `:PORT` or `off`); default `0.0.0.0:9090`, off for `untilIdle` runs.
+    pub metrics_addr: Option<MetricsAddr>,
 }
 
 /// Retry policy of every plugin's queue.
@@ -216,6 +220,7 @@ impl RunSettings {
                 .or(file.leader_elect_lease_name),
             leader_elect_namespace: self.leader_elect_namespace.or(file.leader_elect_namespace),
             shutdown_grace: self.shutdown_grace.or(file.shutdown_grace),
+            metrics_addr: self.metrics_addr.or(file.metrics_addr),
         }
     }
 
@@ -261,11 +266,18 @@ impl RunSettings {
             dispatch.max_backoff = d.max_backoff.unwrap_or(dispatch.max_backoff);
             dispatch.unhealthy_after = d.unhealthy_after.unwrap_or(dispatch.unhealthy_after);
         }
+        let until_idle = self.until_idle.unwrap_or(false);
+        // A run that ends by itself has no scraper and no probes.
+        let metrics_addr = match self.metrics_addr {
+            Some(a) => a,
+            None if until_idle => MetricsAddr::Off,
+            None => MetricsAddr::default(),
+        };
         Ok(RunOptions {
             plugins,
             cluster,
             dry_run: self.dry_run.unwrap_or(false),
-            until_idle: self.until_idle.unwrap_or(false),
+            until_idle,
             engine,
             strip: StripOptions {
                 managed_fields: !keep,
@@ -275,6 +287,7 @@ impl RunSettings {
             poll: self.poll.unwrap_or(Duration::from_secs(30)),
             election,
             shutdown_grace: self.shutdown_grace.unwrap_or(DEFAULT_SHUTDOWN_GRACE),
+            metrics_addr,
         })
     }
 
@@ -374,7 +387,7 @@ mod tests {
     #[test]
     fn file_settings_merge_under_flags_and_resolve_paths() {
         let file = RunSettings::parse(
-            "apiVersion: kubewasm.io/v1alpha1\nkind: HostConfig\nplugins: plugins\nkubeconfig: /k/config\ncontext: dev\ninitialList: paged\ndispatch: {maxAttempts: 3, baseBackoff: 250ms}\n",
+            "apiVersion: kubewasm.io/v1alpha1\nkind: HostConfig\nplugins: plugins\nkubeconfig: /k/config\ncontext: dev\ninitialList: paged\ndispatch: {maxAttempts: 3, baseBackoff: 250ms}\nmetricsAddr: 127.0.0.1:0\n",
             Path::new("/etc/kubewasm/config.yaml"),
         )
         .unwrap();
@@ -389,6 +402,7 @@ mod tests {
         };
         let opts = flags.over(file).into_options(false).unwrap();
         assert!(opts.dry_run);
+        assert_eq!(opts.metrics_addr, MetricsAddr::Listen("127.0.0.1:0".into()));
         assert_eq!(opts.dispatch.max_attempts, 3);
         assert_eq!(opts.dispatch.base_backoff, Duration::from_millis(250));
         match opts.cluster {
@@ -559,13 +573,34 @@ mod tests {
             "{e}"
         );
         assert!(matches!(
-            none.into_options(true).unwrap().cluster,
+            none.clone().into_options(true).unwrap().cluster,
             ClusterTarget::Kube(_)
         ));
         assert!(matches!(
             RunSettings::default().into_options(false),
             Err(ConfigError::NoPlugins)
         ));
+        // The listener: on by default, off for runs that end by themselves,
+        // and a bad address is an error naming it.
+        assert_eq!(
+            none.clone().into_options(false).unwrap().metrics_addr,
+            MetricsAddr::Listen("0.0.0.0:9090".into())
+        );
+        let idle = RunSettings {
+            until_idle: Some(true),
+            ..none.clone()
+        };
+        assert_eq!(
+            idle.into_options(false).unwrap().metrics_addr,
+            MetricsAddr::Off
+        );
+        let e = RunSettings::parse(
+            "apiVersion: kubewasm.io/v1alpha1\nkind: HostConfig\nmetricsAddr: nine\n",
+            p,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("invalid metrics address \"nine\""), "{e}");
     }
 
     #[test]

@@ -8,6 +8,9 @@ use clap::{Parser, Subcommand, ValueEnum};
 use kubewasm::app::App;
 use kubewasm::config::RunSettings;
 use kubewasm::source::kube::InitialList;
+use kubewasm::telemetry::logging::LogFormat;
+use kubewasm::telemetry::server::{MetricsAddr, MetricsServer};
+use kubewasm::telemetry::{Identity, Telemetry};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -18,23 +21,17 @@ use tokio_util::task::TaskTracker;
     about = "Kubernetes event handlers as WebAssembly components"
 )]
 struct Cli {
-    /// Log format.
-    #[arg(long, value_enum, default_value_t = LogFormat::Text, global = true, env = "KUBEWASM_LOG_FORMAT")]
-    log_format: LogFormat,
+    /// Log format (default: text on a terminal, JSON lines otherwise).
+    #[arg(long, value_enum, global = true, env = "KUBEWASM_LOG_FORMAT")]
+    log_format: Option<LogFormat>,
     #[command(subcommand)]
     command: Command,
-}
-
-#[derive(Debug, Clone, Copy, ValueEnum)]
-enum LogFormat {
-    Text,
-    Json,
 }
 
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Run the plugins of a folder against a cluster.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Create a plugin project (WIT bindings wired, a build command, a fixture test).
     New(NewArgs),
 }
@@ -99,6 +96,10 @@ struct RunArgs {
     /// Keep managedFields and the last-applied annotation in the cache.
     #[arg(long)]
     keep_managed_fields: bool,
+    /// Listen address of /healthz, /readyz and /metrics: HOST:PORT, :PORT or
+    /// `off` (default 0.0.0.0:9090; off with --until-idle).
+    #[arg(long, env = "KUBEWASM_METRICS_ADDR")]
+    metrics_addr: Option<MetricsAddr>,
     #[command(flatten)]
     election: ElectionArgs,
     /// How long SIGTERM waits for in-flight calls and actions [default: 20s].
@@ -152,6 +153,7 @@ impl RunArgs {
             until_idle: self.until_idle.then_some(true),
             cache_dir: self.cache_dir,
             keep_managed_fields: self.keep_managed_fields.then_some(true),
+            metrics_addr: self.metrics_addr,
             initial_list: self.initial_list.map(|i| match i {
                 InitialListArg::Auto => InitialList::Auto,
                 InitialListArg::Stream => InitialList::Stream,
@@ -167,20 +169,6 @@ impl RunArgs {
             ..RunSettings::default()
         };
         Ok(flags.over(file))
-    }
-}
-
-fn init_tracing(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    // Colour only on a terminal: log files and collectors get plain text.
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(std::io::stderr);
-    match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().init(),
     }
 }
 
@@ -209,7 +197,10 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         .settings()?
         .into_options(kubewasm::config::default_cluster_available())?;
     let cancel = CancellationToken::new();
-    let app = App::start(&opts, cancel.clone())
+    let telemetry = Telemetry::new(Identity::from_env());
+    // Listening first: probes answer (not ready) while plugins compile.
+    let server = MetricsServer::start(&opts.metrics_addr, telemetry.clone()).await?;
+    let app = App::start_with(&opts, None, telemetry, cancel.clone())
         .await
         .context("cannot start kubewasm")?;
     if opts.until_idle {
@@ -218,6 +209,9 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             () = shutdown_signal() => tracing::info!("signal received; shutting down"),
         }
         app.shutdown().await;
+        if let Some(server) = server {
+            server.stop().await;
+        }
         let summary = app.summary();
         writeln!(std::io::stdout().lock(), "{summary}")?;
         let problems = summary.problems();
@@ -235,19 +229,22 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     app.shutdown().await;
     tasks.close();
     tasks.wait().await;
+    if let Some(server) = server {
+        server.stop().await;
+    }
     tracing::info!("stopped cleanly");
     Ok(())
 }
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    init_tracing(cli.log_format);
+    kubewasm::telemetry::logging::init(cli.log_format);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
     match cli.command {
-        Command::Run(args) => rt.block_on(run(args)),
+        Command::Run(args) => rt.block_on(run(*args)),
         Command::New(args) => new_project(args),
     }
 }

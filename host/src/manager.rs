@@ -19,6 +19,7 @@ use crate::leader::Leadership;
 use crate::runtime::host::PluginScope;
 use crate::runtime::{Actor, CompileSource, LoadError, Manifest, Registration, Runtime};
 use crate::source::kube::discovery::KindDiscovery;
+use crate::telemetry::{PluginTelemetry, Telemetry};
 
 /// How a version was loaded, for logs and the benchmark.
 #[derive(Debug, Clone)]
@@ -107,6 +108,7 @@ pub struct PluginHost {
     /// one (a CRD installed after start); `None` for the local cluster.
     discovery: Option<Arc<dyn KindDiscovery>>,
     leadership: Leadership,
+    telemetry: Telemetry,
 }
 
 impl std::fmt::Debug for PluginHost {
@@ -136,6 +138,7 @@ impl PluginHost {
             versions: std::sync::atomic::AtomicU64::new(0),
             discovery: None,
             leadership: Leadership::always(),
+            telemetry: Telemetry::default(),
         }
     }
 
@@ -164,6 +167,13 @@ impl PluginHost {
             term = state.term,
             "leading: cache replayed to every plugin"
         );
+    }
+
+    /// Counts each plugin's deliveries and actions into `telemetry`.
+    #[must_use]
+    pub fn with_telemetry(mut self, telemetry: Telemetry) -> Self {
+        self.telemetry = telemetry;
+        self
     }
 
     /// Refresh kinds through `discovery` when a plugin names an unknown one.
@@ -365,6 +375,14 @@ impl PluginHost {
             .or_insert_with(|| Arc::new(PluginStats::default()))
             .clone();
         let plugin: Arc<str> = Arc::from(name);
+        let kinds: Vec<String> = resolved
+            .iter()
+            .map(|(spec, _)| spec.kind.resource_name())
+            .collect();
+        let telemetry = PluginTelemetry {
+            counters: self.telemetry.metrics().plugin(name, &kinds),
+            telemetry: self.telemetry.clone(),
+        };
         let dispatcher = Dispatcher::new(
             plugin.clone(),
             actors.clone(),
@@ -381,6 +399,7 @@ impl PluginHost {
                 ..self.dispatch.clone()
             },
             self.leadership.clone(),
+            telemetry,
         );
         // Read before subscribing: if leadership is gained after this, the
         // version is replayed for the new term.

@@ -19,6 +19,8 @@ use tokio_util::sync::CancellationToken;
 use crate::manager::PluginHost;
 use crate::runtime::manifest::ManifestError;
 use crate::runtime::{LoadError, Manifest};
+use crate::telemetry::Telemetry;
+use crate::telemetry::events::{PluginLoadFailed, PluginLoaded};
 
 #[derive(Debug, thiserror::Error)]
 pub enum DirError {
@@ -43,6 +45,17 @@ pub enum Outcome {
     Failed(String),
 }
 
+/// Where a plugin file stands, for readiness.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FileState {
+    /// Seen, its first version not loaded yet.
+    Loading,
+    /// A version runs.
+    Loaded,
+    /// It could not be loaded and no version runs; the error was logged.
+    Broken,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Known {
     Running(String),
@@ -57,6 +70,9 @@ pub struct PluginDir {
     running: Mutex<BTreeMap<String, String>>,
     /// Plugins whose current file could not be loaded, with the error.
     failed: parking_lot::Mutex<BTreeMap<String, String>>,
+    /// Readable without waiting for a scan in progress.
+    states: parking_lot::Mutex<BTreeMap<String, FileState>>,
+    telemetry: Telemetry,
 }
 
 impl std::fmt::Debug for PluginDir {
@@ -98,6 +114,44 @@ impl PluginDir {
             known: Mutex::new(BTreeMap::new()),
             running: Mutex::new(BTreeMap::new()),
             failed: parking_lot::Mutex::new(BTreeMap::new()),
+            states: parking_lot::Mutex::new(BTreeMap::new()),
+            telemetry: Telemetry::default(),
+        }
+    }
+
+    /// Counts loads and failures into `telemetry`'s metrics.
+    #[must_use]
+    pub fn with_telemetry(mut self, telemetry: Telemetry) -> Self {
+        self.telemetry = telemetry;
+        self
+    }
+
+    /// Plugin files in the folder that are neither loaded nor reported
+    /// broken (one line each), or why the folder cannot be read.
+    pub fn not_ready(&self) -> Vec<String> {
+        let found = match candidates(&self.dir) {
+            Ok(f) => f,
+            Err(e) => return vec![e.to_string()],
+        };
+        let states = self.states.lock();
+        found
+            .keys()
+            .filter_map(|name| match states.get(name) {
+                Some(FileState::Loaded | FileState::Broken) => None,
+                Some(FileState::Loading) => Some(format!("plugin {name}: loading")),
+                None => Some(format!("plugin {name}: not scanned yet")),
+            })
+            .collect()
+    }
+
+    fn set_state(&self, name: &str, state: FileState) {
+        let mut states = self.states.lock();
+        match (states.get(name), state) {
+            // A running version keeps serving whatever its successor does.
+            (Some(FileState::Loaded), FileState::Loading | FileState::Broken) => {}
+            _ => {
+                states.insert(name.to_owned(), state);
+            }
         }
     }
 
@@ -123,6 +177,7 @@ impl PluginDir {
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
                 Err(e) => {
                     tracing::error!(plugin = %name, file = %path.display(), error = %e, "cannot read plugin file");
+                    self.set_state(name, FileState::Broken);
                     continue;
                 }
             };
@@ -148,6 +203,7 @@ impl PluginDir {
                 Some(Known::Running(d)) | Some(Known::Failed(d)) if *d == digest => continue,
                 _ => {}
             }
+            self.set_state(name, FileState::Loading);
             let manifest = match (&sidecar, sidecar_text) {
                 (Some(p), Some(Ok(t))) => Manifest::parse(p, &t).map_err(LoadError::from),
                 (_, Some(Err(e))) => Err(LoadError::from(e)),
@@ -165,7 +221,14 @@ impl PluginDir {
                     } else {
                         Outcome::Loaded
                     };
-                    tracing::info!(plugin = %name, file = %path.display(), sha256 = &digest[..12], "plugin {}", if was_running { "replaced" } else { "loaded" });
+                    PluginLoaded {
+                        plugin: name,
+                        file: path,
+                        sha256: &digest[..12],
+                        replaced: was_running,
+                    }
+                    .emit(self.telemetry.metrics());
+                    self.set_state(name, FileState::Loaded);
                     self.running
                         .lock()
                         .await
@@ -176,13 +239,14 @@ impl PluginDir {
                 }
                 Err(e) => {
                     let msg = e.to_string();
-                    tracing::error!(
-                        plugin = %name,
-                        file = %path.display(),
-                        error = %msg,
-                        "cannot load plugin{}",
-                        if was_running { "; the previous version keeps serving" } else { "" }
-                    );
+                    PluginLoadFailed {
+                        plugin: name,
+                        file: path,
+                        error: &msg,
+                        previous_serving: was_running,
+                    }
+                    .emit(self.telemetry.metrics());
+                    self.set_state(name, FileState::Broken);
                     known.insert(name.clone(), Known::Failed(digest));
                     self.failed.lock().insert(name.clone(), msg.clone());
                     outcomes.insert(name.clone(), Outcome::Failed(msg));
@@ -194,6 +258,7 @@ impl PluginDir {
             .filter(|n| !found.contains_key(*n))
             .cloned()
             .collect();
+        self.states.lock().retain(|n, _| found.contains_key(n));
         for name in gone {
             known.remove(&name);
             self.failed.lock().remove(&name);

@@ -53,6 +53,16 @@ impl HostProcess {
         Self::start_args(kubeconfig, &[], &[], fill)
     }
 
+    /// [`start_with`](Self::start_with) with extra environment variables
+    /// (the downward API's `POD_NAME`, ...).
+    pub fn start_with_env(
+        kubeconfig: &Path,
+        env: &[(&str, &str)],
+        fill: impl FnOnce(&Path),
+    ) -> Self {
+        Self::start_args(kubeconfig, &[], env, fill)
+    }
+
     /// Like [`start_with`](Self::start_with), with extra `run` flags and
     /// environment variables (e.g. `POD_NAME`).
     pub fn start_args(
@@ -75,8 +85,12 @@ impl HostProcess {
             .arg(dir.path())
             .arg("--cache-dir")
             .arg(cache.path())
+            // The suites read these logs as text; several hosts run at once,
+            // so each metrics listener takes a free port.
+            .args(["--log-format", "text", "--metrics-addr", "127.0.0.1:0"])
             .env("RUST_LOG", "info,kube_client=warn,kube_runtime=warn")
             .env_remove("KUBECONFIG")
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
@@ -100,6 +114,22 @@ impl HostProcess {
             .status()
             .unwrap();
         assert!(status.success(), "kill -{sig} failed");
+    }
+
+    /// The address the metrics listener bound (from the text log line
+    /// `metrics listening addr=...`), once it is up.
+    pub async fn metrics_addr(&self, timeout: Duration) -> std::net::SocketAddr {
+        self.wait_log("metrics listening", timeout).await;
+        let logs = self.logs();
+        let line = logs
+            .lines()
+            .find(|l| l.contains("metrics listening"))
+            .unwrap();
+        line.split("addr=")
+            .nth(1)
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|a| a.parse().ok())
+            .unwrap_or_else(|| panic!("no address in {line:?}"))
     }
 
     /// Freezes the process (SIGSTOP): its watches stall, nothing is lost.
@@ -264,6 +294,36 @@ pub async fn recorded(client: &kube::Client, ns: &str) -> Vec<Seen> {
         .collect();
     out.sort();
     out
+}
+
+/// A plain HTTP/1.1 GET: (status, headers, body).
+pub fn http_get(addr: std::net::SocketAddr, path: &str) -> std::io::Result<(u16, String, String)> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr)?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut out = String::new();
+    s.read_to_string(&mut out)?;
+    let (head, body) = out
+        .split_once("\r\n\r\n")
+        .ok_or_else(|| std::io::Error::other(format!("no header end in {out:?}")))?;
+    let code = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| std::io::Error::other(format!("no status in {head:?}")))?;
+    Ok((code, head.to_owned(), body.to_owned()))
+}
+
+/// The value of the sample `series` (name and labels exactly as exposed)
+/// in a Prometheus text body.
+pub fn sample(body: &str, series: &str) -> Option<f64> {
+    body.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+        .and_then(|v| v.trim().parse().ok())
 }
 
 /// Polls `check` until it returns `Some`, failing after `timeout`.

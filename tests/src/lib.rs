@@ -96,6 +96,7 @@ pub fn options(plugins: &Path, local: &Path, cache: &Path) -> RunOptions {
         poll: Duration::from_secs(30),
         election: None,
         shutdown_grace: Duration::from_secs(20),
+        metrics_addr: kubewasm::telemetry::server::MetricsAddr::Off,
     }
 }
 

@@ -269,3 +269,167 @@ fn without_a_cluster_flag_or_kubeconfig_the_error_says_what_to_pass() {
         "{stderr}"
     );
 }
+
+/// `kubewasm run` serving probes and metrics on a free port over the demo
+/// cluster: JSON logs (stderr is a file), /healthz up, /readyz 200 only with
+/// every informer synced and every plugin file loaded, 503 naming a plugin
+/// file that is not loaded yet, /metrics counters that move when an object
+/// changes, and the listener gone after SIGTERM.
+#[test]
+fn probes_and_metrics_follow_the_running_host() {
+    use std::time::{Duration, Instant};
+
+    use kubewasm_tests::e2e::{http_get, sample};
+
+    let (dir, cluster, plugins) = demo();
+    let log = dir.path().join("host.log");
+    let child = Command::new(kubewasm_bin())
+        .args(["run", "--local"])
+        .arg(&cluster)
+        .arg("--plugins")
+        .arg(&plugins)
+        .arg("--cache-dir")
+        .arg(dir.path().join("cache"))
+        .args(["--metrics-addr", "127.0.0.1:0"])
+        .env_remove("KUBECONFIG")
+        .env_remove("KUBEWASM_LOG_FORMAT")
+        .env("RUST_LOG", "info")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    struct Kill(std::process::Child);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let logs = || std::fs::read_to_string(&log).unwrap_or_default();
+    let poll = |what: &str, check: &mut dyn FnMut() -> bool| {
+        let start = Instant::now();
+        while !check() {
+            assert!(
+                start.elapsed() < Duration::from_secs(120),
+                "timed out waiting for {what}; log:\n{}",
+                logs()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+
+    // The bound address, from a JSON log line.
+    let mut addr = None;
+    poll("the metrics listener", &mut || {
+        addr = logs().lines().find_map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).ok()?;
+            (v["fields"]["message"] == "metrics listening")
+                .then(|| v["fields"]["addr"].as_str()?.parse().ok())?
+        });
+        addr.is_some()
+    });
+    let addr: std::net::SocketAddr = addr.unwrap();
+    let child = Kill(child);
+    assert_ne!(addr.port(), 0);
+    assert_eq!(http_get(addr, "/healthz").unwrap().0, 200);
+
+    // Ready only once every informer has synced.
+    poll("/readyz 200", &mut || {
+        let (code, _, body) = http_get(addr, "/readyz").unwrap();
+        assert!(code == 200 || code == 503, "{code} {body}");
+        if code == 503 {
+            assert!(!body.trim().is_empty(), "a 503 names what is not ready");
+        }
+        code == 200
+    });
+    let at_ready = logs();
+    let started = at_ready.matches("starting informer").count();
+    assert!(started >= 3, "{at_ready}");
+    assert_eq!(
+        at_ready.matches("cache synced").count(),
+        started,
+        "ready before every informer synced:\n{at_ready}"
+    );
+    for line in at_ready.lines() {
+        let v: serde_json::Value = serde_json::from_str(line)
+            .unwrap_or_else(|e| panic!("not a JSON log line ({e}): {line}"));
+        assert!(
+            v["level"].is_string() && v["fields"]["message"].is_string(),
+            "{line}"
+        );
+    }
+
+    // A plugin file that is not loaded yet makes the host unready, named;
+    // the folder watcher waits 200 ms before scanning, so the first probe
+    // lands before the scan.
+    install(&plugins, "late", "noop", None);
+    let (code, _, body) = http_get(addr, "/readyz").unwrap();
+    assert_eq!(
+        (code, body.as_str()),
+        (503, "plugin late: not scanned yet\n")
+    );
+    poll("the late plugin loaded", &mut || {
+        http_get(addr, "/readyz").unwrap().0 == 200
+    });
+    assert!(logs().contains("\"plugin\":\"late\""), "{}", logs());
+
+    // Metrics: the content type, and counters that move with the cluster.
+    let (code, head, body) = http_get(addr, "/metrics").unwrap();
+    assert_eq!(code, 200);
+    assert!(
+        head.to_lowercase()
+            .contains("content-type: application/openmetrics-text; version=1.0.0"),
+        "{head}"
+    );
+    let added = "kubewasm_informer_deltas_total{kind=\"configmaps\",type=\"added\"}";
+    let cached = "kubewasm_cache_objects{kind=\"configmaps\"}";
+    let before = sample(&body, added).unwrap_or_else(|| panic!("no {added} in:\n{body}"));
+    let cached_before = sample(&body, cached).unwrap();
+    assert!(before >= 1.0, "{body}");
+    for series in [
+        "kubewasm_leader 1",
+        "kubewasm_plugin_queue_depth{plugin=\"config-replicator\"}",
+        "kubewasm_plugin_call_duration_seconds_count{plugin=\"namespace-defaults\"}",
+        "kubewasm_plugin_dead_letters_total{plugin=\"crashloop-watcher\"} 0",
+        "kubewasm_cache_bytes{kind=\"configmaps\"}",
+    ] {
+        assert!(body.contains(series), "no {series} in:\n{body}");
+    }
+    let applied: f64 = body
+        .lines()
+        .filter(|l| l.starts_with("kubewasm_actions_total{") && l.contains("outcome=\"applied\""))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    assert!(applied > 0.0, "the demo plugins acted:\n{body}");
+    std::fs::write(
+        cluster.join("probe.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: metrics-probe, namespace: platform}\ndata: {x: y}\n",
+    )
+    .unwrap();
+    let mut last = String::new();
+    poll("the added ConfigMap counted", &mut || {
+        last = http_get(addr, "/metrics").unwrap().2;
+        sample(&last, added).unwrap_or(0.0) > before
+            && sample(&last, cached).unwrap_or(0.0) > cached_before
+    });
+    assert_eq!(http_get(addr, "/healthz").unwrap().0, 200);
+
+    // SIGTERM: a clean exit, and the listener is gone.
+    let mut child = child;
+    let status = Command::new("kill")
+        .arg("-TERM")
+        .arg(child.0.id().to_string())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let start = Instant::now();
+    let exit = loop {
+        if let Some(s) = child.0.try_wait().unwrap() {
+            break s;
+        }
+        assert!(start.elapsed() < Duration::from_secs(30), "{}", logs());
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(exit.success(), "{exit:?}\n{}", logs());
+    assert!(std::net::TcpStream::connect(addr).is_err());
+}

@@ -736,6 +736,20 @@ async fn gone_410_relists_and_reports_missed_deletions_as_final_state_unknown() 
         "no 410 in the host log:\n{}",
         host.logs()
     );
+    // The relist and the vanished objects show in the metrics.
+    let body = http_get(host.metrics_addr(WAIT).await, "/metrics")
+        .unwrap()
+        .2;
+    for (series, least) in [
+        ("kubewasm_informer_relists_total{kind=\"configmaps\"}", 1.0),
+        (
+            "kubewasm_informer_deltas_total{kind=\"configmaps\",type=\"deleted\"}",
+            2.0,
+        ),
+    ] {
+        let v = sample(&body, series).unwrap_or_else(|| panic!("no {series} in:\n{body}"));
+        assert!(v >= least, "{series} {v}:\n{body}");
+    }
     drop(host);
 }
 
@@ -822,4 +836,69 @@ async fn javascript_and_python_plugins_act_on_the_real_server() {
         .await;
     }
     assert!(host.stop().success(), "{}", "host exit");
+}
+
+/// Probes, metrics and the downward-API identity against a real server:
+/// ready once synced, a created ConfigMap moves the delta and delivery
+/// counters, and the recorder's Events are reported by `POD_NAME`.
+#[tokio::test]
+async fn probes_metrics_and_pod_identity_on_the_real_server() {
+    let cp = ControlPlane::shared();
+    let client = cp.admin_client().await;
+    let ns = "e2e-metrics";
+    namespace(&client, ns, json!({})).await;
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    create_cm(&api, ns, "a", "1").await;
+    let sidecar = recorder_sidecar(ns, &["configmaps"]);
+    let host = HostProcess::start_with_env(
+        cp.admin_kubeconfig(),
+        &[
+            ("POD_NAME", "kubewasm-7c9d-x2"),
+            ("POD_NAMESPACE", "kubewasm-system"),
+        ],
+        |dir| install(dir, "recorder", "recorder", Some(&sidecar)),
+    );
+    let addr = host.metrics_addr(WAIT).await;
+    assert_eq!(http_get(addr, "/healthz").unwrap().0, 200);
+    eventually("/readyz 200", WAIT, || async {
+        (http_get(addr, "/readyz").unwrap().0 == 200).then_some(())
+    })
+    .await;
+    assert!(host.logs().contains("cache synced"), "{}", host.logs());
+
+    let added = "kubewasm_informer_deltas_total{kind=\"configmaps\",type=\"added\"}";
+    let delivered =
+        "kubewasm_plugin_deltas_delivered_total{plugin=\"recorder\",kind=\"configmaps\"}";
+    let body = http_get(addr, "/metrics").unwrap().2;
+    let before = sample(&body, added).unwrap_or_else(|| panic!("no {added} in:\n{body}"));
+    assert!(before >= 1.0, "{body}");
+    create_cm(&api, ns, "b", "1").await;
+    let body = eventually("the new ConfigMap counted and delivered", WAIT, || async {
+        let body = http_get(addr, "/metrics").unwrap().2;
+        (sample(&body, added)? > before && sample(&body, delivered)? >= 3.0).then_some(body)
+    })
+    .await;
+    let created = "kubewasm_actions_total{plugin=\"recorder\",verb=\"create\",outcome=\"applied\"}";
+    assert!(sample(&body, created).unwrap_or(0.0) >= 3.0, "{body}");
+    assert!(body.contains("kubewasm_leader 1"), "{body}");
+
+    let seen = wait_seen(&client, ns, |s| s.iter().any(|x| x.name == "b")).await;
+    assert!(!seen.is_empty());
+    let ar = kube::core::ApiResource {
+        group: "events.k8s.io".into(),
+        version: "v1".into(),
+        api_version: "events.k8s.io/v1".into(),
+        kind: "Event".into(),
+        plural: "events".into(),
+    };
+    let events: Api<kube::core::DynamicObject> = Api::namespaced_with(client.clone(), ns, &ar);
+    let list = events
+        .list(&kube::api::ListParams::default().labels("kubewasm.io/plugin=recorder"))
+        .await
+        .unwrap();
+    assert!(!list.items.is_empty());
+    for e in &list.items {
+        assert_eq!(e.data["reportingInstance"], "kubewasm-7c9d-x2/recorder");
+    }
+    assert!(host.stop().success(), "the host exits 0 on SIGTERM");
 }

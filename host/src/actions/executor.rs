@@ -9,6 +9,9 @@ use std::time::Duration;
 
 use super::Action;
 use crate::leader::Leadership;
+use crate::telemetry::events::{ActionApplied, ActionFailed, ActionRetrying};
+use crate::telemetry::metrics::Outcome;
+use crate::telemetry::{ActionCounters, Telemetry};
 use futures::future::BoxFuture;
 use parking_lot::Mutex;
 
@@ -74,6 +77,7 @@ pub struct Executor {
     options: ExecutorOptions,
     leadership: Leadership,
     pub stats: ExecutorStats,
+    telemetry: Telemetry,
 }
 
 impl std::fmt::Debug for Executor {
@@ -91,6 +95,7 @@ impl Executor {
             options,
             leadership: Leadership::always(),
             stats: ExecutorStats::default(),
+            telemetry: Telemetry::default(),
         }
     }
 
@@ -101,8 +106,16 @@ impl Executor {
         self
     }
 
-    fn fenced(&self, plugin: &str, action: &Action) -> bool {
+    /// Counts actions into `telemetry`'s metrics.
+    #[must_use]
+    pub fn with_telemetry(mut self, telemetry: Telemetry) -> Self {
+        self.telemetry = telemetry;
+        self
+    }
+
+    fn fenced(&self, plugin: &str, counters: &ActionCounters, action: &Action) -> bool {
         self.stats.fenced.fetch_add(1, Ordering::Relaxed);
+        counters.outcome(action.verb(), Outcome::Fenced).inc();
         tracing::debug!(plugin, verb = action.verb(), resource = %action.target(), "not the leader: action not executed");
         false
     }
@@ -111,16 +124,36 @@ impl Executor {
     /// plugin, verb and resource, and counted; they do not fail the delta
     /// (the plugin's decision was right; the write is what failed).
     pub async fn execute_all(&self, plugin: &str, actions: Vec<Action>) {
+        if actions.is_empty() {
+            return;
+        }
+        let counters = self.telemetry.metrics().actions(plugin);
+        self.execute_all_counted(plugin, &counters, actions).await;
+    }
+
+    /// [`execute_all`](Self::execute_all) counting into the plugin's
+    /// pre-resolved `counters` (the dispatcher's path: no label lookup).
+    pub async fn execute_all_counted(
+        &self,
+        plugin: &str,
+        counters: &ActionCounters,
+        actions: Vec<Action>,
+    ) {
         for action in actions {
-            self.execute(plugin, &action).await;
+            self.run(plugin, counters, &action).await;
         }
     }
 
     pub async fn execute(&self, plugin: &str, action: &Action) -> bool {
+        let counters = self.telemetry.metrics().actions(plugin);
+        self.run(plugin, &counters, action).await
+    }
+
+    async fn run(&self, plugin: &str, counters: &ActionCounters, action: &Action) -> bool {
         let mut gate = self.leadership.subscribe();
         let term = *gate.borrow_and_update();
         if !term.leading {
-            return self.fenced(plugin, action);
+            return self.fenced(plugin, counters, action);
         }
         // Resolves when this term ends (even if a new one began since).
         let ended = async move {
@@ -136,39 +169,49 @@ impl Executor {
         if self.options.dry_run {
             tracing::info!(plugin, action = %action, "dry run: not sending");
             self.stats.applied.fetch_add(1, Ordering::Relaxed);
+            counters.outcome(action.verb(), Outcome::DryRun).inc();
             return true;
         }
         let mut attempt = 1;
         loop {
             let result = tokio::select! {
                 biased;
-                () = &mut ended => return self.fenced(plugin, action),
+                () = &mut ended => return self.fenced(plugin, counters, action),
                 r = self.sink.execute(plugin, action) => r,
             };
             match result {
                 Ok(()) => {
-                    tracing::debug!(plugin, action = %action, "action applied");
-                    self.stats.applied.fetch_add(1, Ordering::Relaxed);
+                    ActionApplied { plugin, action }.emit(&self.stats, counters);
                     return true;
                 }
                 Err(ActionError::NotFound(_)) if matches!(action, Action::Delete { .. }) => {
-                    self.stats.applied.fetch_add(1, Ordering::Relaxed);
+                    ActionApplied { plugin, action }.emit(&self.stats, counters);
                     return true;
                 }
                 Err(e) if e.retryable() && attempt < self.options.max_attempts => {
-                    self.stats.retried.fetch_add(1, Ordering::Relaxed);
                     let wait = self.options.base_backoff * 2u32.saturating_pow(attempt - 1);
-                    tracing::warn!(plugin, verb = action.verb(), resource = %action.target(), attempt, error = %e, "action failed; retrying in {wait:?}");
+                    ActionRetrying {
+                        plugin,
+                        action,
+                        attempt,
+                        error: &e,
+                        wait,
+                    }
+                    .emit(&self.stats, counters);
                     tokio::select! {
                         biased;
-                        () = &mut ended => return self.fenced(plugin, action),
+                        () = &mut ended => return self.fenced(plugin, counters, action),
                         () = tokio::time::sleep(wait) => {}
                     }
                     attempt += 1;
                 }
                 Err(e) => {
-                    self.stats.failed.fetch_add(1, Ordering::Relaxed);
-                    tracing::error!(plugin, verb = action.verb(), resource = %action.target(), error = %e, "action failed; not retrying");
+                    ActionFailed {
+                        plugin,
+                        action,
+                        error: &e,
+                    }
+                    .emit(&self.stats, counters);
                     return false;
                 }
             }

@@ -94,6 +94,24 @@ impl LatencyHistogram {
         None
     }
 
+    /// Counts per bucket of `bounds_ns` (ascending upper bounds) plus one
+    /// overflow slot, and their total: each internal bucket goes to the
+    /// first bound at or above its upper edge.
+    pub fn bucket_counts(&self, bounds_ns: &[u64]) -> (Vec<u64>, u64) {
+        let mut out = vec![0; bounds_ns.len() + 1];
+        let mut total = 0;
+        for (i, b) in self.buckets.iter().enumerate() {
+            let n = b.load(Ordering::Relaxed);
+            if n == 0 {
+                continue;
+            }
+            let slot = bounds_ns.partition_point(|bound| *bound < upper(i));
+            out[slot] += n;
+            total += n;
+        }
+        (out, total)
+    }
+
     /// Clears every bucket (benchmarks measure phases separately).
     pub fn reset(&self) {
         for b in self.buckets.iter() {
@@ -141,6 +159,13 @@ mod tests {
         assert!((50_000.0..=56_000.0).contains(&p50), "{p50}");
         assert!((99_000.0..=108_000.0).contains(&p99), "{p99}");
         assert_eq!(h.count(), 100);
+        // 1..=100 us against bounds 10 us and 50 us: a sample counts under
+        // a bound only when its whole internal bucket is below the bound.
+        let (counts, total) = h.bucket_counts(&[10_000, 50_000]);
+        assert_eq!(total, 100);
+        assert_eq!(counts.iter().sum::<u64>(), 100);
+        assert!((9..=10).contains(&counts[0]), "{counts:?}");
+        assert!((45..=50).contains(&(counts[0] + counts[1])), "{counts:?}");
         h.reset();
         assert_eq!(h.count(), 0);
     }

@@ -27,6 +27,8 @@ use crate::kind::Gvk;
 use crate::leader::Leadership;
 use crate::object::{KObject, ObjectKey};
 use crate::runtime::{Actor, CallDelta, CallError};
+use crate::telemetry::events::{DeltaDead, HandlerRetrying, PluginUnhealthy};
+use crate::telemetry::{PluginCounters, PluginTelemetry, Telemetry};
 pub use latency::LatencyHistogram;
 use queue::{Item, KeyedQueue, Pushed};
 
@@ -71,6 +73,22 @@ pub struct PluginStats {
     pub latency: LatencyHistogram,
     /// The plugin calls alone.
     pub call_time: LatencyHistogram,
+    /// The queues of the plugin's running versions (two during a swap),
+    /// read only when metrics are scraped.
+    queues: Mutex<Vec<std::sync::Weak<Shared>>>,
+}
+
+impl PluginStats {
+    /// Deltas waiting in the plugin's queues (calls in flight excluded).
+    pub fn queue_depth(&self) -> u64 {
+        let mut queues = self.queues.lock();
+        queues.retain(|q| q.strong_count() > 0);
+        queues
+            .iter()
+            .filter_map(std::sync::Weak::upgrade)
+            .map(|q| q.queue.lock().pending_len() as u64)
+            .sum()
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -160,6 +178,8 @@ struct Shared {
     /// Workers (one per instance), for fair batch sizes.
     workers: usize,
     quarantine: Mutex<Quarantine>,
+    counters: PluginCounters,
+    telemetry: Telemetry,
 }
 
 /// One plugin version's dispatcher.
@@ -179,6 +199,9 @@ impl std::fmt::Debug for Dispatcher {
 }
 
 impl Dispatcher {
+    // Its collaborators, each owned elsewhere; a parameter struct would only
+    // move this list.
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         plugin: Arc<str>,
         actors: Vec<Arc<Actor>>,
@@ -187,7 +210,12 @@ impl Dispatcher {
         stats: Arc<PluginStats>,
         options: DispatchOptions,
         leadership: Leadership,
+        telemetry: PluginTelemetry,
     ) -> Self {
+        let PluginTelemetry {
+            counters,
+            telemetry,
+        } = telemetry;
         let shared = Arc::new(Shared {
             plugin,
             queue: Mutex::new(KeyedQueue::default()),
@@ -205,16 +233,21 @@ impl Dispatcher {
                 next: options.quarantine_base,
             }),
             options,
+            counters,
+            telemetry,
         });
+        shared.stats.queues.lock().push(Arc::downgrade(&shared));
         let tasks = TaskTracker::new();
         let worker_cancel = CancellationToken::new();
         for actor in actors {
-            tasks.spawn(worker(
-                shared.clone(),
-                actor,
-                worker_cancel.clone(),
-                tasks.clone(),
-            ));
+            let guard = shared
+                .telemetry
+                .task(format!("dispatcher worker of plugin {}", shared.plugin));
+            let run = worker(shared.clone(), actor, worker_cancel.clone(), tasks.clone());
+            tasks.spawn(async move {
+                run.await;
+                guard.done();
+            });
         }
         tasks.spawn(drop_on_loss(shared.clone(), worker_cancel.clone()));
         Self {
@@ -234,14 +267,23 @@ impl Dispatcher {
         rx: mpsc::UnboundedReceiver<Delta>,
         term: u64,
     ) {
-        self.tasks.spawn(intake(
+        let guard = self.shared.telemetry.task(format!(
+            "dispatcher intake of plugin {} from {}",
+            self.shared.plugin,
+            informer.spec()
+        ));
+        let run = intake(
             self.shared.clone(),
             filter,
             informer,
             rx,
             term,
             self.intake_cancel.clone(),
-        ));
+        );
+        self.tasks.spawn(async move {
+            run.await;
+            guard.done();
+        });
     }
 
     /// Starts delivering once `informers` have all synced.
@@ -528,17 +570,28 @@ async fn settle(
                 }
                 q.next = shared.options.quarantine_base;
             }
-            shared.executor.execute_all(plugin, actions).await;
+            shared.counters.delivered(item.delta.subscription);
+            shared
+                .executor
+                .execute_all_counted(plugin, &shared.counters.actions, actions)
+                .await;
             finish(shared, &key, item.weight);
         }
         Err(err) => {
-            shared.stats.failed_calls.fetch_add(1, Ordering::Relaxed);
             if err.is_trap() || matches!(err, CallError::Unavailable(_)) {
                 let n = shared
                     .stats
                     .consecutive_traps
                     .fetch_add(1, Ordering::Relaxed)
                     + 1;
+                if n == shared.options.unhealthy_after {
+                    PluginUnhealthy {
+                        plugin,
+                        consecutive_failures: n,
+                        error: &err,
+                    }
+                    .emit();
+                }
                 if n >= shared.options.unhealthy_after {
                     quarantine(shared, n, &err);
                 }
@@ -546,8 +599,15 @@ async fn settle(
             item.attempts += 1;
             if err.retryable() && item.attempts < shared.options.max_attempts {
                 let wait = backoff(&shared.options, item.attempts);
-                shared.stats.retries.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(plugin, kind, key = obj_key, attempt = item.attempts, error = %err, "handler call failed; retrying in {wait:?}");
+                HandlerRetrying {
+                    plugin,
+                    kind: &kind,
+                    key: &obj_key,
+                    attempt: item.attempts,
+                    error: &err,
+                    wait,
+                }
+                .emit(&shared.stats);
                 let shared2 = shared.clone();
                 let stopping = shared.stopping.clone();
                 tasks.spawn(async move {
@@ -571,8 +631,15 @@ async fn settle(
                     shared2.wake.notify_one();
                 });
             } else {
-                shared.stats.dead.fetch_add(1, Ordering::Relaxed);
-                tracing::error!(plugin, kind, key = obj_key, attempts = item.attempts, delta = ?item.delta.dtype, error = %err, "delta is dead: giving up on it");
+                DeltaDead {
+                    plugin,
+                    kind: &kind,
+                    key: &obj_key,
+                    attempts: item.attempts,
+                    delta: item.delta.dtype,
+                    error: &err,
+                }
+                .emit(&shared.stats);
                 finish(shared, &key, item.weight);
             }
         }

@@ -22,6 +22,8 @@ use tokio_util::task::TaskTracker;
 use crate::dispatch::Activity;
 use crate::kind::KindInfo;
 use crate::object::{KObject, ObjectHandle};
+use crate::telemetry::events::{Relisted, WatchFailed};
+use crate::telemetry::{InformerCounters, Telemetry};
 pub use store::{Snapshot, Store};
 
 /// What one informer lists and watches.
@@ -134,6 +136,7 @@ pub struct Informer {
     synced_tx: watch::Sender<bool>,
     cancel: CancellationToken,
     activity: Arc<Activity>,
+    counters: InformerCounters,
 }
 
 impl std::fmt::Debug for Informer {
@@ -164,6 +167,7 @@ impl Informer {
     }
 
     fn emit(&self, fanout: &mut Fanout, delta: Delta) {
+        self.counters.delta(delta.dtype);
         // Count before sending, so the total can never lag what was handled.
         self.activity.emit(fanout.subscribers.len() as u64);
         let mut failed = 0;
@@ -205,21 +209,38 @@ impl Informer {
         fanout.subscribers.len()
     }
 
-    async fn run(self: Arc<Self>, source: Arc<dyn Source>) {
+    /// Runs until cancelled; returns false if the source's stream ended
+    /// by itself (it never should: the informer is then dead).
+    async fn run(self: Arc<Self>, source: Arc<dyn Source>) -> bool {
         let mut stream = source.watch(&self.spec);
         // Objects of a (re)list in progress.
         let mut relist: Option<Vec<KObject>> = None;
+        let mut lists = 0u64;
         loop {
             let event = tokio::select! {
                 () = self.cancel.cancelled() => break,
                 event = stream.next() => event,
             };
-            let Some(event) = event else { break };
+            let Some(event) = event else {
+                tracing::error!(informer = %self.spec, "watch stream ended; the informer stopped");
+                return false;
+            };
             match event {
-                Err(err) => {
-                    tracing::warn!(informer = %self.spec, error = %err, "watch error; the stream retries with backoff");
+                Err(err) => WatchFailed {
+                    informer: &self.spec,
+                    error: &err,
                 }
-                Ok(WatchEvent::Init) => relist = Some(Vec::new()),
+                .emit(&self.counters),
+                Ok(WatchEvent::Init) => {
+                    if lists > 0 {
+                        Relisted {
+                            informer: &self.spec,
+                        }
+                        .emit(&self.counters);
+                    }
+                    lists += 1;
+                    relist = Some(Vec::new());
+                }
                 Ok(WatchEvent::InitApply(obj)) => match relist.as_mut() {
                     Some(buf) => buf.push(obj),
                     None => self.apply(obj),
@@ -233,6 +254,7 @@ impl Informer {
             }
         }
         tracing::debug!(informer = %self.spec, "informer stopped");
+        true
     }
 
     fn apply(&self, obj: KObject) {
@@ -325,6 +347,7 @@ pub struct InformerSet {
     tasks: TaskTracker,
     cancel: CancellationToken,
     activity: Arc<Activity>,
+    telemetry: Telemetry,
 }
 
 impl std::fmt::Debug for InformerSet {
@@ -346,7 +369,16 @@ impl InformerSet {
             next_id: AtomicU64::new(1),
             tasks: TaskTracker::new(),
             cancel,
+            telemetry: Telemetry::default(),
         }
+    }
+
+    /// Counts deltas, restarts and relists into `telemetry`, and reports
+    /// an informer task that dies to its liveness.
+    #[must_use]
+    pub fn with_telemetry(mut self, telemetry: Telemetry) -> Self {
+        self.telemetry = telemetry;
+        self
     }
 
     pub fn subscribe(
@@ -370,9 +402,21 @@ impl InformerSet {
                         synced_tx,
                         cancel: self.cancel.child_token(),
                         activity: self.activity.clone(),
+                        counters: self
+                            .telemetry
+                            .metrics()
+                            .informer(&spec.kind.resource_name()),
                     });
                     tracing::info!(informer = %spec, "starting informer");
-                    self.tasks.spawn(informer.clone().run(self.source.clone()));
+                    let guard = self.telemetry.task(format!("informer {spec}"));
+                    let run = informer.clone().run(self.source.clone());
+                    self.tasks.spawn(async move {
+                        if run.await {
+                            guard.done();
+                        } else {
+                            guard.failed("its watch stream ended");
+                        }
+                    });
                     informer
                 })
                 .clone()

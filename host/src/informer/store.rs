@@ -173,9 +173,9 @@ impl Store {
     }
 
     /// Total approximate heap bytes of the cached objects.
+    /// Walks a snapshot, so writers are not held up while it counts.
     pub fn object_bytes(&self) -> usize {
-        self.state
-            .read()
+        self.snapshot()
             .objects
             .values()
             .map(|o| o.heap_bytes())

@@ -1,3 +1,202 @@
-//! Who this replica is, for logs, Events and the leader election Lease.
+//! Telemetry: log setup, Prometheus metrics, typed events, health and
+//! readiness, the replica's identity, and the HTTP listener serving
+//! `/healthz`, `/readyz` and `/metrics`.
+//!
+//! One [`Telemetry`] handle (cheap to clone) is shared by every part of a
+//! running host; parts built without one get a private handle, so
+//! benchmarks and unit tests need no wiring.
 
+pub mod events;
 pub mod identity;
+pub mod logging;
+pub mod metrics;
+pub mod server;
+pub mod view;
+
+use std::sync::Arc;
+
+use parking_lot::{Mutex, RwLock};
+
+pub use identity::Identity;
+pub use metrics::{
+    ActionCounters, CacheSample, HostView, InformerCounters, LeaderFlag, Metrics, PluginCounters,
+};
+
+struct Inner {
+    metrics: Metrics,
+    view: metrics::ViewSlot,
+    leader: LeaderFlag,
+    identity: Identity,
+    /// Core tasks that ended unexpectedly.
+    dead: Mutex<Vec<String>>,
+}
+
+/// The shared telemetry handle of one host.
+#[derive(Clone)]
+pub struct Telemetry {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Telemetry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Telemetry")
+            .field("identity", &self.inner.identity)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for Telemetry {
+    fn default() -> Self {
+        Self::new(Identity::from_env())
+    }
+}
+
+impl Telemetry {
+    pub fn new(identity: Identity) -> Self {
+        let view: metrics::ViewSlot = Arc::new(RwLock::new(None));
+        let leader = LeaderFlag::default();
+        Self {
+            inner: Arc::new(Inner {
+                metrics: Metrics::new(view.clone(), leader.clone()),
+                view,
+                leader,
+                identity,
+                dead: Mutex::new(Vec::new()),
+            }),
+        }
+    }
+
+    pub fn metrics(&self) -> &Metrics {
+        &self.inner.metrics
+    }
+
+    /// The `kubewasm_leader` flag: leader election sets it; 1 by default.
+    pub fn leader(&self) -> &LeaderFlag {
+        &self.inner.leader
+    }
+
+    pub fn identity(&self) -> &Identity {
+        &self.inner.identity
+    }
+
+    /// Lets readiness and the scrape-time collector read the running host.
+    pub fn attach(&self, view: Arc<dyn HostView>) {
+        *self.inner.view.write() = Some(view);
+    }
+
+    /// `Ok` when ready to serve: a host is attached, every informer has
+    /// synced, every plugin file is loaded or reported broken. Otherwise
+    /// what is not ready, one reason per entry.
+    pub fn readiness(&self) -> Result<(), Vec<String>> {
+        let view = self.inner.view.read().clone();
+        let reasons = match view {
+            None => vec!["starting: connecting to the cluster".to_owned()],
+            Some(v) => v.not_ready(),
+        };
+        if reasons.is_empty() {
+            Ok(())
+        } else {
+            Err(reasons)
+        }
+    }
+
+    /// `Ok` while every core task runs (or ended because it was asked to).
+    pub fn liveness(&self) -> Result<(), Vec<String>> {
+        let dead = self.inner.dead.lock();
+        if dead.is_empty() {
+            Ok(())
+        } else {
+            Err(dead.clone())
+        }
+    }
+
+    /// A guard for a core task: call [`TaskGuard::done`] when it ends as
+    /// asked, [`TaskGuard::failed`] when it ends by itself; a panic while
+    /// it is held also counts. A failed task fails liveness for good. (A
+    /// guard dropped without either, as when the runtime drops its tasks at
+    /// exit, reports nothing.)
+    pub fn task(&self, name: impl Into<String>) -> TaskGuard {
+        TaskGuard {
+            telemetry: self.clone(),
+            name: Some(name.into()),
+        }
+    }
+
+    fn task_died(&self, name: &str, why: &str, panicked: bool) {
+        events::TaskDied {
+            task: name,
+            why,
+            panicked,
+        }
+        .emit();
+        self.inner.dead.lock().push(format!("{name}: {why}"));
+    }
+}
+
+/// See [`Telemetry::task`].
+#[derive(Debug)]
+pub struct TaskGuard {
+    telemetry: Telemetry,
+    name: Option<String>,
+}
+
+impl TaskGuard {
+    /// The task ended as asked (cancelled, or its work is over).
+    pub fn done(mut self) {
+        self.name = None;
+    }
+
+    /// The task ended by itself, which it never should.
+    pub fn failed(mut self, why: &str) {
+        if let Some(name) = self.name.take() {
+            self.telemetry.task_died(&name, why, false);
+        }
+    }
+}
+
+impl Drop for TaskGuard {
+    fn drop(&mut self) {
+        if let Some(name) = self.name.take()
+            && std::thread::panicking()
+        {
+            self.telemetry.task_died(&name, "panicked", true);
+        }
+    }
+}
+
+/// What a plugin version's dispatcher counts with.
+#[derive(Debug, Clone)]
+pub struct PluginTelemetry {
+    pub counters: PluginCounters,
+    pub telemetry: Telemetry,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_task_that_fails_or_panics_fails_liveness() {
+        let t = Telemetry::new(Identity::new(None, None, None));
+        assert!(t.liveness().is_ok());
+        t.task("asked").done();
+        drop(t.task("dropped with the runtime"));
+        assert!(t.liveness().is_ok());
+        t.task("informer pods").failed("watch stream ended");
+        let t2 = t.clone();
+        let joined = std::thread::spawn(move || {
+            let _g = t2.task("worker of p");
+            panic!("boom");
+        })
+        .join();
+        assert!(joined.is_err());
+        assert_eq!(
+            t.liveness().unwrap_err(),
+            ["informer pods: watch stream ended", "worker of p: panicked"]
+        );
+        assert_eq!(
+            t.readiness().unwrap_err(),
+            ["starting: connecting to the cluster"]
+        );
+    }
+}

@@ -16,6 +16,7 @@ use serde_json::json;
 use crate::actions::executor::{ActionError, ActionSink};
 use crate::actions::{Action, EventType, PatchType, Propagation, Target};
 use crate::kind::KindInfo;
+use crate::telemetry::Identity;
 
 /// The reporting controller of every Event kubewasm records.
 pub const REPORTING_CONTROLLER: &str = "kubewasm";
@@ -42,13 +43,16 @@ impl std::fmt::Debug for KubeSink {
 }
 
 impl KubeSink {
+    /// Reports Events as this replica ([`Identity::from_env`]).
     pub fn new(client: Client) -> Self {
-        let instance = std::env::var("POD_NAME")
-            .or_else(|_| std::env::var("HOSTNAME"))
-            .unwrap_or_else(|_| "kubewasm".to_owned());
+        Self::with_identity(client, &Identity::from_env())
+    }
+
+    /// Reports Events as `identity`'s instance (the pod name in a cluster).
+    pub fn with_identity(client: Client, identity: &Identity) -> Self {
         Self {
             client,
-            instance,
+            instance: identity.instance().to_owned(),
             seq: AtomicU64::new(0),
         }
     }

@@ -1,0 +1,237 @@
+//! Typed telemetry events, in vector's style: one struct per occurrence
+//! whose `emit()` writes the log line and counts it, so a log message and
+//! its metric never drift apart. Per-delta successes are not events (they
+//! are counted through pre-resolved handles); these are the occurrences
+//! worth a log line.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use crate::actions::Action;
+use crate::actions::executor::{ActionError, ExecutorStats};
+use crate::dispatch::PluginStats;
+use crate::informer::{DeltaType, InformerSpec, SourceError};
+use crate::runtime::CallError;
+
+use super::metrics::{ActionCounters, InformerCounters, Metrics, Outcome};
+
+/// A watch stream failed; kube-runtime's watcher restarts it with backoff
+/// (resuming from the last resourceVersion, or relisting).
+#[derive(Debug)]
+pub struct WatchFailed<'a> {
+    pub informer: &'a InformerSpec,
+    pub error: &'a SourceError,
+}
+
+impl WatchFailed<'_> {
+    pub fn emit(self, counters: &InformerCounters) {
+        tracing::warn!(informer = %self.informer, error = %self.error, "watch error; the stream retries with backoff");
+        counters.watch_restarts.inc();
+    }
+}
+
+/// An informer started a list after its initial one.
+#[derive(Debug)]
+pub struct Relisted<'a> {
+    pub informer: &'a InformerSpec,
+}
+
+impl Relisted<'_> {
+    pub fn emit(self, counters: &InformerCounters) {
+        tracing::info!(informer = %self.informer, "relisting");
+        counters.relists.inc();
+    }
+}
+
+/// A handler call failed and the delta will be retried.
+#[derive(Debug)]
+pub struct HandlerRetrying<'a> {
+    pub plugin: &'a str,
+    pub kind: &'a str,
+    pub key: &'a str,
+    pub attempt: u32,
+    pub error: &'a CallError,
+    pub wait: Duration,
+}
+
+impl HandlerRetrying<'_> {
+    pub fn emit(self, stats: &PluginStats) {
+        let Self {
+            plugin,
+            kind,
+            key,
+            attempt,
+            error,
+            wait,
+        } = self;
+        tracing::warn!(plugin, kind, key, attempt, error = %error, "handler call failed; retrying in {wait:?}");
+        stats.failed_calls.fetch_add(1, Ordering::Relaxed);
+        stats.retries.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// A handler call failed for the last time: the delta is dead.
+#[derive(Debug)]
+pub struct DeltaDead<'a> {
+    pub plugin: &'a str,
+    pub kind: &'a str,
+    pub key: &'a str,
+    pub attempts: u32,
+    pub delta: DeltaType,
+    pub error: &'a CallError,
+}
+
+impl DeltaDead<'_> {
+    pub fn emit(self, stats: &PluginStats) {
+        let Self {
+            plugin,
+            kind,
+            key,
+            attempts,
+            delta,
+            error,
+        } = self;
+        tracing::error!(plugin, kind, key, attempts, delta = ?delta, error = %error, "delta is dead: giving up on it");
+        stats.failed_calls.fetch_add(1, Ordering::Relaxed);
+        stats.dead.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// A plugin trapped `unhealthy_after` times in a row.
+#[derive(Debug)]
+pub struct PluginUnhealthy<'a> {
+    pub plugin: &'a str,
+    pub consecutive_failures: u64,
+    pub error: &'a CallError,
+}
+
+impl PluginUnhealthy<'_> {
+    pub fn emit(self) {
+        tracing::error!(plugin = self.plugin, consecutive_failures = self.consecutive_failures, error = %self.error, "plugin is unhealthy: it keeps trapping; other plugins are unaffected");
+    }
+}
+
+/// An action reached the cluster.
+#[derive(Debug)]
+pub struct ActionApplied<'a> {
+    pub plugin: &'a str,
+    pub action: &'a Action,
+}
+
+impl ActionApplied<'_> {
+    pub fn emit(self, stats: &ExecutorStats, counters: &ActionCounters) {
+        tracing::debug!(plugin = self.plugin, action = %self.action, "action applied");
+        stats.applied.fetch_add(1, Ordering::Relaxed);
+        counters.outcome(self.action.verb(), Outcome::Applied).inc();
+    }
+}
+
+/// An action failed and will be retried.
+#[derive(Debug)]
+pub struct ActionRetrying<'a> {
+    pub plugin: &'a str,
+    pub action: &'a Action,
+    pub attempt: u32,
+    pub error: &'a ActionError,
+    pub wait: Duration,
+}
+
+impl ActionRetrying<'_> {
+    pub fn emit(self, stats: &ExecutorStats, counters: &ActionCounters) {
+        let verb = self.action.verb();
+        let wait = self.wait;
+        tracing::warn!(plugin = self.plugin, verb, resource = %self.action.target(), attempt = self.attempt, error = %self.error, "action failed; retrying in {wait:?}");
+        stats.retried.fetch_add(1, Ordering::Relaxed);
+        counters.retry(verb).inc();
+    }
+}
+
+/// An action failed for good.
+#[derive(Debug)]
+pub struct ActionFailed<'a> {
+    pub plugin: &'a str,
+    pub action: &'a Action,
+    pub error: &'a ActionError,
+}
+
+impl ActionFailed<'_> {
+    pub fn emit(self, stats: &ExecutorStats, counters: &ActionCounters) {
+        let verb = self.action.verb();
+        tracing::error!(plugin = self.plugin, verb, resource = %self.action.target(), error = %self.error, "action failed; not retrying");
+        stats.failed.fetch_add(1, Ordering::Relaxed);
+        counters.outcome(verb, Outcome::Failed).inc();
+    }
+}
+
+/// A plugin file was loaded (first time) or replaced a running version.
+#[derive(Debug)]
+pub struct PluginLoaded<'a> {
+    pub plugin: &'a str,
+    pub file: &'a std::path::Path,
+    pub sha256: &'a str,
+    pub replaced: bool,
+}
+
+impl PluginLoaded<'_> {
+    pub fn emit(self, metrics: &Metrics) {
+        tracing::info!(plugin = %self.plugin, file = %self.file.display(), sha256 = self.sha256, "plugin {}", if self.replaced { "replaced" } else { "loaded" });
+        if self.replaced {
+            metrics.plugin_reloaded(self.plugin);
+        }
+    }
+}
+
+/// A plugin file could not be loaded.
+#[derive(Debug)]
+pub struct PluginLoadFailed<'a> {
+    pub plugin: &'a str,
+    pub file: &'a std::path::Path,
+    pub error: &'a str,
+    /// A previous version keeps serving.
+    pub previous_serving: bool,
+}
+
+impl PluginLoadFailed<'_> {
+    pub fn emit(self, metrics: &Metrics) {
+        tracing::error!(
+            plugin = %self.plugin,
+            file = %self.file.display(),
+            error = %self.error,
+            "cannot load plugin{}",
+            if self.previous_serving { "; the previous version keeps serving" } else { "" }
+        );
+        metrics.plugin_load_failed(self.plugin);
+    }
+}
+
+/// A core task ended without being asked to (or panicked): `/healthz`
+/// fails from now on.
+#[derive(Debug)]
+pub struct TaskDied<'a> {
+    pub task: &'a str,
+    pub why: &'a str,
+    pub panicked: bool,
+}
+
+impl TaskDied<'_> {
+    pub fn emit(self) {
+        tracing::error!(
+            task = self.task,
+            why = self.why,
+            panicked = self.panicked,
+            "core task ended unexpectedly; /healthz now fails"
+        );
+    }
+}
+
+/// The metrics and health listener is up.
+#[derive(Debug)]
+pub struct MetricsListening {
+    pub addr: std::net::SocketAddr,
+}
+
+impl MetricsListening {
+    pub fn emit(self) {
+        tracing::info!(addr = %self.addr, "metrics listening");
+    }
+}

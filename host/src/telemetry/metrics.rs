@@ -1,0 +1,603 @@
+//! The Prometheus metrics of the host. Two kinds of series:
+//!
+//! - counters the host increments where something happens, through label
+//!   handles resolved once (per informer, per plugin version), so the hot
+//!   path pays one atomic add and never a label lookup;
+//! - figures that already exist as atomics (per-plugin stats, latency
+//!   histograms, cache sizes, queue lengths) and are read only when
+//!   `/metrics` is scraped, by a collector over the running host.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use parking_lot::RwLock;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::info::Info;
+use prometheus_client::registry::{Registry, Unit};
+
+use crate::dispatch::{LatencyHistogram, PluginStats};
+use crate::informer::DeltaType;
+
+type L1 = [(&'static str, String); 1];
+type L2 = [(&'static str, String); 2];
+type L3 = [(&'static str, String); 3];
+
+/// Content type of [`Metrics::encode`]'s output (OpenMetrics text, which
+/// Prometheus scrapes natively).
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// Upper bounds (seconds) of the duration histograms' buckets.
+pub const DURATION_BUCKETS: [f64; 20] = [
+    0.000_005, 0.000_01, 0.000_025, 0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005,
+    0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+/// The delta types in label order (`type` label values).
+pub const DELTA_TYPES: [(DeltaType, &str); 5] = [
+    (DeltaType::Added, "added"),
+    (DeltaType::Updated, "updated"),
+    (DeltaType::Deleted, "deleted"),
+    (DeltaType::Resync, "resync"),
+    (DeltaType::Synced, "synced"),
+];
+
+/// Action verbs (`verb` label values, the RBAC verb an action needs).
+pub const VERBS: [&str; 3] = ["patch", "delete", "create"];
+/// Action outcomes (`outcome` label values), in [`Outcome`] order.
+/// `fenced`: not executed because this replica stopped leading.
+pub const OUTCOMES: [&str; 4] = ["applied", "failed", "dry_run", "fenced"];
+
+/// How an action ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Applied = 0,
+    Failed = 1,
+    DryRun = 2,
+    Fenced = 3,
+}
+
+/// Whether this replica leads (the `kubewasm_leader` gauge). True unless
+/// leader election says otherwise: without election every replica acts.
+#[derive(Debug, Clone)]
+pub struct LeaderFlag(Arc<AtomicBool>);
+
+impl Default for LeaderFlag {
+    fn default() -> Self {
+        Self(Arc::new(AtomicBool::new(true)))
+    }
+}
+
+impl LeaderFlag {
+    pub fn set(&self, leading: bool) {
+        self.0.store(leading, Ordering::Relaxed);
+    }
+
+    pub fn is_leader(&self) -> bool {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// One kind's cache, summed over its informers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CacheSample {
+    /// The resource as kubectl names it (`pods`, `deployments.apps`).
+    pub kind: String,
+    pub objects: u64,
+    pub bytes: u64,
+}
+
+/// What the collector and the readiness check read from the running host.
+pub trait HostView: Send + Sync + 'static {
+    /// Why the host is not ready (every informer synced, every plugin file
+    /// loaded or reported broken); empty when it is.
+    fn not_ready(&self) -> Vec<String>;
+    /// Per-plugin stats, by plugin name (they survive version swaps).
+    fn plugins(&self) -> Vec<(String, Arc<PluginStats>)>;
+    /// Cache sizes per kind.
+    fn caches(&self) -> Vec<CacheSample>;
+}
+
+pub(crate) type ViewSlot = Arc<RwLock<Option<Arc<dyn HostView>>>>;
+
+/// Pre-resolved counters of one informer.
+#[derive(Debug, Clone)]
+pub struct InformerCounters {
+    deltas: [Counter; 5],
+    pub watch_restarts: Counter,
+    pub relists: Counter,
+}
+
+impl InformerCounters {
+    /// Counts one delta produced by the informer.
+    #[inline]
+    pub fn delta(&self, dtype: DeltaType) {
+        let i = match dtype {
+            DeltaType::Added => 0,
+            DeltaType::Updated => 1,
+            DeltaType::Deleted => 2,
+            DeltaType::Resync => 3,
+            DeltaType::Synced => 4,
+        };
+        self.deltas[i].inc();
+    }
+}
+
+/// Pre-resolved action counters of one plugin: `[verb][outcome]`.
+#[derive(Debug, Clone)]
+pub struct ActionCounters {
+    by_outcome: [[Counter; 4]; 3],
+    retries: [Counter; 3],
+}
+
+/// `verb`'s slot in [`VERBS`] (`Action::verb` yields only those).
+fn verb_slot(verb: &str) -> usize {
+    VERBS.iter().position(|v| *v == verb).unwrap_or(0)
+}
+
+impl ActionCounters {
+    pub fn outcome(&self, verb: &str, outcome: Outcome) -> &Counter {
+        &self.by_outcome[verb_slot(verb)][outcome as usize]
+    }
+
+    pub fn retry(&self, verb: &str) -> &Counter {
+        &self.retries[verb_slot(verb)]
+    }
+}
+
+/// Pre-resolved counters of one plugin version.
+#[derive(Debug, Clone)]
+pub struct PluginCounters {
+    /// Deltas handled successfully, by subscription index.
+    pub delivered: Vec<Counter>,
+    pub actions: ActionCounters,
+}
+
+impl PluginCounters {
+    #[inline]
+    pub fn delivered(&self, subscription: u32) {
+        if let Some(c) = self.delivered.get(subscription as usize) {
+            c.inc();
+        }
+    }
+}
+
+/// The registry and the families the host increments.
+pub struct Metrics {
+    registry: Registry,
+    informer_deltas: Family<L2, Counter>,
+    watch_restarts: Family<L1, Counter>,
+    relists: Family<L1, Counter>,
+    delivered: Family<L2, Counter>,
+    actions: Family<L3, Counter>,
+    action_retries: Family<L2, Counter>,
+    reloads: Family<L1, Counter>,
+    load_failures: Family<L1, Counter>,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+impl Metrics {
+    pub(crate) fn new(view: ViewSlot, leader: LeaderFlag) -> Self {
+        let mut registry = Registry::default();
+        let informer_deltas = Family::<L2, Counter>::default();
+        registry.register(
+            "kubewasm_informer_deltas",
+            "Deltas the informers produced from watch events and lists, by kind and delta type",
+            informer_deltas.clone(),
+        );
+        let watch_restarts = Family::<L1, Counter>::default();
+        registry.register(
+            "kubewasm_informer_watch_restarts",
+            "Watch streams that failed and were restarted with backoff, by kind",
+            watch_restarts.clone(),
+        );
+        let relists = Family::<L1, Counter>::default();
+        registry.register(
+            "kubewasm_informer_relists",
+            "Lists after an informer's initial one (410 Gone, a watch that could not resume), by kind",
+            relists.clone(),
+        );
+        let delivered = Family::<L2, Counter>::default();
+        registry.register(
+            "kubewasm_plugin_deltas_delivered",
+            "Deltas a plugin handled successfully, by plugin and kind",
+            delivered.clone(),
+        );
+        let actions = Family::<L3, Counter>::default();
+        registry.register(
+            "kubewasm_actions",
+            "Actions plugins emitted, by plugin, verb and outcome (applied, failed, dry_run)",
+            actions.clone(),
+        );
+        let action_retries = Family::<L2, Counter>::default();
+        registry.register(
+            "kubewasm_action_retries",
+            "Action attempts retried after a conflict or a transient failure, by plugin and verb",
+            action_retries.clone(),
+        );
+        let reloads = Family::<L1, Counter>::default();
+        registry.register(
+            "kubewasm_plugin_reloads",
+            "New versions of a running plugin swapped in, by plugin",
+            reloads.clone(),
+        );
+        let load_failures = Family::<L1, Counter>::default();
+        registry.register(
+            "kubewasm_plugin_load_failures",
+            "Plugin files that could not be loaded (the previous version, if any, keeps serving), by plugin",
+            load_failures.clone(),
+        );
+        registry.register(
+            "kubewasm_build",
+            "Build of this kubewasm binary",
+            Info::new([("version", env!("CARGO_PKG_VERSION").to_owned())]),
+        );
+        registry.register_collector(Box::new(HostCollector { view, leader }));
+        Self {
+            registry,
+            informer_deltas,
+            watch_restarts,
+            relists,
+            delivered,
+            actions,
+            action_retries,
+            reloads,
+            load_failures,
+        }
+    }
+
+    /// Handles for one informer of `kind` (several informers of one kind
+    /// share the series).
+    pub fn informer(&self, kind: &str) -> InformerCounters {
+        let kind = kind.to_owned();
+        InformerCounters {
+            deltas: DELTA_TYPES.map(|(_, t)| {
+                self.informer_deltas
+                    .get_or_create_owned(&[("kind", kind.clone()), ("type", t.to_owned())])
+            }),
+            watch_restarts: self
+                .watch_restarts
+                .get_or_create_owned(&[("kind", kind.clone())]),
+            relists: self.relists.get_or_create_owned(&[("kind", kind)]),
+        }
+    }
+
+    /// Handles for plugin `plugin`'s actions.
+    pub fn actions(&self, plugin: &str) -> ActionCounters {
+        let series = |verb: &str, outcome: &str| {
+            self.actions.get_or_create_owned(&[
+                ("plugin", plugin.to_owned()),
+                ("verb", verb.to_owned()),
+                ("outcome", outcome.to_owned()),
+            ])
+        };
+        ActionCounters {
+            by_outcome: VERBS.map(|v| OUTCOMES.map(|o| series(v, o))),
+            retries: VERBS.map(|v| {
+                self.action_retries
+                    .get_or_create_owned(&[("plugin", plugin.to_owned()), ("verb", v.to_owned())])
+            }),
+        }
+    }
+
+    /// Handles for a plugin version whose subscriptions are, in order, of
+    /// `kinds`.
+    pub fn plugin(&self, plugin: &str, kinds: &[String]) -> PluginCounters {
+        PluginCounters {
+            delivered: kinds
+                .iter()
+                .map(|k| {
+                    self.delivered
+                        .get_or_create_owned(&[("plugin", plugin.to_owned()), ("kind", k.clone())])
+                })
+                .collect(),
+            actions: self.actions(plugin),
+        }
+    }
+
+    pub fn plugin_reloaded(&self, plugin: &str) {
+        self.reloads
+            .get_or_create(&[("plugin", plugin.to_owned())])
+            .inc();
+    }
+
+    pub fn plugin_load_failed(&self, plugin: &str) {
+        self.load_failures
+            .get_or_create(&[("plugin", plugin.to_owned())])
+            .inc();
+    }
+
+    /// Every series in the OpenMetrics text format ([`CONTENT_TYPE`]).
+    pub fn encode(&self) -> Result<String, std::fmt::Error> {
+        let mut out = String::with_capacity(8 * 1024);
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)?;
+        Ok(out)
+    }
+}
+
+/// Reads the running host at scrape time.
+struct HostCollector {
+    view: ViewSlot,
+    leader: LeaderFlag,
+}
+
+impl std::fmt::Debug for HostCollector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostCollector").finish_non_exhaustive()
+    }
+}
+
+/// Per-bucket counts for [`DURATION_BUCKETS`] plus `+Inf`, with the total
+/// and the sum in seconds. A sample counts under the first bound at or
+/// above the upper edge of its internal bucket (about 9 % wide), so a
+/// bucket's count is never more than the samples truly at or below it.
+pub fn histogram_buckets(h: &LatencyHistogram) -> (Vec<(f64, u64)>, u64, f64) {
+    let bounds_ns: Vec<u64> = DURATION_BUCKETS
+        .iter()
+        .map(|s| (s * 1e9).round() as u64)
+        .collect();
+    let (counts, total) = h.bucket_counts(&bounds_ns);
+    let buckets = DURATION_BUCKETS
+        .iter()
+        .copied()
+        .chain(std::iter::once(f64::INFINITY))
+        .zip(counts)
+        .collect();
+    (buckets, total, h.sum().as_secs_f64())
+}
+
+fn counter_rows<'a>(
+    enc: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    rows: impl Iterator<Item = (&'a str, u64)>,
+) -> std::fmt::Result {
+    let mut m = enc.encode_descriptor(name, help, None, MetricType::Counter)?;
+    for (plugin, v) in rows {
+        m.encode_family(&[("plugin", plugin)])?
+            .encode_counter::<NoLabelSet, _, u64>(&v, None)?;
+    }
+    Ok(())
+}
+
+impl Collector for HostCollector {
+    fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        {
+            let mut m = enc.encode_descriptor(
+                "kubewasm_leader",
+                "1 when this replica leads (always 1 without leader election)",
+                None,
+                MetricType::Gauge,
+            )?;
+            m.encode_gauge(&i64::from(self.leader.is_leader()))?;
+        }
+        let Some(view) = self.view.read().clone() else {
+            return Ok(());
+        };
+        let plugins = view.plugins();
+        let load = |f: fn(&PluginStats) -> u64| {
+            plugins
+                .iter()
+                .map(move |(name, s)| (name.as_str(), f(s)))
+                .collect::<Vec<_>>()
+        };
+        counter_rows(
+            &mut enc,
+            "kubewasm_plugin_handler_errors",
+            "Handler calls that failed (returned an error or trapped), by plugin",
+            load(|s| s.failed_calls.load(Ordering::Relaxed)).into_iter(),
+        )?;
+        counter_rows(
+            &mut enc,
+            "kubewasm_plugin_retries",
+            "Deltas queued again after a failed call, by plugin",
+            load(|s| s.retries.load(Ordering::Relaxed)).into_iter(),
+        )?;
+        counter_rows(
+            &mut enc,
+            "kubewasm_plugin_dead_letters",
+            "Deltas given up on after the last attempt, by plugin",
+            load(|s| s.dead.load(Ordering::Relaxed)).into_iter(),
+        )?;
+        counter_rows(
+            &mut enc,
+            "kubewasm_plugin_deltas_filtered",
+            "Updates not delivered because no field the plugin declared changed, by plugin",
+            load(|s| s.filtered.load(Ordering::Relaxed)).into_iter(),
+        )?;
+        counter_rows(
+            &mut enc,
+            "kubewasm_plugin_deltas_coalesced",
+            "Deltas merged into a pending delta of the same object, by plugin",
+            load(|s| s.coalesced.load(Ordering::Relaxed)).into_iter(),
+        )?;
+        {
+            let mut m = enc.encode_descriptor(
+                "kubewasm_plugin_queue_depth",
+                "Deltas waiting in a plugin's queue (not counting calls in flight), by plugin",
+                None,
+                MetricType::Gauge,
+            )?;
+            for (name, s) in &plugins {
+                m.encode_family(&[("plugin", name.as_str())])?
+                    .encode_gauge(&s.queue_depth())?;
+            }
+        }
+        for (name, help, pick) in [
+            (
+                "kubewasm_plugin_call_duration",
+                "Duration of plugin handler calls, by plugin",
+                (|s: &PluginStats| &s.call_time) as fn(&PluginStats) -> &LatencyHistogram,
+            ),
+            (
+                "kubewasm_plugin_delivery_latency",
+                "From the informer receiving a delta to the plugin's call returning (queueing, coalescing and retries included), by plugin",
+                |s: &PluginStats| &s.latency,
+            ),
+        ] {
+            let mut m =
+                enc.encode_descriptor(name, help, Some(&Unit::Seconds), MetricType::Histogram)?;
+            for (plugin, s) in &plugins {
+                let (buckets, count, sum) = histogram_buckets(pick(s));
+                m.encode_family(&[("plugin", plugin.as_str())])?
+                    .encode_histogram::<NoLabelSet>(sum, count, &buckets, None)?;
+            }
+        }
+        let caches = view.caches();
+        {
+            let mut m = enc.encode_descriptor(
+                "kubewasm_cache_objects",
+                "Objects in the lister cache, by kind (summed over that kind's informers)",
+                None,
+                MetricType::Gauge,
+            )?;
+            for c in &caches {
+                m.encode_family(&[("kind", c.kind.as_str())])?
+                    .encode_gauge(&c.objects)?;
+            }
+        }
+        {
+            let mut m = enc.encode_descriptor(
+                "kubewasm_cache",
+                "Approximate heap bytes of the cached objects, by kind",
+                Some(&Unit::Bytes),
+                MetricType::Gauge,
+            )?;
+            for c in &caches {
+                m.encode_family(&[("kind", c.kind.as_str())])?
+                    .encode_gauge(&c.bytes)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    struct Fake {
+        stats: Arc<PluginStats>,
+    }
+
+    impl HostView for Fake {
+        fn not_ready(&self) -> Vec<String> {
+            Vec::new()
+        }
+        fn plugins(&self) -> Vec<(String, Arc<PluginStats>)> {
+            vec![("replicator".into(), self.stats.clone())]
+        }
+        fn caches(&self) -> Vec<CacheSample> {
+            vec![CacheSample {
+                kind: "configmaps".into(),
+                objects: 3,
+                bytes: 4096,
+            }]
+        }
+    }
+
+    fn line<'a>(text: &'a str, prefix: &str) -> &'a str {
+        text.lines()
+            .find(|l| l.starts_with(prefix))
+            .unwrap_or_else(|| panic!("no line starting with {prefix:?} in:\n{text}"))
+    }
+
+    #[test]
+    fn counters_gauges_and_histograms_encode_with_prometheus_names() {
+        let view: ViewSlot = Arc::default();
+        let leader = LeaderFlag::default();
+        let m = Metrics::new(view.clone(), leader.clone());
+        // Before a host is attached: the families the host increments, the
+        // leader gauge and the build info.
+        let text = m.encode().unwrap();
+        assert!(text.contains("kubewasm_leader 1\n"), "{text}");
+        assert!(
+            text.contains(&format!(
+                "kubewasm_build_info{{version=\"{}\"}} 1",
+                env!("CARGO_PKG_VERSION")
+            )),
+            "{text}"
+        );
+        assert!(text.ends_with("# EOF\n"));
+
+        let inf = m.informer("configmaps");
+        inf.delta(DeltaType::Added);
+        inf.delta(DeltaType::Added);
+        inf.delta(DeltaType::Synced);
+        inf.relists.inc();
+        // A second informer of the same kind shares the series.
+        m.informer("configmaps").delta(DeltaType::Added);
+        let p = m.plugin("replicator", &["configmaps".into(), "namespaces".into()]);
+        p.delivered(1);
+        p.delivered(7); // out of range: ignored, not a panic
+        p.actions.outcome("patch", Outcome::Applied).inc();
+        p.actions.outcome("create", Outcome::Failed).inc();
+        p.actions.retry("patch").inc();
+        m.plugin_reloaded("replicator");
+        m.plugin_load_failed("broken");
+
+        let stats = Arc::new(PluginStats::default());
+        stats.failed_calls.store(4, Ordering::Relaxed);
+        stats.retries.store(3, Ordering::Relaxed);
+        stats.dead.store(1, Ordering::Relaxed);
+        stats.call_time.record(Duration::from_micros(3));
+        stats.call_time.record(Duration::from_micros(30));
+        stats.call_time.record(Duration::from_millis(2));
+        stats.call_time.record(Duration::from_secs(20));
+        *view.write() = Some(Arc::new(Fake {
+            stats: stats.clone(),
+        }));
+        leader.set(false);
+
+        let text = m.encode().unwrap();
+        for expected in [
+            "kubewasm_informer_deltas_total{kind=\"configmaps\",type=\"added\"} 3",
+            "kubewasm_informer_deltas_total{kind=\"configmaps\",type=\"synced\"} 1",
+            "kubewasm_informer_deltas_total{kind=\"configmaps\",type=\"deleted\"} 0",
+            "kubewasm_informer_relists_total{kind=\"configmaps\"} 1",
+            "kubewasm_informer_watch_restarts_total{kind=\"configmaps\"} 0",
+            "kubewasm_plugin_deltas_delivered_total{plugin=\"replicator\",kind=\"namespaces\"} 1",
+            "kubewasm_plugin_deltas_delivered_total{plugin=\"replicator\",kind=\"configmaps\"} 0",
+            "kubewasm_actions_total{plugin=\"replicator\",verb=\"patch\",outcome=\"applied\"} 1",
+            "kubewasm_actions_total{plugin=\"replicator\",verb=\"create\",outcome=\"failed\"} 1",
+            "kubewasm_action_retries_total{plugin=\"replicator\",verb=\"patch\"} 1",
+            "kubewasm_plugin_reloads_total{plugin=\"replicator\"} 1",
+            "kubewasm_plugin_load_failures_total{plugin=\"broken\"} 1",
+            "kubewasm_plugin_handler_errors_total{plugin=\"replicator\"} 4",
+            "kubewasm_plugin_retries_total{plugin=\"replicator\"} 3",
+            "kubewasm_plugin_dead_letters_total{plugin=\"replicator\"} 1",
+            "kubewasm_plugin_queue_depth{plugin=\"replicator\"} 0",
+            "kubewasm_cache_objects{kind=\"configmaps\"} 3",
+            "kubewasm_cache_bytes{kind=\"configmaps\"} 4096",
+            "kubewasm_leader 0",
+            "# TYPE kubewasm_plugin_call_duration_seconds histogram",
+            "kubewasm_plugin_call_duration_seconds_count{plugin=\"replicator\"} 4",
+            "kubewasm_plugin_call_duration_seconds_bucket{le=\"0.000005\",plugin=\"replicator\"} 1",
+            "kubewasm_plugin_call_duration_seconds_bucket{le=\"0.00005\",plugin=\"replicator\"} 2",
+            "kubewasm_plugin_call_duration_seconds_bucket{le=\"0.0025\",plugin=\"replicator\"} 3",
+            "kubewasm_plugin_call_duration_seconds_bucket{le=\"10.0\",plugin=\"replicator\"} 3",
+            "kubewasm_plugin_call_duration_seconds_bucket{le=\"+Inf\",plugin=\"replicator\"} 4",
+        ] {
+            assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
+        }
+        let sum: f64 = line(
+            &text,
+            "kubewasm_plugin_call_duration_seconds_sum{plugin=\"replicator\"}",
+        )
+        .rsplit(' ')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+        assert!((sum - 20.002_033).abs() < 1e-6, "{sum}");
+    }
+}
