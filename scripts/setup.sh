@@ -12,6 +12,12 @@ command -v cargo >/dev/null || { echo "Rust is required: https://rustup.rs (or r
 command -v go >/dev/null || { echo "Go is required for the test control plane (tests/controlplane)" >&2; exit 1; }
 rustup target add wasm32-wasip2
 rustup component add rustfmt clippy
+# kustomize for the deploy/ tests: kubectl's built-in one, else a pinned
+# build from the Go module proxy (no kubectl in Debian's archive; its
+# kubernetes-client is 1.20, whose kustomize is too old for deploy/).
+if ! kubectl version --client >/dev/null 2>&1 && ! command -v kustomize >/dev/null; then
+  GOBIN=/usr/local/bin go install sigs.k8s.io/kustomize/kustomize/v5@v5.5.0
+fi
 # Pinned toolchains of the JavaScript, Python, C and Go plugins (apt,
 # npm from the lock file, pip into plugins/python/.venv, cargo install --locked).
 bash plugins/install-toolchains.sh

@@ -12,6 +12,7 @@ pub mod leader;
 pub mod manager;
 pub mod names;
 pub mod object;
+pub mod rbac;
 pub mod reload;
 pub mod runtime;
 pub mod scaffold;

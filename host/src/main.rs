@@ -14,6 +14,11 @@ use kubewasm::telemetry::{Identity, Telemetry};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+// musl's malloc is slow under many threads: the static image uses mimalloc.
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser, Debug)]
 #[command(
     name = "kubewasm",
@@ -34,6 +39,52 @@ enum Command {
     Run(Box<RunArgs>),
     /// Create a plugin project (WIT bindings wired, a build command, a fixture test).
     New(NewArgs),
+    /// Print the least-privilege RBAC (YAML) the plugins of a folder need.
+    Rbac(RbacArgs),
+}
+
+#[derive(clap::Args, Debug)]
+struct RbacArgs {
+    /// Folder of plugins (NAME.wasm plus optional NAME.yaml), loaded as `run` loads them.
+    #[arg(long, env = "KUBEWASM_PLUGINS")]
+    plugins: PathBuf,
+    /// Namespace the host runs in (its ServiceAccount and Lease).
+    #[arg(long, default_value = "kubewasm")]
+    namespace: String,
+    /// Name of the roles and bindings.
+    #[arg(long, default_value = "kubewasm")]
+    name: String,
+    /// The host's ServiceAccount, in --namespace [default: --name].
+    #[arg(long)]
+    service_account: Option<String>,
+    /// Only the plugins' roles, no leader-election Role (for more plugins bound to an existing ServiceAccount).
+    #[arg(long)]
+    plugins_only: bool,
+    /// Name of the leader-election Lease.
+    #[arg(long, default_value = "kubewasm")]
+    lease_name: String,
+    /// CustomResourceDefinition manifest (file or folder) for kinds not built in; repeatable.
+    #[arg(long = "crd")]
+    crds: Vec<PathBuf>,
+    /// Cache of compiled plugins (default: $XDG_CACHE_HOME/kubewasm/components).
+    #[arg(long, env = "KUBEWASM_CACHE_DIR")]
+    cache_dir: Option<PathBuf>,
+}
+
+async fn rbac(args: RbacArgs) -> anyhow::Result<()> {
+    let mut opts = kubewasm::rbac::RbacOptions::new(args.plugins);
+    opts.namespace = args.namespace;
+    opts.service_account = args.service_account.unwrap_or_else(|| args.name.clone());
+    opts.name = args.name;
+    opts.host_role = !args.plugins_only;
+    opts.lease_name = args.lease_name;
+    opts.crds = args.crds;
+    if args.cache_dir.is_some() {
+        opts.cache_dir = args.cache_dir;
+    }
+    let yaml = kubewasm::rbac::generate(&opts).await?;
+    std::io::stdout().lock().write_all(yaml.as_bytes())?;
+    Ok(())
 }
 
 #[derive(clap::Args, Debug)]
@@ -246,5 +297,6 @@ fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Run(args) => rt.block_on(run(*args)),
         Command::New(args) => new_project(args),
+        Command::Rbac(args) => rt.block_on(rbac(args)),
     }
 }

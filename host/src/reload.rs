@@ -81,7 +81,9 @@ impl std::fmt::Debug for PluginDir {
     }
 }
 
-fn candidates(dir: &Path) -> Result<BTreeMap<String, PathBuf>, DirError> {
+/// The plugin files of `dir` by plugin name (the file stem); also what
+/// `kubewasm rbac` loads.
+pub(crate) fn candidates(dir: &Path) -> Result<BTreeMap<String, PathBuf>, DirError> {
     let entries = std::fs::read_dir(dir).map_err(|source| DirError::Read {
         path: dir.to_owned(),
         source,

@@ -1,0 +1,352 @@
+//! What one plugin may do, in RBAC terms: the resources it reads (its
+//! subscriptions, which are also all its cache can read), the resources it
+//! writes, and whether it records Events. Kinds are resolved offline: the
+//! built-in kind table, CRD manifests passed with `--crd`, else the name as
+//! the plugin wrote it.
+
+use std::path::Path;
+
+use serde::Deserialize;
+
+use super::RbacError;
+use super::load::LoadedPlugin;
+use crate::kind::{KindError, KindRef, KindRegistry};
+
+/// Whether a resource is namespaced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Scope {
+    Namespaced,
+    Cluster,
+    /// Not known offline (no CRD given): granted cluster-wide, which covers
+    /// either scope.
+    Unknown,
+}
+
+/// An RBAC resource: API group and plural name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resource {
+    pub group: String,
+    pub plural: String,
+    pub scope: Scope,
+    /// `false` for kinds that have no status subresource.
+    pub status: bool,
+    /// How the name was found when neither the built-in table nor a CRD knew
+    /// it; shown next to the rule so that a reader can check it.
+    pub note: Option<String>,
+}
+
+/// One subscription.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Read {
+    pub resource: Resource,
+    /// `None`: every namespace (or a cluster-scoped kind).
+    pub namespace: Option<String>,
+    /// `false` for a cache-only subscription (no delta types).
+    pub delivers: bool,
+}
+
+/// What one plugin may do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Access {
+    pub plugin: String,
+    pub reads: Vec<Read>,
+    pub writes: Vec<Resource>,
+    /// May record events.k8s.io Events. WIT 0.1.0 registrations do not
+    /// declare them (the host accepts `record-event` from every plugin),
+    /// so this is `true` for every plugin today.
+    pub events: bool,
+}
+
+/// What `plugin` may do: the one place that decides it.
+///
+/// Today this is the plugin's registration. Once a plugin's sidecar carries
+/// the operator's access list (the trust issue), that list wins over the
+/// registration here, and the RBAC follows it.
+pub fn access(plugin: &LoadedPlugin, kinds: &KindRegistry) -> Result<Access, RbacError> {
+    let r = &plugin.registration;
+    let resolve = |k: &KindRef| {
+        resolve(kinds, k).map_err(|message| RbacError::Kind {
+            plugin: plugin.name.clone(),
+            message,
+        })
+    };
+    let mut reads = Vec::with_capacity(r.subscriptions.len());
+    for s in &r.subscriptions {
+        let mut resource = resolve(&s.kind)?;
+        // The host refuses a namespace on a cluster-scoped kind, so a
+        // namespaced subscription proves the kind namespaced.
+        if s.namespace.is_some() && resource.scope == Scope::Unknown {
+            resource.scope = Scope::Namespaced;
+        }
+        reads.push(Read {
+            resource,
+            namespace: s.namespace.clone(),
+            delivers: !s.deltas.is_empty(),
+        });
+    }
+    let mut writes = Vec::with_capacity(r.writes.len());
+    for w in &r.writes {
+        let mut resource = resolve(w)?;
+        if resource.scope == Scope::Unknown
+            && reads
+                .iter()
+                .any(|rd| rd.namespace.is_some() && same(&rd.resource, &resource))
+        {
+            resource.scope = Scope::Namespaced;
+        }
+        writes.push(resource);
+    }
+    Ok(Access {
+        plugin: plugin.name.clone(),
+        reads,
+        writes,
+        events: true,
+    })
+}
+
+fn same(a: &Resource, b: &Resource) -> bool {
+    a.group == b.group && a.plural == b.plural
+}
+
+/// Kinds of the built-in table that have no status subresource.
+fn has_status(group: &str, plural: &str) -> bool {
+    !matches!(
+        (group, plural),
+        (
+            "",
+            "configmaps" | "secrets" | "serviceaccounts" | "endpoints" | "events" | "limitranges"
+        ) | ("events.k8s.io", "events")
+            | ("rbac.authorization.k8s.io", _)
+            | ("networking.k8s.io", "networkpolicies")
+            | ("coordination.k8s.io", "leases")
+    )
+}
+
+/// kubectl's guess of a plural from a kind (`UnsafeGuessKindToResource`).
+fn guess_plural(kind: &str) -> String {
+    let lower = kind.to_ascii_lowercase();
+    if lower.ends_with('s') {
+        format!("{lower}es")
+    } else if let Some(stem) = lower.strip_suffix('y') {
+        format!("{stem}ies")
+    } else {
+        format!("{lower}s")
+    }
+}
+
+fn is_version(s: &str) -> bool {
+    let Some(rest) = s.strip_prefix('v') else {
+        return false;
+    };
+    let digits = rest
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(rest.len());
+    if digits == 0 {
+        return false;
+    }
+    let tail = &rest[digits..];
+    tail.is_empty()
+        || ["alpha", "beta"].iter().any(|p| {
+            tail.strip_prefix(p)
+                .is_some_and(|n| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()))
+        })
+}
+
+/// Resolves a kind offline; the error names the kind and what to do.
+pub fn resolve(kinds: &KindRegistry, kind: &KindRef) -> Result<Resource, String> {
+    match kinds.resolve(kind) {
+        Ok(info) => Ok(Resource {
+            status: has_status(&info.gvk.group, &info.plural),
+            group: info.gvk.group,
+            plural: info.plural,
+            scope: if info.namespaced {
+                Scope::Namespaced
+            } else {
+                Scope::Cluster
+            },
+            note: None,
+        }),
+        Err(e @ KindError::Ambiguous { .. }) => Err(e.to_string()),
+        Err(KindError::Unknown(_)) => match kind {
+            KindRef::Gvk(gvk) => Ok(Resource {
+                group: gvk.group.clone(),
+                plural: guess_plural(&gvk.kind),
+                scope: Scope::Unknown,
+                status: true,
+                note: Some(format!(
+                    "plural guessed from kind {gvk}; pass its CRD with --crd to be exact"
+                )),
+            }),
+            KindRef::Resource(name) => {
+                let Some((first, rest)) = name.split_once('.') else {
+                    return Err(format!(
+                        "cannot resolve kind {name:?} offline: it is not a built-in kind and names no API group. \
+                         Write it with its group in the registration (`{name}.example.com` style, or a group/version/kind), \
+                         or pass its CustomResourceDefinition with --crd FILE"
+                    ));
+                };
+                let group = match rest.split_once('.') {
+                    Some((v, g)) if is_version(v) => g,
+                    _ => rest,
+                };
+                // `Widget.example.com` names a kind, `widgets.example.com` a resource.
+                let (plural, how) = if first.chars().any(|c| c.is_ascii_uppercase()) {
+                    (guess_plural(first), "plural guessed from the kind")
+                } else {
+                    (first.to_owned(), "taken as written")
+                };
+                Ok(Resource {
+                    group: group.to_owned(),
+                    plural,
+                    scope: Scope::Unknown,
+                    status: true,
+                    note: Some(format!(
+                        "{name:?} is not built in: {how}; pass its CRD with --crd to be exact"
+                    )),
+                })
+            }
+        },
+    }
+}
+
+/// Teaches `kinds` the CustomResourceDefinitions in `path` (a YAML/JSON
+/// file, possibly multi-document, or a folder of them).
+pub fn learn_crds(kinds: &KindRegistry, path: &Path) -> Result<(), RbacError> {
+    let read_err = |source| RbacError::Read {
+        path: path.to_owned(),
+        source,
+    };
+    if path.is_dir() {
+        let mut files: Vec<_> = std::fs::read_dir(path)
+            .map_err(read_err)?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| {
+                p.extension()
+                    .is_some_and(|e| e == "yaml" || e == "yml" || e == "json")
+            })
+            .collect();
+        files.sort();
+        for f in files {
+            learn_crds(kinds, &f)?;
+        }
+        return Ok(());
+    }
+    let text = std::fs::read_to_string(path).map_err(read_err)?;
+    let crd_err = |message: String| RbacError::Crd {
+        path: path.to_owned(),
+        message,
+    };
+    let mut found = 0;
+    for doc in serde_yaml_ng::Deserializer::from_str(&text) {
+        let value = serde_json::Value::deserialize(doc).map_err(|e| crd_err(e.to_string()))?;
+        if value.is_null() {
+            continue;
+        }
+        if value["kind"] != "CustomResourceDefinition" {
+            continue;
+        }
+        let spec = &value["spec"];
+        if spec["group"].as_str().is_none()
+            || spec["names"]["plural"].as_str().is_none()
+            || spec["names"]["kind"].as_str().is_none()
+        {
+            return Err(crd_err(
+                "spec.group, spec.names.kind and spec.names.plural are required".into(),
+            ));
+        }
+        kinds.learn_crd(&value);
+        found += 1;
+    }
+    if found == 0 {
+        return Err(crd_err("it holds no kind: CustomResourceDefinition".into()));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kind::Gvk;
+
+    #[test]
+    fn resolves_built_in_kinds_with_scope_and_status() {
+        let kinds = KindRegistry::builtin();
+        let d = resolve(&kinds, &KindRef::Resource("deployments.apps".into())).unwrap();
+        assert_eq!(
+            (d.group.as_str(), d.plural.as_str()),
+            ("apps", "deployments")
+        );
+        assert_eq!(d.scope, Scope::Namespaced);
+        assert!(d.status && d.note.is_none());
+        let ns = resolve(&kinds, &KindRef::Gvk(Gvk::new("", "v1", "Namespace"))).unwrap();
+        assert_eq!(ns.scope, Scope::Cluster);
+        let cm = resolve(&kinds, &KindRef::Resource("configmaps".into())).unwrap();
+        assert!(!cm.status, "configmaps have no status subresource");
+    }
+
+    #[test]
+    fn unknown_kinds_resolve_as_written_or_fail_with_a_hint() {
+        let kinds = KindRegistry::builtin();
+        let w = resolve(&kinds, &KindRef::Resource("widgets.v1.example.com".into())).unwrap();
+        assert_eq!(
+            (w.group.as_str(), w.plural.as_str()),
+            ("example.com", "widgets")
+        );
+        assert_eq!(w.scope, Scope::Unknown);
+        let w = resolve(&kinds, &KindRef::Resource("widgets.example.com".into())).unwrap();
+        assert_eq!(
+            (w.group.as_str(), w.plural.as_str()),
+            ("example.com", "widgets")
+        );
+        let p = resolve(
+            &kinds,
+            &KindRef::Gvk(Gvk::new("example.com", "v1", "Policy")),
+        )
+        .unwrap();
+        assert_eq!(p.plural, "policies");
+        assert!(p.note.unwrap().contains("--crd"));
+        let err = resolve(&kinds, &KindRef::Resource("widgets".into())).unwrap_err();
+        assert!(
+            err.contains("\"widgets\"") && err.contains("--crd") && err.contains("group"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn crds_teach_plural_and_scope() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("crd.yaml");
+        std::fs::write(
+            &path,
+            "---\napiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata: {name: gadgets.example.com}\n\
+             spec:\n  group: example.com\n  scope: Cluster\n  names: {kind: Gadget, plural: gadgets}\n  versions: [{name: v1, served: true, storage: true}]\n",
+        )
+        .unwrap();
+        let kinds = KindRegistry::builtin();
+        learn_crds(&kinds, dir.path()).unwrap();
+        let g = resolve(
+            &kinds,
+            &KindRef::Gvk(Gvk::new("example.com", "v1", "Gadget")),
+        )
+        .unwrap();
+        assert_eq!(g.plural, "gadgets");
+        assert_eq!(g.scope, Scope::Cluster);
+        assert!(g.note.is_none());
+        std::fs::write(&path, "kind: ConfigMap\n").unwrap();
+        let err = learn_crds(&KindRegistry::builtin(), &path).unwrap_err();
+        assert!(
+            err.to_string().contains("CustomResourceDefinition"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn versions_are_recognised() {
+        for v in ["v1", "v1beta1", "v2alpha3"] {
+            assert!(is_version(v), "{v}");
+        }
+        for v in ["v", "example", "v1gamma", "vbeta1", "v1beta"] {
+            assert!(!is_version(v), "{v}");
+        }
+    }
+}

@@ -1,0 +1,365 @@
+//! From what each plugin may do to RBAC rules: the verbs each access needs,
+//! where (every namespace, or only the namespaces a plugin subscribes in),
+//! merged per (apiGroup, resource), in a deterministic order.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::access::{Access, Resource, Scope};
+
+/// Reading through an informer: the initial list and the watch; `get` for
+/// clients that read one object (kubectl convention for read access).
+pub const READ_VERBS: &[&str] = &["get", "list", "watch"];
+/// `apply` is a server-side apply (`patch`), which creates a missing object,
+/// so the API server checks `create` too; `patch` and `delete` are direct.
+pub const WRITE_VERBS: &[&str] = &["create", "delete", "patch"];
+/// `apply-status` is a server-side apply on the status subresource; the
+/// host never sends `update` there.
+pub const STATUS_VERBS: &[&str] = &["patch"];
+/// The host posts one events.k8s.io Event per `record-event`; it does not
+/// aggregate them into series (that would also need `patch`).
+pub const EVENT_VERBS: &[&str] = &["create"];
+/// Leader election reads the Lease, creates it when missing, and renews or
+/// takes it over with an update (or a patch).
+pub const LEASE_VERBS: &[&str] = &["get", "patch", "update"];
+
+/// Why a plugin needs a rule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Reason {
+    /// A subscription that delivers deltas.
+    Subscribes,
+    /// A cache-only subscription.
+    ReadsCache,
+    Writes,
+    WritesStatus,
+    RecordsEvents,
+}
+
+impl Reason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::Subscribes => "subscribes",
+            Reason::ReadsCache => "reads the cache",
+            Reason::Writes => "writes",
+            Reason::WritesStatus => "writes status",
+            Reason::RecordsEvents => "records events",
+        }
+    }
+}
+
+/// One RBAC rule and who needs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rule {
+    pub group: String,
+    /// The plural, or `plural/status`.
+    pub resource: String,
+    pub verbs: BTreeSet<&'static str>,
+    /// Empty: any name.
+    pub resource_names: Vec<String>,
+    /// Plugin -> why it needs this rule.
+    pub needed_by: BTreeMap<String, BTreeSet<Reason>>,
+    /// Anything a reader should check (a plural guessed offline).
+    pub notes: BTreeSet<String>,
+    /// Why the host itself needs it (its Lease), if it does.
+    pub host: Option<String>,
+}
+
+impl Rule {
+    fn new(group: &str, resource: String) -> Self {
+        Self {
+            group: group.to_owned(),
+            resource,
+            verbs: BTreeSet::new(),
+            resource_names: Vec::new(),
+            needed_by: BTreeMap::new(),
+            notes: BTreeSet::new(),
+            host: None,
+        }
+    }
+}
+
+/// The RBAC of a folder of plugins plus the host's own.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Policy {
+    /// Rules in every namespace: a ClusterRole (empty: none is needed).
+    pub cluster: Vec<Rule>,
+    /// Rules in one namespace: a Role each, for plugins whose subscriptions
+    /// all name namespaces.
+    pub namespaced: BTreeMap<String, Vec<Rule>>,
+    /// The host's namespace and its rules there (leader election).
+    pub host_namespace: String,
+    pub host: Vec<Rule>,
+}
+
+/// Where a grant applies: `None` is every namespace.
+type Where = Option<String>;
+
+#[derive(Default)]
+struct Builder {
+    rules: BTreeMap<Where, BTreeMap<(String, String), Rule>>,
+}
+
+impl Builder {
+    fn grant(
+        &mut self,
+        at: &[Where],
+        r: &Resource,
+        sub: Option<&str>,
+        verbs: &[&'static str],
+        plugin: &str,
+        why: Reason,
+    ) {
+        let resource = match sub {
+            Some(s) => format!("{}/{s}", r.plural),
+            None => r.plural.clone(),
+        };
+        for w in at {
+            let rule = self
+                .rules
+                .entry(w.clone())
+                .or_default()
+                .entry((r.group.clone(), resource.clone()))
+                .or_insert_with(|| Rule::new(&r.group, resource.clone()));
+            rule.verbs.extend(verbs.iter().copied());
+            rule.needed_by
+                .entry(plugin.to_owned())
+                .or_default()
+                .insert(why);
+            rule.notes.extend(r.note.iter().cloned());
+        }
+    }
+}
+
+/// The namespaces a plugin works in: `Some` when every subscription names
+/// one, `None` when it needs the whole cluster.
+fn plugin_namespaces(a: &Access) -> Option<Vec<Where>> {
+    if a.reads.is_empty() {
+        return None;
+    }
+    let set: Option<BTreeSet<String>> = a.reads.iter().map(|r| r.namespace.clone()).collect();
+    set.map(|s| s.into_iter().map(Some).collect())
+}
+
+/// Derives the policy. `host_namespace` and `lease` name the host's Lease.
+pub fn derive(accesses: &[Access], host_namespace: &str, lease: &str) -> Policy {
+    let mut b = Builder::default();
+    let everywhere: Vec<Where> = vec![None];
+    for a in accesses {
+        let own = plugin_namespaces(a);
+        // Namespaced writes and Events stay in the plugin's namespaces.
+        let scoped = own.as_ref().unwrap_or(&everywhere);
+        for r in &a.reads {
+            let why = if r.delivers {
+                Reason::Subscribes
+            } else {
+                Reason::ReadsCache
+            };
+            let at = if r.resource.scope == Scope::Cluster {
+                None
+            } else {
+                r.namespace.clone()
+            };
+            b.grant(&[at], &r.resource, None, READ_VERBS, &a.plugin, why);
+        }
+        for w in &a.writes {
+            let at = if w.scope == Scope::Namespaced {
+                scoped
+            } else {
+                &everywhere
+            };
+            b.grant(at, w, None, WRITE_VERBS, &a.plugin, Reason::Writes);
+            if w.status {
+                b.grant(
+                    at,
+                    w,
+                    Some("status"),
+                    STATUS_VERBS,
+                    &a.plugin,
+                    Reason::WritesStatus,
+                );
+            }
+        }
+        if a.events {
+            let events = Resource {
+                group: "events.k8s.io".into(),
+                plural: "events".into(),
+                scope: Scope::Namespaced,
+                status: false,
+                note: None,
+            };
+            b.grant(
+                scoped,
+                &events,
+                None,
+                EVENT_VERBS,
+                &a.plugin,
+                Reason::RecordsEvents,
+            );
+        }
+    }
+
+    let mut cluster = b.rules.remove(&None).unwrap_or_default();
+    let mut namespaced = BTreeMap::new();
+    for (w, rules) in b.rules {
+        let Some(ns) = w else { continue };
+        let mut kept = Vec::new();
+        for (key, mut rule) in rules {
+            // What the ClusterRole grants already needs no Role.
+            if let Some(c) = cluster.get_mut(&key) {
+                let before = rule.verbs.len();
+                rule.verbs.retain(|v| !c.verbs.contains(v));
+                if rule.verbs.len() < before {
+                    for (p, why) in &rule.needed_by {
+                        c.needed_by
+                            .entry(p.clone())
+                            .or_default()
+                            .extend(why.iter().copied());
+                    }
+                }
+            }
+            if !rule.verbs.is_empty() {
+                kept.push(rule);
+            }
+        }
+        if !kept.is_empty() {
+            namespaced.insert(ns, kept);
+        }
+    }
+
+    let mut create = Rule::new("coordination.k8s.io", "leases".into());
+    create.verbs.insert("create");
+    create.host = Some("leader election: creates the Lease when it is missing (create cannot be limited to a name)".into());
+    let mut renew = Rule::new("coordination.k8s.io", "leases".into());
+    renew.verbs.extend(LEASE_VERBS.iter().copied());
+    renew.resource_names = vec![lease.to_owned()];
+    renew.host = Some("leader election: reads, renews and takes over its Lease".into());
+
+    Policy {
+        cluster: cluster.into_values().collect(),
+        namespaced,
+        host_namespace: host_namespace.to_owned(),
+        host: vec![create, renew],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rbac::access::Read;
+
+    fn res(group: &str, plural: &str, scope: Scope, status: bool) -> Resource {
+        Resource {
+            group: group.into(),
+            plural: plural.into(),
+            scope,
+            status,
+            note: None,
+        }
+    }
+
+    fn read(r: Resource, ns: Option<&str>, delivers: bool) -> Read {
+        Read {
+            resource: r,
+            namespace: ns.map(str::to_owned),
+            delivers,
+        }
+    }
+
+    fn summary(rules: &[Rule]) -> Vec<String> {
+        rules
+            .iter()
+            .map(|r| {
+                let who: Vec<String> = r.needed_by.keys().cloned().collect();
+                format!(
+                    "{}/{} [{}] {}",
+                    r.group,
+                    r.resource,
+                    r.verbs.iter().copied().collect::<Vec<_>>().join(","),
+                    who.join("+")
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn merges_reads_and_writes_per_resource_in_order() {
+        let deploy = res("apps", "deployments", Scope::Namespaced, true);
+        let pods = res("", "pods", Scope::Namespaced, true);
+        let a = Access {
+            plugin: "watcher".into(),
+            reads: vec![
+                read(pods.clone(), None, true),
+                read(deploy.clone(), None, false),
+            ],
+            writes: vec![deploy.clone()],
+            events: true,
+        };
+        let b = Access {
+            plugin: "other".into(),
+            reads: vec![read(pods, None, false)],
+            writes: vec![],
+            events: false,
+        };
+        let p = derive(&[a, b], "kubewasm", "kubewasm");
+        assert_eq!(
+            summary(&p.cluster),
+            vec![
+                "/pods [get,list,watch] other+watcher",
+                "apps/deployments [create,delete,get,list,patch,watch] watcher",
+                "apps/deployments/status [patch] watcher",
+                "events.k8s.io/events [create] watcher",
+            ]
+        );
+        assert!(p.namespaced.is_empty());
+        assert_eq!(p.host_namespace, "kubewasm");
+        assert_eq!(p.host[1].resource_names, vec!["kubewasm".to_owned()]);
+    }
+
+    #[test]
+    fn plugins_confined_to_namespaces_get_roles_there() {
+        let cm = res("", "configmaps", Scope::Namespaced, false);
+        let ns = res("", "namespaces", Scope::Cluster, false);
+        let local = Access {
+            plugin: "local".into(),
+            reads: vec![
+                read(cm.clone(), Some("team-a"), true),
+                read(cm.clone(), Some("team-b"), false),
+            ],
+            writes: vec![cm.clone()],
+            events: true,
+        };
+        let p = derive(std::slice::from_ref(&local), "kubewasm", "kubewasm");
+        assert!(p.cluster.is_empty(), "{:?}", p.cluster);
+        assert_eq!(
+            summary(&p.namespaced["team-a"]),
+            vec![
+                "/configmaps [create,delete,get,list,patch,watch] local",
+                "events.k8s.io/events [create] local",
+            ]
+        );
+        assert_eq!(p.namespaced.len(), 2);
+
+        // A cluster-scoped write needs the ClusterRole; what it grants is
+        // not repeated in a Role.
+        let global = Access {
+            plugin: "global".into(),
+            reads: vec![read(cm.clone(), None, false), read(ns.clone(), None, true)],
+            writes: vec![ns],
+            events: false,
+        };
+        let p = derive(&[local, global], "kubewasm", "kubewasm");
+        assert_eq!(
+            summary(&p.cluster),
+            vec![
+                "/configmaps [get,list,watch] global+local",
+                "/namespaces [create,delete,get,list,patch,watch] global",
+            ]
+        );
+        assert_eq!(
+            summary(&p.namespaced["team-a"]),
+            vec![
+                "/configmaps [create,delete,patch] local",
+                "events.k8s.io/events [create] local",
+            ]
+        );
+    }
+}

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Builds the kubewasm image with no registry in reach: a static
+# x86_64-unknown-linux-musl release binary (mimalloc as the allocator), then
+# `buildah bud --target local` of the Containerfile (FROM scratch only),
+# tagged localhost/kubewasm:dev, written as an archive to OUT. Prints the
+# binary and image sizes.
+#
+#   bash scripts/image.sh [OUT]   (default: $CARGO_TARGET_DIR or target/, kubewasm-image.tar)
+#   IMAGE_ARCHIVE=docker-archive bash scripts/image.sh OUT   (default: oci-archive)
+#   IMAGE_TAG=localhost/kubewasm:dev
+#
+# Import it into a node's containerd with
+#   ctr -n k8s.io images import OUT
+# Needs root for apt (musl-tools, buildah) when they are missing.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$root"
+export PATH="$PATH:$HOME/.cargo/bin"
+
+target_dir="${CARGO_TARGET_DIR:-target}"
+[[ "$target_dir" = /* ]] || target_dir="$root/$target_dir"
+out="${1:-$target_dir/kubewasm-image.tar}"
+[[ "$out" = /* ]] || out="$PWD/$out"
+tag="${IMAGE_TAG:-localhost/kubewasm:dev}"
+archive="${IMAGE_ARCHIVE:-oci-archive}"
+triple=x86_64-unknown-linux-musl
+
+apt_install() {
+  if [[ $(id -u) -ne 0 ]]; then
+    echo "error: $* missing; install with: sudo apt-get install -y $*" >&2
+    exit 1
+  fi
+  DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "$@" >/dev/null \
+    || { apt-get update >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "$@" >/dev/null; }
+}
+
+if ! rustup target list --installed | grep -qx "$triple"; then
+  rustup target add "$triple"
+fi
+# ring and mimalloc compile C for the target: cc-rs finds musl-gcc.
+command -v musl-gcc >/dev/null || apt_install musl-tools
+command -v buildah >/dev/null || apt_install buildah
+[[ -f /etc/ssl/certs/ca-certificates.crt ]] || apt_install ca-certificates
+
+# No debug info, symbols stripped: the image carries the binary only.
+CARGO_PROFILE_RELEASE_DEBUG=false CARGO_PROFILE_RELEASE_STRIP=symbols \
+  cargo build --locked --release -p kubewasm --bin kubewasm --target "$triple" --features mimalloc
+bin="$target_dir/$triple/release/kubewasm"
+if readelf -l "$bin" | grep -q 'program interpreter'; then
+  echo "error: $bin is dynamically linked; the image has no libc" >&2
+  exit 1
+fi
+
+ctx="$(mktemp -d)"
+trap 'rm -rf "$ctx"' EXIT
+cp "$bin" "$ctx/kubewasm"
+cp /etc/ssl/certs/ca-certificates.crt "$ctx/ca-certificates.crt"
+mkdir -p "$ctx/var/cache/kubewasm" "$ctx/plugins"
+buildah bud --quiet --target local -f "$root/Containerfile" -t "$tag" "$ctx" >/dev/null
+mkdir -p "$(dirname "$out")"
+rm -f "$out"
+buildah push --quiet "$tag" "$archive:$out:$tag"
+
+human() { numfmt --to=iec-i --suffix=B --format=%.1f "$1"; }
+bin_size=$(stat -c %s "$bin")
+# The image's layers as stored (uncompressed tar), from its manifest.
+image_size=$(buildah inspect --type image --format '{{.Manifest}}' "$tag" \
+  | grep -o '"layers":\[.*\]' | grep -o '"size":[0-9]*' | cut -d: -f2 | awk '{s += $1} END {print s}')
+gzip_size=$(gzip -c "$out" | wc -c)
+echo "binary  $bin: $bin_size bytes ($(human "$bin_size"))"
+echo "image   $tag: $image_size bytes ($(human "$image_size")) uncompressed, about $(human "$gzip_size") gzipped"
+echo "archive $out ($archive)"

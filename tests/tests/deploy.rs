@@ -1,0 +1,565 @@
+//! The cluster deployment in deploy/: the committed RBAC is what
+//! `kubewasm rbac` generates for the example plugins (and grants exactly
+//! what they declared), and the kustomize base and overlays render with the
+//! security context, probes and plugin ConfigMap the Pods rely on.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use kubewasm_tests::e2e::kubewasm_bin;
+use kubewasm_tests::{plugin_artifacts, repo_root};
+use serde_json::Value;
+
+const REGENERATE: &str = "bash scripts/deploy-plugins.sh --rbac";
+
+/// The base's plugins: (name in the folder, build artifact).
+const BASE: &[(&str, &str)] = &[
+    ("config-replicator", "config_replicator"),
+    ("crashloop-watcher", "crashloop_watcher"),
+    ("namespace-defaults", "namespace_defaults"),
+];
+const ADDED: &[(&str, &str)] = &[("recorder", "recorder")];
+
+/// Copies the built plugins into `to`, with the committed sidecars of `from`.
+fn plugin_folder(from: &Path, to: &Path, plugins: &[(&str, &str)]) {
+    std::fs::create_dir_all(to).unwrap();
+    for (name, artifact) in plugins {
+        std::fs::copy(
+            plugin_artifacts().join(format!("{artifact}.wasm")),
+            to.join(format!("{name}.wasm")),
+        )
+        .unwrap();
+        let sidecar = from.join(format!("{name}.yaml"));
+        if sidecar.exists() {
+            std::fs::copy(&sidecar, to.join(format!("{name}.yaml"))).unwrap();
+        }
+    }
+}
+
+fn rbac(plugins: &Path, cache: &Path, extra: &[&str]) -> String {
+    let out = Command::new(kubewasm_bin())
+        .arg("rbac")
+        .arg("--plugins")
+        .arg(plugins)
+        .arg("--cache-dir")
+        .arg(cache)
+        .args(extra)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "kubewasm rbac failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn docs(yaml: &str) -> Vec<Value> {
+    serde_yaml_ng::Deserializer::from_str(yaml)
+        .map(|d| serde::Deserialize::deserialize(d).unwrap())
+        .filter(|v: &Value| !v.is_null())
+        .collect()
+}
+
+fn find<'a>(docs: &'a [Value], kind: &str, name: &str) -> &'a Value {
+    docs.iter()
+        .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
+        .unwrap_or_else(|| panic!("no {kind} {name}"))
+}
+
+/// `group/resource[names] -> verbs` of a role.
+fn rules(role: &Value) -> BTreeMap<String, String> {
+    role["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            let list = |k: &str| -> Vec<String> {
+                r[k].as_array()
+                    .map(|a| a.iter().map(|v| v.as_str().unwrap().to_owned()).collect())
+                    .unwrap_or_default()
+            };
+            let (groups, resources, names) =
+                (list("apiGroups"), list("resources"), list("resourceNames"));
+            assert_eq!((groups.len(), resources.len()), (1, 1), "{r}");
+            let key = if names.is_empty() {
+                format!("{}/{}", groups[0], resources[0])
+            } else {
+                format!("{}/{}{names:?}", groups[0], resources[0])
+            };
+            (key, list("verbs").join(","))
+        })
+        .collect()
+}
+
+fn check_up_to_date(generated: &str, committed: &Path) {
+    let current = std::fs::read_to_string(committed).unwrap_or_default();
+    if current != generated {
+        let line = current
+            .lines()
+            .zip(generated.lines())
+            .position(|(a, b)| a != b)
+            .unwrap_or_else(|| current.lines().count().min(generated.lines().count()));
+        panic!(
+            "{} is out of date (first difference at line {}): regenerate it with `{REGENERATE}`\n--- generated ---\n{generated}",
+            committed.display(),
+            line + 1
+        );
+    }
+}
+
+#[test]
+fn committed_rbac_is_what_kubewasm_rbac_generates_and_grants_only_what_plugins_declared() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = repo_root();
+    let base = dir.path().join("base");
+    plugin_folder(&root.join("deploy/base/plugins"), &base, BASE);
+    let generated = rbac(&base, &dir.path().join("cache"), &[]);
+
+    let d = docs(&generated);
+    let cluster = find(&d, "ClusterRole", "kubewasm");
+    let expected: BTreeMap<String, String> = [
+        ("/configmaps", "create,delete,get,list,patch,watch"),
+        ("/namespaces", "get,list,watch"),
+        ("/pods", "get,list,watch"),
+        ("/resourcequotas", "create,delete,get,list,patch,watch"),
+        ("/resourcequotas/status", "patch"),
+        ("apps/deployments", "create,delete,get,list,patch,watch"),
+        ("apps/deployments/status", "patch"),
+        ("apps/replicasets", "get,list,watch"),
+        ("events.k8s.io/events", "create"),
+        (
+            "networking.k8s.io/networkpolicies",
+            "create,delete,get,list,patch,watch",
+        ),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+    .collect();
+    assert_eq!(rules(cluster), expected, "{generated}");
+    let binding = find(&d, "ClusterRoleBinding", "kubewasm");
+    assert_eq!(binding["roleRef"]["name"], "kubewasm");
+    assert_eq!(binding["subjects"][0]["name"], "kubewasm");
+    assert_eq!(binding["subjects"][0]["namespace"], "kubewasm");
+    let lease = find(&d, "Role", "kubewasm-leader-election");
+    assert_eq!(lease["metadata"]["namespace"], "kubewasm");
+    assert_eq!(
+        rules(lease),
+        [
+            ("coordination.k8s.io/leases", "create"),
+            (
+                "coordination.k8s.io/leases[\"kubewasm\"]",
+                "get,patch,update"
+            ),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect()
+    );
+    find(&d, "RoleBinding", "kubewasm-leader-election");
+    assert_eq!(d.len(), 4, "{generated}");
+    assert!(
+        generated.contains("# crashloop-watcher (reads the cache, writes)"),
+        "each rule names the plugins that need it: {generated}"
+    );
+    check_up_to_date(&generated, &root.join("deploy/base/rbac.yaml"));
+
+    // The added plugin subscribes in one namespace only: a Role there.
+    let added = dir.path().join("added");
+    plugin_folder(
+        &root.join("deploy/examples/add-plugin/plugins"),
+        &added,
+        ADDED,
+    );
+    let generated = rbac(
+        &added,
+        &dir.path().join("cache"),
+        &[
+            "--name",
+            "kubewasm-recorder",
+            "--service-account",
+            "kubewasm",
+            "--plugins-only",
+        ],
+    );
+    let d = docs(&generated);
+    assert_eq!(d.len(), 2, "only the Role and its binding: {generated}");
+    let role = find(&d, "Role", "kubewasm-recorder");
+    assert_eq!(role["metadata"]["namespace"], "kubewasm");
+    assert_eq!(
+        rules(role),
+        [
+            ("/configmaps", "get,list,watch"),
+            ("events.k8s.io/events", "create"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect()
+    );
+    assert_eq!(
+        find(&d, "RoleBinding", "kubewasm-recorder")["subjects"][0]["name"],
+        "kubewasm"
+    );
+    check_up_to_date(
+        &generated,
+        &root.join("deploy/examples/add-plugin/rbac.yaml"),
+    );
+}
+
+#[test]
+fn rbac_names_a_kind_it_cannot_resolve_offline_and_how_to_fix_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let plugins = dir.path().join("plugins");
+    std::fs::create_dir_all(&plugins).unwrap();
+    std::fs::copy(
+        plugin_artifacts().join("recorder.wasm"),
+        plugins.join("recorder.wasm"),
+    )
+    .unwrap();
+    std::fs::write(
+        plugins.join("recorder.yaml"),
+        "config: {namespace: ns, resources: [widgets]}\n",
+    )
+    .unwrap();
+    let out = Command::new(kubewasm_bin())
+        .args(["rbac", "--plugins"])
+        .arg(&plugins)
+        .arg("--cache-dir")
+        .arg(dir.path().join("cache"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("recorder") && err.contains("\"widgets\"") && err.contains("--crd"),
+        "{err}"
+    );
+
+    // With its CRD, the kind resolves (namespaced, plural from the CRD).
+    let crd = dir.path().join("crd.yaml");
+    std::fs::write(
+        &crd,
+        "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata: {name: widgets.example.com}\n\
+         spec:\n  group: example.com\n  scope: Namespaced\n  names: {kind: Widget, plural: widgets}\n  versions: [{name: v1, served: true, storage: true}]\n",
+    )
+    .unwrap();
+    let crd_arg = crd.to_str().unwrap().to_owned();
+    let generated = rbac(&plugins, &dir.path().join("cache"), &["--crd", &crd_arg]);
+    let d = docs(&generated);
+    let role = find(&d, "Role", "kubewasm");
+    assert_eq!(role["metadata"]["namespace"], "ns");
+    assert_eq!(
+        rules(role).get("example.com/widgets").map(String::as_str),
+        Some("get,list,watch"),
+        "{generated}"
+    );
+}
+
+/// `kubectl kustomize`, else a `kustomize` binary (scripts/setup.sh
+/// installs one when kubectl is missing).
+fn kustomize(dir: &Path) -> String {
+    let runs = |bin: &str, args: &[&str]| {
+        Command::new(bin)
+            .args(args)
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    let mut cmd = if runs("kubectl", &["version", "--client"]) {
+        let mut c = Command::new("kubectl");
+        c.arg("kustomize");
+        c
+    } else if runs("kustomize", &["version"]) {
+        let mut c = Command::new("kustomize");
+        c.arg("build");
+        c
+    } else {
+        panic!(
+            "neither kubectl nor kustomize is on PATH: run scripts/setup.sh (it installs kustomize from the Go module proxy)"
+        );
+    };
+    let out = cmd.arg(dir).output().unwrap();
+    assert!(
+        out.status.success(),
+        "rendering {} failed: {}",
+        dir.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// A copy of deploy/ with the built plugins in place of the .wasm outputs.
+fn deploy_copy(dir: &Path) -> PathBuf {
+    let to = dir.join("deploy");
+    let status = Command::new("cp")
+        .arg("-r")
+        .arg(repo_root().join("deploy"))
+        .arg(&to)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    plugin_folder(
+        &repo_root().join("deploy/base/plugins"),
+        &to.join("base/plugins"),
+        BASE,
+    );
+    plugin_folder(
+        &repo_root().join("deploy/examples/add-plugin/plugins"),
+        &to.join("examples/add-plugin/plugins"),
+        ADDED,
+    );
+    to
+}
+
+fn container<'a>(deployment: &'a Value, name: &str) -> &'a Value {
+    deployment["spec"]["template"]["spec"]["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == name)
+        .unwrap()
+}
+
+fn check_restricted(sc: &Value, what: &str) {
+    assert_eq!(sc["runAsNonRoot"], true, "{what}: {sc}");
+    assert_eq!(sc["readOnlyRootFilesystem"], true, "{what}: {sc}");
+    assert_eq!(sc["allowPrivilegeEscalation"], false, "{what}: {sc}");
+    assert_eq!(
+        sc["capabilities"]["drop"],
+        serde_json::json!(["ALL"]),
+        "{what}: {sc}"
+    );
+    assert_eq!(
+        sc["seccompProfile"]["type"], "RuntimeDefault",
+        "{what}: {sc}"
+    );
+}
+
+#[test]
+fn kustomize_renders_the_base_with_security_context_probes_and_plugins() {
+    let dir = tempfile::tempdir().unwrap();
+    let deploy = deploy_copy(dir.path());
+    let d = docs(&kustomize(&deploy));
+    let ns = find(&d, "Namespace", "kubewasm");
+    assert_eq!(
+        ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"],
+        "restricted"
+    );
+    find(&d, "ServiceAccount", "kubewasm");
+    find(&d, "ClusterRole", "kubewasm");
+    find(&d, "ClusterRoleBinding", "kubewasm");
+    find(&d, "Role", "kubewasm-leader-election");
+
+    let dep = find(&d, "Deployment", "kubewasm");
+    assert_eq!(dep["metadata"]["namespace"], "kubewasm");
+    assert_eq!(dep["spec"]["replicas"], 2);
+    let pod = &dep["spec"]["template"]["spec"];
+    assert_eq!(pod["serviceAccountName"], "kubewasm");
+    assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+    assert_eq!(
+        pod["securityContext"]["seccompProfile"]["type"],
+        "RuntimeDefault"
+    );
+    let c = container(dep, "kubewasm");
+    assert_eq!(c["image"], "localhost/kubewasm:dev");
+    check_restricted(&c["securityContext"], "kubewasm container");
+    for (probe, path) in [
+        ("livenessProbe", "/healthz"),
+        ("readinessProbe", "/readyz"),
+        ("startupProbe", "/healthz"),
+    ] {
+        assert_eq!(c[probe]["httpGet"]["path"], path, "{probe}");
+        assert_eq!(c[probe]["httpGet"]["port"], "metrics", "{probe}");
+    }
+    assert_eq!(c["ports"][0]["name"], "metrics");
+    assert_eq!(c["ports"][0]["containerPort"], 9090);
+    for k in ["requests", "limits"] {
+        assert!(c["resources"][k]["memory"].is_string(), "{k}: {c}");
+        assert!(c["resources"][k]["cpu"].is_string(), "{k}: {c}");
+    }
+    let args: Vec<&str> = c["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    for a in [
+        "run",
+        "--plugins=/plugins",
+        "--cache-dir=/var/cache/kubewasm",
+        "--metrics-addr=:9090",
+        "--leader-elect",
+    ] {
+        assert!(args.contains(&a), "{a} missing from {args:?}");
+    }
+    let env: BTreeMap<&str, &str> = c["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| {
+            Some((
+                e["name"].as_str()?,
+                e["valueFrom"]["fieldRef"]["fieldPath"].as_str()?,
+            ))
+        })
+        .collect();
+    assert_eq!(env.get("POD_NAME"), Some(&"metadata.name"));
+    assert_eq!(env.get("POD_NAMESPACE"), Some(&"metadata.namespace"));
+    let mounts: BTreeMap<&str, &Value> = c["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| (m["mountPath"].as_str().unwrap(), m))
+        .collect();
+    assert!(
+        mounts["/plugins"]["subPath"].is_null(),
+        "a subPath mount never sees ConfigMap updates"
+    );
+    let volumes: BTreeMap<&str, &Value> = pod["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| (v["name"].as_str().unwrap(), v))
+        .collect();
+    let plugins_volume = mounts["/plugins"]["name"].as_str().unwrap();
+    assert_eq!(
+        volumes[plugins_volume]["configMap"]["name"],
+        "kubewasm-plugins"
+    );
+    let cache_volume = mounts["/var/cache/kubewasm"]["name"].as_str().unwrap();
+    assert!(volumes[cache_volume]["emptyDir"].is_object());
+
+    // The ConfigMap keeps its name (no hash) and carries the plugins
+    // byte for byte, with their sidecars.
+    let cm = find(&d, "ConfigMap", "kubewasm-plugins");
+    assert_eq!(cm["metadata"]["namespace"], "kubewasm");
+    for (name, artifact) in BASE {
+        let key = format!("{name}.wasm");
+        let encoded = cm["binaryData"][&key]
+            .as_str()
+            .unwrap_or_else(|| panic!("{key} not in binaryData"));
+        let bytes = std::fs::read(plugin_artifacts().join(format!("{artifact}.wasm"))).unwrap();
+        assert_eq!(decode_base64(encoded), bytes, "{key}");
+        assert!(
+            cm["data"][format!("{name}.yaml")].is_string(),
+            "{name}.yaml"
+        );
+    }
+
+    check_configmap_fits(cm);
+
+    let svc = find(&d, "Service", "kubewasm-metrics");
+    assert_eq!(
+        svc["metadata"]["annotations"]["prometheus.io/scrape"],
+        "true"
+    );
+    assert_eq!(svc["metadata"]["annotations"]["prometheus.io/port"], "9090");
+    assert_eq!(svc["spec"]["ports"][0]["targetPort"], "metrics");
+    let pdb = find(&d, "PodDisruptionBudget", "kubewasm");
+    assert_eq!(pdb["spec"]["minAvailable"], 1);
+    assert_eq!(
+        pdb["spec"]["selector"]["matchLabels"],
+        dep["spec"]["selector"]["matchLabels"]
+    );
+}
+
+#[test]
+fn kustomize_renders_the_example_overlays() {
+    let dir = tempfile::tempdir().unwrap();
+    let deploy = deploy_copy(dir.path());
+
+    // The added plugin comes in its own ConfigMap, projected into the
+    // same folder: the base's ConfigMap has no room for it.
+    let d = docs(&kustomize(&deploy.join("examples/add-plugin")));
+    let base = find(&d, "ConfigMap", "kubewasm-plugins");
+    assert!(base["binaryData"]["namespace-defaults.wasm"].is_string());
+    let added = find(&d, "ConfigMap", "kubewasm-plugins-recorder");
+    assert!(added["binaryData"]["recorder.wasm"].is_string(), "{added}");
+    assert!(added["data"]["recorder.yaml"].is_string());
+    for cm in [base, added] {
+        check_configmap_fits(cm);
+    }
+    let dep = find(&d, "Deployment", "kubewasm");
+    let plugins = dep["spec"]["template"]["spec"]["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "plugins")
+        .unwrap();
+    assert!(plugins["configMap"].is_null(), "{plugins}");
+    let sources: Vec<&str> = plugins["projected"]["sources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["configMap"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(sources, ["kubewasm-plugins", "kubewasm-plugins-recorder"]);
+    find(&d, "Role", "kubewasm-recorder");
+    find(&d, "RoleBinding", "kubewasm-recorder");
+    find(&d, "ClusterRole", "kubewasm");
+
+    let d = docs(&kustomize(&deploy.join("examples/plugin-image")));
+    assert!(
+        !d.iter().any(|x| x["kind"] == "ConfigMap"),
+        "the plugin image replaces the ConfigMap"
+    );
+    let dep = find(&d, "Deployment", "kubewasm");
+    let pod = &dep["spec"]["template"]["spec"];
+    let init = &pod["initContainers"][0];
+    assert_eq!(init["image"], "localhost/kubewasm-plugins:dev");
+    check_restricted(&init["securityContext"], "init container");
+    let plugins = pod["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "plugins")
+        .unwrap();
+    assert!(plugins["emptyDir"].is_object() && plugins["configMap"].is_null());
+    assert_eq!(init["volumeMounts"][0]["name"], "plugins");
+}
+
+/// The API server refuses a ConfigMap whose data and binaryData exceed 1 MiB.
+fn check_configmap_fits(cm: &Value) {
+    let data: usize = cm["data"]
+        .as_object()
+        .map_or(0, |m| m.values().map(|v| v.as_str().unwrap().len()).sum());
+    let binary: usize = cm["binaryData"].as_object().map_or(0, |m| {
+        m.values()
+            .map(|v| decode_base64(v.as_str().unwrap()).len())
+            .sum()
+    });
+    assert!(
+        data + binary <= 1 << 20,
+        "ConfigMap {} holds {} bytes, over the 1 MiB limit: move plugins into another ConfigMap or a plugin image",
+        cm["metadata"]["name"],
+        data + binary
+    );
+}
+
+fn decode_base64(s: &str) -> Vec<u8> {
+    let val = |c: u8| -> u32 {
+        match c {
+            b'A'..=b'Z' => u32::from(c - b'A'),
+            b'a'..=b'z' => u32::from(c - b'a') + 26,
+            b'0'..=b'9' => u32::from(c - b'0') + 52,
+            b'+' => 62,
+            b'/' => 63,
+            _ => panic!("not base64: {c}"),
+        }
+    };
+    // kustomize wraps long values over several lines.
+    let s: Vec<u8> = s.bytes().filter(|c| !c.is_ascii_whitespace()).collect();
+    let mut out = Vec::new();
+    for chunk in s.chunks(4) {
+        let pad = chunk.iter().filter(|&&c| c == b'=').count();
+        let n = chunk
+            .iter()
+            .filter(|&&c| c != b'=')
+            .fold(0u32, |acc, &c| (acc << 6) | val(c))
+            << (6 * pad);
+        let bytes = [(n >> 16) as u8, (n >> 8) as u8, n as u8];
+        out.extend_from_slice(&bytes[..3 - pad]);
+    }
+    out
+}
