@@ -41,6 +41,44 @@ enum Command {
     New(NewArgs),
     /// Print the least-privilege RBAC (YAML) the plugins of a folder need.
     Rbac(RbacArgs),
+    /// GET a path of a running host's listener; exit 0 on 200 (for exec probes).
+    Probe(ProbeArgs),
+}
+
+#[derive(clap::Args, Debug)]
+struct ProbeArgs {
+    /// Path to GET, e.g. /readyz, /healthz or /metrics (printed on stdout).
+    path: String,
+    /// Listener address, HOST:PORT.
+    #[arg(
+        long,
+        conflicts_with = "addr_file",
+        required_unless_present = "addr_file"
+    )]
+    addr: Option<String>,
+    /// File holding the listener address (the host's --metrics-addr-file).
+    #[arg(long)]
+    addr_file: Option<PathBuf>,
+    /// Connect and read timeout.
+    #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
+    timeout: std::time::Duration,
+}
+
+fn probe(args: ProbeArgs) -> anyhow::Result<()> {
+    use kubewasm::telemetry::probe;
+    let addr = match (args.addr, args.addr_file) {
+        (Some(a), _) => a,
+        (None, Some(f)) => probe::read_addr_file(&f)?,
+        (None, None) => anyhow::bail!("pass --addr HOST:PORT or --addr-file FILE"),
+    };
+    let (code, body) = probe::get(&addr, &args.path, args.timeout)?;
+    if code != 200 {
+        anyhow::bail!("GET {} answered {code}: {}", args.path, body.trim());
+    }
+    if args.path == "/metrics" {
+        std::io::stdout().lock().write_all(body.as_bytes())?;
+    }
+    Ok(())
 }
 
 #[derive(clap::Args, Debug)]
@@ -151,6 +189,11 @@ struct RunArgs {
     /// `off` (default 0.0.0.0:9090; off with --until-idle).
     #[arg(long, env = "KUBEWASM_METRICS_ADDR")]
     metrics_addr: Option<MetricsAddr>,
+    /// Write the listener's bound address to this file (for `kubewasm probe
+    /// --addr-file` when several replicas share a host network and listen
+    /// on free ports).
+    #[arg(long, env = "KUBEWASM_METRICS_ADDR_FILE")]
+    metrics_addr_file: Option<PathBuf>,
     #[command(flatten)]
     election: ElectionArgs,
     /// How long SIGTERM waits for in-flight calls and actions [default: 20s].
@@ -244,6 +287,7 @@ async fn shutdown_signal() {
 }
 
 async fn run(args: RunArgs) -> anyhow::Result<()> {
+    let metrics_addr_file = args.metrics_addr_file.clone();
     let opts = args
         .settings()?
         .into_options(kubewasm::config::default_cluster_available())?;
@@ -251,6 +295,10 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     let telemetry = Telemetry::new(Identity::from_env());
     // Listening first: probes answer (not ready) while plugins compile.
     let server = MetricsServer::start(&opts.metrics_addr, telemetry.clone()).await?;
+    if let (Some(file), Some(server)) = (&metrics_addr_file, &server) {
+        kubewasm::telemetry::probe::write_addr_file(file, server.local_addr())
+            .with_context(|| format!("writing the listener address to {}", file.display()))?;
+    }
     let app = App::start_with(&opts, None, telemetry, cancel.clone())
         .await
         .context("cannot start kubewasm")?;
@@ -296,6 +344,7 @@ fn main() -> anyhow::Result<()> {
         .context("cannot start the async runtime")?;
     match cli.command {
         Command::Run(args) => rt.block_on(run(*args)),
+        Command::Probe(args) => probe(args),
         Command::New(args) => new_project(args),
         Command::Rbac(args) => rt.block_on(rbac(args)),
     }

@@ -4,8 +4,11 @@ go 1.25.0
 
 require (
 	go.etcd.io/etcd/server/v3 v3.6.5
+	k8s.io/apimachinery v0.35.8
+	k8s.io/client-go v0.35.8
 	k8s.io/component-base v0.35.8
 	k8s.io/kubernetes v1.35.8
+	sigs.k8s.io/yaml v1.6.0
 )
 
 require (
@@ -143,9 +146,7 @@ require (
 	gopkg.in/yaml.v3 v3.0.1 // indirect
 	k8s.io/api v0.35.8 // indirect
 	k8s.io/apiextensions-apiserver v0.0.0 // indirect
-	k8s.io/apimachinery v0.35.8 // indirect
 	k8s.io/apiserver v0.35.8 // indirect
-	k8s.io/client-go v0.35.8 // indirect
 	k8s.io/cloud-provider v0.35.8 // indirect
 	k8s.io/cluster-bootstrap v0.0.0 // indirect
 	k8s.io/component-helpers v0.35.8 // indirect
@@ -173,7 +174,6 @@ require (
 	sigs.k8s.io/json v0.0.0-20250730193827-2d320260d730 // indirect
 	sigs.k8s.io/randfill v1.0.0 // indirect
 	sigs.k8s.io/structured-merge-diff/v6 v6.3.0 // indirect
-	sigs.k8s.io/yaml v1.6.0 // indirect
 )
 
 replace k8s.io/api => k8s.io/api v0.35.8

@@ -74,6 +74,10 @@ func main() {
 			os.Exit(runKubeletChild(os.Args[2:]))
 		case "image":
 			os.Exit(runImage(os.Args[2:]))
+		case "apply":
+			os.Exit(runApply(os.Args[2:]))
+		case "get":
+			os.Exit(runGet(os.Args[2:]))
 		}
 	}
 	os.Exit(run())

@@ -10,6 +10,7 @@ pub mod events;
 pub mod identity;
 pub mod logging;
 pub mod metrics;
+pub mod probe;
 pub mod server;
 pub mod view;
 
