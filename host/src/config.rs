@@ -583,7 +583,7 @@ mod tests {
         // The listener: on by default, off for runs that end by themselves,
         // and a bad address is an error naming it.
         assert_eq!(
-            none.clone().into_options(false).unwrap().metrics_addr,
+            none.clone().into_options(true).unwrap().metrics_addr,
             MetricsAddr::Listen("0.0.0.0:9090".into())
         );
         let idle = RunSettings {
@@ -591,7 +591,7 @@ mod tests {
             ..none.clone()
         };
         assert_eq!(
-            idle.into_options(false).unwrap().metrics_addr,
+            idle.into_options(true).unwrap().metrics_addr,
             MetricsAddr::Off
         );
         let e = RunSettings::parse(
