@@ -176,7 +176,8 @@ fn until_idle_fails_naming_failed_loads_and_dead_letters_and_guest_output_reache
     );
     std::fs::write(plugins.join("broken.wasm"), b"not wasm at all").unwrap();
     let out = Command::new(kubewasm_bin())
-        .args(["run", "--until-idle", "--local"])
+        // The assertions read text log fields (`plugin=...`, `bytes=`).
+        .args(["--log-format", "text", "run", "--until-idle", "--local"])
         .arg(&cluster)
         .arg("--plugins")
         .arg(&plugins)

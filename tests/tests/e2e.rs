@@ -873,13 +873,21 @@ async fn probes_metrics_and_pod_identity_on_the_real_server() {
     let before = sample(&body, added).unwrap_or_else(|| panic!("no {added} in:\n{body}"));
     assert!(before >= 1.0, "{body}");
     create_cm(&api, ns, "b", "1").await;
-    let body = eventually("the new ConfigMap counted and delivered", WAIT, || async {
-        let body = http_get(addr, "/metrics").unwrap().2;
-        (sample(&body, added)? > before && sample(&body, delivered)? >= 3.0).then_some(body)
-    })
-    .await;
+    // A delivery is counted when the call returns, its actions when they
+    // are applied: wait for both.
     let created = "kubewasm_actions_total{plugin=\"recorder\",verb=\"create\",outcome=\"applied\"}";
-    assert!(sample(&body, created).unwrap_or(0.0) >= 3.0, "{body}");
+    let body = eventually(
+        "the new ConfigMap counted, delivered and acted on",
+        WAIT,
+        || async {
+            let body = http_get(addr, "/metrics").unwrap().2;
+            (sample(&body, added)? > before
+                && sample(&body, delivered)? >= 3.0
+                && sample(&body, created)? >= 3.0)
+                .then_some(body)
+        },
+    )
+    .await;
     assert!(body.contains("kubewasm_leader 1"), "{body}");
 
     let seen = wait_seen(&client, ns, |s| s.iter().any(|x| x.name == "b")).await;
