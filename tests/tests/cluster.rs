@@ -237,6 +237,70 @@ async fn deployment_is_ready_after_sync_leads_once_and_acts_with_its_rbac() {
         (sample(&body, series)? > before).then_some(())
     })
     .await;
+
+    // Updating the plugins ConfigMap reaches the running Pods through the
+    // kubelet's `..data` symlink swap: the new namespace-defaults version
+    // (a new quota) serves without a restart.
+    let mut cm = docs
+        .iter()
+        .find(|d| d["kind"] == "ConfigMap" && d["metadata"]["name"] == "kubewasm-plugins")
+        .unwrap()
+        .clone();
+    let sidecar = cm["data"]["namespace-defaults.yaml"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(sidecar.contains("pods: \"20\""), "{sidecar}");
+    cm["data"]["namespace-defaults.yaml"] = json!(sidecar.replace("pods: \"20\"", "pods: \"7\""));
+    let swapped = Instant::now();
+    apply_all(&client, &[cm]).await;
+    let ns3: Namespace = serde_json::from_value(json!({
+        "metadata": {"name": "tenant-c", "labels": {"kubewasm.io/defaults": "enabled"}}
+    }))
+    .unwrap();
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns3)
+        .await
+        .unwrap();
+    let quotas_c: Api<k8s_openapi::api::core::v1::ResourceQuota> =
+        Api::namespaced(client.clone(), "tenant-c");
+    eventually(
+        "the swapped plugin's quota in tenant-c",
+        TIMEOUT,
+        || async {
+            let q = quotas_c
+                .list(&ListParams::default())
+                .await
+                .ok()?
+                .items
+                .pop()?;
+            let pods = q.spec?.hard?.get("pods")?.0.clone();
+            (pods == "7").then_some(())
+        },
+    )
+    .await;
+    eprintln!("plugin ConfigMap update served in {:?}", swapped.elapsed());
+    let after = pods
+        .list(&ListParams::default().labels("app.kubernetes.io/name=kubewasm"))
+        .await
+        .unwrap()
+        .items;
+    for p in &after {
+        assert!(
+            names.contains(p.metadata.name.as_ref().unwrap()),
+            "a replica was replaced: {:?}",
+            p.metadata.name
+        );
+        let restarts = p
+            .status
+            .as_ref()
+            .unwrap()
+            .container_statuses
+            .as_ref()
+            .unwrap()[0]
+            .restart_count;
+        assert_eq!(restarts, 0, "the swap restarted {:?}", p.metadata.name);
+    }
 }
 
 /// RFC 3339 timestamps of the host's JSON logs, to the second.
