@@ -2,12 +2,13 @@
 //! the test control plane, namespaces, and reading the recorder plugin's
 //! view (Events it records) back from the API server.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, ServiceAccount};
 use kube::api::{Api, ListParams, PostParams};
 use serde_json::{Value, json};
 
@@ -261,8 +262,9 @@ impl Seen {
     }
 }
 
-/// The recorder's view in `ns`, in the order it saw it (per version).
-pub async fn recorded(client: &kube::Client, ns: &str) -> Vec<Seen> {
+/// The Events the recorder test plugin wrote in `ns` (events.k8s.io/v1,
+/// label `kubewasm.io/plugin=recorder`), unordered.
+pub async fn recorder_events(client: &kube::Client, ns: &str) -> Vec<kube::core::DynamicObject> {
     let ar = kube::core::ApiResource {
         group: "events.k8s.io".into(),
         version: "v1".into(),
@@ -271,12 +273,62 @@ pub async fn recorded(client: &kube::Client, ns: &str) -> Vec<Seen> {
         plural: "events".into(),
     };
     let api: Api<kube::core::DynamicObject> = Api::namespaced_with(client.clone(), ns, &ar);
-    let list = api
-        .list(&ListParams::default().labels("kubewasm.io/plugin=recorder"))
+    api.list(&ListParams::default().labels("kubewasm.io/plugin=recorder"))
         .await
-        .unwrap();
-    let mut out: Vec<Seen> = list
+        .unwrap()
         .items
+}
+
+/// What a plugin believes exists (name -> resourceVersion), replaying its
+/// deltas `(type, name, rv)` in order.
+pub fn replay_view<'a>(
+    deltas: impl IntoIterator<Item = (&'a str, &'a str, &'a str)>,
+) -> BTreeMap<String, String> {
+    let mut state = BTreeMap::new();
+    for (delta, name, rv) in deltas {
+        match delta {
+            "added" | "updated" => {
+                state.insert(name.to_owned(), rv.to_owned());
+            }
+            "deleted" => {
+                state.remove(name);
+            }
+            _ => {}
+        }
+    }
+    state
+}
+
+/// What the server holds (name -> resourceVersion) of the ConfigMaps `api`
+/// lists.
+pub async fn configmap_versions(api: &Api<ConfigMap>) -> BTreeMap<String, String> {
+    api.list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|c| {
+            (
+                c.metadata.name.unwrap(),
+                c.metadata.resource_version.unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// The field managers in an object's managedFields.
+pub fn field_managers(meta: &kube::api::ObjectMeta) -> Vec<String> {
+    meta.managed_fields
+        .iter()
+        .flatten()
+        .filter_map(|m| m.manager.clone())
+        .collect()
+}
+
+/// The recorder's view in `ns`, in the order it saw it (per version).
+pub async fn recorded(client: &kube::Client, ns: &str) -> Vec<Seen> {
+    let mut out: Vec<Seen> = recorder_events(client, ns)
+        .await
         .iter()
         .filter_map(|e| {
             let note: Value = serde_json::from_str(e.data["note"].as_str()?).ok()?;

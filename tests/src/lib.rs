@@ -6,6 +6,8 @@ pub mod controlplane;
 
 pub mod e2e;
 
+pub mod manifests;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Arc, OnceLock};

@@ -18,7 +18,8 @@ use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::{Api, DynamicObject, ListParams, LogParams, Patch, PatchParams, PostParams};
 use kube::discovery::{Discovery, Scope};
 use kubewasm_tests::controlplane::ControlPlane;
-use kubewasm_tests::e2e::{eventually, http_get, sample};
+use kubewasm_tests::e2e::{eventually, field_managers, http_get, sample};
+use kubewasm_tests::manifests::{docs, kustomize};
 use kubewasm_tests::repo_root;
 use serde_json::json;
 
@@ -36,25 +37,6 @@ fn run(cmd: &mut Command, what: &str) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// `kubectl kustomize` when kubectl is there, else `kustomize build`
-/// (scripts/setup.sh installs one of them).
-fn kustomize(dir: &std::path::Path) -> String {
-    let mut cmd = if Command::new("kubectl")
-        .args(["version", "--client"])
-        .output()
-        .is_ok_and(|o| o.status.success())
-    {
-        let mut c = Command::new("kubectl");
-        c.arg("kustomize");
-        c
-    } else {
-        let mut c = Command::new("kustomize");
-        c.arg("build");
-        c
-    };
-    run(cmd.arg(dir), "rendering the single-node overlay")
 }
 
 /// Applies every document server-side, as `kubectl apply --server-side`.
@@ -119,10 +101,7 @@ async fn deployment_is_ready_after_sync_leads_once_and_acts_with_its_rbac() {
     );
     let rendered = kustomize(&root.join("deploy/examples/single-node"))
         .replace("APISERVER_PORT", &format!("\"{}\"", cp.port()));
-    let docs: Vec<serde_json::Value> = serde_yaml_ng::Deserializer::from_str(&rendered)
-        .map(|d| <serde_json::Value as serde::Deserialize>::deserialize(d).unwrap())
-        .filter(|v: &serde_json::Value| !v.is_null())
-        .collect();
+    let docs = docs(&rendered);
     assert!(docs.iter().any(|d| d["kind"] == "Deployment"));
     let client = cp.admin_client().await;
     let applied = Instant::now();
@@ -203,13 +182,7 @@ async fn deployment_is_ready_after_sync_leads_once_and_acts_with_its_rbac() {
         quotas.list(&ListParams::default()).await.ok()?.items.pop()
     })
     .await;
-    let managers: Vec<String> = quota
-        .metadata
-        .managed_fields
-        .unwrap_or_default()
-        .into_iter()
-        .filter_map(|m| m.manager)
-        .collect();
+    let managers = field_managers(&quota.metadata);
     assert!(
         managers.contains(&"kubewasm/namespace-defaults".to_owned()),
         "{managers:?}"

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use kubewasm_tests::e2e::kubewasm_bin;
+use kubewasm_tests::manifests::{docs, kustomize};
 use kubewasm_tests::{plugin_artifacts, repo_root};
 use serde_json::Value;
 
@@ -54,13 +55,6 @@ fn rbac(plugins: &Path, cache: &Path, extra: &[&str]) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8(out.stdout).unwrap()
-}
-
-fn docs(yaml: &str) -> Vec<Value> {
-    serde_yaml_ng::Deserializer::from_str(yaml)
-        .map(|d| serde::Deserialize::deserialize(d).unwrap())
-        .filter(|v: &Value| !v.is_null())
-        .collect()
 }
 
 fn find<'a>(docs: &'a [Value], kind: &str, name: &str) -> &'a Value {
@@ -255,38 +249,6 @@ fn rbac_names_a_kind_it_cannot_resolve_offline_and_how_to_fix_it() {
         Some("get,list,watch"),
         "{generated}"
     );
-}
-
-/// `kubectl kustomize`, else a `kustomize` binary (scripts/setup.sh
-/// installs one when kubectl is missing).
-fn kustomize(dir: &Path) -> String {
-    let runs = |bin: &str, args: &[&str]| {
-        Command::new(bin)
-            .args(args)
-            .output()
-            .is_ok_and(|o| o.status.success())
-    };
-    let mut cmd = if runs("kubectl", &["version", "--client"]) {
-        let mut c = Command::new("kubectl");
-        c.arg("kustomize");
-        c
-    } else if runs("kustomize", &["version"]) {
-        let mut c = Command::new("kustomize");
-        c.arg("build");
-        c
-    } else {
-        panic!(
-            "neither kubectl nor kustomize is on PATH: run scripts/setup.sh (it installs kustomize from the Go module proxy)"
-        );
-    };
-    let out = cmd.arg(dir).output().unwrap();
-    assert!(
-        out.status.success(),
-        "rendering {} failed: {}",
-        dir.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
 }
 
 /// A copy of deploy/ with the built plugins in place of the .wasm outputs.

@@ -58,34 +58,10 @@ async fn wait_seen(client: &kube::Client, ns: &str, until: impl Fn(&[Seen]) -> b
 
 /// What the plugin believes exists (name -> rv), replaying its deltas.
 fn view(seen: &[Seen]) -> BTreeMap<String, String> {
-    let mut state = BTreeMap::new();
-    for s in seen {
-        match s.delta.as_str() {
-            "added" | "updated" => {
-                state.insert(s.name.clone(), s.rv.clone());
-            }
-            "deleted" => {
-                state.remove(&s.name);
-            }
-            _ => {}
-        }
-    }
-    state
-}
-
-async fn server_state(api: &Api<ConfigMap>) -> BTreeMap<String, String> {
-    api.list(&Default::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .map(|c| {
-            (
-                c.metadata.name.unwrap(),
-                c.metadata.resource_version.unwrap(),
-            )
-        })
-        .collect()
+    replay_view(
+        seen.iter()
+            .map(|s| (s.delta.as_str(), s.name.as_str(), s.rv.as_str())),
+    )
 }
 
 #[tokio::test]
@@ -124,7 +100,7 @@ async fn initial_list_synced_then_live_deltas_with_old_and_new() {
         (rv_a2.as_str(), rv_a.as_str())
     );
     assert_eq!(seen[5].rv, rv_c);
-    assert_eq!(view(&seen), server_state(&api).await);
+    assert_eq!(view(&seen), configmap_versions(&api).await);
     assert!(host.stop().success(), "the host exits 0 on SIGTERM");
 }
 
@@ -181,13 +157,7 @@ async fn example_plugins_write_to_the_server() {
         policies.get_opt("default-deny").await.unwrap()
     })
     .await;
-    let managers: Vec<String> = policy
-        .metadata
-        .managed_fields
-        .unwrap_or_default()
-        .into_iter()
-        .filter_map(|m| m.manager)
-        .collect();
+    let managers = field_managers(&policy.metadata);
     assert!(
         managers.contains(&"kubewasm/namespace-defaults".to_owned()),
         "{managers:?}"
@@ -457,7 +427,7 @@ async fn hot_reload_under_churn_loses_and_duplicates_nothing() {
     std::fs::write(&tmp, &bytes).unwrap();
     std::fs::rename(&tmp, host.plugins.path().join("recorder.wasm")).unwrap();
     churn.await.unwrap();
-    let server = server_state(&api).await;
+    let server = configmap_versions(&api).await;
 
     let seen = eventually("two versions, the new one caught up", WAIT, || async {
         let seen = recorded(&client, ns).await;
@@ -657,7 +627,7 @@ async fn api_server_restart_mid_stream_loses_no_delta() {
     let client = cp.admin_client().await;
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
     churn(&api, ns).await;
-    let server = server_state(&api).await;
+    let server = configmap_versions(&api).await;
     let seen = eventually("the plugin's view to equal the server's", WAIT, || async {
         let seen = recorded(&client, ns).await;
         (view(&seen) == server).then_some(seen)
@@ -703,7 +673,7 @@ async fn gone_410_relists_and_reports_missed_deletions_as_final_state_unknown() 
     // ...by when compaction has passed its last resourceVersion.
     tokio::time::sleep(Duration::from_secs(5)).await;
     host.resume();
-    let server = server_state(&api).await;
+    let server = configmap_versions(&api).await;
     let seen = eventually(
         "the plugin's view to equal the server's after a relist",
         WAIT,
@@ -806,13 +776,7 @@ async fn javascript_and_python_plugins_act_on_the_real_server() {
         )
         .await;
         assert_eq!(copy.data.unwrap()["k"], "1");
-        let managers: Vec<String> = copy
-            .metadata
-            .managed_fields
-            .unwrap_or_default()
-            .into_iter()
-            .filter_map(|m| m.manager)
-            .collect();
+        let managers = field_managers(&copy.metadata);
         assert!(
             managers.contains(&format!("kubewasm/{lang}-config-replicator")),
             "{managers:?}"
@@ -892,20 +856,9 @@ async fn probes_metrics_and_pod_identity_on_the_real_server() {
 
     let seen = wait_seen(&client, ns, |s| s.iter().any(|x| x.name == "b")).await;
     assert!(!seen.is_empty());
-    let ar = kube::core::ApiResource {
-        group: "events.k8s.io".into(),
-        version: "v1".into(),
-        api_version: "events.k8s.io/v1".into(),
-        kind: "Event".into(),
-        plural: "events".into(),
-    };
-    let events: Api<kube::core::DynamicObject> = Api::namespaced_with(client.clone(), ns, &ar);
-    let list = events
-        .list(&kube::api::ListParams::default().labels("kubewasm.io/plugin=recorder"))
-        .await
-        .unwrap();
-    assert!(!list.items.is_empty());
-    for e in &list.items {
+    let events = recorder_events(&client, ns).await;
+    assert!(!events.is_empty());
+    for e in &events {
         assert_eq!(e.data["reportingInstance"], "kubewasm-7c9d-x2/recorder");
     }
     assert!(host.stop().success(), "the host exits 0 on SIGTERM");

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kubewasm_tests::controlplane::ControlPlane;
 use kubewasm_tests::e2e::*;
 use kubewasm_tests::install;
@@ -56,20 +56,8 @@ struct Written {
 }
 
 async fn written(client: &kube::Client, ns: &str) -> Vec<Written> {
-    let ar = kube::core::ApiResource {
-        group: "events.k8s.io".into(),
-        version: "v1".into(),
-        api_version: "events.k8s.io/v1".into(),
-        kind: "Event".into(),
-        plural: "events".into(),
-    };
-    let api: Api<kube::core::DynamicObject> = Api::namespaced_with(client.clone(), ns, &ar);
-    let list = api
-        .list(&ListParams::default().labels("kubewasm.io/plugin=recorder"))
+    let mut out: Vec<Written> = recorder_events(client, ns)
         .await
-        .unwrap();
-    let mut out: Vec<Written> = list
-        .items
         .iter()
         .map(|e| {
             let note: Value = serde_json::from_str(e.data["note"].as_str().unwrap()).unwrap();
@@ -90,34 +78,7 @@ async fn written(client: &kube::Client, ns: &str) -> Vec<Written> {
 
 /// The plugin's belief (name -> rv) from one replica's deltas, in order.
 fn view<'a>(ws: impl Iterator<Item = &'a Written>) -> BTreeMap<String, String> {
-    let mut state = BTreeMap::new();
-    for w in ws {
-        match w.delta.as_str() {
-            "added" | "updated" => {
-                state.insert(w.name.clone(), w.rv.clone());
-            }
-            "deleted" => {
-                state.remove(&w.name);
-            }
-            _ => {}
-        }
-    }
-    state
-}
-
-async fn server_state(api: &Api<ConfigMap>) -> BTreeMap<String, String> {
-    api.list(&Default::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .map(|c| {
-            (
-                c.metadata.name.unwrap(),
-                c.metadata.resource_version.unwrap(),
-            )
-        })
-        .collect()
+    replay_view(ws.map(|w| (w.delta.as_str(), w.name.as_str(), w.rv.as_str())))
 }
 
 async fn holder(leases: &Api<Lease>) -> Option<String> {
@@ -227,7 +188,7 @@ async fn one_of_two_replicas_leads_and_a_killed_leader_fails_over_within_the_lea
     churn.await.unwrap();
 
     // The new leader's view, from its replay and live deltas, is the server's.
-    let server = server_state(&api).await;
+    let server = configmap_versions(&api).await;
     let ws = eventually("the new leader's view equals the server", WAIT, || async {
         let ws = written(&client, ns).await;
         let mine = ws.iter().filter(|w| w.instance.starts_with(fid));
@@ -297,7 +258,7 @@ async fn sigterm_drains_releases_the_lease_and_the_follower_takes_over_at_once()
 
     // The new leader acts; the old one wrote nothing after it exited.
     create_cms(&api, ns, std::iter::once("after".to_owned())).await;
-    let server = server_state(&api).await;
+    let server = configmap_versions(&api).await;
     let ws = eventually("the new leader's view equals the server", WAIT, || async {
         let ws = written(&client, ns).await;
         let mine = ws.iter().filter(|w| w.instance.starts_with("lease-term-b"));

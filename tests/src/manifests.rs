@@ -1,0 +1,47 @@
+//! Rendering and reading manifests: `kubectl kustomize` (or a `kustomize`
+//! binary) and multi-document YAML as JSON values.
+
+use std::path::Path;
+use std::process::Command;
+
+use serde_json::Value;
+
+/// `kubectl kustomize`, else a `kustomize` binary (scripts/setup.sh
+/// installs one when kubectl is missing).
+pub fn kustomize(dir: &Path) -> String {
+    let runs = |bin: &str, args: &[&str]| {
+        Command::new(bin)
+            .args(args)
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    let mut cmd = if runs("kubectl", &["version", "--client"]) {
+        let mut c = Command::new("kubectl");
+        c.arg("kustomize");
+        c
+    } else if runs("kustomize", &["version"]) {
+        let mut c = Command::new("kustomize");
+        c.arg("build");
+        c
+    } else {
+        panic!(
+            "neither kubectl nor kustomize is on PATH: run scripts/setup.sh (it installs kustomize from the Go module proxy)"
+        );
+    };
+    let out = cmd.arg(dir).output().unwrap();
+    assert!(
+        out.status.success(),
+        "rendering {} failed: {}",
+        dir.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// The documents of a multi-document YAML stream (empty ones dropped).
+pub fn docs(yaml: &str) -> Vec<Value> {
+    serde_yaml_ng::Deserializer::from_str(yaml)
+        .map(|d| serde::Deserialize::deserialize(d).unwrap())
+        .filter(|v: &Value| !v.is_null())
+        .collect()
+}
