@@ -61,7 +61,7 @@ pub struct Environment {
     pub kubeconfig_env: bool,
     /// `KUBERNETES_SERVICE_HOST` is set: running in a Pod.
     pub in_cluster: bool,
-    /// Lease holder identity (`POD_NAME`, else `HOSTNAME_PID`).
+    /// Lease holder identity (`POD_NAME_<suffix>`, else `HOSTNAME_<suffix>`).
     pub identity: String,
     /// `POD_NAMESPACE`, else the service account's namespace file.
     pub namespace: Option<String>,
@@ -72,7 +72,7 @@ impl Environment {
         Self {
             kubeconfig_env: std::env::var_os("KUBECONFIG").is_some(),
             in_cluster: std::env::var_os("KUBERNETES_SERVICE_HOST").is_some(),
-            identity: crate::telemetry::identity::instance(),
+            identity: crate::telemetry::identity::holder_identity(),
             namespace: crate::telemetry::identity::pod_namespace(),
         }
     }

@@ -56,6 +56,7 @@ pub struct ControlPlaneBuilder {
     verbosity: u32,
     apiserver_args: Vec<String>,
     node: bool,
+    audit: bool,
 }
 
 impl Default for ControlPlaneBuilder {
@@ -66,6 +67,7 @@ impl Default for ControlPlaneBuilder {
             verbosity: 0,
             apiserver_args: Vec::new(),
             node: false,
+            audit: false,
         }
     }
 }
@@ -96,6 +98,15 @@ impl ControlPlaneBuilder {
     /// An extra kube-apiserver flag, e.g. `--runtime-config=api/all=true`.
     pub fn apiserver_arg(mut self, arg: impl Into<String>) -> Self {
         self.apiserver_args.push(arg.into());
+        self
+    }
+
+    /// The API server's audit log of every write (create, update, patch,
+    /// delete, at level Metadata: who, which Pod's token, what, when),
+    /// read with [`ControlPlane::audit_writes`]. How a test tells which
+    /// replica made a write: a bound ServiceAccount token names its Pod.
+    pub fn audit(mut self, on: bool) -> Self {
+        self.audit = on;
         self
     }
 
@@ -146,6 +157,22 @@ impl ControlPlaneBuilder {
         }
         for a in &self.apiserver_args {
             cmd.arg(format!("--apiserver-arg={a}"));
+        }
+        if self.audit {
+            let policy = root.path().join(AUDIT_POLICY_FILE);
+            std::fs::write(&policy, AUDIT_POLICY)
+                .with_context(|| format!("writing {}", policy.display()))?;
+            cmd.arg(format!(
+                "--apiserver-arg=--audit-policy-file={}",
+                policy.display()
+            ))
+            .arg(format!(
+                "--apiserver-arg=--audit-log-path={}",
+                root.path().join(AUDIT_LOG).display()
+            ))
+            .arg("--apiserver-arg=--audit-log-format=json")
+            // Written as each request completes, not batched.
+            .arg("--apiserver-arg=--audit-log-mode=blocking");
         }
         if self.node {
             cmd.arg("--node");
@@ -283,6 +310,36 @@ struct NodeInfo {
     containerd_socket: PathBuf,
 }
 
+/// [`ControlPlaneBuilder::audit`]'s files in the state folder.
+const AUDIT_POLICY_FILE: &str = "audit-policy.yaml";
+const AUDIT_LOG: &str = "audit.log";
+/// Writes only, once each (when the response is complete).
+const AUDIT_POLICY: &str = r#"apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived, ResponseStarted, Panic]
+rules:
+  - level: Metadata
+    verbs: [create, update, patch, delete, deletecollection]
+  - level: None
+"#;
+
+/// One write request from the API server's audit log.
+#[derive(Debug, Clone)]
+pub struct AuditWrite {
+    /// When the server received it.
+    pub at: k8s_openapi::jiff::Timestamp,
+    pub user: String,
+    /// The Pod whose bound ServiceAccount token made it, if any.
+    pub pod: Option<String>,
+    pub verb: String,
+    /// `resource` or `resource/subresource`, with `group/` before it
+    /// outside the core group.
+    pub resource: String,
+    pub namespace: Option<String>,
+    pub name: Option<String>,
+    pub code: Option<u16>,
+}
+
 /// The components' log files in the state folder, in start order.
 pub const COMPONENT_LOGS: [&str; 6] = [
     "etcd.log",
@@ -384,6 +441,40 @@ impl ControlPlane {
             bail!(
                 "ctr images import {} failed ({}): {}",
                 archive.display(),
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        Ok(())
+    }
+
+    /// Kills a container abruptly (SIGKILL through containerd, as an OOM
+    /// kill or a crash would end it); `id` is the Pod status's
+    /// `containerID` with or without its `containerd://` prefix. The
+    /// kubelet sees it exit and restarts it per the Pod's restart policy.
+    pub fn kill_container(&self, id: &str) -> anyhow::Result<()> {
+        let node = self
+            .node
+            .as_ref()
+            .context("kill_container needs node mode (ControlPlane::builder().node(true))")?;
+        let id = id.strip_prefix("containerd://").unwrap_or(id);
+        let out = Command::new("ctr")
+            .arg("--address")
+            .arg(&node.containerd_socket)
+            .args([
+                "--namespace",
+                "k8s.io",
+                "tasks",
+                "kill",
+                "--signal",
+                "SIGKILL",
+                id,
+            ])
+            .output()
+            .context("running ctr (Debian package containerd)")?;
+        if !out.status.success() {
+            bail!(
+                "ctr tasks kill {id} failed ({}): {}",
                 out.status,
                 String::from_utf8_lossy(&out.stderr).trim()
             );
@@ -500,6 +591,53 @@ impl ControlPlane {
             Dir::Temp(t) => t.path(),
             Dir::Kept(p) => p,
         }
+    }
+
+    /// Every write in the audit log so far, in the order the server
+    /// completed them (needs [`ControlPlaneBuilder::audit`]).
+    pub fn audit_writes(&self) -> anyhow::Result<Vec<AuditWrite>> {
+        let path = self.dir().join(AUDIT_LOG);
+        let text = std::fs::read_to_string(&path).with_context(|| {
+            format!(
+                "reading {} (start the control plane with .audit(true))",
+                path.display()
+            )
+        })?;
+        let mut out = Vec::new();
+        // The last line may be half-written while the server runs.
+        for line in text.lines() {
+            let Ok(e) = serde_json::from_str::<serde_json::Value>(line) else {
+                continue;
+            };
+            let str_of = |v: &serde_json::Value| v.as_str().map(str::to_owned);
+            let r = &e["objectRef"];
+            let mut resource = str_of(&r["resource"]).unwrap_or_default();
+            if let Some(sub) = r["subresource"].as_str() {
+                resource = format!("{resource}/{sub}");
+            }
+            if let Some(g) = r["apiGroup"].as_str().filter(|g| !g.is_empty()) {
+                resource = format!("{g}/{resource}");
+            }
+            let at = e["requestReceivedTimestamp"]
+                .as_str()
+                .and_then(|t| t.parse().ok())
+                .with_context(|| format!("audit event without a timestamp: {line}"))?;
+            out.push(AuditWrite {
+                at,
+                user: str_of(&e["user"]["username"]).unwrap_or_default(),
+                pod: e["user"]["extra"]["authentication.kubernetes.io/pod-name"][0]
+                    .as_str()
+                    .map(str::to_owned),
+                verb: str_of(&e["verb"]).unwrap_or_default(),
+                resource,
+                namespace: str_of(&r["namespace"]),
+                name: str_of(&r["name"]),
+                code: e["responseStatus"]["code"]
+                    .as_u64()
+                    .and_then(|c| u16::try_from(c).ok()),
+            });
+        }
+        Ok(out)
     }
 
     /// The non-admin user's name, for RoleBinding subjects.

@@ -246,6 +246,8 @@ pub struct Seen {
     pub old_rv: String,
     pub initial: bool,
     pub unknown: bool,
+    /// The Event's `reportingInstance`: `<pod or host>/recorder`.
+    pub instance: String,
 }
 
 impl Seen {
@@ -341,6 +343,10 @@ pub async fn recorded(client: &kube::Client, ns: &str) -> Vec<Seen> {
                 old_rv: note["oldRv"].as_str()?.to_owned(),
                 initial: note["initial"].as_bool()?,
                 unknown: note["unknown"].as_bool()?,
+                instance: e.data["reportingInstance"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
             })
         })
         .collect();

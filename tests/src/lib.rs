@@ -6,6 +6,8 @@ pub mod controlplane;
 
 pub mod e2e;
 
+pub mod incluster;
+
 pub mod manifests;
 
 use std::path::{Path, PathBuf};

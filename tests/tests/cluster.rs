@@ -8,112 +8,38 @@
 //! change.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::PathBuf;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
-use kube::api::{Api, DynamicObject, ListParams, LogParams, Patch, PatchParams, PostParams};
-use kube::discovery::{Discovery, Scope};
+use kube::api::{Api, ListParams, LogParams, PostParams};
 use kubewasm_tests::controlplane::ControlPlane;
 use kubewasm_tests::e2e::{eventually, field_managers, http_get, sample};
-use kubewasm_tests::manifests::{docs, kustomize};
-use kubewasm_tests::repo_root;
+use kubewasm_tests::incluster::{
+    NS, SELECTOR, apply_all, build_and_import_image, container_memory, holder_pod, lease_holder,
+    metrics_addr, single_node_docs, wait_available,
+};
 use serde_json::json;
 
-const NS: &str = "kubewasm";
 /// Image build (a warm release build), Pod start, plugin compile.
 const TIMEOUT: Duration = Duration::from_secs(300);
-
-fn run(cmd: &mut Command, what: &str) -> String {
-    let out = cmd.output().unwrap_or_else(|e| panic!("{what}: {e}"));
-    assert!(
-        out.status.success(),
-        "{what} failed ({}):\n{}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// Applies every document server-side, as `kubectl apply --server-side`.
-async fn apply_all(client: &kube::Client, docs: &[serde_json::Value]) {
-    let discovery = Discovery::new(client.clone()).run().await.unwrap();
-    let pp = PatchParams::apply("kubewasm-e2e").force();
-    for doc in docs {
-        let gvk = kube::core::GroupVersionKind::try_from(
-            &serde_json::from_value::<kube::core::TypeMeta>(doc.clone()).unwrap(),
-        )
-        .unwrap();
-        let (ar, caps) = discovery
-            .resolve_gvk(&gvk)
-            .unwrap_or_else(|| panic!("unknown kind {gvk:?}"));
-        let name = doc["metadata"]["name"].as_str().unwrap();
-        let api: Api<DynamicObject> = match caps.scope {
-            Scope::Namespaced => Api::namespaced_with(
-                client.clone(),
-                doc["metadata"]["namespace"].as_str().unwrap_or("default"),
-                &ar,
-            ),
-            Scope::Cluster => Api::all_with(client.clone(), &ar),
-        };
-        api.patch(name, &pp, &Patch::Apply(doc))
-            .await
-            .unwrap_or_else(|e| panic!("applying {gvk:?} {name}: {e}"));
-    }
-}
-
-/// The listener address a Pod recorded in its emptyDir: the test runs on
-/// the node, so it reads the kubelet's volume directly.
-fn metrics_addr(cp: &ControlPlane, pod_uid: &str) -> Option<std::net::SocketAddr> {
-    let file: PathBuf = cp.dir().join(format!(
-        "node/kubelet/pods/{pod_uid}/volumes/kubernetes.io~empty-dir/compile-cache/metrics-addr"
-    ));
-    std::fs::read_to_string(file).ok()?.trim().parse().ok()
-}
 
 #[tokio::test]
 async fn deployment_is_ready_after_sync_leads_once_and_acts_with_its_rbac() {
     let cp = ControlPlane::shared_node();
     let _logs = cp.logs_on_failure();
-    let root = repo_root();
 
     // The image, from the Containerfile's offline stage, imported.
-    let started = Instant::now();
-    let archive = cp.dir().join("kubewasm-image.tar");
-    run(
-        Command::new("bash")
-            .arg(root.join("scripts/image.sh"))
-            .arg(&archive)
-            .env("IMAGE_ARCHIVE", "docker-archive"),
-        "scripts/image.sh",
-    );
-    cp.load_image(&archive).unwrap();
-    eprintln!("image built and imported in {:?}", started.elapsed());
+    let took = build_and_import_image(cp);
+    eprintln!("image built and imported in {took:?}");
 
     // The overlay, with the API server's port, applied server-side.
-    run(
-        Command::new("bash").arg(root.join("scripts/deploy-plugins.sh")),
-        "scripts/deploy-plugins.sh",
-    );
-    let rendered = kustomize(&root.join("deploy/examples/single-node"))
-        .replace("APISERVER_PORT", &format!("\"{}\"", cp.port()));
-    let docs = docs(&rendered);
-    assert!(docs.iter().any(|d| d["kind"] == "Deployment"));
+    let docs = single_node_docs(cp);
     let client = cp.admin_client().await;
     let applied = Instant::now();
     apply_all(&client, &docs).await;
 
     // Two replicas, Ready.
-    let deployments: Api<Deployment> = Api::namespaced(client.clone(), NS);
-    eventually("2 available kubewasm replicas", TIMEOUT, || async {
-        let d = deployments.get("kubewasm").await.ok()?;
-        (d.status?.available_replicas? == 2).then_some(())
-    })
-    .await;
+    wait_available(&client, 2, TIMEOUT).await;
     eprintln!(
         "kubectl apply -k to 2 Ready replicas: {:?}",
         applied.elapsed()
@@ -155,12 +81,19 @@ async fn deployment_is_ready_after_sync_leads_once_and_acts_with_its_rbac() {
         );
     }
 
+    // Memory of each replica after sync, as the kubelet measures it.
+    for (pod, working_set, rss) in container_memory(&client).await {
+        eprintln!(
+            "{pod} after sync: working set {:.1} MiB, RSS {:.1} MiB",
+            working_set as f64 / 1048576.0,
+            rss as f64 / 1048576.0
+        );
+        assert!(rss > 0, "{pod}: no RSS measured");
+    }
+
     // Exactly one holds the Lease.
-    let leases: Api<Lease> = Api::namespaced(client.clone(), NS);
-    let holder = eventually("a lease holder", TIMEOUT, || async {
-        leases.get("kubewasm").await.ok()?.spec?.holder_identity
-    })
-    .await;
+    let identity = eventually("a lease holder", TIMEOUT, || lease_holder(&client)).await;
+    let holder = holder_pod(&identity).to_owned();
     let names: Vec<String> = running
         .iter()
         .map(|p| p.metadata.name.clone().unwrap())
@@ -274,6 +207,123 @@ async fn deployment_is_ready_after_sync_leads_once_and_acts_with_its_rbac() {
             .restart_count;
         assert_eq!(restarts, 0, "the swap restarted {:?}", p.metadata.name);
     }
+
+    // An action outside the RBAC is refused by the API server and
+    // reported, and the host carries on: the operator narrows the
+    // ClusterRole so that namespace-defaults may read NetworkPolicies but
+    // no longer write them.
+    let role = docs
+        .iter()
+        .find(|d| d["kind"] == "ClusterRole" && d["metadata"]["name"] == "kubewasm")
+        .unwrap()
+        .clone();
+    let mut narrowed = role.clone();
+    let mut narrowed_rules = 0;
+    for rule in narrowed["rules"].as_array_mut().unwrap() {
+        if rule["resources"] == json!(["networkpolicies"]) {
+            rule["verbs"] = json!(["get", "list", "watch"]);
+            narrowed_rules += 1;
+        }
+    }
+    assert_eq!(narrowed_rules, 1, "{role}");
+    apply_all(&client, &[narrowed]).await;
+    eventually("the narrowed role in force", TIMEOUT, || async {
+        (!may(&client, "patch", "networking.k8s.io", "networkpolicies").await).then_some(())
+    })
+    .await;
+    let refused_series =
+        "kubewasm_actions_total{plugin=\"namespace-defaults\",verb=\"patch\",outcome=\"failed\"}";
+    let refused_before =
+        sample(&http_get(addr, "/metrics").unwrap().2, refused_series).unwrap_or(0.0);
+    let ns4: Namespace = serde_json::from_value(json!({
+        "metadata": {"name": "tenant-d", "labels": {"kubewasm.io/defaults": "enabled"}}
+    }))
+    .unwrap();
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns4)
+        .await
+        .unwrap();
+    eventually("the refused write counted", TIMEOUT, || async {
+        let (_, _, body) = http_get(addr, "/metrics").ok()?;
+        (sample(&body, refused_series)? > refused_before).then_some(())
+    })
+    .await;
+    let leader_name = leader.metadata.name.clone().unwrap();
+    let refusal = eventually("the refusal in the leader's log", TIMEOUT, || async {
+        let logs = pods.logs(&leader_name, &LogParams::default()).await.ok()?;
+        logs.lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .find(|v| {
+                v["fields"]["plugin"] == "namespace-defaults"
+                    && v["level"] == "ERROR"
+                    && v.to_string().contains("tenant-d")
+                    && v.to_string().contains("networkpolicies")
+            })
+    })
+    .await;
+    let text = refusal.to_string();
+    assert!(
+        text.contains("forbidden"),
+        "the refusal names its cause: {text}"
+    );
+    eprintln!("refused write reported: {text}");
+    // The host carries on: config-replicator still acts (a new tenant gets
+    // the copies of a source), and no replica restarted.
+    let ns5: Namespace = serde_json::from_value(json!({
+        "metadata": {"name": "tenant-e", "labels": {"tenant": "yes"}}
+    }))
+    .unwrap();
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns5)
+        .await
+        .unwrap();
+    let source: k8s_openapi::api::core::v1::ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": "shared-ca", "namespace": "tenant-b", "labels": {"kubewasm.io/replicate": "true"}},
+        "data": {"ca.crt": "PEM"}
+    }))
+    .unwrap();
+    Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), "tenant-b")
+        .create(&PostParams::default(), &source)
+        .await
+        .unwrap();
+    let copies: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::namespaced(client.clone(), "tenant-e");
+    eventually(
+        "config-replicator's copy after the refusal",
+        TIMEOUT,
+        || async { copies.get("shared-ca").await.ok() },
+    )
+    .await;
+    for p in pods
+        .list(&ListParams::default().labels(SELECTOR))
+        .await
+        .unwrap()
+        .items
+    {
+        let status = p.status.unwrap();
+        assert_eq!(status.container_statuses.unwrap()[0].restart_count, 0);
+    }
+    apply_all(&client, &[role]).await;
+}
+
+/// Whether the host's ServiceAccount may `verb` `resource` cluster-wide,
+/// as the API server's authorizer says now.
+async fn may(client: &kube::Client, verb: &str, group: &str, resource: &str) -> bool {
+    use k8s_openapi::api::authorization::v1::SubjectAccessReview;
+    let review: SubjectAccessReview = serde_json::from_value(json!({
+        "spec": {
+            "user": "system:serviceaccount:kubewasm:kubewasm",
+            "groups": ["system:serviceaccounts", "system:serviceaccounts:kubewasm", "system:authenticated"],
+            "resourceAttributes": {"verb": verb, "group": group, "resource": resource, "namespace": "probe"}
+        }
+    }))
+    .unwrap();
+    Api::<SubjectAccessReview>::all(client.clone())
+        .create(&PostParams::default(), &review)
+        .await
+        .unwrap()
+        .status
+        .is_some_and(|s| s.allowed)
 }
 
 /// RFC 3339 timestamps of the host's JSON logs, to the second.

@@ -88,6 +88,11 @@ async fn holder(leases: &Api<Lease>) -> Option<String> {
         .unwrap()
         .and_then(|l| l.spec?.holder_identity)
         .filter(|h| !h.is_empty())
+        // `<POD_NAME>_<per-process suffix>`: the replica's name.
+        .map(|h| {
+            h.rsplit_once('_')
+                .map_or(h.clone(), |(pod, _)| pod.to_owned())
+        })
 }
 
 async fn create_cms(api: &Api<ConfigMap>, ns: &str, names: impl Iterator<Item = String>) {

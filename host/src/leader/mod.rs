@@ -89,7 +89,7 @@ impl Leadership {
 /// Durations and names of the election (client-go's defaults).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ElectionOptions {
-    /// Lease holder identity: the Pod name, else `HOSTNAME_PID`.
+    /// Lease holder identity: `<Pod name>_<suffix>` (unique per process).
     pub identity: String,
     pub lease_name: String,
     pub namespace: String,

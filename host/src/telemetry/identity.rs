@@ -90,11 +90,14 @@ pub fn pod_namespace() -> Option<String> {
     })
 }
 
-/// This replica's name: `POD_NAME`, else `HOSTNAME_PID` (unique per
-/// process, so two hosts on one machine never share an identity).
-pub fn instance() -> String {
-    pod_name().unwrap_or_else(|| {
-        let host = non_empty(std::env::var("HOSTNAME").ok())
+/// This process's lease holder identity: `<POD_NAME>_<suffix>`, else
+/// `<host name>_<suffix>`, the suffix unique per process (as client-go's
+/// `hostname_uuid`). A container the kubelet restarts keeps its Pod's name
+/// but is a new holder: it does not mistake the dead process's lease for
+/// its own and waits it out like any other candidate.
+pub fn holder_identity() -> String {
+    let name = pod_name().unwrap_or_else(|| {
+        non_empty(std::env::var("HOSTNAME").ok())
             .or_else(|| {
                 non_empty(
                     std::fs::read_to_string("/etc/hostname")
@@ -102,9 +105,20 @@ pub fn instance() -> String {
                         .map(|s| s.trim().to_owned()),
                 )
             })
-            .unwrap_or_else(|| "kubewasm".to_owned());
-        format!("{host}_{}", std::process::id())
-    })
+            .unwrap_or_else(|| "kubewasm".to_owned())
+    });
+    format!("{name}_{}", process_suffix())
+}
+
+/// Eight hex digits from the start time and the process id: distinct for
+/// the processes one Pod or machine runs in turn.
+fn process_suffix() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or_default();
+    let mixed = (nanos as u64) ^ (u64::from(std::process::id()) << 32);
+    format!("{:08x}", (mixed ^ (mixed >> 29)) as u32)
 }
 
 #[cfg(test)]
@@ -124,5 +138,15 @@ mod tests {
         assert_eq!(id.instance(), "node-1");
         assert_eq!(id.pod_name(), None);
         assert_eq!(Identity::new(None, None, None).instance(), "kubewasm");
+    }
+
+    #[test]
+    fn holder_identities_differ_per_process_start() {
+        let a = holder_identity();
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        let b = holder_identity();
+        assert_ne!(a, b);
+        let (name, suffix) = a.rsplit_once('_').unwrap();
+        assert!(!name.is_empty() && suffix.len() == 8, "{a}");
     }
 }

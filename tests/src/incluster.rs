@@ -1,0 +1,236 @@
+//! kubewasm as a Deployment on the real single-node cluster: building and
+//! importing the image, rendering and applying the single-node overlay of
+//! deploy/, and reading the replicas back (Lease holder, listener address,
+//! memory as the kubelet measures it). Shared by the cluster and failover
+//! suites.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
+use kube::discovery::{Discovery, Scope};
+use serde_json::Value;
+
+use crate::controlplane::ControlPlane;
+use crate::e2e::eventually;
+use crate::manifests::{docs, kustomize};
+use crate::repo_root;
+
+/// The namespace, Deployment, Lease and ServiceAccount name of deploy/.
+pub const NS: &str = "kubewasm";
+/// The label selecting the host's Pods.
+pub const SELECTOR: &str = "app.kubernetes.io/name=kubewasm";
+
+/// Runs a command to success and returns its stdout, or fails the test
+/// with its output.
+pub fn run(cmd: &mut Command, what: &str) -> String {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert!(
+        out.status.success(),
+        "{what} failed ({}):\n{}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Builds the image from the Containerfile's offline stage
+/// (`scripts/image.sh`) and imports it into the node's containerd.
+/// Returns how long that took.
+pub fn build_and_import_image(cp: &ControlPlane) -> Duration {
+    let started = Instant::now();
+    let archive = cp.dir().join("kubewasm-image.tar");
+    run(
+        Command::new("bash")
+            .arg(repo_root().join("scripts/image.sh"))
+            .arg(&archive)
+            .env("IMAGE_ARCHIVE", "docker-archive"),
+        "scripts/image.sh",
+    );
+    cp.load_image(&archive).unwrap();
+    started.elapsed()
+}
+
+/// `deploy/examples/single-node` rendered for this cluster (the API
+/// server's port filled in), with the example plugins' .wasm files put in
+/// place by `scripts/deploy-plugins.sh`.
+pub fn single_node_docs(cp: &ControlPlane) -> Vec<Value> {
+    let root = repo_root();
+    run(
+        Command::new("bash").arg(root.join("scripts/deploy-plugins.sh")),
+        "scripts/deploy-plugins.sh",
+    );
+    let rendered = kustomize(&root.join("deploy/examples/single-node"))
+        .replace("APISERVER_PORT", &format!("\"{}\"", cp.port()));
+    let docs = docs(&rendered);
+    assert!(docs.iter().any(|d| d["kind"] == "Deployment"));
+    docs
+}
+
+/// Applies every document server-side, as `kubectl apply --server-side`.
+pub async fn apply_all(client: &kube::Client, docs: &[Value]) {
+    let discovery = Discovery::new(client.clone()).run().await.unwrap();
+    let pp = PatchParams::apply("kubewasm-e2e").force();
+    for doc in docs {
+        let gvk = kube::core::GroupVersionKind::try_from(
+            &serde_json::from_value::<kube::core::TypeMeta>(doc.clone()).unwrap(),
+        )
+        .unwrap();
+        let (ar, caps) = discovery
+            .resolve_gvk(&gvk)
+            .unwrap_or_else(|| panic!("unknown kind {gvk:?}"));
+        let name = doc["metadata"]["name"].as_str().unwrap();
+        let api: Api<DynamicObject> = match caps.scope {
+            Scope::Namespaced => Api::namespaced_with(
+                client.clone(),
+                doc["metadata"]["namespace"].as_str().unwrap_or("default"),
+                &ar,
+            ),
+            Scope::Cluster => Api::all_with(client.clone(), &ar),
+        };
+        api.patch(name, &pp, &Patch::Apply(doc))
+            .await
+            .unwrap_or_else(|e| panic!("applying {gvk:?} {name}: {e}"));
+    }
+}
+
+/// The Deployment `kubewasm` reports `n` available replicas (and no more
+/// Pods than that exist, terminating ones included).
+pub async fn wait_available(client: &kube::Client, n: i32, timeout: Duration) {
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), NS);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    eventually(
+        &format!("{n} available kubewasm replicas"),
+        timeout,
+        || async {
+            let d = deployments.get("kubewasm").await.ok()?;
+            let status = d.status?;
+            let ready = status.available_replicas? == n && status.updated_replicas? == n;
+            let all = pods
+                .list(&ListParams::default().labels(SELECTOR))
+                .await
+                .ok()?
+                .items;
+            // Each Pod's own Ready condition, as the kubelet last reported
+            // it (the Deployment's count may lag a container kill).
+            let each = all.iter().all(|p| {
+                p.metadata.deletion_timestamp.is_none()
+                    && p.status
+                        .as_ref()
+                        .and_then(|s| s.container_statuses.as_ref())
+                        .is_some_and(|c| {
+                            c.iter().all(|c| {
+                                c.ready && c.state.as_ref().is_some_and(|s| s.running.is_some())
+                            })
+                        })
+            });
+            (ready && each && all.len() == usize::try_from(n).ok()?).then_some(())
+        },
+    )
+    .await;
+}
+
+/// The Lease's holder identity, if any: `<Pod name>_<per-process suffix>`
+/// (see [`holder_pod`]).
+pub async fn lease_holder(client: &kube::Client) -> Option<String> {
+    Api::<Lease>::namespaced(client.clone(), NS)
+        .get("kubewasm")
+        .await
+        .ok()?
+        .spec?
+        .holder_identity
+        .filter(|h| !h.is_empty())
+}
+
+/// The Pod of a holder identity.
+pub fn holder_pod(identity: &str) -> &str {
+    identity.rsplit_once('_').map_or(identity, |(pod, _)| pod)
+}
+
+/// The listener address a Pod recorded in its emptyDir: the test runs on
+/// the node, so it reads the kubelet's volume directly.
+pub fn metrics_addr(cp: &ControlPlane, pod_uid: &str) -> Option<std::net::SocketAddr> {
+    let file: PathBuf = cp.dir().join(format!(
+        "node/kubelet/pods/{pod_uid}/volumes/kubernetes.io~empty-dir/compile-cache/metrics-addr"
+    ));
+    std::fs::read_to_string(file).ok()?.trim().parse().ok()
+}
+
+/// Memory of each kubewasm container, read from its memory cgroup as the
+/// kubelet's cAdvisor reads it (the test runs on the node; the API
+/// server's node proxy refuses the node's loopback address):
+/// `(pod, working set bytes, RSS bytes)`, working set being usage less
+/// inactive page cache, what `kubectl top` shows.
+pub async fn container_memory(client: &kube::Client) -> Vec<(String, u64, u64)> {
+    let mut out = Vec::new();
+    for pod in Api::<Pod>::namespaced(client.clone(), NS)
+        .list(&ListParams::default().labels(SELECTOR))
+        .await
+        .unwrap()
+        .items
+    {
+        let name = pod.metadata.name.clone().unwrap();
+        let uid = pod.metadata.uid.clone().unwrap();
+        let Some(id) = pod
+            .status
+            .and_then(|s| s.container_statuses)
+            .and_then(|c| c.into_iter().next())
+            .and_then(|c| c.container_id)
+        else {
+            continue;
+        };
+        let id = id.trim_start_matches("containerd://").to_owned();
+        let pod_dir = format!("pod{uid}");
+        let dir = find_dir(Path::new(MEMORY_CGROUPS), &pod_dir)
+            .map(|d| d.join(&id))
+            .filter(|d| d.is_dir())
+            .unwrap_or_else(|| {
+                panic!("no memory cgroup for {name}'s container {id} under {MEMORY_CGROUPS}")
+            });
+        let read = |f: &str| std::fs::read_to_string(dir.join(f)).unwrap();
+        let stat = read("memory.stat");
+        let field = |k: &str| {
+            stat.lines()
+                .find_map(|l| {
+                    l.strip_prefix(k)?
+                        .strip_prefix(' ')?
+                        .trim()
+                        .parse::<u64>()
+                        .ok()
+                })
+                .unwrap_or_else(|| panic!("no {k} in {}/memory.stat", dir.display()))
+        };
+        let usage: u64 = read("memory.usage_in_bytes").trim().parse().unwrap();
+        out.push((
+            name,
+            usage.saturating_sub(field("total_inactive_file")),
+            field("total_rss"),
+        ));
+    }
+    out
+}
+
+/// The kubelet's cgroup root (tests/controlplane's `cgroupRoot`) in the
+/// cgroup v1 memory hierarchy.
+const MEMORY_CGROUPS: &str = "/sys/fs/cgroup/memory/kubewasm";
+
+fn find_dir(root: &Path, name: &str) -> Option<PathBuf> {
+    for entry in std::fs::read_dir(root).ok()?.flatten() {
+        let path = entry.path();
+        if !path.is_dir() {
+            continue;
+        }
+        if entry.file_name() == name {
+            return Some(path);
+        }
+        if let Some(found) = find_dir(&path, name) {
+            return Some(found);
+        }
+    }
+    None
+}
