@@ -308,3 +308,56 @@ async fn streaming_list_when_served_and_paged_fallback_when_refused() {
     assert_eq!(req.param("watch"), None, "{req:?}");
     set.unsubscribe(&handle);
 }
+
+/// A frozen API server looks like a quiet resource until it is asked: a
+/// silent watch is probed with a one-item list, an unanswered probe is
+/// reported as a stall naming the cause, and an answer ends it.
+#[tokio::test]
+async fn a_silent_watch_whose_server_does_not_answer_is_reported_stalled() {
+    use kubewasm::informer::WatchEvent;
+    let (client, mut server) = mock_client();
+    let source = KubeSource::new(client, StripOptions::default(), InitialList::Paged, 50)
+        .with_stall_after(Duration::from_millis(600));
+    let mut stream = source.watch(&spec());
+    let script = tokio::spawn(async move {
+        let (_req, send) = next(&mut server).await;
+        send.send_response(json_response(200, &list("3", vec![])));
+        let (req, send) = next(&mut server).await;
+        assert_eq!(req.param("watch").as_deref(), Some("true"));
+        let (resp, feed) = watch_response();
+        send.send_response(resp);
+        // Silence; the probe is left unanswered (a frozen server).
+        let (probe, unanswered) = next(&mut server).await;
+        assert_eq!(probe.param("limit").as_deref(), Some("1"), "{probe:?}");
+        assert_eq!(probe.param("watch"), None, "{probe:?}");
+        // The next probe is answered: the server is back.
+        let (probe, send) = next(&mut server).await;
+        assert_eq!(probe.param("limit").as_deref(), Some("1"), "{probe:?}");
+        send.send_response(json_response(200, &list("3", vec![])));
+        drop(unanswered);
+        feed.send("ADDED", configmap("ns", "a", "4", "1"));
+        (server, feed)
+    });
+    assert!(matches!(stream.next().await, Some(Ok(WatchEvent::Init))));
+    assert!(matches!(
+        stream.next().await,
+        Some(Ok(WatchEvent::InitDone))
+    ));
+    match stream.next().await {
+        Some(Err(e @ SourceError::Stalled { .. })) => {
+            let shown = e.to_string();
+            assert!(shown.contains("does not answer"), "{shown}");
+            assert!(shown.contains("unanswered"), "{shown}");
+        }
+        other => panic!("expected a stall, got {other:?}"),
+    }
+    assert!(matches!(
+        stream.next().await,
+        Some(Ok(WatchEvent::Progress))
+    ));
+    match stream.next().await {
+        Some(Ok(WatchEvent::Apply(o))) => assert_eq!(o.name(), "a"),
+        other => panic!("expected the watch to go on, got {other:?}"),
+    }
+    let _keep = script.await.unwrap();
+}

@@ -22,7 +22,7 @@ use tokio_util::task::TaskTracker;
 use crate::dispatch::Activity;
 use crate::kind::KindInfo;
 use crate::object::{KObject, ObjectHandle};
-use crate::telemetry::events::{Relisted, WatchFailed};
+use crate::telemetry::events::{Relisted, WatchFailed, WatchResumed, WatchStalled};
 use crate::telemetry::{InformerCounters, Telemetry};
 pub use store::{Snapshot, Store};
 
@@ -60,12 +60,26 @@ pub enum WatchEvent {
     InitDone,
     Apply(KObject),
     Delete(KObject),
+    /// The source is alive and nothing changed (it answered a probe after
+    /// a silence): ends a reported stall.
+    Progress,
 }
 
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum SourceError {
     #[error("forbidden: {0} (grant the host's service account list and watch on this resource)")]
     Forbidden(String),
+    /// The watch produced nothing for `silent` and the server did not
+    /// answer a probe: frozen, partitioned or overloaded. The watch keeps
+    /// waiting (and the source keeps probing).
+    #[error(
+        "no watch event for {}s and the API server does not answer a list ({cause}); still waiting",
+        silent.as_secs()
+    )]
+    Stalled {
+        silent: std::time::Duration,
+        cause: String,
+    },
     #[error("{0}")]
     Other(String),
 }
@@ -216,6 +230,8 @@ impl Informer {
         // Objects of a (re)list in progress.
         let mut relist: Option<Vec<KObject>> = None;
         let mut lists = 0u64;
+        // Since when the source reports the watch stalled.
+        let mut stalled: Option<std::time::Instant> = None;
         loop {
             let event = tokio::select! {
                 () = self.cancel.cancelled() => break,
@@ -225,12 +241,35 @@ impl Informer {
                 tracing::error!(informer = %self.spec, "watch stream ended; the informer stopped");
                 return false;
             };
+            let mut new_stall = false;
+            match (&event, stalled) {
+                (Err(SourceError::Stalled { .. }), None) => {
+                    stalled = Some(std::time::Instant::now());
+                    new_stall = true;
+                }
+                (Ok(_), Some(since)) => {
+                    stalled = None;
+                    WatchResumed {
+                        informer: &self.spec,
+                        after: since.elapsed(),
+                    }
+                    .emit();
+                }
+                _ => {}
+            }
             match event {
+                Err(err @ SourceError::Stalled { .. }) => WatchStalled {
+                    informer: &self.spec,
+                    error: &err,
+                    first: new_stall,
+                }
+                .emit(&self.counters),
                 Err(err) => WatchFailed {
                     informer: &self.spec,
                     error: &err,
                 }
                 .emit(&self.counters),
+                Ok(WatchEvent::Progress) => {}
                 Ok(WatchEvent::Init) => {
                     if lists > 0 {
                         Relisted {
@@ -486,6 +525,57 @@ mod tests {
             StripOptions::default(),
         )
         .unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_stall_is_counted_once_however_often_the_source_repeats_it() {
+        let (events, rx) = mpsc::unbounded_channel();
+        let telemetry = Telemetry::default();
+        let set = InformerSet::new(
+            Arc::new(Scripted(Mutex::new(Some(rx)))),
+            Arc::new(Activity::default()),
+            CancellationToken::new(),
+        )
+        .with_telemetry(telemetry.clone());
+        let (tx, mut deltas) = mpsc::unbounded_channel();
+        let handle = set.subscribe(
+            InformerSpec {
+                kind: KindInfo::new("", "v1", "ConfigMap", "configmaps", true),
+                namespace: None,
+                label_selector: None,
+                field_selector: None,
+            },
+            tx,
+        );
+        let stall = |s| SourceError::Stalled {
+            silent: std::time::Duration::from_secs(s),
+            cause: "probe list unanswered after 10s".into(),
+        };
+        events.send(Ok(WatchEvent::Init)).unwrap();
+        events.send(Ok(WatchEvent::InitDone)).unwrap();
+        // One stall reported twice, a recovery, then a second stall.
+        events.send(Err(stall(30))).unwrap();
+        events.send(Err(stall(70))).unwrap();
+        events.send(Ok(WatchEvent::Progress)).unwrap();
+        events.send(Err(stall(30))).unwrap();
+        events.send(Ok(WatchEvent::Apply(cm("after")))).unwrap();
+        // The Apply comes after every stall report: once it is a delta,
+        // all of them were seen.
+        loop {
+            let d = tokio::time::timeout(std::time::Duration::from_secs(10), deltas.recv())
+                .await
+                .unwrap()
+                .unwrap();
+            if d.dtype == DeltaType::Added {
+                break;
+            }
+        }
+        let text = telemetry.metrics().encode().unwrap();
+        assert!(
+            text.contains("kubewasm_informer_watch_stalls_total{kind=\"configmaps\"} 2\n"),
+            "{text}"
+        );
+        set.unsubscribe(&handle);
     }
 
     #[tokio::test]

@@ -30,6 +30,38 @@ impl WatchFailed<'_> {
     }
 }
 
+/// An informer's watch went silent and the API server did not answer a
+/// probe; logged again each time the source probes in vain, counted once.
+#[derive(Debug)]
+pub struct WatchStalled<'a> {
+    pub informer: &'a InformerSpec,
+    pub error: &'a SourceError,
+    /// The first report of this stall.
+    pub first: bool,
+}
+
+impl WatchStalled<'_> {
+    pub fn emit(self, counters: &InformerCounters) {
+        tracing::warn!(informer = %self.informer, error = %self.error, "watch stalled");
+        if self.first {
+            counters.watch_stalls.inc();
+        }
+    }
+}
+
+/// A stalled watch answered again.
+#[derive(Debug)]
+pub struct WatchResumed<'a> {
+    pub informer: &'a InformerSpec,
+    pub after: std::time::Duration,
+}
+
+impl WatchResumed<'_> {
+    pub fn emit(self) {
+        tracing::info!(informer = %self.informer, stalled_for_s = self.after.as_secs(), "watch resumed after a stall");
+    }
+}
+
 /// An informer started a list after its initial one.
 #[derive(Debug)]
 pub struct Relisted<'a> {

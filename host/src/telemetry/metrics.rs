@@ -109,6 +109,7 @@ pub struct InformerCounters {
     deltas: [Counter; 5],
     pub watch_restarts: Counter,
     pub relists: Counter,
+    pub watch_stalls: Counter,
 }
 
 impl InformerCounters {
@@ -171,6 +172,7 @@ pub struct Metrics {
     informer_deltas: Family<L2, Counter>,
     watch_restarts: Family<L1, Counter>,
     relists: Family<L1, Counter>,
+    watch_stalls: Family<L1, Counter>,
     delivered: Family<L2, Counter>,
     actions: Family<L3, Counter>,
     action_retries: Family<L2, Counter>,
@@ -204,6 +206,12 @@ impl Metrics {
             "kubewasm_informer_relists",
             "Lists after an informer's initial one (410 Gone, a watch that could not resume), by kind",
             relists.clone(),
+        );
+        let watch_stalls = Family::<L1, Counter>::default();
+        registry.register(
+            "kubewasm_informer_watch_stalls",
+            "Silences of an informer's watch during which the API server did not answer a probe list, by kind",
+            watch_stalls.clone(),
         );
         let delivered = Family::<L2, Counter>::default();
         registry.register(
@@ -246,6 +254,7 @@ impl Metrics {
             informer_deltas,
             watch_restarts,
             relists,
+            watch_stalls,
             delivered,
             actions,
             action_retries,
@@ -266,7 +275,8 @@ impl Metrics {
             watch_restarts: self
                 .watch_restarts
                 .get_or_create_owned(&[("kind", kind.clone())]),
-            relists: self.relists.get_or_create_owned(&[("kind", kind)]),
+            relists: self.relists.get_or_create_owned(&[("kind", kind.clone())]),
+            watch_stalls: self.watch_stalls.get_or_create_owned(&[("kind", kind)]),
         }
     }
 

@@ -1,14 +1,18 @@
 //! One kube-runtime `watcher` per informer: streaming initial lists where
 //! the server supports them (paged lists otherwise), bookmarks, exponential
 //! backoff on errors and 429s, and a relist on 410 Gone whose difference
-//! the informer turns into deltas.
+//! the informer turns into deltas. A watch silent for a while is probed with
+//! a one-item list: a server that does not answer is reported as a stall
+//! (a frozen API server otherwise looks exactly like a quiet resource).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use futures::stream::BoxStream;
 use kube::Client;
+use kube::api::ListParams;
 use kube::core::{DynamicObject, TypeMeta};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher;
@@ -31,6 +35,11 @@ pub enum InitialList {
     Paged,
 }
 
+/// A watch silent this long is probed (a quiet resource answers at once).
+pub const DEFAULT_STALL_AFTER: Duration = Duration::from_secs(30);
+/// The probe's own deadline, at most.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
+
 const UNKNOWN: u8 = 0;
 const STREAMING_WORKS: u8 = 1;
 const STREAMING_REFUSED: u8 = 2;
@@ -44,6 +53,7 @@ pub struct KubeSource {
     page_size: u32,
     /// What `Auto` learned about the server, shared by all informers.
     streaming: Arc<AtomicU8>,
+    stall_after: Duration,
 }
 
 impl std::fmt::Debug for KubeSource {
@@ -67,7 +77,16 @@ impl KubeSource {
             initial_list,
             page_size: page_size.max(1),
             streaming: Arc::new(AtomicU8::new(UNKNOWN)),
+            stall_after: DEFAULT_STALL_AFTER,
         }
+    }
+
+    /// Probes a watch after `after` of silence (default
+    /// [`DEFAULT_STALL_AFTER`]); the probe waits at most a third of it.
+    #[must_use]
+    pub fn with_stall_after(mut self, after: Duration) -> Self {
+        self.stall_after = after.max(Duration::from_millis(10));
+        self
     }
 
     fn wants_streaming(&self) -> bool {
@@ -90,6 +109,11 @@ struct Run {
     types: TypeMeta,
     strip: StripOptions,
     informer: String,
+    stall_after: Duration,
+    /// When the watch last produced something (or a probe answered).
+    heard: Instant,
+    /// A stall was reported and not yet ended.
+    stalled: bool,
 }
 
 fn start(
@@ -137,6 +161,17 @@ fn source_error(err: watcher::Error) -> SourceError {
     }
 }
 
+/// Lists one item, within a third of the stall window (at most
+/// [`PROBE_TIMEOUT`]).
+async fn probe(api: &kube::Api<DynamicObject>, stall_after: Duration) -> Result<(), String> {
+    let limit = (stall_after / 3).min(PROBE_TIMEOUT);
+    match tokio::time::timeout(limit, api.list_metadata(&ListParams::default().limit(1))).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) => Err(format!("probe list failed: {e}")),
+        Err(_) => Err(format!("probe list unanswered after {limit:?}")),
+    }
+}
+
 impl Run {
     fn convert(&self, obj: DynamicObject) -> Result<KObject, SourceError> {
         let mut obj = obj;
@@ -152,7 +187,27 @@ impl Run {
 
     async fn next(mut self) -> Option<(Result<WatchEvent, SourceError>, Self)> {
         loop {
-            let item = self.inner.next().await?;
+            let item = match tokio::time::timeout(self.stall_after, self.inner.next()).await {
+                Ok(item) => {
+                    self.heard = Instant::now();
+                    self.stalled = false;
+                    item?
+                }
+                Err(_silence) => match probe(&self.api.clone(), self.stall_after).await {
+                    Ok(()) => {
+                        self.heard = Instant::now();
+                        if std::mem::take(&mut self.stalled) {
+                            return Some((Ok(WatchEvent::Progress), self));
+                        }
+                        continue;
+                    }
+                    Err(cause) => {
+                        self.stalled = true;
+                        let silent = self.heard.elapsed();
+                        return Some((Err(SourceError::Stalled { silent, cause }), self));
+                    }
+                },
+            };
             let event = match item {
                 Ok(ev) => ev,
                 Err(err) if self.streaming && self.auto && streaming_refused(&err) => {
@@ -205,6 +260,9 @@ impl Source for KubeSource {
             },
             strip: self.strip,
             informer: spec.to_string(),
+            stall_after: self.stall_after,
+            heard: Instant::now(),
+            stalled: false,
         };
         futures::stream::unfold(run, Run::next).boxed()
     }
