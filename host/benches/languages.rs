@@ -157,7 +157,7 @@ fn main() {
             h.informer.wait_synced().await;
             h
         });
-        reads.insert(kind.gvk.clone(), vec![handle.informer.clone()]);
+        reads.insert(kind.gvk.clone(), vec![handle.informer.view()]);
         handles.push((handle, rx));
     }
     let cm = Gvk::new("", "v1", "ConfigMap");

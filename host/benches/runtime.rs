@@ -147,7 +147,7 @@ fn main() {
     });
     let scope = Arc::new(PluginScope {
         kinds: kinds.clone(),
-        reads: HashMap::from([(node_kind.gvk.clone(), vec![handle.informer.clone()])]),
+        reads: HashMap::from([(node_kind.gvk.clone(), vec![handle.informer.view()])]),
         indexes: HashMap::new(),
         writes: [Gvk::new("", "v1", "Pod")].into_iter().collect(),
     });

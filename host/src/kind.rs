@@ -8,6 +8,14 @@ use std::sync::Arc;
 use parking_lot::RwLock;
 use serde::{Deserialize, Serialize};
 
+/// Something that can (re)learn the kinds a cluster serves into the
+/// registry (the API server's discovery; nothing for the local cluster).
+/// Here, not in the kube backend, so that the core names no backend.
+pub trait KindDiscovery: Send + Sync + 'static {
+    /// Learns the served kinds again; returns how many it knows.
+    fn refresh(&self) -> futures::future::BoxFuture<'_, Result<usize, String>>;
+}
+
 /// A group/version/kind; the core group is `""`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct Gvk {

@@ -3,6 +3,7 @@
 //! host executes.
 
 pub mod actions;
+pub mod activity;
 pub mod app;
 pub mod config;
 pub mod dispatch;

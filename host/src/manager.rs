@@ -13,12 +13,12 @@ use tokio::sync::{Mutex, mpsc};
 use crate::actions::executor::Executor;
 use crate::dispatch::{Activity, DispatchOptions, Dispatcher, PluginStats, SubscriptionFilter};
 use crate::informer::selector::{FieldSelector, LabelSelector};
-use crate::informer::{Informer, InformerSet, InformerSpec, SubscriptionHandle};
+use crate::informer::{CacheView, Informer, InformerSet, InformerSpec, SubscriptionHandle};
+use crate::kind::KindDiscovery;
 use crate::kind::{KindError, KindRegistry};
 use crate::leader::Leadership;
 use crate::runtime::host::PluginScope;
 use crate::runtime::{Actor, CompileSource, LoadError, Manifest, Registration, Runtime};
-use crate::source::kube::discovery::KindDiscovery;
 use crate::telemetry::{PluginTelemetry, Telemetry};
 
 /// How a version was loaded, for logs and the benchmark.
@@ -409,13 +409,14 @@ impl PluginHost {
         let mut intakes = Vec::new();
         // Every subscription's cache is readable: two subscriptions to one
         // kind (other namespaces or selectors) are two caches.
-        let mut reads: HashMap<_, Vec<Arc<Informer>>> = HashMap::new();
+        let mut reads: HashMap<_, Vec<CacheView>> = HashMap::new();
         for (spec, filter) in resolved {
             let (tx, rx) = mpsc::unbounded_channel();
             let handle = self.informers.subscribe(spec, tx);
             let same_kind = reads.entry(filter.kind.clone()).or_default();
-            if !same_kind.iter().any(|i| Arc::ptr_eq(i, &handle.informer)) {
-                same_kind.push(handle.informer.clone());
+            let view = handle.informer.view();
+            if !same_kind.iter().any(|v| v.id() == view.id()) {
+                same_kind.push(view);
             }
             intakes.push((filter, handle.informer.clone(), rx));
             handles.push(handle);
@@ -434,17 +435,26 @@ impl PluginHost {
                     return Err(fail(e.to_string()));
                 }
             };
-            let Some(informers) = reads.get(&kind.gvk) else {
+            if !reads.contains_key(&kind.gvk) {
                 self.undo(&handles);
                 return Err(fail(format!("{} is not subscribed", kind.resource_name())));
-            };
-            // The index covers every cache of the kind the plugin reads.
+            }
+            // The index covers every cache of the kind the plugin reads
+            // (added here, where the informers are owned; the plugin gets
+            // read-only views).
             let store_name = format!("{name}#{version_id}/{}", idx.name);
             let mut on = Vec::new();
-            for informer in informers {
-                informer.store().add_index(&store_name, &idx.pointer);
-                on.push((informer.clone(), store_name.clone()));
-                indexes.push((informer.clone(), store_name.clone()));
+            let mut added = HashSet::new();
+            for handle in handles
+                .iter()
+                .filter(|h| h.informer.spec().kind.gvk == kind.gvk)
+            {
+                if !added.insert(Arc::as_ptr(&handle.informer) as usize) {
+                    continue;
+                }
+                handle.informer.store().add_index(&store_name, &idx.pointer);
+                on.push((handle.informer.view(), store_name.clone()));
+                indexes.push((handle.informer.clone(), store_name.clone()));
             }
             index_map.insert(idx.name.clone(), on);
         }

@@ -32,29 +32,7 @@ use crate::telemetry::{PluginCounters, PluginTelemetry, Telemetry};
 pub use latency::LatencyHistogram;
 use queue::{Item, KeyedQueue, Pushed};
 
-/// Global counters that tell when every delta emitted has been handled
-/// (`--until-idle`).
-#[derive(Debug, Default)]
-pub struct Activity {
-    pub emitted: AtomicU64,
-    pub settled: AtomicU64,
-    pub changed: Notify,
-}
-
-impl Activity {
-    pub fn emit(&self, n: u64) {
-        self.emitted.fetch_add(n, Ordering::SeqCst);
-    }
-
-    pub fn settle(&self, n: u64) {
-        self.settled.fetch_add(n, Ordering::SeqCst);
-        self.changed.notify_waiters();
-    }
-
-    pub fn is_idle(&self) -> bool {
-        self.settled.load(Ordering::SeqCst) >= self.emitted.load(Ordering::SeqCst)
-    }
-}
+pub use crate::activity::Activity;
 
 /// Per-plugin counters.
 #[derive(Debug, Default)]

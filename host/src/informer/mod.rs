@@ -19,7 +19,7 @@ use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::dispatch::Activity;
+use crate::activity::Activity;
 use crate::kind::KindInfo;
 use crate::object::{KObject, ObjectHandle};
 use crate::telemetry::events::{Relisted, WatchFailed, WatchResumed, WatchStalled};
@@ -142,6 +142,28 @@ struct Fanout {
     synced: bool,
 }
 
+/// A read-only view of one informer's cache, what plugins read through:
+/// snapshots only (no upsert, remove or index), so the runtime cannot
+/// change what every other consumer of the informer sees.
+#[derive(Debug, Clone)]
+pub struct CacheView(Arc<Informer>);
+
+impl CacheView {
+    /// A consistent copy of the cache as it is now (cheap: shared maps).
+    pub fn snapshot(&self) -> Snapshot {
+        self.0.store.snapshot()
+    }
+
+    /// Tells caches apart (two views of one informer are the same cache).
+    pub fn id(&self) -> usize {
+        Arc::as_ptr(&self.0) as usize
+    }
+
+    pub fn spec(&self) -> &InformerSpec {
+        &self.0.spec
+    }
+}
+
 /// One running list+watch with its cache.
 pub struct Informer {
     spec: InformerSpec,
@@ -164,6 +186,11 @@ impl std::fmt::Debug for Informer {
 impl Informer {
     pub fn spec(&self) -> &InformerSpec {
         &self.spec
+    }
+
+    /// The read-only view handed to plugins.
+    pub fn view(self: &Arc<Self>) -> CacheView {
+        CacheView(self.clone())
     }
 
     pub fn store(&self) -> &Store {

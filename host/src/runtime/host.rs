@@ -11,7 +11,7 @@ use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 use super::bindings::kubewasm::plugin::{actions, cache, clock, log, types};
 use crate::actions::{Action, EventType, PatchType, Propagation, Target};
 use crate::informer::selector::LabelSelector;
-use crate::informer::{Informer, Snapshot};
+use crate::informer::{CacheView, Snapshot};
 use crate::kind::{Gvk, KindInfo, KindRef, KindRegistry};
 use crate::object::{FieldValue, Meta, ObjectHandle, ObjectKey};
 
@@ -21,10 +21,10 @@ pub struct PluginScope {
     pub kinds: KindRegistry,
     /// Readable kinds, each served by the informers of all the plugin's
     /// subscriptions to it (other namespaces or selectors: other caches).
-    pub reads: HashMap<Gvk, Vec<Arc<Informer>>>,
+    pub reads: HashMap<Gvk, Vec<CacheView>>,
     /// Declared index name -> (informer, the store's index name), one per
     /// cache of the index's kind.
-    pub indexes: HashMap<String, Vec<(Arc<Informer>, String)>>,
+    pub indexes: HashMap<String, Vec<(CacheView, String)>>,
     pub writes: HashSet<Gvk>,
 }
 
@@ -123,11 +123,11 @@ impl HostState {
             .ok_or_else(|| "the cache and actions are not available during register".to_owned())
     }
 
-    /// The call's snapshot of `informer`'s cache.
-    fn snapshot_of(&mut self, informer: &Arc<Informer>) -> Snapshot {
+    /// The call's snapshot of a cache (one per cache per call).
+    fn snapshot_of(&mut self, cache: &CacheView) -> Snapshot {
         self.snapshots
-            .entry(Arc::as_ptr(informer) as usize)
-            .or_insert_with(|| informer.store().snapshot())
+            .entry(cache.id())
+            .or_insert_with(|| cache.snapshot())
             .clone()
     }
 

@@ -13,10 +13,7 @@ use tokio::sync::Mutex;
 use super::KubeError;
 use crate::kind::{KindInfo, KindRegistry};
 
-/// Something that can (re)learn the kinds a cluster serves.
-pub trait KindDiscovery: Send + Sync + 'static {
-    fn refresh(&self) -> BoxFuture<'_, Result<usize, String>>;
-}
+pub use crate::kind::KindDiscovery;
 
 /// Discovery against the API server.
 pub struct Discovery {
