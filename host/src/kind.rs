@@ -123,6 +123,9 @@ pub struct KindRegistry {
     /// Group -> preferred version (from discovery), used when a resource
     /// name matches several versions of one group.
     preferred: Arc<RwLock<BTreeMap<String, String>>>,
+    /// Bumped whenever a kind is learned: plugins refused for an unknown
+    /// kind are retried when it moves (a CRD was installed).
+    generation: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl KindRegistry {
@@ -224,7 +227,16 @@ impl KindRegistry {
     }
 
     pub fn insert(&self, info: KindInfo) {
-        self.inner.write().insert(info.gvk.clone(), info);
+        let new = self.inner.write().insert(info.gvk.clone(), info).is_none();
+        if new {
+            self.generation
+                .fetch_add(1, std::sync::atomic::Ordering::Release);
+        }
+    }
+
+    /// Changes whenever a kind is learned (see [`Self::insert`]).
+    pub fn generation(&self) -> u64 {
+        self.generation.load(std::sync::atomic::Ordering::Acquire)
     }
 
     pub fn by_gvk(&self, gvk: &Gvk) -> Option<KindInfo> {

@@ -15,7 +15,7 @@ use crate::dispatch::{Activity, DispatchOptions, Dispatcher, PluginStats, Subscr
 use crate::informer::selector::{FieldSelector, LabelSelector};
 use crate::informer::{CacheView, Informer, InformerSet, InformerSpec, SubscriptionHandle};
 use crate::kind::KindDiscovery;
-use crate::kind::{KindError, KindRegistry};
+use crate::kind::{KindError, KindRef, KindRegistry};
 use crate::leader::Leadership;
 use crate::runtime::host::PluginScope;
 use crate::runtime::{Actor, CompileSource, LoadError, Manifest, Registration, Runtime};
@@ -183,23 +183,48 @@ impl PluginHost {
         self
     }
 
-    /// Runs discovery again if any kind the registration names is unknown.
-    async fn learn_kinds(&self, name: &str, registration: &Registration) {
-        let Some(discovery) = &self.discovery else {
-            return;
-        };
-        let unknown = registration
+    /// The first kind the registration names that the registry does not
+    /// know.
+    fn unknown_kind<'r>(&self, registration: &'r Registration) -> Option<&'r KindRef> {
+        registration
             .subscriptions
             .iter()
             .map(|s| &s.kind)
             .chain(registration.writes.iter())
             .chain(registration.indexes.iter().map(|i| &i.kind))
-            .find(|k| matches!(self.kinds.resolve(k), Err(KindError::Unknown(_))));
-        if let Some(kind) = unknown {
+            .find(|k| matches!(self.kinds.resolve(k), Err(KindError::Unknown(_))))
+    }
+
+    /// Runs discovery again if any kind the registration names is unknown;
+    /// refuses the registration if one still is.
+    async fn learn_kinds(&self, name: &str, registration: &Registration) -> Result<(), LoadError> {
+        if let Some(kind) = self.unknown_kind(registration)
+            && let Some(discovery) = &self.discovery
+        {
             tracing::info!(plugin = name, kind = %kind, "unknown kind; refreshing discovery");
             if let Err(e) = discovery.refresh().await {
                 tracing::warn!(plugin = name, error = %e, "discovery refresh failed");
             }
+        }
+        match self.unknown_kind(registration) {
+            Some(kind) => Err(LoadError::UnknownKind(kind.to_string())),
+            None => Ok(()),
+        }
+    }
+
+    /// The kinds the host knows; their [`KindRegistry::generation`] tells
+    /// when a plugin refused for an unknown kind may load now.
+    pub fn kinds(&self) -> &KindRegistry {
+        &self.kinds
+    }
+
+    /// Learns the cluster's kinds again (rate-limited; nothing without an
+    /// API server).
+    pub async fn refresh_kinds(&self) {
+        if let Some(discovery) = &self.discovery
+            && let Err(e) = discovery.refresh().await
+        {
+            tracing::warn!(error = %e, "discovery refresh failed");
         }
     }
 
@@ -312,7 +337,7 @@ impl PluginHost {
             registration.get_or_insert(r);
         }
         let registration = registration.ok_or_else(|| LoadError::Start("no instance".into()))?;
-        self.learn_kinds(name, &registration).await;
+        self.learn_kinds(name, &registration).await?;
         let start_time = started.elapsed();
 
         // Validate and resolve everything before touching any informer.

@@ -70,6 +70,9 @@ pub struct PluginDir {
     running: Mutex<BTreeMap<String, String>>,
     /// Plugins whose current file could not be loaded, with the error.
     failed: parking_lot::Mutex<BTreeMap<String, String>>,
+    /// Plugins refused for naming a kind the cluster does not serve, with
+    /// the kind registry's generation then: retried when it moves.
+    awaiting_kinds: parking_lot::Mutex<BTreeMap<String, u64>>,
     /// Readable without waiting for a scan in progress.
     states: parking_lot::Mutex<BTreeMap<String, FileState>>,
     telemetry: Telemetry,
@@ -116,6 +119,7 @@ impl PluginDir {
             known: Mutex::new(BTreeMap::new()),
             running: Mutex::new(BTreeMap::new()),
             failed: parking_lot::Mutex::new(BTreeMap::new()),
+            awaiting_kinds: parking_lot::Mutex::new(BTreeMap::new()),
             states: parking_lot::Mutex::new(BTreeMap::new()),
             telemetry: Telemetry::default(),
         }
@@ -211,10 +215,20 @@ impl PluginDir {
                 (_, Some(Err(e))) => Err(LoadError::from(e)),
                 _ => Ok(Manifest::default()),
             };
+            // Taken before loading: a kind learned during the load counts
+            // as a change.
+            let kinds_generation = self.host.kinds().generation();
             let result = match manifest {
                 Ok(m) => self.host.install(name, bytes, m).await.map(|_| ()),
                 Err(e) => Err(e),
             };
+            if let Err(LoadError::UnknownKind(_)) = &result {
+                self.awaiting_kinds
+                    .lock()
+                    .insert(name.clone(), kinds_generation);
+            } else {
+                self.awaiting_kinds.lock().remove(name);
+            }
             let was_running = self.running.lock().await.contains_key(name);
             match result {
                 Ok(()) => {
@@ -264,6 +278,7 @@ impl PluginDir {
         for name in gone {
             known.remove(&name);
             self.failed.lock().remove(&name);
+            self.awaiting_kinds.lock().remove(&name);
             if self.running.lock().await.remove(&name).is_some() && self.host.unload(&name).await {
                 outcomes.insert(name, Outcome::Unloaded);
             }
@@ -271,8 +286,36 @@ impl PluginDir {
         Ok(outcomes)
     }
 
+    /// Plugins refused for an unknown kind get another load once the
+    /// cluster's kinds changed (a CRD installed since): discovery runs
+    /// again while any waits. Returns whether any was due.
+    pub async fn retry_awaiting_kinds(&self) -> bool {
+        if self.awaiting_kinds.lock().is_empty() {
+            return false;
+        }
+        self.host.refresh_kinds().await;
+        let now = self.host.kinds().generation();
+        let due: Vec<String> = self
+            .awaiting_kinds
+            .lock()
+            .iter()
+            .filter(|(_, at)| **at != now)
+            .map(|(n, _)| n.clone())
+            .collect();
+        if due.is_empty() {
+            return false;
+        }
+        let mut known = self.known.lock().await;
+        for name in &due {
+            tracing::info!(plugin = %name, "the cluster's kinds changed; loading the plugin again");
+            known.remove(name);
+        }
+        true
+    }
+
     /// Watches the folder until cancelled, rescanning on every change (and
-    /// every `poll` as a safety net for filesystems without events).
+    /// every `poll` as a safety net for filesystems without events, which
+    /// also retries plugins waiting for a kind).
     pub async fn watch(
         self: Arc<Self>,
         cancel: CancellationToken,
@@ -326,7 +369,9 @@ impl PluginDir {
             tokio::select! {
                 () = cancel.cancelled() => break,
                 Some(()) = rx.recv() => {}
-                _ = ticker.tick() => {}
+                _ = ticker.tick() => {
+                    self.retry_awaiting_kinds().await;
+                }
             }
             while rx.try_recv().is_ok() {}
             if let Err(e) = self.scan().await {

@@ -381,6 +381,86 @@ async fn a_crd_created_during_the_run_flows_like_builtins() {
 }
 
 #[tokio::test]
+async fn a_plugin_refused_for_an_unknown_kind_loads_once_its_crd_is_installed() {
+    let cp = ControlPlane::shared();
+    let client = cp.admin_client().await;
+    let ns = "e2e-crd-late";
+    namespace(&client, ns, json!({})).await;
+    // The plugin names a kind no CRD serves yet: refused, with the remedy.
+    // (A 1 s folder poll, which is also when waiting plugins are retried.)
+    let config = tempfile::tempdir().unwrap();
+    let config_file = config.path().join("kubewasm.yaml");
+    std::fs::write(
+        &config_file,
+        "apiVersion: kubewasm.io/v1alpha1\nkind: HostConfig\npoll: 1s\n",
+    )
+    .unwrap();
+    let config_arg = config_file.to_str().unwrap();
+    let host = HostProcess::start_args(
+        cp.admin_kubeconfig(),
+        &["--config", config_arg],
+        &[],
+        |dir| {
+            install(
+                dir,
+                "recorder",
+                "recorder",
+                Some(&recorder_sidecar(ns, &["gadgets.e2e.kubewasm.io"])),
+            );
+        },
+    );
+    host.wait_log("does not serve: install its CRD", WAIT).await;
+    let crds: Api<kube::core::DynamicObject> = Api::all_with(
+        client.clone(),
+        &kube::core::ApiResource::from_gvk_with_plural(
+            &kube::core::GroupVersionKind::gvk(
+                "apiextensions.k8s.io",
+                "v1",
+                "CustomResourceDefinition",
+            ),
+            "customresourcedefinitions",
+        ),
+    );
+    let crd: kube::core::DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "gadgets.e2e.kubewasm.io"},
+        "spec": {"group": "e2e.kubewasm.io", "scope": "Namespaced",
+            "names": {"kind": "Gadget", "plural": "gadgets", "singular": "gadget"},
+            "versions": [{"name": "v1", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}}))
+    .unwrap();
+    crds.create(&PostParams::default(), &crd).await.unwrap();
+    // Nothing touches the plugin folder: the host notices the new kind.
+    wait_seen(&client, ns, |s| s.iter().any(|x| x.delta == "synced")).await;
+    let gadgets: Api<kube::core::DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        ns,
+        &kube::core::ApiResource::from_gvk_with_plural(
+            &kube::core::GroupVersionKind::gvk("e2e.kubewasm.io", "v1", "Gadget"),
+            "gadgets",
+        ),
+    );
+    let gadget: kube::core::DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "e2e.kubewasm.io/v1", "kind": "Gadget",
+        "metadata": {"name": "g1", "namespace": ns}}))
+    .unwrap();
+    gadgets
+        .create(&PostParams::default(), &gadget)
+        .await
+        .unwrap();
+    let seen = wait_seen(&client, ns, |s| s.iter().any(|x| x.delta == "added")).await;
+    let shorts: Vec<String> = seen.iter().map(Seen::short).collect();
+    assert_eq!(shorts, ["synced", "added g1"]);
+    assert!(
+        host.logs()
+            .contains("the cluster's kinds changed; loading the plugin again"),
+        "{}",
+        host.logs()
+    );
+    assert!(host.stop().success());
+}
+
+#[tokio::test]
 async fn hot_reload_under_churn_loses_and_duplicates_nothing() {
     let cp = ControlPlane::shared();
     let client = cp.admin_client().await;

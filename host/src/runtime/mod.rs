@@ -50,6 +50,10 @@ pub enum LoadError {
     Register(String),
     #[error("the plugin's registration is invalid: {0}")]
     BadRegistration(String),
+    #[error(
+        "the plugin's registration names {0}, which the cluster does not serve: install its CRD (or fix the name); the host retries this plugin when the cluster's kinds change"
+    )]
+    UnknownKind(String),
     #[error("{0}")]
     Manifest(#[from] manifest::ManifestError),
     #[error("cannot start the plugin: {0}")]

@@ -57,6 +57,7 @@ impl Discovery {
                     .map_err(KubeError::Discovery)?
             }
         };
+        let before = self.kinds.generation();
         let mut count = 0;
         for group in discovery.groups() {
             self.kinds
@@ -78,7 +79,11 @@ impl Discovery {
             }
         }
         *self.last.lock().await = Some(Instant::now());
-        tracing::info!(resources = count, "discovery done");
+        if self.kinds.generation() == before {
+            tracing::debug!(resources = count, "discovery done; no new kinds");
+        } else {
+            tracing::info!(resources = count, "discovery done");
+        }
         Ok(count)
     }
 }
