@@ -14,10 +14,14 @@ use serde_json::{Value, json};
 
 use crate::{install, repo_root};
 
-/// Builds the `kubewasm` binary once per test process.
+/// Builds the `kubewasm` binary once per test process (debug), unless
+/// `KUBEWASM_BIN` names one (the soak run uses a release build).
 pub fn kubewasm_bin() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
+        if let Some(bin) = std::env::var_os("KUBEWASM_BIN") {
+            return PathBuf::from(bin);
+        }
         let status = Command::new(env!("CARGO"))
             .args(["build", "-p", "kubewasm", "--bin", "kubewasm"])
             .current_dir(repo_root())
@@ -106,6 +110,11 @@ impl HostProcess {
 
     pub fn logs(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// The host's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     fn signal(&self, sig: &str) {
