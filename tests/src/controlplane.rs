@@ -689,6 +689,51 @@ impl ControlPlane {
         }
     }
 
+    /// The kube-apiserver's own process: the child of the control plane
+    /// started as `kubewasm-controlplane apiserver ...`.
+    fn apiserver_pid(&self) -> anyhow::Result<Pid> {
+        let parent = self.pid.as_raw_nonzero().get();
+        for entry in std::fs::read_dir("/proc")
+            .context("reading /proc")?
+            .flatten()
+        {
+            let Some(pid) = entry
+                .file_name()
+                .to_str()
+                .and_then(|n| n.parse::<i32>().ok())
+            else {
+                continue;
+            };
+            let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+                continue;
+            };
+            // `pid (comm) state ppid ...`; comm may hold spaces.
+            let ppid = stat
+                .rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+                .and_then(|p| p.parse::<i32>().ok());
+            if ppid != Some(parent) {
+                continue;
+            }
+            let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+            if cmdline.split(|b| *b == 0).nth(1) == Some(b"apiserver".as_slice()) {
+                return Pid::from_raw(pid).context("pid 0");
+            }
+        }
+        bail!("no kube-apiserver process under the control plane (pid {parent})")
+    }
+
+    /// Freezes the kube-apiserver (SIGSTOP): connections stay open and
+    /// nothing answers, as with a hung or partitioned server.
+    pub fn pause_apiserver(&self) -> anyhow::Result<()> {
+        kill_process(self.apiserver_pid()?, Signal::STOP).context("SIGSTOP to the kube-apiserver")
+    }
+
+    /// Thaws a [`Self::pause_apiserver`]d kube-apiserver.
+    pub fn resume_apiserver(&self) -> anyhow::Result<()> {
+        kill_process(self.apiserver_pid()?, Signal::CONT).context("SIGCONT to the kube-apiserver")
+    }
+
     fn wait_line_blocking(
         &self,
         want: impl Fn(&str) -> bool,

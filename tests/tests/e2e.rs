@@ -717,6 +717,82 @@ async fn api_server_restart_mid_stream_loses_no_delta() {
     assert!(host.stop().success());
 }
 
+/// A hung API server (SIGSTOP for 60 s: connections open, nothing
+/// answers) looks like a quiet cluster until the host probes it: the stall
+/// is reported naming the informer, and after the thaw the watch resumes
+/// with nothing lost or repeated.
+#[tokio::test]
+async fn api_server_frozen_for_a_minute_is_reported_and_loses_no_delta() {
+    let cp = ControlPlane::start().await.unwrap();
+    let client = cp.admin_client().await;
+    let ns = "e2e-freeze";
+    namespace(&client, ns, json!({})).await;
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    for i in 0..8 {
+        create_cm(&api, ns, &format!("c{i}"), "0").await;
+    }
+    let host = HostProcess::start(
+        cp.admin_kubeconfig(),
+        &[(
+            "recorder",
+            "recorder",
+            Some(&recorder_sidecar(ns, &["configmaps"])),
+        )],
+    );
+    wait_seen(&client, ns, |s| s.iter().any(|x| x.delta == "synced")).await;
+    set_cm(&api, "c0", "before").await;
+    wait_seen(&client, ns, |s| s.iter().any(|x| x.delta == "updated")).await;
+
+    let frozen = std::time::Instant::now();
+    cp.pause_apiserver().unwrap();
+    let thaw = scopeguard(&cp);
+    host.wait_log("watch stalled", Duration::from_secs(60))
+        .await;
+    let reported = frozen.elapsed();
+    let line = host
+        .logs()
+        .lines()
+        .find(|l| l.contains("watch stalled"))
+        .unwrap()
+        .to_owned();
+    assert!(
+        line.contains("configmaps"),
+        "the stall names the informer: {line}"
+    );
+    assert!(line.contains("does not answer"), "{line}");
+    // The rest of the minute, then thaw.
+    tokio::time::sleep(Duration::from_secs(60).saturating_sub(frozen.elapsed())).await;
+    drop(thaw);
+    let thawed = std::time::Instant::now();
+
+    churn(&api, ns).await;
+    let server = configmap_versions(&api).await;
+    let seen = eventually("the plugin's view to equal the server's", WAIT, || async {
+        let seen = recorded(&client, ns).await;
+        (view(&seen) == server).then_some(seen)
+    })
+    .await;
+    eprintln!(
+        "API server frozen {:?}: stall reported after {reported:?}; view equal to the server {:?} after the thaw",
+        thawed - frozen,
+        thawed.elapsed()
+    );
+    assert_no_duplicates(&seen);
+    host.wait_log("watch resumed after a stall", WAIT).await;
+    assert!(host.stop().success());
+}
+
+/// Resumes a paused API server when dropped (also when the test fails).
+fn scopeguard(cp: &ControlPlane) -> impl Drop + '_ {
+    struct Thaw<'a>(&'a ControlPlane);
+    impl Drop for Thaw<'_> {
+        fn drop(&mut self) {
+            self.0.resume_apiserver().unwrap();
+        }
+    }
+    Thaw(cp)
+}
+
 #[tokio::test]
 async fn gone_410_relists_and_reports_missed_deletions_as_final_state_unknown() {
     // Short compaction and no watch cache: a watch resumed from an old
