@@ -19,6 +19,11 @@ pub struct Item {
     pub weight: u64,
     /// When the oldest delta it stands for reached the informer.
     pub received: std::time::Instant,
+    /// The informer's sequence number of the newest delta it stands for
+    /// (see [`Delta::seq`](crate::informer::Delta::seq)).
+    pub seq: u64,
+    /// When its first attempt failed.
+    pub first_failed: Option<std::time::SystemTime>,
 }
 
 impl Item {
@@ -28,7 +33,15 @@ impl Item {
             attempts: 0,
             weight: 1,
             received: std::time::Instant::now(),
+            seq: 0,
+            first_failed: None,
         }
+    }
+
+    #[must_use]
+    pub fn seq(mut self, seq: u64) -> Self {
+        self.seq = seq;
+        self
     }
 
     #[must_use]
@@ -72,7 +85,8 @@ impl<K> Default for KeyedQueue<K> {
 fn coalesce(last: &mut Item, next: Item) -> Result<Option<u64>, Box<Item>> {
     use DeltaType::*;
     let w = last.weight + next.weight;
-    match (last.delta.dtype, next.delta.dtype) {
+    let seq = last.seq.max(next.seq);
+    let merged = match (last.delta.dtype, next.delta.dtype) {
         (Updated, Updated) => {
             last.delta.object = next.delta.object;
             last.weight = w;
@@ -98,7 +112,11 @@ fn coalesce(last: &mut Item, next: Item) -> Result<Option<u64>, Box<Item>> {
         }
         (Added, Deleted) if last.attempts == 0 => Ok(Some(w)),
         _ => Err(Box::new(next)),
+    };
+    if matches!(merged, Ok(None)) {
+        last.seq = seq;
     }
+    merged
 }
 
 impl<K: Clone + Eq + Hash> KeyedQueue<K> {
@@ -159,6 +177,31 @@ impl<K: Clone + Eq + Hash> KeyedQueue<K> {
             .entry(key.clone())
             .or_default()
             .push_front(item);
+    }
+
+    /// Puts `item` before everything pending for `key` (a delta older than
+    /// those, handed over from a previous plugin version) and makes the
+    /// key ready unless it is busy.
+    pub fn push_front(&mut self, key: K, item: Item) {
+        let queue = self.pending.entry(key.clone()).or_default();
+        let was_empty = queue.is_empty();
+        queue.push_front(item);
+        if was_empty && !self.in_flight.contains(&key) {
+            self.ready.push_back(key);
+        }
+    }
+
+    /// Takes everything pending, each object's deltas oldest first.
+    pub fn take_pending(&mut self) -> Vec<(K, Item)> {
+        self.ready.clear();
+        self.pending
+            .drain()
+            .flat_map(|(k, items)| items.into_iter().map(move |i| (k.clone(), i)))
+            .collect()
+    }
+
+    pub fn in_flight_len(&self) -> usize {
+        self.in_flight.len()
     }
 
     pub fn is_idle(&self) -> bool {
