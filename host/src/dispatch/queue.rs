@@ -319,6 +319,37 @@ mod tests {
         assert_eq!((rv(&item), item.weight), ("5".into(), 2));
     }
 
+    #[test]
+    fn handed_over_deltas_go_first_and_coalescing_keeps_the_newest_seq() {
+        let mut q = KeyedQueue::default();
+        q.push("x", Item::new(delta(DeltaType::Updated, 2)).seq(7));
+        assert_eq!(
+            q.push("x", Item::new(delta(DeltaType::Updated, 3)).seq(9)),
+            Pushed::Coalesced
+        );
+        // An older delete of the object, from a previous version.
+        q.push_front("x", Item::new(delta(DeltaType::Deleted, 1)).seq(4));
+        q.push_front("y", Item::new(delta(DeltaType::Deleted, 1)).seq(5));
+        let (k, item) = q.pop().unwrap();
+        assert_eq!(
+            (k, item.delta.dtype, item.seq),
+            ("x", DeltaType::Deleted, 4)
+        );
+        q.done(&"x");
+        let mut rest: Vec<_> = q
+            .take_pending()
+            .into_iter()
+            .map(|(k, i)| (k, i.delta.dtype, i.seq))
+            .collect();
+        rest.sort_by_key(|r| r.0);
+        assert_eq!(
+            rest,
+            [("x", DeltaType::Updated, 9), ("y", DeltaType::Deleted, 5)]
+        );
+        assert!(q.pop().is_none());
+        assert!(q.is_idle());
+    }
+
     proptest! {
         /// Whatever the interleaving, the last state a plugin sees for an
         /// object is the last one pushed, and nothing is delivered out of order.
