@@ -220,13 +220,18 @@ impl Pipeline {
 
     /// The namespaces holding a copy of `src/cfg`, from the cluster's files.
     fn copies(&self, h: &Harness) -> Vec<String> {
+        self.copies_of(h, "cfg")
+    }
+
+    /// The namespaces holding a copy of `src/<name>`.
+    fn copies_of(&self, h: &Harness, name: &str) -> Vec<String> {
         ["a", "b", "c"]
             .iter()
             .filter(|ns| {
                 h.cluster
                     .path()
                     .join(ns)
-                    .join("configmaps-cfg.yaml")
+                    .join(format!("configmaps-{name}.yaml"))
                     .exists()
             })
             .map(|ns| (*ns).to_owned())
@@ -236,11 +241,20 @@ impl Pipeline {
     /// Deletes the source ConfigMap; returns once the informer has fanned
     /// the delete out.
     async fn delete_source(&self, h: &Harness) {
+        self.edit(|| {
+            std::fs::remove_file(h.cluster.path().join("src/cfg.yaml")).unwrap();
+        })
+        .await;
+    }
+
+    /// Edits the cluster's files; returns once the informer has fanned
+    /// the change out.
+    async fn edit(&self, change: impl FnOnce()) {
         let before = self.activity.emitted.load(Ordering::SeqCst);
-        std::fs::remove_file(h.cluster.path().join("src/cfg.yaml")).unwrap();
+        change();
         self.cluster.rescan().unwrap();
         eventually(
-            "the delete to reach the informer",
+            "the change to reach the informer",
             Duration::from_secs(30),
             || async { (self.activity.emitted.load(Ordering::SeqCst) > before).then_some(()) },
         )
@@ -443,5 +457,68 @@ async fn a_swap_hands_the_retrying_delete_to_the_new_version() {
     assert_eq!(p.copies(&h), Vec::<String>::new());
     assert!(p.stats().handed_over.load(Ordering::Relaxed) >= 1);
     assert!(p.stats().dead_letters.lock().is_empty());
+    p.host.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_swap_hands_over_the_delete_still_queued_behind_a_busy_call() {
+    let h = Harness::new();
+    write_cluster(
+        h.cluster.path(),
+        &[(
+            "src/other.yaml",
+            &source().replace("name: cfg", "name: other"),
+        )],
+    );
+    // One attempt of up to 6 s per action: the plugin's one worker (the
+    // default concurrency) stays busy.
+    let p = Pipeline::new(
+        &h,
+        ExecutorOptions {
+            timeout: Duration::from_secs(6),
+            ..fast_executor(1)
+        },
+        dispatch(5, Duration::from_millis(20)),
+    );
+    p.install().await;
+    p.settled().await;
+    assert_eq!(p.copies(&h), ["a", "b", "c"]);
+    assert_eq!(p.copies_of(&h, "other"), ["a", "b", "c"]);
+
+    // A change of cfg whose apply into b hangs; meanwhile other is deleted,
+    // and its delete waits in the queue behind the busy call.
+    p.sink.fail("apply configmaps b/cfg", Fault::Hang, Some(1));
+    p.edit(|| {
+        write_cluster(
+            h.cluster.path(),
+            &[("src/cfg.yaml", &source().replace("k: v", "k: v2"))],
+        );
+    })
+    .await;
+    eventually(
+        "the apply into b to hang",
+        Duration::from_secs(30),
+        || async { (!p.sink.attempts("b/cfg -> hang").is_empty()).then_some(()) },
+    )
+    .await;
+    p.edit(|| {
+        std::fs::remove_file(h.cluster.path().join("src/other.yaml")).unwrap();
+    })
+    .await;
+    assert!(
+        p.sink.attempts("delete").is_empty(),
+        "the delete ran before the swap: {:?}",
+        p.sink.attempts("")
+    );
+    // Replaced while busy: the old version stops after the hanging call;
+    // the new one handles the queued delete (other is not in its replay)
+    // and replays cfg.
+    p.install().await;
+    p.settled().await;
+    assert_eq!(p.copies_of(&h, "other"), Vec::<String>::new());
+    assert_eq!(p.copies(&h), ["a", "b", "c"]);
+    let copy = std::fs::read_to_string(h.cluster.path().join("b/configmaps-cfg.yaml")).unwrap();
+    assert!(copy.contains("v2"), "{copy}");
+    assert!(p.stats().handed_over.load(Ordering::Relaxed) >= 1);
     p.host.shutdown().await;
 }
