@@ -79,6 +79,8 @@ pub struct PluginSummary {
     pub retries: u64,
     pub dead: u64,
     pub filtered: u64,
+    /// The dead letters still recorded at the end of the run.
+    pub dead_letters: Vec<crate::dispatch::DeadLetterRecord>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -103,10 +105,22 @@ impl Summary {
             .iter()
             .filter(|(_, p)| p.dead > 0)
             .map(|(name, p)| {
-                format!(
+                let mut line = format!(
                     "plugin {name}: {} delta(s) went to dead letters (see the errors logged above)",
                     p.dead
-                )
+                );
+                for d in p.dead_letters.iter().take(10) {
+                    let ns = d
+                        .namespace
+                        .as_deref()
+                        .map(|n| format!("{n}/"))
+                        .unwrap_or_default();
+                    line.push_str(&format!(
+                        "\n    {} {} {ns}{} after {} attempt(s): {}",
+                        d.delta, d.kind, d.name, d.attempts, d.last_error
+                    ));
+                }
+                line
             });
         loads.chain(dead).collect()
     }
@@ -406,6 +420,7 @@ impl App {
                             retries: s.retries.load(Ordering::Relaxed),
                             dead: s.dead.load(Ordering::Relaxed),
                             filtered: s.filtered.load(Ordering::Relaxed),
+                            dead_letters: s.dead_letters.lock().records(),
                         },
                     )
                 })

@@ -43,6 +43,73 @@ enum Command {
     Rbac(RbacArgs),
     /// GET a path of a running host's listener; exit 0 on 200 (for exec probes).
     Probe(ProbeArgs),
+    /// List a running host's dead letters: deltas its plugins gave up on.
+    DeadLetters(DeadLettersArgs),
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum OutputFormat {
+    Table,
+    Json,
+}
+
+#[derive(clap::Args, Debug)]
+struct DeadLettersArgs {
+    /// The host's listener address (its --metrics-addr), HOST:PORT.
+    #[arg(
+        long,
+        conflicts_with = "addr_file",
+        required_unless_present = "addr_file"
+    )]
+    addr: Option<String>,
+    /// File holding the listener address (the host's --metrics-addr-file).
+    #[arg(long)]
+    addr_file: Option<PathBuf>,
+    /// Output format.
+    #[arg(long, short, value_enum, default_value = "table")]
+    output: OutputFormat,
+    /// Connect and read timeout.
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    timeout: std::time::Duration,
+}
+
+fn dead_letters(args: DeadLettersArgs) -> anyhow::Result<()> {
+    use kubewasm::dispatch::DeadLetterRecord;
+    use kubewasm::telemetry::probe;
+    let addr = match (args.addr, args.addr_file) {
+        (Some(a), _) => a,
+        (None, Some(f)) => probe::read_addr_file(&f)?,
+        (None, None) => anyhow::bail!("pass --addr HOST:PORT or --addr-file FILE"),
+    };
+    let (code, body) = probe::get(&addr, "/dead-letters", args.timeout)?;
+    if code != 200 {
+        anyhow::bail!("GET /dead-letters answered {code}: {}", body.trim());
+    }
+    let records: Vec<DeadLetterRecord> =
+        serde_json::from_str(&body).context("the host's /dead-letters answer is not a list")?;
+    let mut out = std::io::stdout().lock();
+    match args.output {
+        OutputFormat::Json => writeln!(out, "{}", serde_json::to_string_pretty(&records)?)?,
+        OutputFormat::Table => {
+            writeln!(
+                out,
+                "{:<20} {:<24} {:<40} {:<8} {:>8}  {:<20}  LAST ERROR",
+                "PLUGIN", "KIND", "OBJECT", "DELTA", "ATTEMPTS", "LAST FAILED"
+            )?;
+            for r in &records {
+                let object = match &r.namespace {
+                    Some(ns) => format!("{ns}/{}", r.name),
+                    None => r.name.clone(),
+                };
+                writeln!(
+                    out,
+                    "{:<20} {:<24} {:<40} {:<8} {:>8}  {:<20}  {}",
+                    r.plugin, r.kind, object, r.delta, r.attempts, r.last_failed, r.last_error
+                )?;
+            }
+        }
+    }
+    Ok(())
 }
 
 #[derive(clap::Args, Debug)]
@@ -345,6 +412,7 @@ fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Run(args) => rt.block_on(run(*args)),
         Command::Probe(args) => probe(args),
+        Command::DeadLetters(args) => dead_letters(args),
         Command::New(args) => new_project(args),
         Command::Rbac(args) => rt.block_on(rbac(args)),
     }

@@ -1,6 +1,11 @@
 //! Loading, replacing and unloading plugin versions: a new version is
 //! compiled, registered and subscribed (receiving the cache as initial
-//! deltas) before the old one stops, so nothing is missed across a swap.
+//! deltas) before the old one stops, so nothing is missed across a swap:
+//! the old version delivers only what it received before the new one
+//! subscribed, and hands the deletes it had not handled (waiting,
+//! retrying) and the plugin's dead deletes to the new version, ahead of
+//! its replay. Everything else it held is in the replay or the new
+//! version's own stream.
 //! Gaining leadership takes the same path without recompiling: every
 //! running version is resubscribed, receiving the cache again.
 
@@ -11,7 +16,11 @@ use std::time::{Duration, Instant};
 use tokio::sync::{Mutex, mpsc};
 
 use crate::actions::executor::Executor;
-use crate::dispatch::{Activity, DispatchOptions, Dispatcher, PluginStats, SubscriptionFilter};
+use crate::dispatch::queue::Item;
+use crate::dispatch::{
+    Activity, DispatchOptions, Dispatcher, Key, PluginStats, SubscriptionFilter,
+};
+use crate::informer::DeltaType;
 use crate::informer::selector::{FieldSelector, LabelSelector};
 use crate::informer::{CacheView, Informer, InformerSet, InformerSpec, SubscriptionHandle};
 use crate::kind::KindDiscovery;
@@ -47,6 +56,16 @@ pub struct PluginVersion {
 }
 
 impl PluginVersion {
+    /// This version's subscription fed by `informer`, with its cut.
+    fn successor_of(&self, informer: &Arc<Informer>) -> Option<(u32, u64)> {
+        self.handles
+            .lock()
+            .iter()
+            .zip(&self.subscriptions)
+            .find(|(h, _)| Arc::ptr_eq(&h.informer, informer))
+            .map(|(h, (_, f))| (f.index, h.cut))
+    }
+
     pub fn stats(&self) -> &Arc<PluginStats> {
         self.dispatcher.stats()
     }
@@ -80,15 +99,45 @@ impl PluginVersion {
         self.term.store(term, std::sync::atomic::Ordering::SeqCst);
     }
 
-    async fn stop(&self, informers: &InformerSet) {
+    /// Each subscription's informer, by subscription index.
+    fn informers(&self) -> Vec<Arc<Informer>> {
+        self.handles
+            .lock()
+            .iter()
+            .map(|h| h.informer.clone())
+            .collect()
+    }
+
+    /// Stops delivering deltas the informers emit after now (a successor
+    /// is about to subscribe and will receive them).
+    fn cut(&self) {
+        let cuts = self
+            .handles
+            .lock()
+            .iter()
+            .zip(&self.subscriptions)
+            .map(|(h, (_, f))| (f.index, h.informer.seq()))
+            .collect();
+        self.dispatcher.cut(cuts);
+    }
+
+    /// Stops; returns the deltas it did not handle (see [`Dispatcher::stop`]).
+    async fn stop(&self, informers: &InformerSet) -> Vec<(Key, Item)> {
         let handles = std::mem::take(&mut *self.handles.lock());
+        let left = self.dispatcher.stop().await;
         for h in &handles {
             informers.unsubscribe(h);
         }
-        self.dispatcher.stop().await;
         for (informer, index) in &self.indexes {
             informer.store().remove_index(index);
         }
+        left
+    }
+
+    /// Stops with nobody to take over what it did not handle.
+    async fn stop_for_good(&self, informers: &InformerSet) {
+        let left = self.stop(informers).await;
+        self.dispatcher.drop_items(&left);
     }
 }
 
@@ -237,14 +286,24 @@ impl PluginHost {
     }
 
     /// Loads `bytes` as plugin `name` and starts it; the previous version,
-    /// if any, keeps serving until the new one is subscribed, then drains.
+    /// if any, keeps serving until the new one is subscribed, then stops
+    /// and hands over what it did not handle (see the module doc).
     pub async fn install(
         &self,
         name: &str,
         bytes: Vec<u8>,
         manifest: Manifest,
     ) -> Result<Arc<PluginVersion>, LoadError> {
-        let version = Arc::new(self.start(name, bytes, manifest).await?);
+        let previous = self.plugins.lock().await.get(name).cloned();
+        let version = match self.start(name, bytes, manifest, previous.as_deref()).await {
+            Ok(v) => Arc::new(v),
+            Err(e) => {
+                if let Some(p) = &previous {
+                    p.dispatcher.uncut();
+                }
+                return Err(e);
+            }
+        };
         let old = {
             let mut plugins = self.plugins.lock().await;
             let old = plugins.insert(name.to_owned(), version.clone());
@@ -258,14 +317,71 @@ impl PluginHost {
             }
             old
         };
-        if let Some(old) = old {
-            old.stop(&self.informers).await;
+        if let Some(old) = &old {
+            let old_informers = old.informers();
+            let left = old.stop(&self.informers).await;
+            let (keep, drop): (Vec<_>, Vec<_>) = left
+                .into_iter()
+                .map(|(key, item)| {
+                    let to = old_informers
+                        .get(key.0 as usize)
+                        .and_then(|i| version.successor_of(i));
+                    (to, key, item)
+                })
+                .partition(|(to, _, item)| {
+                    to.is_some_and(|(_, cut)| {
+                        item.delta.dtype == DeltaType::Deleted && item.seq <= cut
+                    })
+                });
+            let dropped: Vec<_> = drop.into_iter().map(|(_, k, i)| (k, i)).collect();
+            old.dispatcher.drop_items(&dropped);
+            let handed: Vec<_> = keep
+                .into_iter()
+                .filter_map(|(to, key, item)| to.map(|(j, _)| moved(j, key, item)))
+                .collect();
             tracing::info!(
                 plugin = name,
-                "previous version stopped after its in-flight call"
+                handed_over = handed.len(),
+                covered = dropped.len(),
+                "previous version stopped; the deletes it had not handled go to the new version (the rest is in the new version's replay or stream)"
             );
+            version.dispatcher.hand_over(handed);
         }
+        self.requeue_dead_letters(name, &version);
+        version.dispatcher.start_when_synced(version.informers());
         Ok(version)
+    }
+
+    /// A new version gets the plugin's dead letters: dead deletes are
+    /// queued again (ahead of the replay); the other dead deltas' objects
+    /// are in the replay, so their records are cleared.
+    fn requeue_dead_letters(&self, name: &str, version: &PluginVersion) {
+        let dead = version.stats().dead_letters.lock().take();
+        if dead.is_empty() {
+            return;
+        }
+        let total = dead.len();
+        let requeued: Vec<_> = dead
+            .into_iter()
+            .filter(|(key, item)| {
+                item.delta.dtype == DeltaType::Deleted
+                    && version
+                        .subscriptions
+                        .iter()
+                        .any(|(_, f)| f.index == key.0 && f.kind == item.delta.kind)
+            })
+            .map(|(key, item)| moved(key.0, key, item))
+            .collect();
+        // Settled when they died; counted again while queued.
+        self.activity
+            .emit(requeued.iter().map(|(_, i)| i.weight).sum());
+        tracing::info!(
+            plugin = name,
+            dead_letters = total,
+            requeued_deletes = requeued.len(),
+            "new version: dead deletes queued again, the other dead deltas' objects are in its replay"
+        );
+        version.dispatcher.hand_over(requeued);
     }
 
     /// Stops and removes plugin `name` after its in-flight call.
@@ -273,7 +389,7 @@ impl PluginHost {
         let old = self.plugins.lock().await.remove(name);
         match old {
             Some(old) => {
-                old.stop(&self.informers).await;
+                old.stop_for_good(&self.informers).await;
                 tracing::info!(plugin = name, "plugin unloaded");
                 true
             }
@@ -303,15 +419,18 @@ impl PluginHost {
             .into_values()
             .collect();
         for p in all {
-            p.stop(&self.informers).await;
+            p.stop_for_good(&self.informers).await;
         }
     }
 
+    /// Compiles, registers and subscribes a version (not delivering until
+    /// [`Dispatcher::start_when_synced`]); `previous` is cut just before.
     async fn start(
         &self,
         name: &str,
         bytes: Vec<u8>,
         manifest: Manifest,
+        previous: Option<&PluginVersion>,
     ) -> Result<PluginVersion, LoadError> {
         let runtime = self.runtime.clone();
         let owned_name = name.to_owned();
@@ -430,6 +549,9 @@ impl PluginHost {
         // version is replayed for the new term.
         let term = self.leadership.state().term;
         let subscriptions = resolved.clone();
+        if let Some(previous) = previous {
+            previous.cut();
+        }
         let mut handles = Vec::new();
         let mut intakes = Vec::new();
         // Every subscription's cache is readable: two subscriptions to one
@@ -492,7 +614,6 @@ impl PluginHost {
         for actor in &actors {
             actor.set_scope(scope.clone());
         }
-        dispatcher.start_when_synced(handles.iter().map(|h| h.informer.clone()).collect());
         for (filter, informer, rx) in intakes {
             dispatcher.add_intake(filter, informer, rx, term);
         }
@@ -526,4 +647,12 @@ impl PluginHost {
             self.informers.unsubscribe(h);
         }
     }
+}
+
+/// `item` of `key`, moved to subscription `index` of a new version with
+/// fresh attempts.
+fn moved(index: u32, key: Key, mut item: Item) -> (Key, Item) {
+    item.attempts = 0;
+    item.delta.subscription = index;
+    ((index, key.1), item)
 }

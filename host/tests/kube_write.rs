@@ -245,7 +245,7 @@ async fn errors_are_classified() {
 }
 
 #[tokio::test]
-async fn executor_retries_conflicts_but_not_forbidden_or_invalid() {
+async fn executor_retries_transient_failures_but_not_conflicts_forbidden_or_invalid() {
     let (client, mut server) = mock_client();
     let executor = Executor::new(
         Arc::new(KubeSink::new(client)),
@@ -253,6 +253,8 @@ async fn executor_retries_conflicts_but_not_forbidden_or_invalid() {
             dry_run: false,
             max_attempts: 4,
             base_backoff: Duration::from_millis(5),
+            max_backoff: Duration::from_millis(20),
+            timeout: Duration::from_secs(5),
         },
     );
     let action = Action::Patch {
@@ -262,26 +264,46 @@ async fn executor_retries_conflicts_but_not_forbidden_or_invalid() {
     };
     let script = tokio::spawn(async move {
         for reply in [
-            status(409, "Conflict", "the object has been modified"),
+            status(503, "ServiceUnavailable", "etcd leader changed"),
+            status(429, "TooManyRequests", "slow down"),
             ok(),
         ] {
             let (seen, send) = next(&mut server).await;
             assert_eq!(seen.method, "PATCH");
             send.send_response(reply);
         }
-        // 403: exactly one attempt.
-        let (_, send) = next(&mut server).await;
-        send.send_response(status(403, "Forbidden", "no"));
-        // 422: exactly one attempt.
-        let (_, send) = next(&mut server).await;
-        send.send_response(status(422, "Invalid", "bad"));
+        // 409, 403, 422: exactly one attempt each.
+        for reply in [
+            status(
+                409,
+                "Conflict",
+                "Apply failed with 1 conflict: conflict with \"kubectl\"",
+            ),
+            status(403, "Forbidden", "no"),
+            status(422, "Invalid", "bad"),
+        ] {
+            let (_, send) = next(&mut server).await;
+            send.send_response(reply);
+        }
         server
     });
-    assert!(executor.execute("p", &action).await);
-    assert_eq!(executor.stats.retried.load(Ordering::Relaxed), 1);
-    assert!(!executor.execute("p", &action).await);
-    assert!(!executor.execute("p", &action).await);
-    assert_eq!(executor.stats.failed.load(Ordering::Relaxed), 2);
+    assert_eq!(executor.execute("p", &action).await, Ok(()));
+    assert_eq!(executor.stats.retried.load(Ordering::Relaxed), 2);
+    let conflict = executor.execute("p", &action).await.unwrap_err();
+    assert!(
+        matches!(&conflict, ActionError::Conflict(m) if m.contains("kubectl")),
+        "{conflict:?}"
+    );
+    assert!(matches!(
+        executor.execute("p", &action).await,
+        Err(ActionError::Forbidden(_))
+    ));
+    assert!(matches!(
+        executor.execute("p", &action).await,
+        Err(ActionError::Invalid(_))
+    ));
+    assert_eq!(executor.stats.retried.load(Ordering::Relaxed), 2);
+    assert_eq!(executor.stats.failed.load(Ordering::Relaxed), 3);
     assert_eq!(executor.stats.applied.load(Ordering::Relaxed), 1);
     let mut server = script.await.unwrap();
     // No further request was made (nothing retried forever).

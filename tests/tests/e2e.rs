@@ -1019,3 +1019,243 @@ async fn probes_metrics_and_pod_identity_on_the_real_server() {
     }
     assert!(host.stop().success(), "the host exits 0 on SIGTERM");
 }
+
+/// Whether the test user may create events.k8s.io Events in `ns`, as the
+/// API server's authorizer answers now.
+async fn user_may_record(cp: &ControlPlane, ns: &str) -> bool {
+    use k8s_openapi::api::authorization::v1::SelfSubjectAccessReview;
+    let review: SelfSubjectAccessReview = serde_json::from_value(json!({
+        "spec": {"resourceAttributes": {"namespace": ns, "verb": "create",
+            "group": "events.k8s.io", "resource": "events"}}}))
+    .unwrap();
+    Api::<SelfSubjectAccessReview>::all(cp.user_client().await)
+        .create(&PostParams::default(), &review)
+        .await
+        .unwrap()
+        .status
+        .is_some_and(|s| s.allowed)
+}
+
+/// Swaps in a new build of the recorder (same code, different bytes) and
+/// waits until the host has stopped the previous version.
+async fn swap_recorder(host: &HostProcess, n: usize) {
+    let mut bytes = kubewasm_tests::wasm("recorder");
+    bytes.extend_from_slice(&[0x00, 0x09, 0x08]);
+    bytes.extend_from_slice(format!("swap{n:04}").as_bytes());
+    let tmp = host.plugins.path().join(".recorder.wasm.tmp");
+    std::fs::write(&tmp, &bytes).unwrap();
+    std::fs::rename(&tmp, host.plugins.path().join("recorder.wasm")).unwrap();
+    eventually("the previous version to stop", WAIT, || async {
+        (host.logs().matches("previous version stopped").count() >= n).then_some(())
+    })
+    .await;
+}
+
+/// The recorder's writes (its Events) refused with 403 while ConfigMaps
+/// churn, then allowed again, with two hot swaps during the churn: every
+/// delete and every change is recorded by some version, exactly once after
+/// its last success; refused deltas go to dead letters (listed by
+/// `kubewasm dead-letters`) and the next version handles them.
+#[tokio::test]
+async fn refused_writes_and_swaps_during_churn_lose_no_delete_and_repeat_nothing() {
+    use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+    let cp = ControlPlane::shared();
+    let client = cp.admin_client().await;
+    let ns = "e2e-deliver";
+    namespace(&client, ns, json!({})).await;
+    let user =
+        json!([{"kind": "User", "name": "kubewasm-e2e", "apiGroup": "rbac.authorization.k8s.io"}]);
+    let roles: Api<Role> = Api::namespaced(client.clone(), ns);
+    let bindings: Api<RoleBinding> = Api::namespaced(client.clone(), ns);
+    for (name, rules) in [
+        (
+            "read",
+            json!([{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "watch"]}]),
+        ),
+        (
+            "record",
+            json!([{"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch", "update"]}]),
+        ),
+    ] {
+        let role: Role =
+            serde_json::from_value(json!({"metadata": {"name": name}, "rules": rules})).unwrap();
+        roles.create(&PostParams::default(), &role).await.unwrap();
+    }
+    let binding = |name: &str| -> RoleBinding {
+        serde_json::from_value(json!({"metadata": {"name": name},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+            "subjects": user}))
+        .unwrap()
+    };
+    bindings
+        .create(&PostParams::default(), &binding("read"))
+        .await
+        .unwrap();
+    bindings
+        .create(&PostParams::default(), &binding("record"))
+        .await
+        .unwrap();
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    for i in 0..10 {
+        create_cm(&api, ns, &format!("c{i}"), "0").await;
+    }
+    eventually("the user to be allowed to record", WAIT, || async {
+        user_may_record(cp, ns).await.then_some(())
+    })
+    .await;
+    let sidecar = recorder_sidecar(ns, &["configmaps"]);
+    let host = HostProcess::start(
+        cp.user_kubeconfig(),
+        &[("recorder", "recorder", Some(&sidecar))],
+    );
+    let addr = host.metrics_addr(WAIT).await;
+    wait_seen(&client, ns, |s| s.iter().any(|x| x.delta == "synced")).await;
+    let mut deleted = Vec::new();
+    let mut delete = async |name: &str| {
+        api.delete(name, &DeleteParams::default()).await.unwrap();
+        deleted.push(name.to_owned());
+    };
+
+    // Healthy churn.
+    for i in 0..3 {
+        set_cm(&api, &format!("c{i}"), "a").await;
+    }
+    delete("c5").await;
+    create_cm(&api, ns, "n0", "0").await;
+    wait_seen(&client, ns, |s| {
+        s.iter().any(|x| x.short() == "deleted c5") && s.iter().any(|x| x.short() == "added n0")
+    })
+    .await;
+
+    // Writes refused: every delta fails its Event with 403 and goes to
+    // dead letters at once.
+    bindings
+        .delete("record", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("the user to be refused", WAIT, || async {
+        (!user_may_record(cp, ns).await).then_some(())
+    })
+    .await;
+    for i in 0..3 {
+        set_cm(&api, &format!("c{i}"), "b").await;
+    }
+    delete("c6").await;
+    delete("c7").await;
+    delete("n0").await;
+    create_cm(&api, ns, "n1", "0").await;
+    create_cm(&api, ns, "n2", "0").await;
+    let started = std::time::Instant::now();
+    let dead = loop {
+        let (code, _, body) = http_get(addr, "/dead-letters").unwrap();
+        assert_eq!(code, 200, "{body}");
+        let dead: Vec<Value> = serde_json::from_str(&body).unwrap();
+        let dead_deletes: std::collections::BTreeSet<&str> = dead
+            .iter()
+            .filter(|d| d["delta"] == "deleted")
+            .filter_map(|d| d["name"].as_str())
+            .collect();
+        if dead_deletes == ["c6", "c7", "n0"].into() {
+            break dead;
+        }
+        assert!(
+            started.elapsed() < WAIT,
+            "the refused deletes never reached the dead letters: {body}\nhost log:\n{}",
+            host.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    for d in &dead {
+        assert_eq!(d["plugin"], "recorder", "{d}");
+        assert_eq!(d["attempts"], 1, "a refusal is not retried: {d}");
+        let error = d["lastError"].as_str().unwrap();
+        assert!(error.contains("forbidden"), "{error}");
+    }
+    // The same list through the CLI.
+    let out = std::process::Command::new(kubewasm_bin())
+        .args(["dead-letters", "--addr", &addr.to_string()])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let table = String::from_utf8(out.stdout).unwrap();
+    for name in ["e2e-deliver/c6", "e2e-deliver/c7", "e2e-deliver/n0"] {
+        assert!(
+            table
+                .lines()
+                .any(|l| l.contains(name) && l.contains("deleted")),
+            "{name} missing from:\n{table}"
+        );
+    }
+    let (_, _, metrics) = http_get(addr, "/metrics").unwrap();
+    assert!(
+        sample(
+            &metrics,
+            "kubewasm_plugin_dead_letters_listed{plugin=\"recorder\"}"
+        )
+        .is_some_and(|v| v >= 3.0),
+        "{metrics}"
+    );
+
+    // Allowed again; two swaps while the churn goes on: the first hands the
+    // dead deletes to the new version.
+    bindings
+        .create(&PostParams::default(), &binding("record"))
+        .await
+        .unwrap();
+    eventually("the user to be allowed again", WAIT, || async {
+        user_may_record(cp, ns).await.then_some(())
+    })
+    .await;
+    let churn_api = api.clone();
+    let churn = tokio::spawn(async move {
+        for round in 0..40 {
+            set_cm(&churn_api, &format!("c{}", round % 5), &format!("r{round}")).await;
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    });
+    swap_recorder(&host, 1).await;
+    delete("c8").await;
+    delete("n1").await;
+    create_cm(&api, ns, "n3", "0").await;
+    swap_recorder(&host, 2).await;
+    delete("c9").await;
+    delete("n2").await;
+    churn.await.unwrap();
+    let server = configmap_versions(&api).await;
+
+    let seen = eventually(
+        "the last version caught up with the server",
+        WAIT,
+        || async {
+            let seen = recorded(&client, ns).await;
+            let last = seen.iter().map(|s| s.version.clone()).max()?;
+            let newest: Vec<Seen> = seen.iter().filter(|s| s.version == last).cloned().collect();
+            let versions: std::collections::BTreeSet<&str> =
+                seen.iter().map(|s| s.version.as_str()).collect();
+            (versions.len() == 3 && view(&newest) == server).then_some(seen)
+        },
+    )
+    .await;
+    // Every delete handled by some version, exactly once.
+    for name in &deleted {
+        let n = seen
+            .iter()
+            .filter(|s| s.delta == "deleted" && &s.name == name)
+            .count();
+        assert_eq!(n, 1, "deleted {name} recorded {n} times: {seen:#?}");
+    }
+    // No live change recorded twice, across versions.
+    let mut live: Vec<(&str, &str, &str)> = seen
+        .iter()
+        .filter(|s| !s.initial && s.delta != "synced")
+        .map(|s| (s.name.as_str(), s.rv.as_str(), s.delta.as_str()))
+        .collect();
+    let n = live.len();
+    live.sort_unstable();
+    live.dedup();
+    assert_eq!(n, live.len(), "a delta recorded twice: {seen:#?}");
+    // Nothing left dead: the refused deltas went to the next version.
+    let (_, _, body) = http_get(addr, "/dead-letters").unwrap();
+    assert_eq!(body, "[]");
+    assert!(host.stop().success());
+}

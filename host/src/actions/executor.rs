@@ -1,15 +1,23 @@
-//! Executes plugins' actions in order, with retries for conflicts and
-//! transient failures, never forever; gated by leadership (a follower
-//! executes nothing, and a leader that loses its lease abandons the action
-//! in flight); a dry-run mode that only logs.
+//! Executes one plugin call's actions in order and stops at the first
+//! that fails, so the dispatcher can fail the call and retry its delta (an
+//! ordered pair such as "delete the child, then drop the finalizer" never
+//! runs half). Each attempt has a timeout; transient failures (429, 5xx,
+//! transport errors, timeouts) are retried here with exponential backoff
+//! and jitter, a bounded number of times; conflicts and refusals are not
+//! (retrying the same request gives the same answer). Gated by leadership
+//! (a follower executes nothing, and a leader that loses its lease
+//! abandons the action in flight); a dry-run mode only logs.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use backon::BackoffBuilder;
+use tokio_util::sync::CancellationToken;
+
 use super::Action;
 use crate::leader::Leadership;
-use crate::telemetry::events::{ActionApplied, ActionFailed, ActionRetrying};
+use crate::telemetry::events::{ActionApplied, ActionConflict, ActionFailed, ActionRetrying};
 use crate::telemetry::metrics::Outcome;
 use crate::telemetry::{ActionCounters, Telemetry};
 use futures::future::BoxFuture;
@@ -27,12 +35,41 @@ pub enum ActionError {
     NotFound(String),
     #[error("transient failure: {0}")]
     Transient(String),
+    #[error("no answer within {0:?}")]
+    TimedOut(Duration),
+    /// Not executed: this replica does not (or no longer) lead.
+    #[error("not executed: this replica is not the leader")]
+    NotLeader,
+    /// Abandoned between attempts: the plugin version is stopping.
+    #[error("abandoned: the plugin version is stopping")]
+    Stopping,
 }
 
 impl ActionError {
-    pub fn retryable(&self) -> bool {
-        matches!(self, ActionError::Conflict(_) | ActionError::Transient(_))
+    /// Whether the executor tries the same request again (the answer may
+    /// differ next time).
+    pub fn transient(&self) -> bool {
+        matches!(self, ActionError::Transient(_) | ActionError::TimedOut(_))
     }
+
+    /// Whether the same delta handled again can never succeed: the API
+    /// server refuses the request as such (403, 400/422).
+    pub fn permanent(&self) -> bool {
+        matches!(self, ActionError::Forbidden(_) | ActionError::Invalid(_))
+    }
+}
+
+/// The action that stopped a call's actions.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("action {index} of {total} ({action}) failed after {attempts} attempt(s): {error}")]
+pub struct ActionFailure {
+    /// 1-based position in the call's actions.
+    pub index: usize,
+    pub total: usize,
+    /// The action, as logged.
+    pub action: String,
+    pub attempts: u32,
+    pub error: ActionError,
 }
 
 /// Where actions go: the API server, the local cluster, a recorder.
@@ -53,22 +90,47 @@ pub struct ExecutorStats {
     /// Refused or abandoned because this replica was not (or stopped
     /// being) the leader.
     pub fenced: AtomicU64,
+    /// Not run because an earlier action of the same call failed.
+    pub skipped: AtomicU64,
 }
 
 #[derive(Debug, Clone)]
 pub struct ExecutorOptions {
     pub dry_run: bool,
+    /// Attempts per action when failures are transient (429, 5xx,
+    /// transport errors, timeouts).
     pub max_attempts: u32,
+    /// The first wait between attempts; doubles each time, plus jitter.
     pub base_backoff: Duration,
+    /// The longest wait between attempts (before jitter).
+    pub max_backoff: Duration,
+    /// How long one attempt may take.
+    pub timeout: Duration,
 }
 
 impl Default for ExecutorOptions {
     fn default() -> Self {
         Self {
             dry_run: false,
-            max_attempts: 5,
+            max_attempts: 8,
             base_backoff: Duration::from_millis(200),
+            max_backoff: Duration::from_secs(10),
+            timeout: Duration::from_secs(10),
         }
+    }
+}
+
+impl ExecutorOptions {
+    /// The waits between attempts: exponential with jitter (each wait is
+    /// between 1x and 2x its exponential value).
+    fn backoff(&self) -> impl Iterator<Item = Duration> + use<> {
+        backon::ExponentialBuilder::default()
+            .with_min_delay(self.base_backoff)
+            .with_max_delay(self.max_backoff)
+            .with_factor(2.0)
+            .with_jitter()
+            .with_max_times(self.max_attempts.saturating_sub(1) as usize)
+            .build()
     }
 }
 
@@ -113,47 +175,77 @@ impl Executor {
         self
     }
 
-    fn fenced(&self, plugin: &str, counters: &ActionCounters, action: &Action) -> bool {
+    fn fenced(&self, plugin: &str, counters: &ActionCounters, action: &Action) -> ActionError {
         self.stats.fenced.fetch_add(1, Ordering::Relaxed);
         counters.outcome(action.verb(), Outcome::Fenced).inc();
         tracing::debug!(plugin, verb = action.verb(), resource = %action.target(), "not the leader: action not executed");
-        false
+        ActionError::NotLeader
     }
 
-    /// Executes one plugin call's actions in order. Failures are logged with
-    /// plugin, verb and resource, and counted; they do not fail the delta
-    /// (the plugin's decision was right; the write is what failed).
-    pub async fn execute_all(&self, plugin: &str, actions: Vec<Action>) {
+    /// Executes one plugin call's actions in order, stopping at the first
+    /// that fails: the rest are not run (counted as `skipped`) and the
+    /// failure is returned, for the dispatcher to retry the delta.
+    pub async fn execute_all(
+        &self,
+        plugin: &str,
+        actions: Vec<Action>,
+    ) -> Result<(), ActionFailure> {
         if actions.is_empty() {
-            return;
+            return Ok(());
         }
         let counters = self.telemetry.metrics().actions(plugin);
-        self.execute_all_counted(plugin, &counters, actions).await;
+        self.execute_all_counted(plugin, &counters, actions, &CancellationToken::new())
+            .await
     }
 
     /// [`execute_all`](Self::execute_all) counting into the plugin's
-    /// pre-resolved `counters` (the dispatcher's path: no label lookup).
+    /// pre-resolved `counters` (the dispatcher's path: no label lookup);
+    /// `stop` cancelled abandons the waits between attempts.
     pub async fn execute_all_counted(
         &self,
         plugin: &str,
         counters: &ActionCounters,
         actions: Vec<Action>,
-    ) {
-        for action in actions {
-            self.run(plugin, counters, &action).await;
+        stop: &CancellationToken,
+    ) -> Result<(), ActionFailure> {
+        let total = actions.len();
+        for (i, action) in actions.iter().enumerate() {
+            if let Err((error, attempts)) = self.run(plugin, counters, action, stop).await {
+                for rest in &actions[i + 1..] {
+                    self.stats.skipped.fetch_add(1, Ordering::Relaxed);
+                    counters.outcome(rest.verb(), Outcome::Skipped).inc();
+                }
+                return Err(ActionFailure {
+                    index: i + 1,
+                    total,
+                    action: action.to_string(),
+                    attempts,
+                    error,
+                });
+            }
         }
+        Ok(())
     }
 
-    pub async fn execute(&self, plugin: &str, action: &Action) -> bool {
+    /// Executes one action (its own retries included).
+    pub async fn execute(&self, plugin: &str, action: &Action) -> Result<(), ActionError> {
         let counters = self.telemetry.metrics().actions(plugin);
-        self.run(plugin, &counters, action).await
+        self.run(plugin, &counters, action, &CancellationToken::new())
+            .await
+            .map_err(|(e, _)| e)
     }
 
-    async fn run(&self, plugin: &str, counters: &ActionCounters, action: &Action) -> bool {
+    async fn run(
+        &self,
+        plugin: &str,
+        counters: &ActionCounters,
+        action: &Action,
+        stop: &CancellationToken,
+    ) -> Result<(), (ActionError, u32)> {
         let mut gate = self.leadership.subscribe();
         let term = *gate.borrow_and_update();
         if !term.leading {
-            return self.fenced(plugin, counters, action);
+            return Err((self.fenced(plugin, counters, action), 0));
         }
         // Resolves when this term ends (even if a new one began since).
         let ended = async move {
@@ -170,51 +262,67 @@ impl Executor {
             tracing::info!(plugin, action = %action, "dry run: not sending");
             self.stats.applied.fetch_add(1, Ordering::Relaxed);
             counters.outcome(action.verb(), Outcome::DryRun).inc();
-            return true;
+            return Ok(());
         }
+        let mut waits = self.options.backoff();
         let mut attempt = 1;
         loop {
             let result = tokio::select! {
                 biased;
-                () = &mut ended => return self.fenced(plugin, counters, action),
-                r = self.sink.execute(plugin, action) => r,
+                () = &mut ended => return Err((self.fenced(plugin, counters, action), attempt)),
+                r = tokio::time::timeout(self.options.timeout, self.sink.execute(plugin, action)) => {
+                    r.unwrap_or(Err(ActionError::TimedOut(self.options.timeout)))
+                }
             };
-            match result {
+            let error = match result {
                 Ok(()) => {
                     ActionApplied { plugin, action }.emit(&self.stats, counters);
-                    return true;
+                    return Ok(());
                 }
                 Err(ActionError::NotFound(_)) if matches!(action, Action::Delete { .. }) => {
                     ActionApplied { plugin, action }.emit(&self.stats, counters);
-                    return true;
+                    return Ok(());
                 }
-                Err(e) if e.retryable() && attempt < self.options.max_attempts => {
-                    let wait = self.options.base_backoff * 2u32.saturating_pow(attempt - 1);
-                    ActionRetrying {
+                Err(e) => e,
+            };
+            let wait = if error.transient() {
+                waits.next()
+            } else {
+                None
+            };
+            let Some(wait) = wait else {
+                if let ActionError::Conflict(message) = &error {
+                    ActionConflict {
                         plugin,
                         action,
-                        attempt,
-                        error: &e,
-                        wait,
+                        message,
                     }
                     .emit(&self.stats, counters);
-                    tokio::select! {
-                        biased;
-                        () = &mut ended => return self.fenced(plugin, counters, action),
-                        () = tokio::time::sleep(wait) => {}
-                    }
-                    attempt += 1;
-                }
-                Err(e) => {
+                } else {
                     ActionFailed {
                         plugin,
                         action,
-                        error: &e,
+                        error: &error,
                     }
                     .emit(&self.stats, counters);
-                    return false;
                 }
+                return Err((error, attempt));
+            };
+            ActionRetrying {
+                plugin,
+                action,
+                attempt,
+                error: &error,
+                wait,
             }
+            .emit(&self.stats, counters);
+            tokio::select! {
+                biased;
+                () = &mut ended => return Err((self.fenced(plugin, counters, action), attempt)),
+                () = stop.cancelled() => return Err((ActionError::Stopping, attempt)),
+                () = tokio::time::sleep(wait) => {}
+            }
+            attempt += 1;
         }
     }
 }
@@ -293,7 +401,10 @@ mod tests {
             Executor::new(sink.clone(), ExecutorOptions::default())
                 .with_leadership(leadership.clone()),
         );
-        assert!(!ex.execute("p", &event("follower")).await);
+        assert_eq!(
+            ex.execute("p", &event("follower")).await,
+            Err(ActionError::NotLeader)
+        );
         assert_eq!(ex.stats.fenced.load(Ordering::Relaxed), 1);
 
         leadership.gain();
@@ -304,10 +415,10 @@ mod tests {
         // the old term's write is abandoned.
         leadership.lose();
         leadership.gain();
-        assert!(!in_flight.await.unwrap());
+        assert_eq!(in_flight.await.unwrap(), Err(ActionError::NotLeader));
         assert_eq!(ex.stats.fenced.load(Ordering::Relaxed), 2);
 
-        assert!(ex.execute("p", &event("leader")).await);
+        assert_eq!(ex.execute("p", &event("leader")).await, Ok(()));
         let done = sink.0.lock().clone();
         assert_eq!(done.len(), 1, "{done:?}");
         assert!(done[0].contains("leader"), "{done:?}");

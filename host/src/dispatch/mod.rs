@@ -1,17 +1,27 @@
 //! Per-plugin dispatch: informer deltas are filtered (delta types, fields
 //! that matter), queued per object, handed to the plugin's instances up to
-//! its concurrency, retried with exponential backoff, and recorded as dead
-//! after the last attempt. Each plugin has its own queue and workers, so a
-//! slow or failing plugin never delays another.
+//! its concurrency, and their actions executed. A delta whose call fails,
+//! or one of whose actions fails, is handled again after an exponential
+//! backoff with jitter (its object's later deltas wait behind it), and
+//! goes to the plugin's dead letters after the last attempt. Each plugin
+//! has its own queue and workers, so a slow or failing plugin never delays
+//! another.
+//!
+//! A new plugin version takes over what the old one had not handled: the
+//! old version stops delivering deltas the new one receives (the cut), and
+//! the deletes it still held, waiting or retrying, and the plugin's dead
+//! deletes go to the new version before its replay of the cache.
 //!
 //! Deliveries are gated twice: until the plugin's caches have synced, and
 //! by leadership. An intake belongs to one leadership term and forwards
 //! only while that term lasts (a new term resubscribes, replaying the
 //! cache); losing leadership drops everything queued.
 
+pub mod dead;
 pub mod latency;
 pub mod queue;
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -21,14 +31,15 @@ use tokio::sync::{Notify, mpsc};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::actions::executor::Executor;
+use crate::actions::executor::{ActionError, ActionFailure, Executor};
 use crate::informer::{Delta, DeltaType, Informer};
 use crate::kind::Gvk;
 use crate::leader::Leadership;
 use crate::object::{KObject, ObjectKey};
 use crate::runtime::{Actor, CallDelta, CallError};
-use crate::telemetry::events::{DeltaDead, HandlerRetrying, PluginUnhealthy};
+use crate::telemetry::events::{DeltaDead, DeltaRetrying, PluginUnhealthy};
 use crate::telemetry::{PluginCounters, PluginTelemetry, Telemetry};
+pub use dead::{DeadLetterRecord, DeadLetters};
 pub use latency::LatencyHistogram;
 use queue::{Item, KeyedQueue, Pushed};
 
@@ -51,6 +62,11 @@ pub struct PluginStats {
     pub latency: LatencyHistogram,
     /// The plugin calls alone.
     pub call_time: LatencyHistogram,
+    /// Deltas given up on, kept for listing and for the next version.
+    pub dead_letters: Mutex<DeadLetters>,
+    /// Deltas a version handed to its successor (deletes it had not
+    /// handled, dead letters).
+    pub handed_over: AtomicU64,
     /// The queues of the plugin's running versions (two during a swap),
     /// read only when metrics are scraped.
     queues: Mutex<Vec<std::sync::Weak<Shared>>>,
@@ -82,6 +98,9 @@ pub struct DispatchOptions {
     pub quarantine_base: Duration,
     /// The longest quarantine period.
     pub quarantine_max: Duration,
+    /// How long stopping a version (a swap, an unload) waits for its calls
+    /// in flight; a batch stops between deltas at once.
+    pub stop_grace: Duration,
 }
 
 impl Default for DispatchOptions {
@@ -93,6 +112,7 @@ impl Default for DispatchOptions {
             unhealthy_after: 3,
             quarantine_base: Duration::from_secs(1),
             quarantine_max: Duration::from_secs(300),
+            stop_grace: Duration::from_secs(10),
         }
     }
 }
@@ -126,7 +146,8 @@ impl SubscriptionFilter {
     }
 }
 
-type Key = (u32, ObjectKey);
+/// A queue key: subscription index and object.
+pub type Key = (u32, ObjectKey);
 
 /// A plugin that keeps failing is left alone for a growing period instead
 /// of being re-instantiated for every delta.
@@ -156,6 +177,11 @@ struct Shared {
     /// Workers (one per instance), for fair batch sizes.
     workers: usize,
     quarantine: Mutex<Quarantine>,
+    /// Set while a successor subscribes: per subscription, the last
+    /// sequence number this version still delivers; later deltas are the
+    /// successor's and wait in `held`.
+    cuts: Mutex<Option<HashMap<u32, u64>>>,
+    held: Mutex<Vec<(Key, Item)>>,
     counters: PluginCounters,
     telemetry: Telemetry,
 }
@@ -211,6 +237,8 @@ impl Dispatcher {
                 next: options.quarantine_base,
             }),
             options,
+            cuts: Mutex::new(None),
+            held: Mutex::new(Vec::new()),
             counters,
             telemetry,
         });
@@ -286,23 +314,81 @@ impl Dispatcher {
         self.shared.queue.lock().is_idle()
     }
 
-    /// Stops taking deltas, drops what is pending (a replacement version
-    /// replays the cache), waits for the calls in flight, and stops.
-    pub async fn stop(&self) {
+    /// From now on, delivers only deltas of subscription `i` numbered at
+    /// most `cuts[i]` (a successor receives the later ones); the others
+    /// wait for [`stop`](Self::stop). Subscriptions not named are cut at 0.
+    pub fn cut(&self, cuts: HashMap<u32, u64>) {
+        *self.shared.cuts.lock() = Some(cuts);
+    }
+
+    /// Undoes [`cut`](Self::cut) (the successor failed to start).
+    pub fn uncut(&self) {
+        *self.shared.cuts.lock() = None;
+        let held = std::mem::take(&mut *self.shared.held.lock());
+        let mut q = self.shared.queue.lock();
+        for (key, item) in held.into_iter().rev() {
+            q.push_front(key, item);
+        }
+        drop(q);
+        self.shared.wake.notify_waiters();
+    }
+
+    /// Stops taking deltas and calls (a batch stops between deltas), waits
+    /// for the calls in flight (at most the stop grace), and returns what
+    /// was not handled: waiting, held back by the cut, and retrying, each
+    /// object's deltas oldest first. Their weight is still unsettled: the
+    /// caller hands them over or [`drops`](Self::drop_items) them.
+    pub async fn stop(&self) -> Vec<(Key, Item)> {
         self.intake_cancel.cancel();
         self.shared.stopping.cancel();
-        let dropped = self.shared.queue.lock().clear_pending();
-        self.shared.activity.settle(dropped);
-        loop {
-            let idle = self.shared.idle.notified();
-            if self.shared.queue.lock().is_idle() {
-                break;
+        let grace = self.shared.options.stop_grace;
+        let drained = async {
+            loop {
+                let idle = self.shared.idle.notified();
+                if self.shared.queue.lock().in_flight_len() == 0 {
+                    break;
+                }
+                idle.await;
             }
-            idle.await;
+        };
+        if tokio::time::timeout(grace, drained).await.is_err() {
+            tracing::warn!(plugin = %self.shared.plugin, ?grace, "calls in flight did not finish within the stop grace; not waiting for them");
         }
         self.worker_cancel.cancel();
         self.tasks.close();
-        self.tasks.wait().await;
+        if tokio::time::timeout(grace, self.tasks.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!(plugin = %self.shared.plugin, "dispatcher tasks did not end within the stop grace");
+        }
+        let mut items = std::mem::take(&mut *self.shared.held.lock());
+        items.extend(self.shared.queue.lock().take_pending());
+        items
+    }
+
+    /// Settles items that nobody will handle.
+    pub fn drop_items(&self, items: &[(Key, Item)]) {
+        self.shared
+            .activity
+            .settle(items.iter().map(|(_, i)| i.weight).sum());
+    }
+
+    /// Queues deltas a previous version did not handle, before everything
+    /// queued for their objects (this version's replay); call before
+    /// [`start_when_synced`](Self::start_when_synced).
+    pub fn hand_over(&self, items: Vec<(Key, Item)>) {
+        if items.is_empty() {
+            return;
+        }
+        self.shared
+            .stats
+            .handed_over
+            .fetch_add(items.len() as u64, Ordering::Relaxed);
+        let mut q = self.shared.queue.lock();
+        for (key, item) in items.into_iter().rev() {
+            q.push_front(key, item);
+        }
     }
 }
 
@@ -371,63 +457,101 @@ async fn intake(
             d = rx.recv() => match d { Some(d) => d, None => break },
             _ = async { match resync.as_mut() { Some(t) => t.tick().await, None => std::future::pending().await } } => {
                 if filter.deltas.contains(&DeltaType::Resync) && in_term(&shared, term) {
+                    let seq = informer.seq();
                     let snap = informer.store().snapshot();
                     shared.activity.emit(snap.len() as u64);
                     for obj in snap.iter() {
                         let d = CallDelta { dtype: DeltaType::Resync, subscription: filter.index, kind: filter.kind.clone(),
                             object: Some(obj.clone()), old: None, initial: false, final_state_unknown: false };
-                        push(&shared, (filter.index, obj.key()), Item::new(d));
+                        push(&shared, (filter.index, obj.key()), Item::new(d).seq(seq));
                     }
                 }
                 continue;
             }
         };
-        let wanted = in_term(&shared, term)
-            && filter.deltas.contains(&delta.dtype)
-            && match (delta.dtype, &delta.old, &delta.object) {
-                (DeltaType::Updated, Some(old), Some(new)) => {
-                    let m = filter.update_matters(old, new);
-                    if !m {
-                        shared.stats.filtered.fetch_add(1, Ordering::Relaxed);
-                    }
-                    m
-                }
-                _ => true,
-            };
-        if !wanted {
-            shared.activity.settle(1);
-            continue;
-        }
-        let key = match &delta.object {
-            Some(o) => (filter.index, o.key()),
-            // Synced markers get a key of their own per subscription.
-            None => (filter.index, ObjectKey::new(None, "")),
-        };
-        let call = CallDelta {
-            dtype: delta.dtype,
-            subscription: filter.index,
-            kind: filter.kind.clone(),
-            object: delta.object,
-            old: delta.old,
-            initial: delta.initial,
-            final_state_unknown: delta.final_state_unknown,
-        };
-        push(&shared, key, Item::new(call).received_at(delta.received));
+        accept(&shared, &filter, term, delta);
     }
-    // Whatever is still in the channel will never be handled by this version.
+    // What is still in the channel is queued too: a stopping version hands
+    // what it did not handle to its successor.
     rx.close();
-    let mut rest = 0;
-    while rx.try_recv().is_ok() {
-        rest += 1;
+    while let Ok(delta) = rx.try_recv() {
+        accept(&shared, &filter, term, delta);
     }
-    shared.activity.settle(rest);
 }
 
+/// Filters one informer delta and queues it.
+fn accept(shared: &Shared, filter: &SubscriptionFilter, term: u64, delta: Delta) {
+    let wanted = in_term(shared, term)
+        && filter.deltas.contains(&delta.dtype)
+        && match (delta.dtype, &delta.old, &delta.object) {
+            (DeltaType::Updated, Some(old), Some(new)) => {
+                let m = filter.update_matters(old, new);
+                if !m {
+                    shared.stats.filtered.fetch_add(1, Ordering::Relaxed);
+                }
+                m
+            }
+            _ => true,
+        };
+    if !wanted {
+        shared.activity.settle(1);
+        return;
+    }
+    let key = match &delta.object {
+        Some(o) => (filter.index, o.key()),
+        // Synced markers get a key of their own per subscription.
+        None => (filter.index, ObjectKey::new(None, "")),
+    };
+    let call = CallDelta {
+        dtype: delta.dtype,
+        subscription: filter.index,
+        kind: filter.kind.clone(),
+        object: delta.object,
+        old: delta.old,
+        initial: delta.initial,
+        final_state_unknown: delta.final_state_unknown,
+    };
+    push(
+        shared,
+        key,
+        Item::new(call).received_at(delta.received).seq(delta.seq),
+    );
+}
+
+/// The wait before attempt `attempts + 1`: exponential from the base
+/// backoff up to the maximum, with jitter (between 1x and 2x).
 fn backoff(options: &DispatchOptions, attempts: u32) -> Duration {
-    let exp = options
-        .base_backoff
-        .saturating_mul(2u32.saturating_pow(attempts.saturating_sub(1)));
-    exp.min(options.max_backoff)
+    use backon::BackoffBuilder;
+    backon::ExponentialBuilder::default()
+        .with_min_delay(options.base_backoff)
+        .with_max_delay(options.max_backoff)
+        .with_factor(2.0)
+        .with_jitter()
+        .without_max_times()
+        .build()
+        .nth(attempts.saturating_sub(1) as usize)
+        .unwrap_or(options.max_backoff)
+}
+
+/// Whether `item` of subscription `key.0` is beyond this version's cut.
+fn beyond_cut(shared: &Shared, key: &Key, item: &Item) -> bool {
+    match &*shared.cuts.lock() {
+        None => false,
+        Some(cuts) => item.seq > cuts.get(&key.0).copied().unwrap_or(0),
+    }
+}
+
+/// Pops the next delta this version may deliver; those beyond the cut are
+/// held for the successor.
+fn pop_deliverable(shared: &Shared, q: &mut KeyedQueue<Key>) -> Option<(Key, Item)> {
+    loop {
+        let (key, item) = q.pop()?;
+        if !beyond_cut(shared, &key, &item) {
+            return Some((key, item));
+        }
+        shared.held.lock().push((key.clone(), item));
+        q.done(&key);
+    }
 }
 
 async fn worker(
@@ -439,13 +563,18 @@ async fn worker(
     let mut ready = shared.ready.subscribe();
     tokio::select! {
         () = cancel.cancelled() => return,
+        () = shared.stopping.cancelled() => return,
         _ = ready.wait_for(|r| *r) => {}
     }
     let mut gate = shared.leadership.subscribe();
     loop {
+        if shared.stopping.is_cancelled() {
+            return;
+        }
         if !gate.borrow_and_update().leading {
             tokio::select! {
                 () = cancel.cancelled() => return,
+                () = shared.stopping.cancelled() => return,
                 r = gate.wait_for(|s| s.leading) => if r.is_err() { return },
             }
         }
@@ -456,6 +585,7 @@ async fn worker(
         {
             tokio::select! {
                 () = cancel.cancelled() => return,
+                () = shared.stopping.cancelled() => return,
                 () = tokio::time::sleep_until(until) => {}
             }
             tracing::info!(plugin = %shared.plugin, "quarantine over: trying the plugin again");
@@ -463,12 +593,13 @@ async fn worker(
         }
         let next = {
             let wake = shared.wake.notified();
-            let popped = shared.queue.lock().pop();
+            let popped = pop_deliverable(&shared, &mut shared.queue.lock());
             match popped {
                 Some(v) => v,
                 None => {
                     tokio::select! {
                         () = cancel.cancelled() => return,
+                        () = shared.stopping.cancelled() => return,
                         () = wake => continue,
                     }
                 }
@@ -485,7 +616,7 @@ async fn worker(
                 .div_ceil(shared.workers.max(1))
                 .min(MAX_BATCH - 1);
             for _ in 0..share {
-                match q.pop() {
+                match pop_deliverable(&shared, &mut q) {
                     Some(v) => batch.push(v),
                     None => break,
                 }
@@ -498,8 +629,12 @@ async fn worker(
         let outcomes = if batch.len() == 1 {
             vec![actor.handle(batch[0].1.delta.clone()).await]
         } else {
+            // Stops between deltas once the version is stopping.
             actor
-                .handle_batch(batch.iter().map(|(_, i)| i.delta.clone()).collect())
+                .handle_batch_until(
+                    batch.iter().map(|(_, i)| i.delta.clone()).collect(),
+                    shared.stopping.clone(),
+                )
                 .await
         };
         let mut outcomes = outcomes.into_iter();
@@ -509,22 +644,63 @@ async fn worker(
                     shared.stats.call_time.record(elapsed);
                     settle(&shared, &tasks, key, item, result).await;
                 }
-                // Not run: an earlier call of the batch broke the instance.
-                // Back to the queue, no attempt counted.
-                None => {
-                    let mut q = shared.queue.lock();
-                    q.requeue_front(&key, item);
-                    q.done(&key);
-                    drop(q);
-                    shared.wake.notify_one();
-                }
+                // Not run: an earlier call of the batch broke the instance,
+                // or the version is stopping. Back to the queue, no attempt
+                // counted.
+                None => back_to_queue(&shared, &key, item),
             }
         }
     }
 }
 
+/// Puts a delta back at the front of its object's queue and frees the key.
+fn back_to_queue(shared: &Shared, key: &Key, item: Item) {
+    let mut q = shared.queue.lock();
+    q.requeue_front(key, item);
+    q.done(key);
+    let idle = q.in_flight_len() == 0;
+    drop(q);
+    shared.wake.notify_one();
+    if idle {
+        shared.idle.notify_waiters();
+    }
+}
+
 /// Most deltas handed to an instance at once.
 const MAX_BATCH: usize = 64;
+
+/// Why a delta failed: its handler call, or one of the call's actions.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum Failure {
+    #[error(transparent)]
+    Call(#[from] CallError),
+    #[error(transparent)]
+    Actions(#[from] ActionFailure),
+}
+
+impl Failure {
+    /// Whether handling the delta again may succeed.
+    pub fn retryable(&self) -> bool {
+        match self {
+            Failure::Call(e) => e.retryable(),
+            Failure::Actions(f) => !f.error.permanent(),
+        }
+    }
+
+    /// A few words for the log line.
+    pub fn what(&self) -> &'static str {
+        match self {
+            Failure::Call(_) => "handler call failed",
+            Failure::Actions(f) if matches!(f.error, ActionError::Conflict(_)) => {
+                "an action hit a server-side apply conflict"
+            }
+            Failure::Actions(f) if f.error.permanent() => {
+                "an action was refused by the API server (not retried)"
+            }
+            Failure::Actions(_) => "an action failed",
+        }
+    }
+}
 
 /// Acts on one call's outcome: run its actions, or retry, or give up.
 async fn settle(
@@ -535,12 +711,8 @@ async fn settle(
     result: Result<Vec<crate::actions::Action>, CallError>,
 ) {
     let plugin = &*shared.plugin;
-    let obj_key = key.1.to_string();
-    let kind = item.delta.kind.kind.clone();
-    match result {
+    let failure = match result {
         Ok(actions) => {
-            shared.stats.latency.record(item.received.elapsed());
-            shared.stats.delivered.fetch_add(1, Ordering::Relaxed);
             if shared.stats.consecutive_traps.swap(0, Ordering::Relaxed) > 0 {
                 let mut q = shared.quarantine.lock();
                 if q.until.take().is_some() {
@@ -548,12 +720,32 @@ async fn settle(
                 }
                 q.next = shared.options.quarantine_base;
             }
-            shared.counters.delivered(item.delta.subscription);
-            shared
+            match shared
                 .executor
-                .execute_all_counted(plugin, &shared.counters.actions, actions)
-                .await;
-            finish(shared, &key, item.weight);
+                .execute_all_counted(plugin, &shared.counters.actions, actions, &shared.stopping)
+                .await
+            {
+                Ok(()) => {
+                    shared.stats.latency.record(item.received.elapsed());
+                    shared.stats.delivered.fetch_add(1, Ordering::Relaxed);
+                    shared.counters.delivered(item.delta.subscription);
+                    shared.stats.dead_letters.lock().resolve(&key);
+                    finish(shared, &key, item.weight);
+                    return;
+                }
+                // Leadership lost: the queue is dropped, the next leader
+                // replays the cache.
+                Err(f) if f.error == ActionError::NotLeader => {
+                    finish(shared, &key, item.weight);
+                    return;
+                }
+                // Stopping: the delta goes to the next version.
+                Err(f) if f.error == ActionError::Stopping => {
+                    back_to_queue(shared, &key, item);
+                    return;
+                }
+                Err(f) => Failure::Actions(f),
+            }
         }
         Err(err) => {
             if err.is_trap() || matches!(err, CallError::Unavailable(_)) {
@@ -574,53 +766,63 @@ async fn settle(
                     quarantine(shared, n, &err);
                 }
             }
-            item.attempts += 1;
-            if err.retryable() && item.attempts < shared.options.max_attempts {
-                let wait = backoff(&shared.options, item.attempts);
-                HandlerRetrying {
-                    plugin,
-                    kind: &kind,
-                    key: &obj_key,
-                    attempt: item.attempts,
-                    error: &err,
-                    wait,
-                }
-                .emit(&shared.stats);
-                let shared2 = shared.clone();
-                let stopping = shared.stopping.clone();
-                tasks.spawn(async move {
-                    tokio::select! {
-                        () = tokio::time::sleep(wait) => {}
-                        () = stopping.cancelled() => {
-                            // Being replaced or unloaded: the next version replays.
-                            finish(&shared2, &key, item.weight);
-                            return;
-                        }
-                    }
-                    if !shared2.leadership.is_leader() {
-                        // Leadership was lost meanwhile: the queue was dropped.
-                        finish(&shared2, &key, item.weight);
-                        return;
-                    }
-                    let mut q = shared2.queue.lock();
-                    q.requeue_front(&key, item);
-                    q.done(&key);
-                    drop(q);
-                    shared2.wake.notify_one();
-                });
-            } else {
-                DeltaDead {
-                    plugin,
-                    kind: &kind,
-                    key: &obj_key,
-                    attempts: item.attempts,
-                    delta: item.delta.dtype,
-                    error: &err,
-                }
-                .emit(&shared.stats);
-                finish(shared, &key, item.weight);
-            }
+            Failure::Call(err)
         }
+    };
+    let obj_key = key.1.to_string();
+    let kind = item.delta.kind.kind.clone();
+    item.attempts += 1;
+    item.first_failed
+        .get_or_insert_with(std::time::SystemTime::now);
+    if failure.retryable() && item.attempts < shared.options.max_attempts {
+        let wait = backoff(&shared.options, item.attempts);
+        DeltaRetrying {
+            plugin,
+            kind: &kind,
+            key: &obj_key,
+            attempt: item.attempts,
+            error: &failure,
+            wait,
+        }
+        .emit(&shared.stats);
+        let shared2 = shared.clone();
+        let stopping = shared.stopping.clone();
+        // The key stays busy while it waits: the object's later deltas
+        // queue (and coalesce) behind it.
+        tasks.spawn(async move {
+            tokio::select! {
+                () = tokio::time::sleep(wait) => {}
+                () = stopping.cancelled() => {
+                    // Being replaced or unloaded: back to the queue, for
+                    // the next version.
+                    back_to_queue(&shared2, &key, item);
+                    return;
+                }
+            }
+            if !shared2.leadership.is_leader() {
+                // Leadership was lost meanwhile: the queue was dropped.
+                finish(&shared2, &key, item.weight);
+                return;
+            }
+            back_to_queue(&shared2, &key, item);
+        });
+    } else {
+        DeltaDead {
+            plugin,
+            kind: &kind,
+            key: &obj_key,
+            attempts: item.attempts,
+            delta: item.delta.dtype,
+            error: &failure,
+        }
+        .emit(&shared.stats);
+        let weight = item.weight;
+        shared
+            .stats
+            .dead_letters
+            .lock()
+            .add(plugin, key.clone(), item, failure.to_string());
+        finish(shared, &key, weight);
     }
 }
 
@@ -649,17 +851,14 @@ fn quarantine(shared: &Shared, failures: u64, err: &CallError) {
 }
 
 fn finish(shared: &Shared, key: &Key, weight: u64) {
-    let idle = {
+    let (idle, none_in_flight) = {
         let mut q = shared.queue.lock();
         q.done(key);
-        q.is_idle()
+        (q.is_idle(), q.in_flight_len() == 0)
     };
     shared.activity.settle(weight);
     shared.wake.notify_one();
-    if idle {
+    if idle || none_in_flight {
         shared.idle.notify_waiters();
     }
 }
-
-/// `CallError` is re-exported for callers matching on results.
-pub type Failure = CallError;

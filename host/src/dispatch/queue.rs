@@ -19,6 +19,11 @@ pub struct Item {
     pub weight: u64,
     /// When the oldest delta it stands for reached the informer.
     pub received: std::time::Instant,
+    /// The informer's sequence number of the newest delta it stands for
+    /// (see [`Delta::seq`](crate::informer::Delta::seq)).
+    pub seq: u64,
+    /// When its first attempt failed.
+    pub first_failed: Option<std::time::SystemTime>,
 }
 
 impl Item {
@@ -28,7 +33,15 @@ impl Item {
             attempts: 0,
             weight: 1,
             received: std::time::Instant::now(),
+            seq: 0,
+            first_failed: None,
         }
+    }
+
+    #[must_use]
+    pub fn seq(mut self, seq: u64) -> Self {
+        self.seq = seq;
+        self
     }
 
     #[must_use]
@@ -72,7 +85,8 @@ impl<K> Default for KeyedQueue<K> {
 fn coalesce(last: &mut Item, next: Item) -> Result<Option<u64>, Box<Item>> {
     use DeltaType::*;
     let w = last.weight + next.weight;
-    match (last.delta.dtype, next.delta.dtype) {
+    let seq = last.seq.max(next.seq);
+    let merged = match (last.delta.dtype, next.delta.dtype) {
         (Updated, Updated) => {
             last.delta.object = next.delta.object;
             last.weight = w;
@@ -98,7 +112,11 @@ fn coalesce(last: &mut Item, next: Item) -> Result<Option<u64>, Box<Item>> {
         }
         (Added, Deleted) if last.attempts == 0 => Ok(Some(w)),
         _ => Err(Box::new(next)),
+    };
+    if matches!(merged, Ok(None)) {
+        last.seq = seq;
     }
+    merged
 }
 
 impl<K: Clone + Eq + Hash> KeyedQueue<K> {
@@ -159,6 +177,31 @@ impl<K: Clone + Eq + Hash> KeyedQueue<K> {
             .entry(key.clone())
             .or_default()
             .push_front(item);
+    }
+
+    /// Puts `item` before everything pending for `key` (a delta older than
+    /// those, handed over from a previous plugin version) and makes the
+    /// key ready unless it is busy.
+    pub fn push_front(&mut self, key: K, item: Item) {
+        let queue = self.pending.entry(key.clone()).or_default();
+        let was_empty = queue.is_empty();
+        queue.push_front(item);
+        if was_empty && !self.in_flight.contains(&key) {
+            self.ready.push_back(key);
+        }
+    }
+
+    /// Takes everything pending, each object's deltas oldest first.
+    pub fn take_pending(&mut self) -> Vec<(K, Item)> {
+        self.ready.clear();
+        self.pending
+            .drain()
+            .flat_map(|(k, items)| items.into_iter().map(move |i| (k.clone(), i)))
+            .collect()
+    }
+
+    pub fn in_flight_len(&self) -> usize {
+        self.in_flight.len()
     }
 
     pub fn is_idle(&self) -> bool {
@@ -274,6 +317,37 @@ mod tests {
         );
         let (_, item) = q.pop().unwrap();
         assert_eq!((rv(&item), item.weight), ("5".into(), 2));
+    }
+
+    #[test]
+    fn handed_over_deltas_go_first_and_coalescing_keeps_the_newest_seq() {
+        let mut q = KeyedQueue::default();
+        q.push("x", Item::new(delta(DeltaType::Updated, 2)).seq(7));
+        assert_eq!(
+            q.push("x", Item::new(delta(DeltaType::Updated, 3)).seq(9)),
+            Pushed::Coalesced
+        );
+        // An older delete of the object, from a previous version.
+        q.push_front("x", Item::new(delta(DeltaType::Deleted, 1)).seq(4));
+        q.push_front("y", Item::new(delta(DeltaType::Deleted, 1)).seq(5));
+        let (k, item) = q.pop().unwrap();
+        assert_eq!(
+            (k, item.delta.dtype, item.seq),
+            ("x", DeltaType::Deleted, 4)
+        );
+        q.done(&"x");
+        let mut rest: Vec<_> = q
+            .take_pending()
+            .into_iter()
+            .map(|(k, i)| (k, i.delta.dtype, i.seq))
+            .collect();
+        rest.sort_by_key(|r| r.0);
+        assert_eq!(
+            rest,
+            [("x", DeltaType::Updated, 9), ("y", DeltaType::Deleted, 5)]
+        );
+        assert!(q.pop().is_none());
+        assert!(q.is_idle());
     }
 
     proptest! {

@@ -111,6 +111,11 @@ pub struct Delta {
     pub final_state_unknown: bool,
     /// When the informer received it (for delivery latency).
     pub received: std::time::Instant,
+    /// The informer's sequence number of this delta: every live delta gets
+    /// the next one; the replay a new subscriber receives carries the
+    /// number reached when it subscribed (its cut). A plugin swap uses it
+    /// to tell what the old version saw before the new one subscribed.
+    pub seq: u64,
 }
 
 impl Delta {
@@ -122,6 +127,7 @@ impl Delta {
             initial: false,
             final_state_unknown: false,
             received: std::time::Instant::now(),
+            seq: 0,
         }
     }
 
@@ -133,6 +139,7 @@ impl Delta {
             initial: false,
             final_state_unknown: false,
             received: std::time::Instant::now(),
+            seq: 0,
         }
     }
 }
@@ -140,6 +147,8 @@ impl Delta {
 struct Fanout {
     subscribers: Vec<(u64, mpsc::UnboundedSender<Delta>)>,
     synced: bool,
+    /// The last live delta's sequence number.
+    seq: u64,
 }
 
 /// A read-only view of one informer's cache, what plugins read through:
@@ -207,7 +216,15 @@ impl Informer {
         let _ = rx.wait_for(|s| *s).await;
     }
 
-    fn emit(&self, fanout: &mut Fanout, delta: Delta) {
+    /// The last live delta's sequence number: deltas numbered above it
+    /// are yet to come.
+    pub fn seq(&self) -> u64 {
+        self.fanout.lock().seq
+    }
+
+    fn emit(&self, fanout: &mut Fanout, mut delta: Delta) {
+        fanout.seq += 1;
+        delta.seq = fanout.seq;
         self.counters.delta(delta.dtype);
         // Count before sending, so the total can never lag what was handled.
         self.activity.emit(fanout.subscribers.len() as u64);
@@ -223,18 +240,24 @@ impl Informer {
     /// Registers a subscriber; a late one first receives the cache as
     /// initial `Added` deltas (and `Synced` if the informer has synced), as a
     /// handler added to a running client-go informer does.
-    fn add_subscriber(&self, id: u64, tx: mpsc::UnboundedSender<Delta>) {
+    /// Returns the cut: the sequence number the replay stands for.
+    fn add_subscriber(&self, id: u64, tx: mpsc::UnboundedSender<Delta>) -> u64 {
         let mut fanout = self.fanout.lock();
+        let cut = fanout.seq;
         let snapshot = self.store.snapshot();
         for obj in snapshot.iter() {
             let mut d = Delta::new(DeltaType::Added, obj.clone());
             d.initial = true;
+            d.seq = cut;
             self.send_one(&tx, d);
         }
         if fanout.synced {
-            self.send_one(&tx, Delta::synced());
+            let mut d = Delta::synced();
+            d.seq = cut;
+            self.send_one(&tx, d);
         }
         fanout.subscribers.push((id, tx));
+        cut
     }
 
     fn send_one(&self, tx: &mpsc::UnboundedSender<Delta>, d: Delta) {
@@ -402,6 +425,9 @@ impl Informer {
 pub struct SubscriptionHandle {
     pub informer: Arc<Informer>,
     pub id: u64,
+    /// The informer's sequence number when it subscribed: live deltas
+    /// after it are numbered above it.
+    pub cut: u64,
 }
 
 /// The SharedInformerFactory: starts informers on first use, shares them,
@@ -464,6 +490,7 @@ impl InformerSet {
                         fanout: Mutex::new(Fanout {
                             subscribers: Vec::new(),
                             synced: false,
+                            seq: 0,
                         }),
                         synced_tx,
                         cancel: self.cancel.child_token(),
@@ -487,8 +514,8 @@ impl InformerSet {
                 })
                 .clone()
         };
-        informer.add_subscriber(id, tx);
-        SubscriptionHandle { informer, id }
+        let cut = informer.add_subscriber(id, tx);
+        SubscriptionHandle { informer, id, cut }
     }
 
     pub fn unsubscribe(&self, handle: &SubscriptionHandle) {

@@ -79,6 +79,9 @@ enum Request {
     /// switch costs more than a no-op call, so a backlog is drained in batches.
     HandleBatch {
         deltas: Vec<CallDelta>,
+        /// Cancelled: the rest of the batch is not run (the version is
+        /// stopping; the dispatcher requeues it for the next version).
+        stop: Option<tokio_util::sync::CancellationToken>,
         reply: oneshot::Sender<Vec<CallOutcome>>,
     },
 }
@@ -313,9 +316,16 @@ impl ActorThread {
                     let result = self.handle(delta);
                     let _ = reply.send((result, start.elapsed()));
                 }
-                Request::HandleBatch { deltas, reply } => {
+                Request::HandleBatch {
+                    deltas,
+                    stop,
+                    reply,
+                } => {
                     let mut out = Vec::with_capacity(deltas.len());
                     for delta in deltas {
+                        if stop.as_ref().is_some_and(|s| s.is_cancelled()) {
+                            break;
+                        }
                         let start = Instant::now();
                         let result = self.handle(delta);
                         let broken = matches!(&result, Err(e) if e.is_trap() || matches!(e, CallError::Unavailable(_)));
@@ -384,11 +394,33 @@ impl Actor {
     /// Runs several calls in order in one hand-off: one outcome per delta
     /// run, in order; the batch stops after a call that broke the instance.
     pub async fn handle_batch(&self, deltas: Vec<CallDelta>) -> Vec<CallOutcome> {
+        self.batch(deltas, None).await
+    }
+
+    /// [`handle_batch`](Self::handle_batch) that runs no further delta once
+    /// `stop` is cancelled (the outcomes are then fewer than the deltas).
+    pub async fn handle_batch_until(
+        &self,
+        deltas: Vec<CallDelta>,
+        stop: tokio_util::sync::CancellationToken,
+    ) -> Vec<CallOutcome> {
+        self.batch(deltas, Some(stop)).await
+    }
+
+    async fn batch(
+        &self,
+        deltas: Vec<CallDelta>,
+        stop: Option<tokio_util::sync::CancellationToken>,
+    ) -> Vec<CallOutcome> {
         let n = deltas.len();
         let (reply, rx) = oneshot::channel();
         if self
             .tx
-            .send(Request::HandleBatch { deltas, reply })
+            .send(Request::HandleBatch {
+                deltas,
+                stop,
+                reply,
+            })
             .is_err()
         {
             return (0..n).map(|_| (Err(self.gone()), Duration::ZERO)).collect();

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use crate::actions::Action;
 use crate::actions::executor::{ActionError, ExecutorStats};
-use crate::dispatch::PluginStats;
+use crate::dispatch::{Failure, PluginStats};
 use crate::informer::{DeltaType, InformerSpec, SourceError};
 use crate::runtime::CallError;
 
@@ -75,18 +75,19 @@ impl Relisted<'_> {
     }
 }
 
-/// A handler call failed and the delta will be retried.
+/// A delta failed (its handler call, or one of the call's actions) and
+/// will be handled again after `wait`.
 #[derive(Debug)]
-pub struct HandlerRetrying<'a> {
+pub struct DeltaRetrying<'a> {
     pub plugin: &'a str,
     pub kind: &'a str,
     pub key: &'a str,
     pub attempt: u32,
-    pub error: &'a CallError,
+    pub error: &'a Failure,
     pub wait: Duration,
 }
 
-impl HandlerRetrying<'_> {
+impl DeltaRetrying<'_> {
     pub fn emit(self, stats: &PluginStats) {
         let Self {
             plugin,
@@ -96,13 +97,16 @@ impl HandlerRetrying<'_> {
             error,
             wait,
         } = self;
-        tracing::warn!(plugin, kind, key, attempt, error = %error, "handler call failed; retrying in {wait:?}");
-        stats.failed_calls.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(plugin, kind, key, attempt, error = %error, "{}; retrying the delta in {wait:?}", error.what());
+        if matches!(error, Failure::Call(_)) {
+            stats.failed_calls.fetch_add(1, Ordering::Relaxed);
+        }
         stats.retries.fetch_add(1, Ordering::Relaxed);
     }
 }
 
-/// A handler call failed for the last time: the delta is dead.
+/// A delta failed for the last time (or its action was refused as such):
+/// it goes to the plugin's dead letters.
 #[derive(Debug)]
 pub struct DeltaDead<'a> {
     pub plugin: &'a str,
@@ -110,7 +114,7 @@ pub struct DeltaDead<'a> {
     pub key: &'a str,
     pub attempts: u32,
     pub delta: DeltaType,
-    pub error: &'a CallError,
+    pub error: &'a Failure,
 }
 
 impl DeltaDead<'_> {
@@ -123,8 +127,10 @@ impl DeltaDead<'_> {
             delta,
             error,
         } = self;
-        tracing::error!(plugin, kind, key, attempts, delta = ?delta, error = %error, "delta is dead: giving up on it");
-        stats.failed_calls.fetch_add(1, Ordering::Relaxed);
+        tracing::error!(plugin, kind, key, attempts, delta = ?delta, error = %error, "{}; the delta goes to dead letters (listed by `kubewasm dead-letters`, handed to the plugin's next version)", error.what());
+        if matches!(error, Failure::Call(_)) {
+            stats.failed_calls.fetch_add(1, Ordering::Relaxed);
+        }
         stats.dead.fetch_add(1, Ordering::Relaxed);
     }
 }
@@ -192,6 +198,27 @@ impl ActionFailed<'_> {
         tracing::error!(plugin = self.plugin, verb, resource = %self.action.target(), error = %self.error, "action failed; not retrying");
         stats.failed.fetch_add(1, Ordering::Relaxed);
         counters.outcome(verb, Outcome::Failed).inc();
+    }
+}
+
+/// A server-side apply was refused because another field manager owns
+/// some of the fields. Not retried as such (the same request gets the same
+/// answer): the call fails and its delta is handled again after a backoff,
+/// so the plugin decides again from the current state.
+#[derive(Debug)]
+pub struct ActionConflict<'a> {
+    pub plugin: &'a str,
+    pub action: &'a Action,
+    /// The API server's message, naming the conflicting managers and fields.
+    pub message: &'a str,
+}
+
+impl ActionConflict<'_> {
+    pub fn emit(self, stats: &ExecutorStats, counters: &ActionCounters) {
+        let verb = self.action.verb();
+        tracing::error!(plugin = self.plugin, verb, resource = %self.action.target(), conflict = self.message, "server-side apply conflict: another field manager owns these fields; the call fails and its delta is retried (apply with force, or stop setting those fields)");
+        stats.failed.fetch_add(1, Ordering::Relaxed);
+        counters.outcome(verb, Outcome::Conflict).inc();
     }
 }
 

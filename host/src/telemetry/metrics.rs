@@ -48,8 +48,12 @@ pub const DELTA_TYPES: [(DeltaType, &str); 5] = [
 /// Action verbs (`verb` label values, the RBAC verb an action needs).
 pub const VERBS: [&str; 3] = ["patch", "delete", "create"];
 /// Action outcomes (`outcome` label values), in [`Outcome`] order.
-/// `fenced`: not executed because this replica stopped leading.
-pub const OUTCOMES: [&str; 4] = ["applied", "failed", "dry_run", "fenced"];
+/// `fenced`: not executed because this replica stopped leading;
+/// `conflict`: refused by a server-side apply conflict; `skipped`: not run
+/// because an earlier action of the same call failed.
+pub const OUTCOMES: [&str; 6] = [
+    "applied", "failed", "dry_run", "fenced", "conflict", "skipped",
+];
 
 /// How an action ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,6 +62,11 @@ pub enum Outcome {
     Failed = 1,
     DryRun = 2,
     Fenced = 3,
+    /// Refused with a server-side apply conflict (another field manager
+    /// owns the fields).
+    Conflict = 4,
+    /// Not run: an earlier action of the same call failed.
+    Skipped = 5,
 }
 
 /// Whether this replica leads (the `kubewasm_leader` gauge). True unless
@@ -130,7 +139,7 @@ impl InformerCounters {
 /// Pre-resolved action counters of one plugin: `[verb][outcome]`.
 #[derive(Debug, Clone)]
 pub struct ActionCounters {
-    by_outcome: [[Counter; 4]; 3],
+    by_outcome: [[Counter; 6]; 3],
     retries: [Counter; 3],
 }
 
@@ -419,6 +428,24 @@ impl Collector for HostCollector {
         )?;
         counter_rows(
             &mut enc,
+            "kubewasm_plugin_deltas_handed_over",
+            "Deltas a stopping plugin version handed to its successor (deletes it had not handled, dead deletes), by plugin",
+            load(|s| s.handed_over.load(Ordering::Relaxed)).into_iter(),
+        )?;
+        {
+            let mut m = enc.encode_descriptor(
+                "kubewasm_plugin_dead_letters_listed",
+                "Dead letters currently recorded (GET /dead-letters), by plugin",
+                None,
+                MetricType::Gauge,
+            )?;
+            for (name, s) in &plugins {
+                m.encode_family(&[("plugin", name.as_str())])?
+                    .encode_gauge(&(s.dead_letters.lock().len() as u64))?;
+            }
+        }
+        counter_rows(
+            &mut enc,
             "kubewasm_plugin_deltas_filtered",
             "Updates not delivered because no field the plugin declared changed, by plugin",
             load(|s| s.filtered.load(Ordering::Relaxed)).into_iter(),
@@ -585,6 +612,8 @@ mod tests {
             "kubewasm_plugin_handler_errors_total{plugin=\"replicator\"} 4",
             "kubewasm_plugin_retries_total{plugin=\"replicator\"} 3",
             "kubewasm_plugin_dead_letters_total{plugin=\"replicator\"} 1",
+            "kubewasm_plugin_dead_letters_listed{plugin=\"replicator\"} 0",
+            "kubewasm_plugin_deltas_handed_over_total{plugin=\"replicator\"} 0",
             "kubewasm_plugin_queue_depth{plugin=\"replicator\"} 0",
             "kubewasm_cache_objects{kind=\"configmaps\"} 3",
             "kubewasm_cache_bytes{kind=\"configmaps\"} 4096",

@@ -1,7 +1,9 @@
 //! The one HTTP listener of the host (`--metrics-addr`): `/healthz`
 //! (liveness: the process and its core tasks run), `/readyz` (every
 //! informer synced, every plugin file loaded or reported broken; leadership
-//! plays no part) and `/metrics` (Prometheus, OpenMetrics text).
+//! plays no part), `/metrics` (Prometheus, OpenMetrics text) and
+//! `/dead-letters` (JSON: the deltas plugins gave up on, for `kubewasm
+//! dead-letters`).
 
 use std::net::SocketAddr;
 use std::str::FromStr;
@@ -145,6 +147,7 @@ pub fn router(telemetry: Telemetry) -> Router {
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
+        .route("/dead-letters", get(dead_letters))
         .with_state(telemetry)
 }
 
@@ -167,6 +170,22 @@ async fn healthz(State(t): State<Telemetry>) -> Response {
 
 async fn readyz(State(t): State<Telemetry>) -> Response {
     status(t.readiness())
+}
+
+async fn dead_letters(State(t): State<Telemetry>) -> Response {
+    match serde_json::to_string(&t.dead_letters()) {
+        Ok(body) => (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, "application/json")],
+            body,
+        )
+            .into_response(),
+        Err(e) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("cannot encode dead letters: {e}\n"),
+        )
+            .into_response(),
+    }
 }
 
 async fn metrics(State(t): State<Telemetry>) -> Response {
@@ -242,6 +261,9 @@ mod tests {
             "{head}"
         );
         assert!(body.contains("kubewasm_leader 1"), "{body}");
+        let (code, head, body) = get(addr, "/dead-letters").await;
+        assert_eq!((code, body.as_str()), (200, "[]"));
+        assert!(head.to_lowercase().contains("application/json"), "{head}");
         // A second listener on the same port fails with the address named.
         let err = MetricsServer::start(&MetricsAddr::Listen(addr.to_string()), t.clone())
             .await
