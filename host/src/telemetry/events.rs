@@ -30,6 +30,26 @@ impl WatchFailed<'_> {
     }
 }
 
+/// A handler call went over a cap of the plugin's limits and failed.
+#[derive(Debug)]
+pub struct PluginLimitExceeded<'a> {
+    pub plugin: &'a str,
+    pub cap: crate::runtime::limits::Cap,
+    pub message: &'a str,
+}
+
+impl PluginLimitExceeded<'_> {
+    pub fn emit(self, counter: &prometheus_client::metrics::counter::Counter) {
+        tracing::warn!(
+            plugin = self.plugin,
+            limit = self.cap.label(),
+            "handler call failed: plugin exceeded {}",
+            self.message
+        );
+        counter.inc();
+    }
+}
+
 /// An informer started a list after its initial one.
 #[derive(Debug)]
 pub struct Relisted<'a> {
