@@ -71,7 +71,7 @@ impl PluginVersion {
         let mut handles = self.handles.lock();
         for ((spec, filter), handle) in self.subscriptions.iter().zip(handles.iter_mut()) {
             let (tx, rx) = mpsc::unbounded_channel();
-            let fresh = informers.subscribe(spec.clone(), tx);
+            let fresh = informers.subscribe_as(spec.clone(), tx, self.name.clone());
             self.dispatcher
                 .add_intake(filter.clone(), fresh.informer.clone(), rx, term);
             let old = std::mem::replace(handle, fresh);
@@ -412,7 +412,7 @@ impl PluginHost {
         let mut reads: HashMap<_, Vec<Arc<Informer>>> = HashMap::new();
         for (spec, filter) in resolved {
             let (tx, rx) = mpsc::unbounded_channel();
-            let handle = self.informers.subscribe(spec, tx);
+            let handle = self.informers.subscribe_as(spec, tx, plugin.clone());
             let same_kind = reads.entry(filter.kind.clone()).or_default();
             if !same_kind.iter().any(|i| Arc::ptr_eq(i, &handle.informer)) {
                 same_kind.push(handle.informer.clone());
