@@ -325,6 +325,9 @@ impl PluginHost {
                 .kinds
                 .resolve(&sub.kind)
                 .map_err(|e| bad(e.to_string()))?;
+            self.kinds
+                .check_watchable(&kind)
+                .map_err(|e| bad(e.to_string()))?;
             if let Some(s) = &sub.label_selector {
                 LabelSelector::parse(s).map_err(|e| bad(e.to_string()))?;
             }

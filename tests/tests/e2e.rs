@@ -927,3 +927,51 @@ async fn a_forbidden_informer_marks_its_plugin_broken_on_readyz_until_granted() 
     .await;
     assert!(host.stop().success());
 }
+
+/// A kind the server serves but cannot list or watch (TokenReview: create
+/// only) is refused at registration, naming the kind and the missing verb,
+/// instead of an informer that 405s forever and stalls the plugin's other
+/// subscriptions; other plugins are unaffected and the host becomes ready.
+#[tokio::test]
+async fn a_kind_that_cannot_be_watched_is_refused_at_registration() {
+    let cp = ControlPlane::shared();
+    let client = cp.admin_client().await;
+    let ns = "e2e-unwatchable";
+    namespace(&client, ns, json!({})).await;
+    let bad = recorder_sidecar(ns, &["configmaps", "tokenreviews.authentication.k8s.io"]);
+    let good = recorder_sidecar(ns, &["configmaps"]);
+    let host = HostProcess::start(
+        cp.admin_kubeconfig(),
+        &[
+            ("unwatchable", "recorder", Some(&bad)),
+            ("fine", "recorder", Some(&good)),
+        ],
+    );
+    host.wait_log("cannot load plugin", WAIT).await;
+    let logs = host.logs();
+    let line = logs
+        .lines()
+        .find(|l| l.contains("cannot load plugin"))
+        .unwrap();
+    for part in [
+        "plugin=unwatchable",
+        "tokenreviews.authentication.k8s.io cannot be subscribed to",
+        "does not serve `list`",
+        "its verbs: create",
+    ] {
+        assert!(line.contains(part), "{part:?} missing from: {line}");
+    }
+    let addr = host.metrics_addr(WAIT).await;
+    eventually("/readyz 200", WAIT, || async {
+        (http_get(addr, "/readyz").unwrap().0 == 200).then_some(())
+    })
+    .await;
+    assert!(
+        !host
+            .logs()
+            .contains("tokenreviews.authentication.k8s.io labels"),
+        "no informer was started for it"
+    );
+    assert!(!host.logs().contains("starting informer tokenreviews"));
+    assert!(host.stop().success());
+}
