@@ -5,8 +5,9 @@
 //! call's deadline at the latest; a call whose wait was cut fails as a
 //! timeout whatever the guest does next.
 //!
-//! Not covered: blocking socket I/O under a `network` grant (its reads are
-//! not pollable waits on the clock).
+//! `wasi:io/poll`'s `poll` and `pollable.block` are shadowed too, so a wait
+//! on any pollable (a socket, a stream) also ends at the deadline. Not
+//! covered: a stream's own `blocking-read` / `blocking-write-and-flush`.
 
 use std::time::Duration;
 
@@ -21,6 +22,8 @@ use super::host::HostState;
 /// The `wasi:clocks` version wasmtime-wasi 48 defines (guests built for
 /// older 0.2.x versions resolve to it).
 pub const CLOCKS_INSTANCE: &str = "wasi:clocks/monotonic-clock@0.2.12";
+/// Likewise for `wasi:io/poll`.
+pub const POLL_INSTANCE: &str = "wasi:io/poll@0.2.12";
 
 /// A wait that ends at a fixed instant.
 struct Sleep(tokio::time::Instant);
@@ -84,6 +87,62 @@ pub fn add_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
             Ok((wait(store, Duration::from_nanos(when.saturating_sub(now)))?,))
         },
     )?;
+    let mut poll = linker.instance(POLL_INSTANCE)?;
+    poll.func_wrap(
+        "poll",
+        |mut store: StoreContextMut<'_, HostState>, (list,): (Vec<Resource<DynPollable>>,)| {
+            use wasmtime_wasi::p2::bindings::io::poll::Host as _;
+            let left = remaining(&store);
+            let table = store.data_mut().ctx().table;
+            let ready = match left {
+                None => wasmtime_wasi::runtime::in_tokio(table.poll(list))?,
+                Some(left) => {
+                    // The timer is made inside the runtime the wait runs on.
+                    match wasmtime_wasi::runtime::in_tokio(async {
+                        tokio::time::timeout(left, table.poll(list)).await
+                    }) {
+                        Ok(ready) => ready?,
+                        Err(_) => {
+                            // Nothing ready by the deadline: the call fails
+                            // as a timeout whatever the guest makes of this.
+                            store.data_mut().wait_cut = true;
+                            Vec::new()
+                        }
+                    }
+                }
+            };
+            Ok((ready,))
+        },
+    )?;
+    poll.func_wrap(
+        "[method]pollable.block",
+        |mut store: StoreContextMut<'_, HostState>, (p,): (Resource<DynPollable>,)| {
+            use wasmtime_wasi::p2::bindings::io::poll::HostPollable as _;
+            let left = remaining(&store);
+            let table = store.data_mut().ctx().table;
+            match left {
+                None => wasmtime_wasi::runtime::in_tokio(table.block(p))?,
+                Some(left) => {
+                    if wasmtime_wasi::runtime::in_tokio(async {
+                        tokio::time::timeout(left, table.block(p)).await
+                    })
+                    .is_err()
+                    {
+                        store.data_mut().wait_cut = true;
+                    }
+                }
+            }
+            Ok(())
+        },
+    )?;
     linker.allow_shadowing(false);
     Ok(())
+}
+
+/// Time left before the current call's deadline (`None`: no call running).
+fn remaining(store: &StoreContextMut<'_, HostState>) -> Option<Duration> {
+    store
+        .data()
+        .deadline
+        .map(|d| d.saturating_duration_since(std::time::Instant::now()))
 }
