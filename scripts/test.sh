@@ -13,4 +13,6 @@ bash plugins/build-languages.sh
 (cd plugins && cargo clippy --release --target wasm32-wasip2 --workspace -- -D warnings)
 (cd plugins && cargo test -p kubewasm-sdk)
 cargo clippy --workspace --all-targets -- -D warnings
+# Includes the fuzz targets (host/tests/fuzz.rs): each replays its committed
+# corpus, then runs random inputs for 3 s (BOLERO_RANDOM_TEST_TIME_MS to change).
 cargo test --workspace

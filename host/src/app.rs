@@ -69,6 +69,8 @@ pub struct RunOptions {
     /// Listen address of `/healthz`, `/readyz` and `/metrics` (`main`
     /// serves it; an `App` alone never binds).
     pub metrics_addr: MetricsAddr,
+    /// The host-wide ceiling on sidecar limits.
+    pub limits: crate::runtime::limits::Ceiling,
 }
 
 /// Per-plugin figures of a run.
@@ -277,7 +279,9 @@ impl App {
             .with_leadership(leadership.clone())
             .with_telemetry(telemetry.clone()),
         );
-        let runtime = Runtime::new(opts.engine.clone())?;
+        let runtime = Runtime::new(opts.engine.clone())?
+            .with_ceiling(opts.limits.clone())
+            .with_telemetry(telemetry.clone());
         let mut host = PluginHost::new(
             runtime,
             informers,

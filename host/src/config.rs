@@ -13,6 +13,7 @@ use crate::dispatch::DispatchOptions;
 use crate::leader::{self, ElectionConfigError, ElectionOptions};
 use crate::object::StripOptions;
 use crate::runtime::EngineOptions;
+use crate::runtime::limits::Ceiling;
 use crate::source::kube::{InitialList, KubeTarget};
 use crate::telemetry::server::MetricsAddr;
 
@@ -111,6 +112,10 @@ pub struct RunSettings {
     /// `/healthz`, `/readyz` and `/metrics` listen address (`HOST:PORT`,
     /// `:PORT` or `off`); default `0.0.0.0:9090`, off for `untilIdle` runs.
     pub metrics_addr: Option<MetricsAddr>,
+    /// The ceiling on every sidecar's `limits` (memory, timeout, handles,
+    /// actionsPerCall, logBytesPerCall): a sidecar asking for more does
+    /// not load.
+    pub limits: Option<Ceiling>,
 }
 
 /// Retry policy of every plugin's queue.
@@ -221,6 +226,7 @@ impl RunSettings {
             leader_elect_namespace: self.leader_elect_namespace.or(file.leader_elect_namespace),
             shutdown_grace: self.shutdown_grace.or(file.shutdown_grace),
             metrics_addr: self.metrics_addr.or(file.metrics_addr),
+            limits: self.limits.or(file.limits),
         }
     }
 
@@ -288,6 +294,7 @@ impl RunSettings {
             election,
             shutdown_grace: self.shutdown_grace.unwrap_or(DEFAULT_SHUTDOWN_GRACE),
             metrics_addr,
+            limits: self.limits.unwrap_or_default(),
         })
     }
 
@@ -297,6 +304,9 @@ impl RunSettings {
             return bad(
                 "poll must be longer than 0s (it is the plugin folder's rescan period)".into(),
             );
+        }
+        if let Some(c) = &self.limits {
+            c.validate().map_err(ConfigError::OutOfRange)?;
         }
         if self.page_size == Some(0) {
             return bad("pageSize must be at least 1".into());
@@ -422,6 +432,32 @@ mod tests {
             identity: "kubewasm-0".into(),
             namespace: Some("kubewasm-system".into()),
         }
+    }
+
+    #[test]
+    fn the_limits_ceiling_comes_from_the_file_and_must_admit_the_defaults() {
+        let parse = |limits: &str| {
+            RunSettings::parse(
+                &format!(
+                    "apiVersion: kubewasm.io/v1alpha1\nkind: HostConfig\nplugins: p\nlocal: c\nlimits: {limits}\n"
+                ),
+                Path::new("/x/config.yaml"),
+            )
+        };
+        let opts = parse("{memory: 512Mi, actionsPerCall: 2000}")
+            .unwrap()
+            .into_options(false)
+            .unwrap();
+        assert_eq!(opts.limits.memory, 512 << 20);
+        assert_eq!(opts.limits.actions_per_call, 2000);
+        assert_eq!(opts.limits.timeout, Ceiling::default().timeout);
+        let err = parse("{memory: 16Mi}")
+            .unwrap()
+            .into_options(false)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("limits.memory"), "{err}");
+        assert!(parse("{memry: 1Gi}").is_err(), "unknown keys are errors");
     }
 
     #[test]

@@ -115,6 +115,17 @@ pub enum KindError {
     Ambiguous { name: String, candidates: String },
 }
 
+/// A served kind an informer cannot run on (no `list` or `watch`).
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "{resource} cannot be subscribed to: the API server does not serve `{missing}` on it (its verbs: {verbs}); an informer needs list and watch"
+)]
+pub struct NotWatchable {
+    pub resource: String,
+    pub missing: &'static str,
+    pub verbs: String,
+}
+
 /// The kinds a cluster serves, filled from discovery (or, for the local
 /// cluster, from a built-in table plus what its manifests and CRDs declare).
 #[derive(Debug, Clone, Default)]
@@ -126,6 +137,9 @@ pub struct KindRegistry {
     /// Bumped whenever a kind is learned: plugins refused for an unknown
     /// kind are retried when it moves (a CRD was installed).
     generation: Arc<std::sync::atomic::AtomicU64>,
+    /// The verbs discovery reported per kind; kinds learned otherwise
+    /// (the local cluster, CRD objects) have none recorded.
+    verbs: Arc<RwLock<BTreeMap<Gvk, Vec<String>>>>,
 }
 
 impl KindRegistry {
@@ -237,6 +251,36 @@ impl KindRegistry {
     /// Changes whenever a kind is learned (see [`Self::insert`]).
     pub fn generation(&self) -> u64 {
         self.generation.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Records the verbs the server serves on a kind (discovery).
+    pub fn set_verbs(&self, gvk: &Gvk, verbs: Vec<String>) {
+        self.verbs.write().insert(gvk.clone(), verbs);
+    }
+
+    /// An error unless an informer can run on `info`: the server must serve
+    /// both `list` and `watch` on it (a 405 would otherwise stall the
+    /// subscription, and every other of its plugin's, forever). Kinds with
+    /// no recorded verbs pass.
+    pub fn check_watchable(&self, info: &KindInfo) -> Result<(), NotWatchable> {
+        let verbs = self.verbs.read();
+        let Some(served) = verbs.get(&info.gvk) else {
+            return Ok(());
+        };
+        for verb in ["list", "watch"] {
+            if !served.iter().any(|v| v == verb) {
+                return Err(NotWatchable {
+                    resource: info.resource_name(),
+                    missing: verb,
+                    verbs: if served.is_empty() {
+                        "none".to_owned()
+                    } else {
+                        served.join(", ")
+                    },
+                });
+            }
+        }
+        Ok(())
     }
 
     pub fn by_gvk(&self, gvk: &Gvk) -> Option<KindInfo> {
@@ -372,5 +416,41 @@ mod tests {
             .resolve(&KindRef::Resource("widgets.v1.example.com".into()))
             .unwrap();
         assert_eq!(w.gvk, Gvk::new("example.com", "v1", "Widget"));
+    }
+
+    #[test]
+    fn a_kind_without_list_or_watch_is_not_watchable() {
+        let reg = KindRegistry::builtin();
+        let review = KindInfo::new(
+            "authentication.k8s.io",
+            "v1",
+            "TokenReview",
+            "tokenreviews",
+            false,
+        );
+        reg.insert(review.clone());
+        reg.set_verbs(&review.gvk, vec!["create".into()]);
+        let err = reg.check_watchable(&review).unwrap_err().to_string();
+        assert!(
+            err.contains("tokenreviews.authentication.k8s.io")
+                && err.contains("`list`")
+                && err.contains("its verbs: create"),
+            "{err}"
+        );
+        let pods = reg.resolve(&KindRef::Resource("pods".into())).unwrap();
+        reg.set_verbs(&pods.gvk, vec!["get".into(), "list".into()]);
+        assert!(
+            reg.check_watchable(&pods)
+                .unwrap_err()
+                .to_string()
+                .contains("`watch`")
+        );
+        reg.set_verbs(&pods.gvk, vec!["get".into(), "list".into(), "watch".into()]);
+        assert!(reg.check_watchable(&pods).is_ok());
+        // Nothing recorded (the local cluster): allowed.
+        let cms = reg
+            .resolve(&KindRef::Resource("configmaps".into()))
+            .unwrap();
+        assert!(reg.check_watchable(&cms).is_ok());
     }
 }

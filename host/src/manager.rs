@@ -90,7 +90,7 @@ impl PluginVersion {
         let mut handles = self.handles.lock();
         for ((spec, filter), handle) in self.subscriptions.iter().zip(handles.iter_mut()) {
             let (tx, rx) = mpsc::unbounded_channel();
-            let fresh = informers.subscribe(spec.clone(), tx);
+            let fresh = informers.subscribe_as(spec.clone(), tx, self.name.clone());
             self.dispatcher
                 .add_intake(filter.clone(), fresh.informer.clone(), rx, term);
             let old = std::mem::replace(handle, fresh);
@@ -469,6 +469,9 @@ impl PluginHost {
                 .kinds
                 .resolve(&sub.kind)
                 .map_err(|e| bad(e.to_string()))?;
+            self.kinds
+                .check_watchable(&kind)
+                .map_err(|e| bad(e.to_string()))?;
             if let Some(s) = &sub.label_selector {
                 LabelSelector::parse(s).map_err(|e| bad(e.to_string()))?;
             }
@@ -559,7 +562,7 @@ impl PluginHost {
         let mut reads: HashMap<_, Vec<CacheView>> = HashMap::new();
         for (spec, filter) in resolved {
             let (tx, rx) = mpsc::unbounded_channel();
-            let handle = self.informers.subscribe(spec, tx);
+            let handle = self.informers.subscribe_as(spec, tx, plugin.clone());
             let same_kind = reads.entry(filter.kind.clone()).or_default();
             let view = handle.informer.view();
             if !same_kind.iter().any(|v| v.id() == view.id()) {

@@ -330,7 +330,10 @@ fn raw_at<'a>(json: &'a str, pointer: &str) -> Option<Cow<'a, str>> {
     let path: Vec<PointerNode> = segs
         .iter()
         .map(|s| match s.parse::<usize>() {
-            Ok(i) if !s.starts_with('+') => PointerNode::Index(i),
+            // RFC 6901: an array index has no sign and no leading zero.
+            Ok(i) if !s.starts_with('+') && (s == "0" || !s.starts_with('0')) => {
+                PointerNode::Index(i)
+            }
             _ => PointerNode::Key(s.clone().into()),
         })
         .collect();
@@ -492,6 +495,30 @@ mod tests {
             Some(FieldValue::Text("x".into()))
         );
         assert_eq!(o.field("/data/0"), Some(FieldValue::Text("zero".into())));
+    }
+
+    /// Found by the `fuzz_json_pointer` target: `/01` read item 1 of an
+    /// array, where RFC 6901 (and serde_json) find nothing.
+    #[test]
+    fn array_indexes_have_no_leading_zero_or_sign() {
+        let p = pod();
+        assert!(p.field("/spec/containers/1").is_some());
+        assert!(p.field("/spec/containers/0").is_some());
+        for bad in [
+            "/spec/containers/01",
+            "/spec/containers/00",
+            "/spec/containers/+1",
+        ] {
+            assert_eq!(p.field(bad), None, "{bad}");
+        }
+        // As object keys they are plain strings.
+        let o = KObject::from_value(
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"},
+              "data": {"01": "one"}}),
+            StripOptions::default(),
+        )
+        .unwrap();
+        assert_eq!(o.field("/data/01"), Some(FieldValue::Text("one".into())));
     }
 
     #[test]

@@ -201,10 +201,17 @@ async fn forbidden_list_is_reported_and_retried() {
         server
     });
     match stream.next().await {
-        Some(Err(SourceError::Forbidden(msg))) => {
-            assert!(msg.contains("cannot list resource \"configmaps\""), "{msg}");
-            let shown = SourceError::Forbidden(msg).to_string();
-            assert!(shown.contains("grant"), "{shown}");
+        Some(Err(SourceError::Forbidden { verb, message })) => {
+            assert_eq!(verb, "list");
+            assert!(
+                message.contains("cannot list resource \"configmaps\""),
+                "{message}"
+            );
+            let shown = SourceError::Forbidden { verb, message }.to_string();
+            assert!(
+                shown.contains("forbidden to list") && shown.contains("grant"),
+                "{shown}"
+            );
         }
         other => panic!("expected Forbidden, got {other:?}"),
     }

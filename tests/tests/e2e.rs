@@ -1259,3 +1259,115 @@ async fn refused_writes_and_swaps_during_churn_lose_no_delete_and_repeat_nothing
     assert_eq!(body, "[]");
     assert!(host.stop().success());
 }
+
+/// An identity that may read ConfigMaps but not Pods: the Pod informer is
+/// refused (403), the plugin subscribed to it is reported broken on
+/// `/readyz`, naming the verb and the resource to grant; granting it makes
+/// the host ready.
+#[tokio::test]
+async fn a_forbidden_informer_marks_its_plugin_broken_on_readyz_until_granted() {
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+    let cp = ControlPlane::shared();
+    let client = cp.admin_client().await;
+    let grant = |name: &str, resources: Value| {
+        let role: ClusterRole = serde_json::from_value(json!({"metadata": {"name": name},
+            "rules": [{"apiGroups": [""], "resources": resources, "verbs": ["get", "list", "watch"]}]}))
+        .unwrap();
+        let binding: ClusterRoleBinding = serde_json::from_value(json!({"metadata": {"name": name},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+            "subjects": [{"kind": "User", "name": "kubewasm-e2e", "apiGroup": "rbac.authorization.k8s.io"}]}))
+        .unwrap();
+        let client = client.clone();
+        async move {
+            Api::<ClusterRole>::all(client.clone())
+                .create(&PostParams::default(), &role)
+                .await
+                .unwrap();
+            Api::<ClusterRoleBinding>::all(client)
+                .create(&PostParams::default(), &binding)
+                .await
+                .unwrap();
+        }
+    };
+    grant("e2e-forbidden-cm-only", json!(["configmaps"])).await;
+    // testkit subscribes to Pods and ConfigMaps.
+    let host = HostProcess::start(cp.user_kubeconfig(), &[("pods-denied", "testkit", None)]);
+    let addr = host.metrics_addr(WAIT).await;
+    let body = eventually("/readyz naming the broken plugin", WAIT, || async {
+        let (code, _, body) = http_get(addr, "/readyz").unwrap();
+        (code == 503 && body.contains("plugin pods-denied is broken")).then_some(body)
+    })
+    .await;
+    let line = body
+        .lines()
+        .find(|l| l.contains("plugin pods-denied is broken"))
+        .unwrap();
+    assert!(
+        (line.contains("refuses to list pods") || line.contains("refuses to watch pods"))
+            && line.contains("grant the host's identity the list and watch verbs on pods"),
+        "{body}"
+    );
+    assert!(
+        !body.contains("configmaps"),
+        "the ConfigMap informer is allowed and synced: {body}"
+    );
+    // The log names the plugin too.
+    host.wait_log("plugins=pods-denied", WAIT).await;
+    grant("e2e-forbidden-pods", json!(["pods"])).await;
+    // The watcher retries with backoff (up to about 30 s between tries).
+    eventually(
+        "/readyz 200 once granted",
+        Duration::from_secs(120),
+        || async { (http_get(addr, "/readyz").unwrap().0 == 200).then_some(()) },
+    )
+    .await;
+    assert!(host.stop().success());
+}
+
+/// A kind the server serves but cannot list or watch (TokenReview: create
+/// only) is refused at registration, naming the kind and the missing verb,
+/// instead of an informer that 405s forever and stalls the plugin's other
+/// subscriptions; other plugins are unaffected and the host becomes ready.
+#[tokio::test]
+async fn a_kind_that_cannot_be_watched_is_refused_at_registration() {
+    let cp = ControlPlane::shared();
+    let client = cp.admin_client().await;
+    let ns = "e2e-unwatchable";
+    namespace(&client, ns, json!({})).await;
+    let bad = recorder_sidecar(ns, &["configmaps", "tokenreviews.authentication.k8s.io"]);
+    let good = recorder_sidecar(ns, &["configmaps"]);
+    let host = HostProcess::start(
+        cp.admin_kubeconfig(),
+        &[
+            ("unwatchable", "recorder", Some(&bad)),
+            ("fine", "recorder", Some(&good)),
+        ],
+    );
+    host.wait_log("cannot load plugin", WAIT).await;
+    let logs = host.logs();
+    let line = logs
+        .lines()
+        .find(|l| l.contains("cannot load plugin"))
+        .unwrap();
+    for part in [
+        "plugin=unwatchable",
+        "tokenreviews.authentication.k8s.io cannot be subscribed to",
+        "does not serve `list`",
+        "its verbs: create",
+    ] {
+        assert!(line.contains(part), "{part:?} missing from: {line}");
+    }
+    let addr = host.metrics_addr(WAIT).await;
+    eventually("/readyz 200", WAIT, || async {
+        (http_get(addr, "/readyz").unwrap().0 == 200).then_some(())
+    })
+    .await;
+    assert!(
+        !host
+            .logs()
+            .contains("tokenreviews.authentication.k8s.io labels"),
+        "no informer was started for it"
+    );
+    assert!(!host.logs().contains("starting informer tokenreviews"));
+    assert!(host.stop().success());
+}

@@ -22,7 +22,9 @@ use tokio_util::task::TaskTracker;
 use crate::activity::Activity;
 use crate::kind::KindInfo;
 use crate::object::{KObject, ObjectHandle};
-use crate::telemetry::events::{Relisted, WatchFailed, WatchResumed, WatchStalled};
+use crate::telemetry::events::{
+    InformerForbidden, Relisted, WatchFailed, WatchResumed, WatchStalled,
+};
 use crate::telemetry::{InformerCounters, Telemetry};
 pub use store::{Snapshot, Store};
 
@@ -67,8 +69,11 @@ pub enum WatchEvent {
 
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum SourceError {
-    #[error("forbidden: {0} (grant the host's service account list and watch on this resource)")]
-    Forbidden(String),
+    /// The API server refused `verb` (`list` or `watch`) with 403.
+    #[error(
+        "forbidden to {verb}: {message} (grant the host's identity list and watch on this resource)"
+    )]
+    Forbidden { verb: &'static str, message: String },
     /// The watch produced nothing for `silent` and the server did not
     /// answer a probe: frozen, partitioned or overloaded. The watch keeps
     /// waiting (and the source keeps probing).
@@ -147,8 +152,20 @@ impl Delta {
 struct Fanout {
     subscribers: Vec<(u64, mpsc::UnboundedSender<Delta>)>,
     synced: bool,
+    /// Who subscribed, by subscription id (plugin names; empty if unnamed).
+    names: Vec<(u64, Arc<str>)>,
     /// The last live delta's sequence number.
     seq: u64,
+}
+
+/// An informer the API server refuses to serve (403): its subscribers
+/// never sync until the host's identity is granted the verb.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Forbidden {
+    /// `list` or `watch`.
+    pub verb: &'static str,
+    /// The API server's message.
+    pub message: String,
 }
 
 /// A read-only view of one informer's cache, what plugins read through:
@@ -182,6 +199,8 @@ pub struct Informer {
     cancel: CancellationToken,
     activity: Arc<Activity>,
     counters: InformerCounters,
+    /// Set while the source answers 403; cleared by the next data.
+    forbidden: Mutex<Option<Forbidden>>,
 }
 
 impl std::fmt::Debug for Informer {
@@ -208,6 +227,46 @@ impl Informer {
 
     pub fn has_synced(&self) -> bool {
         *self.synced_tx.borrow()
+    }
+
+    /// Why the API server refuses this informer, while it does.
+    pub fn forbidden(&self) -> Option<Forbidden> {
+        self.forbidden.lock().clone()
+    }
+
+    /// The names its subscribers gave (plugins), sorted, each once.
+    pub fn subscriber_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .fanout
+            .lock()
+            .names
+            .iter()
+            .filter(|(_, n)| !n.is_empty())
+            .map(|(_, n)| n.to_string())
+            .collect();
+        names.sort();
+        names.dedup();
+        names
+    }
+
+    /// Records a 403 (logging once per refusal, naming the plugins that
+    /// now cannot sync) or that data flows again.
+    fn set_forbidden(&self, refusal: Option<Forbidden>) {
+        let mut slot = self.forbidden.lock();
+        if let Some(f) = &refusal
+            && slot.as_ref() != Some(f)
+        {
+            InformerForbidden {
+                informer: &self.spec,
+                verb: f.verb,
+                plugins: &self.subscriber_names(),
+                message: &f.message,
+            }
+            .emit();
+        } else if refusal.is_none() && slot.is_some() {
+            tracing::info!(informer = %self.spec, "the API server serves the informer again");
+        }
+        *slot = refusal;
     }
 
     /// Waits until the initial list has been applied (WaitForCacheSync).
@@ -241,8 +300,9 @@ impl Informer {
     /// initial `Added` deltas (and `Synced` if the informer has synced), as a
     /// handler added to a running client-go informer does.
     /// Returns the cut: the sequence number the replay stands for.
-    fn add_subscriber(&self, id: u64, tx: mpsc::UnboundedSender<Delta>) -> u64 {
+    fn add_subscriber(&self, id: u64, name: Arc<str>, tx: mpsc::UnboundedSender<Delta>) -> u64 {
         let mut fanout = self.fanout.lock();
+        fanout.names.push((id, name));
         let cut = fanout.seq;
         let snapshot = self.store.snapshot();
         for obj in snapshot.iter() {
@@ -270,6 +330,7 @@ impl Informer {
     fn remove_subscriber(&self, id: u64) -> usize {
         let mut fanout = self.fanout.lock();
         fanout.subscribers.retain(|(sid, _)| *sid != id);
+        fanout.names.retain(|(sid, _)| *sid != id);
         fanout.subscribers.len()
     }
 
@@ -291,6 +352,20 @@ impl Informer {
                 tracing::error!(informer = %self.spec, "watch stream ended; the informer stopped");
                 return false;
             };
+            match &event {
+                Err(SourceError::Forbidden { verb, message }) => {
+                    self.set_forbidden(Some(Forbidden {
+                        verb,
+                        message: message.clone(),
+                    }))
+                }
+                Ok(WatchEvent::Init) | Err(_) => {}
+                Ok(_) => {
+                    if self.forbidden.lock().is_some() {
+                        self.set_forbidden(None);
+                    }
+                }
+            }
             let mut new_stall = false;
             match (&event, stalled) {
                 (Err(SourceError::Stalled { .. }), None) => {
@@ -478,6 +553,17 @@ impl InformerSet {
         spec: InformerSpec,
         tx: mpsc::UnboundedSender<Delta>,
     ) -> SubscriptionHandle {
+        self.subscribe_as(spec, tx, Arc::from(""))
+    }
+
+    /// [`subscribe`](Self::subscribe) naming the subscriber (a plugin), so
+    /// that an informer the API server refuses can say whom it breaks.
+    pub fn subscribe_as(
+        &self,
+        spec: InformerSpec,
+        tx: mpsc::UnboundedSender<Delta>,
+        name: Arc<str>,
+    ) -> SubscriptionHandle {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let informer = {
             let mut map = self.informers.lock();
@@ -491,7 +577,9 @@ impl InformerSet {
                             subscribers: Vec::new(),
                             synced: false,
                             seq: 0,
+                            names: Vec::new(),
                         }),
+                        forbidden: Mutex::new(None),
                         synced_tx,
                         cancel: self.cancel.child_token(),
                         activity: self.activity.clone(),
@@ -514,7 +602,7 @@ impl InformerSet {
                 })
                 .clone()
         };
-        let cut = informer.add_subscriber(id, tx);
+        let cut = informer.add_subscriber(id, name, tx);
         SubscriptionHandle { informer, id, cut }
     }
 
@@ -678,6 +766,57 @@ mod tests {
         );
         assert!(deltas.try_recv().is_err(), "nothing else was emitted");
         set.unsubscribe(&handle);
+        set.shutdown().await;
+    }
+
+    #[tokio::test]
+    async fn a_forbidden_informer_names_its_plugins_until_data_flows() {
+        let (events, rx) = mpsc::unbounded_channel();
+        let set = InformerSet::new(
+            Arc::new(Scripted(Mutex::new(Some(rx)))),
+            Arc::new(Activity::default()),
+            CancellationToken::new(),
+        );
+        let spec = InformerSpec {
+            kind: KindInfo::new("", "v1", "ConfigMap", "configmaps", true),
+            namespace: None,
+            label_selector: None,
+            field_selector: None,
+        };
+        let (tx, mut deltas) = mpsc::unbounded_channel();
+        let a = set.subscribe_as(spec.clone(), tx.clone(), Arc::from("beta"));
+        let b = set.subscribe_as(spec, tx, Arc::from("alpha"));
+        let informer = a.informer.clone();
+        assert_eq!(informer.subscriber_names(), ["alpha", "beta"]);
+        let wait = |want: bool| {
+            let informer = informer.clone();
+            async move {
+                tokio::time::timeout(std::time::Duration::from_secs(10), async {
+                    while informer.forbidden().is_some() != want {
+                        tokio::task::yield_now().await;
+                    }
+                })
+                .await
+                .unwrap();
+            }
+        };
+        events.send(Ok(WatchEvent::Init)).unwrap();
+        events
+            .send(Err(SourceError::Forbidden {
+                verb: "list",
+                message: "no".into(),
+            }))
+            .unwrap();
+        wait(true).await;
+        assert_eq!(informer.forbidden().unwrap().verb, "list");
+        // A retry's Init alone does not clear it; the list does.
+        events.send(Ok(WatchEvent::Init)).unwrap();
+        events.send(Ok(WatchEvent::InitDone)).unwrap();
+        wait(false).await;
+        assert_eq!(deltas.recv().await.unwrap().dtype, DeltaType::Synced);
+        set.unsubscribe(&a);
+        assert_eq!(informer.subscriber_names(), ["alpha"]);
+        set.unsubscribe(&b);
         set.shutdown().await;
     }
 }

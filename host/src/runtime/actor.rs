@@ -15,11 +15,13 @@ use super::bindings::exports::kubewasm::plugin::handler;
 use super::bindings::kubewasm::plugin::types;
 use super::engine::EPOCH_TICK;
 use super::host::{HostState, PluginScope, wit_meta};
+use super::limits::CallCaps;
 use super::{Prepared, Registration};
 use crate::actions::Action;
 use crate::informer::DeltaType;
 use crate::kind::Gvk;
 use crate::object::ObjectHandle;
+use crate::telemetry::events::PluginLimitExceeded;
 
 /// Why a call did not succeed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -36,6 +38,10 @@ pub enum CallError {
     OutOfMemory(String),
     #[error("plugin instance is unavailable: {0}")]
     Unavailable(String),
+    /// A per-plugin cap of the sidecar's `limits` (handles, actions or log
+    /// bytes): the message names the key.
+    #[error("plugin exceeded {0}")]
+    Limit(String),
 }
 
 impl CallError {
@@ -120,13 +126,39 @@ fn wit_delta_type(t: DeltaType) -> types::DeltaType {
 }
 
 fn classify(store: &Store<HostState>, err: wasmtime::Error, timeout: Duration) -> CallError {
-    if store.data().limiter.exceeded {
+    let data = store.data();
+    if data.limiter.exceeded {
         return CallError::OutOfMemory(format!("{err:#}"));
+    }
+    if let Some(cap) = &data.cap_hit {
+        return CallError::Limit(cap.to_string());
     }
     match err.downcast_ref::<wasmtime::Trap>() {
         Some(wasmtime::Trap::Interrupt) => CallError::Timeout(timeout),
+        // A wait cut at the deadline may end in any trap of the guest's.
+        _ if data.wait_cut => CallError::Timeout(timeout),
         _ => CallError::Trap(format!("{err:#}")),
     }
+}
+
+/// Fails a call that went over a cap (whatever the guest returned), counts
+/// it and logs it.
+fn enforce_caps<T>(
+    prepared: &Prepared,
+    store: &mut Store<HostState>,
+    result: Result<T, CallError>,
+) -> Result<T, CallError> {
+    let Some(hit) = store.data_mut().cap_hit.take() else {
+        return result;
+    };
+    PluginLimitExceeded {
+        plugin: &prepared.name,
+        cap: hit.cap,
+        message: &hit.to_string(),
+    }
+    .emit(prepared.cap_counters.get(hit.cap));
+    store.data_mut().actions.clear();
+    Err(CallError::Limit(hit.to_string()))
 }
 
 /// Logs what the guest printed during a call (bounded, attributed to the
@@ -167,6 +199,7 @@ impl ActorThread {
                 usize::try_from(p.manifest.limits.memory).unwrap_or(usize::MAX),
             );
             state.output = output;
+            state.caps = CallCaps::from_limits(&p.manifest.limits);
             p.instantiations
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let mut store = Store::new(p.engine.engine(), state);
@@ -218,11 +251,16 @@ impl ActorThread {
         if epochs {
             inst.store.set_epoch_deadline(ticks);
         }
-        match inst
+        let timeout = EPOCH_TICK.saturating_mul(u32::try_from(ticks).unwrap_or(u32::MAX));
+        inst.store.data_mut().begin_call();
+        inst.store.data_mut().deadline = Some(Instant::now() + timeout);
+        let result = inst
             .plugin
             .kubewasm_plugin_handler()
-            .call_register(&mut inst.store, config)
-        {
+            .call_register(&mut inst.store, config);
+        inst.store.data_mut().deadline = None;
+        match result {
+            Ok(_) if inst.store.data().wait_cut => Err(CallError::Timeout(timeout)),
             Ok(Ok(reg)) => Ok(Registration::from_wit(reg)),
             Ok(Err(msg)) => Err(CallError::Permanent(msg)),
             Err(e) => Err(CallError::Trap(format!("{e:#}"))),
@@ -248,9 +286,11 @@ impl ActorThread {
         let epochs = self.prepared.engine.epoch_deadlines();
         let timeout = self.prepared.manifest.limits.timeout;
         let name = self.prepared.name.clone();
+        let prepared = self.prepared.clone();
         let inst = self.instantiate()?;
         let store = &mut inst.store;
         store.data_mut().begin_call();
+        store.data_mut().deadline = Some(Instant::now() + timeout);
         if epochs {
             store.set_epoch_deadline(ticks);
         }
@@ -262,8 +302,17 @@ impl ActorThread {
                 .map_err(|e| CallError::Unavailable(format!("{e:#}")))
         };
         let meta = delta.object.as_ref().map(|o| wit_meta(o.meta()));
-        let object = push(store, delta.object)?;
-        let old_object = push(store, delta.old)?;
+        let pushed = push(store, delta.object).and_then(|o| Ok((o, push(store, delta.old)?)));
+        let (object, old_object) = match pushed {
+            Ok(v) => v,
+            Err(e) => {
+                // Over limits.handles before the call: the leaked handles
+                // go with the instance.
+                let e = enforce_caps(&prepared, store, Err(e));
+                self.instance = None;
+                return e;
+            }
+        };
         let wit = types::Delta {
             delta_type: wit_delta_type(delta.dtype),
             subscription: delta.subscription,
@@ -282,21 +331,28 @@ impl ActorThread {
             .plugin
             .kubewasm_plugin_handler()
             .call_handle(&mut inst.store, &wit);
+        // The instance may be in any state after a trap (or a wait cut
+        // short under it): replace it.
+        let cut = inst.store.data().wait_cut;
+        let trapped = result.is_err() || cut;
         let result = match result {
+            Ok(_) if cut => Err(CallError::Timeout(timeout)),
             Ok(r) => Ok(r),
             Err(e) => Err(classify(&inst.store, e, timeout)),
         };
         let result = with_output(&name, &inst.store, result);
-        match result {
+        let result = enforce_caps(&prepared, &mut inst.store, result);
+        inst.store.data_mut().deadline = None;
+        let result = match result {
             Ok(Ok(())) => Ok(std::mem::take(&mut inst.store.data_mut().actions)),
             Ok(Err(handler::HandlerError::Retry(m))) => Err(CallError::Retry(m)),
             Ok(Err(handler::HandlerError::Permanent(m))) => Err(CallError::Permanent(m)),
-            Err(err) => {
-                // The instance may be in any state after a trap: replace it.
-                self.instance = None;
-                Err(err)
-            }
+            Err(err) => Err(err),
+        };
+        if trapped {
+            self.instance = None;
         }
+        result
     }
 
     fn run(mut self, rx: std_mpsc::Receiver<Request>) {

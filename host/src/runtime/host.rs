@@ -9,6 +9,7 @@ use wasmtime::component::{Resource, ResourceTable};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use super::bindings::kubewasm::plugin::{actions, cache, clock, log, types};
+use super::limits::{CallCaps, Cap, CapExceeded};
 use crate::actions::{Action, EventType, PatchType, Propagation, Target};
 use crate::informer::selector::LabelSelector;
 use crate::informer::{CacheView, Snapshot};
@@ -75,6 +76,19 @@ pub struct HostState {
     pub actions: Vec<Action>,
     /// The guest's captured stdout/stderr (no stdio grant).
     pub output: Option<super::stdio::GuestOutput>,
+    /// The sidecar's caps on handles, actions and log bytes.
+    pub caps: CallCaps,
+    /// Object handles pushed and not yet dropped.
+    live_handles: usize,
+    /// `log` bytes written in the current call.
+    log_bytes: u64,
+    /// The first cap the current call went over: the call fails with it.
+    pub cap_hit: Option<CapExceeded>,
+    /// When the current call's deadline passes (sleeps are cut there).
+    pub deadline: Option<std::time::Instant>,
+    /// A wait of the current call was cut at the deadline: the call fails
+    /// as a timeout.
+    pub wait_cut: bool,
 }
 
 impl WasiView for HostState {
@@ -100,6 +114,12 @@ impl HostState {
             snapshots: HashMap::new(),
             actions: Vec::new(),
             output: None,
+            caps: CallCaps::default(),
+            live_handles: 0,
+            log_bytes: 0,
+            cap_hit: None,
+            deadline: None,
+            wait_cut: false,
         }
     }
 
@@ -107,10 +127,44 @@ impl HostState {
     pub fn begin_call(&mut self) {
         self.snapshots.clear();
         self.actions.clear();
+        self.log_bytes = 0;
+        self.cap_hit = None;
+        self.wait_cut = false;
     }
 
+    /// Records that the call went over `cap` (the first cap hit wins).
+    fn exceeded(&mut self, cap: Cap) -> CapExceeded {
+        let e = CapExceeded {
+            cap,
+            limit: self.caps.value(cap),
+        };
+        self.cap_hit.get_or_insert_with(|| e.clone());
+        e
+    }
+
+    /// A handle on `obj` for the guest. Over `limits.handles` this traps:
+    /// the instance, and every handle it leaked, is then discarded.
     pub fn push_object(&mut self, obj: ObjectHandle) -> wasmtime::Result<Resource<ObjectHandle>> {
-        Ok(self.table.push(obj)?)
+        if self.live_handles >= self.caps.handles {
+            let e = self.exceeded(Cap::Handles);
+            return Err(wasmtime::format_err!("plugin exceeded {e}"));
+        }
+        let r = self.table.push(obj)?;
+        self.live_handles += 1;
+        Ok(r)
+    }
+
+    /// Buffers an action of the current call; over `limits.actionsPerCall`
+    /// the guest gets an error and the call fails.
+    fn push_action(&mut self, action: Action) -> Result<(), actions::ActionError> {
+        if self.actions.len() >= self.caps.actions_per_call {
+            let e = self.exceeded(Cap::ActionsPerCall);
+            return Err(actions::ActionError::Invalid(format!(
+                "plugin exceeded {e}"
+            )));
+        }
+        self.actions.push(action);
+        Ok(())
     }
 
     fn object(&self, r: &Resource<ObjectHandle>) -> wasmtime::Result<&ObjectHandle> {
@@ -257,13 +311,12 @@ impl HostState {
             },
             true,
         )?;
-        self.actions.push(Action::Apply {
+        self.push_action(Action::Apply {
             target,
             object,
             force,
             status,
-        });
-        Ok(())
+        })
     }
 }
 
@@ -369,6 +422,7 @@ impl types::HostObject for HostState {
 
     fn drop(&mut self, obj: Resource<ObjectHandle>) -> wasmtime::Result<()> {
         self.table.delete(obj)?;
+        self.live_handles = self.live_handles.saturating_sub(1);
         Ok(())
     }
 }
@@ -483,12 +537,11 @@ impl actions::Host for HostState {
                     ));
                 }
             };
-            self.actions.push(Action::Patch {
+            self.push_action(Action::Patch {
                 target,
                 patch_type,
                 patch,
-            });
-            Ok(())
+            })
         })();
         Ok(result)
     }
@@ -498,15 +551,15 @@ impl actions::Host for HostState {
         target: actions::ObjectRef,
         propagation: actions::Propagation,
     ) -> wasmtime::Result<Result<(), actions::ActionError>> {
-        let result = self.target(target, true).map(|target| {
-            self.actions.push(Action::Delete {
+        let result = self.target(target, true).and_then(|target| {
+            self.push_action(Action::Delete {
                 target,
                 propagation: match propagation {
                     actions::Propagation::Background => Propagation::Background,
                     actions::Propagation::Foreground => Propagation::Foreground,
                     actions::Propagation::Orphan => Propagation::Orphan,
                 },
-            });
+            })
         });
         Ok(result)
     }
@@ -523,8 +576,8 @@ impl actions::Host for HostState {
                 "an Event reason must be 1 to 128 characters (UpperCamelCase by convention)".into(),
             )));
         }
-        let result = self.target(regarding, false).map(|regarding| {
-            self.actions.push(Action::Event {
+        let result = self.target(regarding, false).and_then(|regarding| {
+            self.push_action(Action::Event {
                 regarding,
                 event_type: match event_type {
                     actions::EventType::Normal => EventType::Normal,
@@ -533,7 +586,7 @@ impl actions::Host for HostState {
                 reason,
                 // The API server caps Event notes at 1 KiB.
                 note: note.chars().take(1024).collect(),
-            });
+            })
         });
         Ok(result)
     }
@@ -556,6 +609,16 @@ impl log::Host for HostState {
         message: String,
         fields: Vec<(String, String)>,
     ) -> wasmtime::Result<()> {
+        let size = message.len() + fields.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>();
+        self.log_bytes = self.log_bytes.saturating_add(size as u64);
+        if self.log_bytes > self.caps.log_bytes_per_call {
+            // Dropped: the call fails with the cap once it returns.
+            if self.cap_hit.is_none() {
+                let e = self.exceeded(Cap::LogBytesPerCall);
+                tracing::warn!(target: "plugin", plugin = &*self.plugin, "log records dropped: plugin exceeded {e}");
+            }
+            return Ok(());
+        }
         let fields: String = fields
             .iter()
             .map(|(k, v)| format!("{k}={v:?}"))

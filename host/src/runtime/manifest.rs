@@ -14,7 +14,7 @@ pub enum ManifestError {
         source: std::io::Error,
     },
     #[error(
-        "{path} is not a valid plugin manifest: {message} (keys: config, limits {{memory, timeout, concurrency, maxAttempts}}, grants {{env, stdio, dirs, network}})"
+        "{path} is not a valid plugin manifest: {message} (keys: config, limits {{memory, timeout, concurrency, maxAttempts, handles, actionsPerCall, logBytesPerCall}}, grants {{env, stdio, dirs, network}})"
     )]
     Parse { path: PathBuf, message: String },
 }
@@ -46,6 +46,15 @@ pub struct Limits {
     /// Attempts per delta before it is recorded as dead; unset, the host
     /// config's `dispatch.maxAttempts` applies.
     pub max_attempts: Option<u32>,
+    /// Object handles the guest may hold at once (leaked handles grow host
+    /// memory); a call that goes over fails and the instance is replaced.
+    pub handles: u32,
+    /// Actions one call may emit; a call that goes over fails.
+    pub actions_per_call: u32,
+    /// Bytes of `log` records one call may write (`1Mi`); a call that goes
+    /// over fails and the rest of its records are dropped.
+    #[serde(deserialize_with = "de_bytes")]
+    pub log_bytes_per_call: u64,
 }
 
 /// Most instances one plugin may run at once (each is a thread).
@@ -62,6 +71,15 @@ impl Limits {
         }
         if self.max_attempts == Some(0) {
             return Err("limits.maxAttempts must be at least 1".into());
+        }
+        for (key, value) in [
+            ("limits.handles", u64::from(self.handles)),
+            ("limits.actionsPerCall", u64::from(self.actions_per_call)),
+            ("limits.logBytesPerCall", self.log_bytes_per_call),
+        ] {
+            if value == 0 {
+                return Err(format!("{key} must be at least 1"));
+            }
         }
         if self.memory < (1 << 20) {
             return Err(format!(
@@ -87,6 +105,9 @@ impl Default for Limits {
             timeout: Duration::from_secs(1),
             concurrency: 1,
             max_attempts: None,
+            handles: 100_000,
+            actions_per_call: 1_000,
+            log_bytes_per_call: 1 << 20,
         }
     }
 }
@@ -116,7 +137,7 @@ pub struct DirGrant {
     pub guest: String,
 }
 
-fn de_bytes<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+pub(crate) fn de_bytes<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
     #[derive(Deserialize)]
     #[serde(untagged)]
     enum Raw {
@@ -210,6 +231,16 @@ mod tests {
         .unwrap();
         assert_eq!(m.limits.memory, 32 << 20);
         assert_eq!(m.limits.timeout, Duration::from_millis(250));
+        let caps = Manifest::parse(
+            Path::new("p.yaml"),
+            "limits: {handles: 10, actionsPerCall: 5, logBytesPerCall: 4Ki}",
+        )
+        .unwrap()
+        .limits;
+        assert_eq!(
+            (caps.handles, caps.actions_per_call, caps.log_bytes_per_call),
+            (10, 5, 4096)
+        );
         assert_eq!(m.config_json(), r#"{"threshold":3}"#);
         assert_eq!(
             Manifest::parse(Path::new("p.yaml"), "").unwrap(),
@@ -237,6 +268,9 @@ mod tests {
             ("limits: {concurrency: 100000}", "limits.concurrency"),
             ("limits: {maxAttempts: 0}", "limits.maxAttempts"),
             ("limits: {memory: 1Ki}", "limits.memory"),
+            ("limits: {handles: 0}", "limits.handles"),
+            ("limits: {actionsPerCall: 0}", "limits.actionsPerCall"),
+            ("limits: {logBytesPerCall: 0}", "limits.logBytesPerCall"),
         ] {
             let err = Manifest::parse(Path::new("/x/p.yaml"), text)
                 .unwrap_err()

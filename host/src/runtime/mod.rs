@@ -3,8 +3,10 @@
 
 pub mod actor;
 pub mod bindings;
+pub mod deadline;
 pub mod engine;
 pub mod host;
+pub mod limits;
 pub mod manifest;
 pub mod stdio;
 
@@ -58,6 +60,8 @@ pub enum LoadError {
     Manifest(#[from] manifest::ManifestError),
     #[error("cannot start the plugin: {0}")]
     Start(String),
+    #[error("{0}")]
+    OverCeiling(String),
 }
 
 /// The shared engine and linker.
@@ -65,6 +69,9 @@ pub enum LoadError {
 pub struct Runtime {
     engine: WasmEngine,
     linker: Arc<Linker<HostState>>,
+    /// What no sidecar's limits may exceed.
+    ceiling: limits::Ceiling,
+    telemetry: Option<crate::telemetry::Telemetry>,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -85,6 +92,8 @@ pub struct Prepared {
     pub compile_time: Duration,
     /// Instances created so far (first ones and replacements after traps).
     pub instantiations: std::sync::atomic::AtomicU64,
+    /// Calls failed on each cap of the sidecar's limits.
+    pub cap_counters: limits::CapCounters,
 }
 
 impl std::fmt::Debug for Prepared {
@@ -209,10 +218,28 @@ impl Runtime {
             .map_err(|e| engine::EngineError::Config(format!("{e:#}")))?;
         bindings::Plugin::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)
             .map_err(|e| engine::EngineError::Config(format!("{e:#}")))?;
+        deadline::add_to_linker(&mut linker)
+            .map_err(|e| engine::EngineError::Config(format!("{e:#}")))?;
         Ok(Self {
             engine,
             linker: Arc::new(linker),
+            ceiling: limits::Ceiling::default(),
+            telemetry: None,
         })
+    }
+
+    /// Sets the host-wide ceiling on sidecar limits.
+    #[must_use]
+    pub fn with_ceiling(mut self, ceiling: limits::Ceiling) -> Self {
+        self.ceiling = ceiling;
+        self
+    }
+
+    /// Counts calls failed on a cap in `telemetry`'s metrics.
+    #[must_use]
+    pub fn with_telemetry(mut self, telemetry: crate::telemetry::Telemetry) -> Self {
+        self.telemetry = Some(telemetry);
+        self
     }
 
     pub fn engine(&self) -> &WasmEngine {
@@ -226,6 +253,9 @@ impl Runtime {
         bytes: &[u8],
         manifest: Manifest,
     ) -> Result<Prepared, LoadError> {
+        self.ceiling
+            .check(&manifest.limits)
+            .map_err(LoadError::OverCeiling)?;
         if bytes.len() < 8 {
             return Err(LoadError::Truncated);
         }
@@ -286,6 +316,11 @@ impl Runtime {
             compile_source,
             compile_time,
             instantiations: std::sync::atomic::AtomicU64::new(0),
+            cap_counters: self
+                .telemetry
+                .as_ref()
+                .map(|t| t.metrics().plugin_caps(name))
+                .unwrap_or_default(),
         })
     }
 }

@@ -62,6 +62,58 @@ impl WatchResumed<'_> {
     }
 }
 
+/// A handler call went over a cap of the plugin's limits and failed.
+#[derive(Debug)]
+pub struct PluginLimitExceeded<'a> {
+    pub plugin: &'a str,
+    pub cap: crate::runtime::limits::Cap,
+    pub message: &'a str,
+}
+
+impl PluginLimitExceeded<'_> {
+    pub fn emit(self, counter: &prometheus_client::metrics::counter::Counter) {
+        tracing::warn!(
+            plugin = self.plugin,
+            limit = self.cap.label(),
+            "handler call failed: plugin exceeded {}",
+            self.message
+        );
+        counter.inc();
+    }
+}
+
+/// The API server refuses an informer (403): the plugins subscribed to it
+/// cannot sync and are broken until the host's identity is granted the verb.
+#[derive(Debug)]
+pub struct InformerForbidden<'a> {
+    pub informer: &'a InformerSpec,
+    pub verb: &'a str,
+    pub plugins: &'a [String],
+    pub message: &'a str,
+}
+
+impl InformerForbidden<'_> {
+    pub fn emit(self) {
+        let plugins = self.plugins.join(", ");
+        tracing::error!(
+            informer = %self.informer,
+            verb = self.verb,
+            plugins = %plugins,
+            error = self.message,
+            "{}",
+            forbidden_reason(self.informer, self.verb)
+        );
+    }
+}
+
+/// What a refused informer means and how to fix it, for logs and readiness.
+pub fn forbidden_reason(informer: &InformerSpec, verb: &str) -> String {
+    let resource = informer.kind.resource_name();
+    format!(
+        "the API server refuses to {verb} {resource} (informer {informer}): grant the host's identity the list and watch verbs on {resource}"
+    )
+}
+
 /// An informer started a list after its initial one.
 #[derive(Debug)]
 pub struct Relisted<'a> {

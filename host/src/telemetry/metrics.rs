@@ -187,6 +187,7 @@ pub struct Metrics {
     action_retries: Family<L2, Counter>,
     reloads: Family<L1, Counter>,
     load_failures: Family<L1, Counter>,
+    limit_exceeded: Family<L2, Counter>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -252,6 +253,12 @@ impl Metrics {
             "Plugin files that could not be loaded (the previous version, if any, keeps serving), by plugin",
             load_failures.clone(),
         );
+        let limit_exceeded = Family::<L2, Counter>::default();
+        registry.register(
+            "kubewasm_plugin_limit_exceeded",
+            "Handler calls failed because they went over a cap of the plugin's limits (handles, actions_per_call, log_bytes_per_call), by plugin and limit",
+            limit_exceeded.clone(),
+        );
         registry.register(
             "kubewasm_build",
             "Build of this kubewasm binary",
@@ -269,7 +276,18 @@ impl Metrics {
             action_retries,
             reloads,
             load_failures,
+            limit_exceeded,
         }
+    }
+
+    /// Handles for plugin `plugin`'s calls failed on a cap.
+    pub fn plugin_caps(&self, plugin: &str) -> crate::runtime::limits::CapCounters {
+        crate::runtime::limits::CapCounters::new(crate::runtime::limits::Cap::ALL.map(|cap| {
+            self.limit_exceeded.get_or_create_owned(&[
+                ("plugin", plugin.to_owned()),
+                ("limit", cap.label().to_owned()),
+            ])
+        }))
     }
 
     /// Handles for one informer of `kind` (several informers of one kind

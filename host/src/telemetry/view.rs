@@ -27,14 +27,26 @@ impl AppView {
 impl HostView for AppView {
     fn not_ready(&self) -> Vec<String> {
         let mut reasons = self.dir.not_ready();
-        let mut unsynced: Vec<String> = self
-            .host
-            .informers()
-            .informers()
-            .iter()
-            .filter(|i| !i.has_synced())
-            .map(|i| format!("informer {}: not synced", i.spec()))
-            .collect();
+        let mut unsynced: Vec<String> = Vec::new();
+        for i in self.host.informers().informers() {
+            match i.forbidden() {
+                // Refused by RBAC: its plugins are broken until granted.
+                Some(f) => {
+                    let why = super::events::forbidden_reason(i.spec(), f.verb);
+                    let plugins = i.subscriber_names();
+                    if plugins.is_empty() {
+                        unsynced.push(format!("informer {}: {why}", i.spec()));
+                    }
+                    for p in plugins {
+                        unsynced.push(format!("plugin {p} is broken: {why}"));
+                    }
+                }
+                None if !i.has_synced() => {
+                    unsynced.push(format!("informer {}: not synced", i.spec()));
+                }
+                None => {}
+            }
+        }
         unsynced.sort();
         reasons.extend(unsynced);
         reasons

@@ -67,13 +67,16 @@ impl Discovery {
                     if ar.plural.contains('/') {
                         continue; // subresource
                     }
-                    self.kinds.insert(KindInfo::new(
+                    let info = KindInfo::new(
                         &ar.group,
                         &ar.version,
                         &ar.kind,
                         &ar.plural,
                         caps.scope == Scope::Namespaced,
-                    ));
+                    );
+                    // Registration refuses kinds an informer cannot list or watch.
+                    self.kinds.set_verbs(&info.gvk, caps.operations.clone());
+                    self.kinds.insert(info);
                     count += 1;
                 }
             }

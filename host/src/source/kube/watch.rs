@@ -149,14 +149,17 @@ fn streaming_refused(err: &watcher::Error) -> bool {
 
 fn source_error(err: watcher::Error) -> SourceError {
     let status = match &err {
-        watcher::Error::InitialListFailed(kube::Error::Api(s))
-        | watcher::Error::WatchStartFailed(kube::Error::Api(s))
-        | watcher::Error::WatchFailed(kube::Error::Api(s)) => Some(s.as_ref()),
-        watcher::Error::WatchError(s) => Some(s.as_ref()),
+        watcher::Error::InitialListFailed(kube::Error::Api(s)) => Some(("list", s.as_ref())),
+        watcher::Error::WatchStartFailed(kube::Error::Api(s))
+        | watcher::Error::WatchFailed(kube::Error::Api(s)) => Some(("watch", s.as_ref())),
+        watcher::Error::WatchError(s) => Some(("watch", s.as_ref())),
         _ => None,
     };
     match status {
-        Some(s) if s.code == 403 => SourceError::Forbidden(s.message.clone()),
+        Some((verb, s)) if s.code == 403 => SourceError::Forbidden {
+            verb,
+            message: s.message.clone(),
+        },
         _ => SourceError::Other(err.to_string()),
     }
 }

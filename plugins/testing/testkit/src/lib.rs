@@ -19,6 +19,10 @@ enum Mode {
     Panic,
     Flood,
     TwoCaches,
+    Leak,
+    Actions,
+    Log,
+    Sleep,
 }
 
 impl Mode {
@@ -32,6 +36,10 @@ impl Mode {
             Self::Permanent => "permanent",
             Self::Panic => "panic",
             Self::Flood => "flood",
+            Self::Leak => "leak",
+            Self::Actions => "actions",
+            Self::Log => "log",
+            Self::Sleep => "sleep",
             Self::Ok | Self::RegisterError | Self::Echo | Self::TwoCaches => "",
         }
     }
@@ -42,10 +50,19 @@ impl Mode {
 struct Config {
     #[serde(default)]
     mode: Mode,
+    /// How many handles, actions or log records the `leak`, `actions` and
+    /// `log` modes make per call; seconds for `sleep`.
+    #[serde(default = "default_count")]
+    count: u32,
+}
+
+fn default_count() -> u32 {
+    100
 }
 
 struct Testkit {
     mode: Mode,
+    count: u32,
     /// What `oom` allocates, kept so nothing is freed.
     hoard: Vec<Vec<u8>>,
 }
@@ -58,6 +75,7 @@ impl Plugin for Testkit {
         }
         Ok(Self {
             mode: config.mode,
+            count: config.count,
             hoard: Vec::new(),
         })
     }
@@ -118,6 +136,33 @@ impl Plugin for Testkit {
                     let _ = err.write_all(&line);
                     let _ = err.write_all(b"\n");
                 }
+                Ok(())
+            }
+            Mode::Leak => {
+                // Handles the guest never drops.
+                for _ in 0..self.count {
+                    std::mem::forget(cache::get::<Pod>(meta.namespace.as_deref(), &meta.name)?);
+                }
+                Ok(())
+            }
+            Mode::Actions => {
+                let Some(target) = ObjectRef::from_delta(&delta) else {
+                    return Ok(());
+                };
+                for i in 0..self.count {
+                    actions::annotate(&target, &[("kubewasm.io/n", &i.to_string())])?;
+                }
+                Ok(())
+            }
+            Mode::Log => {
+                let line = "l".repeat(1023);
+                for _ in 0..self.count {
+                    log::info(&line, &[]);
+                }
+                Ok(())
+            }
+            Mode::Sleep => {
+                std::thread::sleep(std::time::Duration::from_secs(self.count.into()));
                 Ok(())
             }
             Mode::Ok | Mode::RegisterError | Mode::Echo | Mode::TwoCaches => Ok(()),

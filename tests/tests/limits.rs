@@ -1,0 +1,171 @@
+//! Bounded host memory and time per plugin: a guest that keeps handles,
+//! emits more actions or logs more than its sidecar's caps fails the call
+//! with an error naming the cap (and counted); a guest asleep in a WASI
+//! call is cut at its deadline; a sidecar cannot raise its limits over the
+//! host config's ceiling.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use kubewasm_tests::e2e::kubewasm_bin;
+use kubewasm_tests::{Harness, idle, install, write_cluster};
+
+fn pods(names: &[&str]) -> String {
+    names
+        .iter()
+        .map(|n| format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: {n}, namespace: default}}\nspec: {{containers: [{{name: c, image: x}}]}}\n"))
+        .collect::<Vec<_>>()
+        .join("---\n")
+}
+
+/// (plugin, testkit config, limits, the error its dead delta must carry)
+const CASES: [(&str, &str, &str, &str); 4] = [
+    (
+        "leaky",
+        "{mode: leak, count: 50}",
+        "{handles: 20, maxAttempts: 1}",
+        "plugin exceeded limits.handles (20 live object handles",
+    ),
+    (
+        "chatty",
+        "{mode: actions, count: 20}",
+        "{actionsPerCall: 5, maxAttempts: 1}",
+        "plugin exceeded limits.actionsPerCall (5 actions in one call)",
+    ),
+    (
+        "loud",
+        "{mode: log, count: 100}",
+        "{logBytesPerCall: 10Ki, maxAttempts: 1}",
+        "plugin exceeded limits.logBytesPerCall (10240 bytes of log records in one call)",
+    ),
+    (
+        "sleepy",
+        "{mode: sleep, count: 30}",
+        "{timeout: 300ms, maxAttempts: 1}",
+        "plugin exceeded its 300ms deadline and was interrupted",
+    ),
+];
+
+#[test]
+fn caps_fail_the_call_naming_the_cap_a_sleep_is_cut_at_the_deadline_and_the_ceiling_holds() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = dir.path().join("cluster");
+    let plugins = dir.path().join("plugins");
+    std::fs::create_dir_all(&cluster).unwrap();
+    std::fs::create_dir_all(&plugins).unwrap();
+    std::fs::write(
+        cluster.join("pods.yaml"),
+        pods(&["leak-1", "actions-1", "log-1", "sleep-1", "fine-1"]),
+    )
+    .unwrap();
+    for (name, config, limits, _) in CASES {
+        install(
+            &plugins,
+            name,
+            "testkit",
+            Some(&format!("config: {config}\nlimits: {limits}\n")),
+        );
+    }
+    // Within the default ceilings, but over this host's.
+    install(
+        &plugins,
+        "greedy",
+        "testkit",
+        Some("limits: {memory: 768Mi}\n"),
+    );
+    let config = dir.path().join("host.yaml");
+    std::fs::write(
+        &config,
+        "apiVersion: kubewasm.io/v1alpha1\nkind: HostConfig\nlimits: {memory: 512Mi}\n",
+    )
+    .unwrap();
+    let bin = kubewasm_bin();
+    let started = Instant::now();
+    let out = Command::new(bin)
+        .args(["--log-format", "text", "run", "--until-idle", "--config"])
+        .arg(&config)
+        .arg("--local")
+        .arg(&cluster)
+        .arg("--plugins")
+        .arg(&plugins)
+        .arg("--cache-dir")
+        .arg(dir.path().join("cache"))
+        .env_remove("KUBECONFIG")
+        .env("RUST_LOG", "info")
+        .output()
+        .unwrap();
+    let elapsed = started.elapsed();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stdout}\n{stderr}");
+    for (name, _, _, error) in CASES {
+        assert!(
+            stderr.contains(&format!("plugin {name}: 1 delta(s) went to dead letters")),
+            "{name}: {stderr}"
+        );
+        assert!(
+            stderr
+                .lines()
+                .any(|l| l.contains(error) && l.contains(name)),
+            "{name}: no line with {error:?} in\n{stderr}"
+        );
+    }
+    // The 30 s sleep ended at its 300 ms deadline: the whole run is short.
+    assert!(
+        elapsed < Duration::from_secs(20),
+        "the run took {elapsed:?}: the sleep was not cut\n{stderr}"
+    );
+    // Over the host's ceiling: refused, naming both values.
+    assert!(
+        stderr
+            .lines()
+            .any(|l| l.contains("plugin greedy failed to load")
+                && l.contains("limits.memory (805306368 bytes)")
+                && l.contains("ceiling limits.memory (536870912 bytes")),
+        "{stderr}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_over_a_cap_is_counted_and_a_call_within_it_is_not() {
+    let h = Harness::new();
+    write_cluster(
+        h.cluster.path(),
+        &[("pods.yaml", &pods(&["actions-1", "actions-2"]))],
+    );
+    install(
+        h.plugins.path(),
+        "over",
+        "testkit",
+        Some("config: {mode: actions, count: 6}\nlimits: {actionsPerCall: 5, maxAttempts: 2}\n"),
+    );
+    install(
+        h.plugins.path(),
+        "within",
+        "testkit",
+        Some("config: {mode: actions, count: 5}\nlimits: {actionsPerCall: 5}\n"),
+    );
+    let (app, sink) = h.start_recording().await;
+    idle(&app).await;
+    let summary = app.summary();
+    let metrics = app.telemetry().metrics().encode().unwrap();
+    app.shutdown().await;
+    let over = &summary.plugins["over"];
+    assert_eq!((over.failed_calls, over.dead), (4, 2), "{summary}");
+    assert_eq!(summary.plugins["within"].dead, 0, "{summary}");
+    // None of the failed calls' actions ran; all of the others' did.
+    let actions = sink.take();
+    assert!(actions.iter().all(|(p, _)| p == "within"), "{actions:?}");
+    assert_eq!(actions.len(), 10);
+    for expected in [
+        "kubewasm_plugin_limit_exceeded_total{plugin=\"over\",limit=\"actions_per_call\"} 4",
+        "kubewasm_plugin_limit_exceeded_total{plugin=\"within\",limit=\"actions_per_call\"} 0",
+        "kubewasm_plugin_limit_exceeded_total{plugin=\"over\",limit=\"handles\"} 0",
+    ] {
+        assert!(
+            metrics.contains(expected),
+            "missing {expected:?} in\n{metrics}"
+        );
+    }
+}
