@@ -1,11 +1,13 @@
 //! The plugin runtime: one shared wasmtime Engine, components checked
 //! against our WIT world, pre-instantiated, and run as actors.
 
+pub mod access;
 pub mod actor;
 pub mod bindings;
 pub mod engine;
 pub mod host;
 pub mod manifest;
+pub mod network;
 pub mod stdio;
 
 use std::sync::Arc;
@@ -50,6 +52,8 @@ pub enum LoadError {
     Register(String),
     #[error("the plugin's registration is invalid: {0}")]
     BadRegistration(String),
+    #[error("the plugin asks for more than its sidecar grants: {0}")]
+    NotGranted(String),
     #[error("{0}")]
     Manifest(#[from] manifest::ManifestError),
     #[error("cannot start the plugin: {0}")]
@@ -110,8 +114,8 @@ impl Prepared {
             b.stdout(capture.clone()).stderr(capture.clone());
             output = Some(capture);
         }
-        if grants.network {
-            b.inherit_network().allow_ip_name_lookup(true);
+        if !grants.network.allow.is_empty() {
+            network::NetworkPolicy::resolve(&self.name, &grants.network).install(&mut b);
         }
         for dir in &grants.dirs {
             b.preopened_dir(&dir.host, &dir.guest, FsPerms::ReadOnly)
