@@ -214,7 +214,7 @@ fn rbac_names_a_kind_it_cannot_resolve_offline_and_how_to_fix_it() {
     .unwrap();
     std::fs::write(
         plugins.join("recorder.yaml"),
-        "config: {namespace: ns, resources: [widgets]}\n",
+        "config: {namespace: ns, resources: [widgets]}\naccess: [{kinds: [widgets.example.com], verbs: [read], namespaces: [ns]}]\n",
     )
     .unwrap();
     let out = Command::new(kubewasm_bin())

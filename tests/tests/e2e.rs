@@ -519,11 +519,14 @@ async fn with_only_the_rbac_it_needs_the_host_works_and_a_forbidden_write_is_log
         )
         .await
         .unwrap();
-    let sidecar =
-        "config:\n  sourceSelector: e2e-rbac-replicate=true\n  namespaceSelector: e2e-rbac=yes\n";
+    // The grant allows every namespace: the RBAC, narrower, refuses.
+    let sidecar = format!(
+        "config:\n  sourceSelector: e2e-rbac-replicate=true\n  namespaceSelector: e2e-rbac=yes\n{}",
+        kubewasm_tests::REPLICATOR_ACCESS
+    );
     let host = HostProcess::start(
         cp.user_kubeconfig(),
-        &[("config-replicator", "config_replicator", Some(sidecar))],
+        &[("config-replicator", "config_replicator", Some(&sidecar))],
     );
     let copies: Api<ConfigMap> = Api::namespaced(client.clone(), allowed);
     eventually("the copy in the allowed namespace", WAIT, || async {
@@ -756,7 +759,8 @@ async fn javascript_and_python_plugins_act_on_the_real_server() {
     let host = HostProcess::start_with(cp.admin_kubeconfig(), |dir| {
         for lang in langs {
             let sidecar = format!(
-                "config:\n  sourceSelector: e2e-lang-{lang}=true\n  namespaceSelector: e2e-lang-{lang}=yes\nlimits: {{memory: 256Mi, timeout: 5s}}\n"
+                "config:\n  sourceSelector: e2e-lang-{lang}=true\n  namespaceSelector: e2e-lang-{lang}=yes\nlimits: {{memory: 256Mi, timeout: 5s}}\n{}",
+                kubewasm_tests::REPLICATOR_ACCESS
             );
             kubewasm_tests::install_file(
                 dir,
