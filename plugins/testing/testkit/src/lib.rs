@@ -19,6 +19,7 @@ enum Mode {
     Panic,
     Flood,
     TwoCaches,
+    Probe,
 }
 
 impl Mode {
@@ -32,7 +33,7 @@ impl Mode {
             Self::Permanent => "permanent",
             Self::Panic => "panic",
             Self::Flood => "flood",
-            Self::Ok | Self::RegisterError | Self::Echo | Self::TwoCaches => "",
+            Self::Ok | Self::RegisterError | Self::Echo | Self::TwoCaches | Self::Probe => "",
         }
     }
 }
@@ -95,6 +96,9 @@ impl Plugin for Testkit {
         if self.mode == Mode::TwoCaches {
             return two_caches(&delta, meta);
         }
+        if self.mode == Mode::Probe {
+            return probe(&delta);
+        }
         let prefix = self.mode.prefix();
         if prefix.is_empty() || !meta.name.starts_with(prefix) {
             return Ok(());
@@ -120,7 +124,7 @@ impl Plugin for Testkit {
                 }
                 Ok(())
             }
-            Mode::Ok | Mode::RegisterError | Mode::Echo | Mode::TwoCaches => Ok(()),
+            Mode::Ok | Mode::RegisterError | Mode::Echo | Mode::TwoCaches | Mode::Probe => Ok(()),
         }
     }
 }
@@ -162,6 +166,42 @@ fn two_caches(delta: &Delta, meta: &ObjectMeta) -> Result<(), HandlerError> {
         return Ok(());
     };
     actions::annotate(&target, &[("kubewasm.io/found", &found)])
+}
+
+/// Tries, for each added pod, what the sidecar may refuse: a cache read of
+/// ConfigMap `x` in namespace `probe`, its delete, and an Event regarding
+/// the pod; records each outcome (`ok` or the host's error) as an
+/// annotation on the pod.
+fn probe(delta: &Delta) -> Result<(), HandlerError> {
+    if delta.delta_type != DeltaType::Added {
+        return Ok(());
+    }
+    let outcome = |r: Result<(), HandlerError>| match r {
+        Ok(()) => "ok".to_owned(),
+        Err(e) => e.message().to_owned(),
+    };
+    let read = outcome(cache::get::<ConfigMap>(Some("probe"), "x").map(|_| ()));
+    let delete = outcome(actions::delete(
+        &ObjectRef::new(KindRef::resource("configmaps"), Some("probe"), "x"),
+        Propagation::Background,
+    ));
+    let Some(target) = ObjectRef::from_delta(delta) else {
+        return Ok(());
+    };
+    let event = outcome(actions::event(
+        &target,
+        EventType::Normal,
+        "Probed",
+        "testkit probe",
+    ));
+    actions::annotate(
+        &target,
+        &[
+            ("kubewasm.io/read", &read),
+            ("kubewasm.io/delete", &delete),
+            ("kubewasm.io/event", &event),
+        ],
+    )
 }
 
 #[cfg(target_arch = "wasm32")]
