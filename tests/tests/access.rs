@@ -216,3 +216,37 @@ async fn rbac_follows_the_grant_not_the_registration() {
         "{yaml}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn network_grants_let_through_only_the_listed_destinations() {
+    let granted = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let other = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let (g, o) = (
+        granted.local_addr().unwrap().to_string(),
+        other.local_addr().unwrap().to_string(),
+    );
+    let sidecar = format!(
+        "config: {{mode: connect, connect: ['{g}', '{o}']}}\n{}grants:\n  network: {{allow: ['{g}']}}\n",
+        kubewasm_tests::TESTKIT_ACCESS
+    );
+    let (failed, actions) = run(&[("pods.yaml", &pod("default", "a"))], Some(&sidecar)).await;
+    assert!(failed.is_empty(), "{failed:?}");
+    assert_eq!(actions.len(), 1, "{actions:?}");
+    let json = &actions[0][actions[0].find('{').unwrap()..];
+    let patch: serde_json::Value = serde_json::from_str(json).unwrap();
+    let outcome = patch["metadata"]["annotations"]["kubewasm.io/connect"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let (first, second) = outcome.split_once(';').unwrap();
+    assert_eq!(first, format!("{g}=ok"), "{outcome}");
+    assert!(
+        second.starts_with(&format!("{o}=error")),
+        "the ungranted port must be refused: {outcome}"
+    );
+    // The granted listener saw the connection; the other saw none.
+    granted.set_nonblocking(true).unwrap();
+    other.set_nonblocking(true).unwrap();
+    assert!(granted.accept().is_ok());
+    assert!(other.accept().is_err());
+}

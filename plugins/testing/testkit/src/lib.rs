@@ -20,6 +20,7 @@ enum Mode {
     Flood,
     TwoCaches,
     Probe,
+    Connect,
 }
 
 impl Mode {
@@ -33,7 +34,12 @@ impl Mode {
             Self::Permanent => "permanent",
             Self::Panic => "panic",
             Self::Flood => "flood",
-            Self::Ok | Self::RegisterError | Self::Echo | Self::TwoCaches | Self::Probe => "",
+            Self::Ok
+            | Self::RegisterError
+            | Self::Echo
+            | Self::TwoCaches
+            | Self::Probe
+            | Self::Connect => "",
         }
     }
 }
@@ -43,10 +49,14 @@ impl Mode {
 struct Config {
     #[serde(default)]
     mode: Mode,
+    /// `connect` mode: the `host:port` addresses to open a TCP connection to.
+    #[serde(default)]
+    connect: Vec<String>,
 }
 
 struct Testkit {
     mode: Mode,
+    connect: Vec<String>,
     /// What `oom` allocates, kept so nothing is freed.
     hoard: Vec<Vec<u8>>,
 }
@@ -59,6 +69,7 @@ impl Plugin for Testkit {
         }
         Ok(Self {
             mode: config.mode,
+            connect: config.connect,
             hoard: Vec::new(),
         })
     }
@@ -99,6 +110,9 @@ impl Plugin for Testkit {
         if self.mode == Mode::Probe {
             return probe(&delta);
         }
+        if self.mode == Mode::Connect {
+            return connect(&delta, &self.connect);
+        }
         let prefix = self.mode.prefix();
         if prefix.is_empty() || !meta.name.starts_with(prefix) {
             return Ok(());
@@ -124,7 +138,12 @@ impl Plugin for Testkit {
                 }
                 Ok(())
             }
-            Mode::Ok | Mode::RegisterError | Mode::Echo | Mode::TwoCaches | Mode::Probe => Ok(()),
+            Mode::Ok
+            | Mode::RegisterError
+            | Mode::Echo
+            | Mode::TwoCaches
+            | Mode::Probe
+            | Mode::Connect => Ok(()),
         }
     }
 }
@@ -202,6 +221,26 @@ fn probe(delta: &Delta) -> Result<(), HandlerError> {
             ("kubewasm.io/event", &event),
         ],
     )
+}
+
+/// For each added pod, opens a TCP connection to each configured address
+/// (through WASI sockets, as the sidecar's network grant allows) and records
+/// `ok` or the error per address as an annotation `kubewasm.io/connect`.
+fn connect(delta: &Delta, addrs: &[String]) -> Result<(), HandlerError> {
+    if delta.delta_type != DeltaType::Added {
+        return Ok(());
+    }
+    let outcomes: Vec<String> = addrs
+        .iter()
+        .map(|a| match std::net::TcpStream::connect(a.as_str()) {
+            Ok(_) => format!("{a}=ok"),
+            Err(e) => format!("{a}=error: {}", e.kind()),
+        })
+        .collect();
+    let Some(target) = ObjectRef::from_delta(delta) else {
+        return Ok(());
+    };
+    actions::annotate(&target, &[("kubewasm.io/connect", &outcomes.join(";"))])
 }
 
 #[cfg(target_arch = "wasm32")]
