@@ -867,3 +867,48 @@ async fn probes_metrics_and_pod_identity_on_the_real_server() {
     }
     assert!(host.stop().success(), "the host exits 0 on SIGTERM");
 }
+
+/// The local cluster's built-in kind table knows every built-in kind the
+/// real API server serves (its preferred version, plural and scope), and
+/// names no kind the server does not serve.
+#[tokio::test]
+async fn the_built_in_kind_table_matches_the_real_servers_discovery() {
+    let cp = ControlPlane::shared();
+    let client = cp.admin_client().await;
+    let discovered = kubewasm::kind::KindRegistry::default();
+    kubewasm::source::kube::discovery::Discovery::new(client, discovered.clone())
+        .run()
+        .await
+        .unwrap();
+    let builtin = kubewasm::kind::KindRegistry::builtin();
+    // CRDs other tests install are not built in.
+    let served: Vec<_> = discovered
+        .all()
+        .into_iter()
+        .filter(|k| !k.gvk.group.contains("kubewasm"))
+        .collect();
+    assert!(served.len() > 60, "discovery found too little: {served:?}");
+    let mut missing = Vec::new();
+    for k in &served {
+        let known = builtin
+            .all()
+            .into_iter()
+            .find(|b| b.gvk.group == k.gvk.group && b.gvk.kind == k.gvk.kind);
+        match known {
+            Some(b) if b.plural == k.plural && b.namespaced == k.namespaced => {}
+            other => missing.push(format!("{k:?} (table: {other:?})")),
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "not in the table as served:\n{}",
+        missing.join("\n")
+    );
+    for b in builtin.all() {
+        assert!(
+            served.iter().any(|k| k.gvk == b.gvk),
+            "the table names {:?}, which the server does not serve at that version",
+            b.gvk
+        );
+    }
+}
