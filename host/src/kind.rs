@@ -393,6 +393,13 @@ const BUILTIN: &[(&str, &str, &str, &str, bool)] = &[
     ),
 ];
 
+/// Whether `gvk`'s group and kind are built into Kubernetes (any version).
+pub fn is_builtin(gvk: &Gvk) -> bool {
+    BUILTIN
+        .iter()
+        .any(|(g, _, k, _, _)| *g == gvk.group && *k == gvk.kind)
+}
+
 /// The kinds a cluster serves, filled from discovery (or, for the local
 /// cluster, from a built-in table plus what its manifests and CRDs declare).
 #[derive(Debug, Clone, Default)]

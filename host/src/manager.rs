@@ -329,7 +329,10 @@ impl PluginHost {
                 LabelSelector::parse(s).map_err(|e| bad(e.to_string()))?;
             }
             if let Some(s) = &sub.field_selector {
-                FieldSelector::parse(s).map_err(|e| bad(e.to_string()))?;
+                FieldSelector::parse(s)
+                    .map_err(|e| bad(e.to_string()))?
+                    .check_supported(&kind)
+                    .map_err(bad)?;
             }
             if sub.namespace.is_some() && !kind.namespaced {
                 return Err(bad(format!(

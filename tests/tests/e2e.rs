@@ -912,3 +912,60 @@ async fn the_built_in_kind_table_matches_the_real_servers_discovery() {
         );
     }
 }
+
+/// Field selectors: what the host refuses at registration is exactly what
+/// the real server refuses, for every listable built-in kind (each field
+/// the host accepts, `metadata.namespace`, and an unknown field).
+#[tokio::test]
+async fn field_selector_support_matches_the_real_server() {
+    use kube::api::{ApiResource, DynamicObject, ListParams};
+    use kube::core::GroupVersionKind;
+    use kubewasm::informer::selector::{FieldSelector, supported_fields};
+    let cp = ControlPlane::shared();
+    let client = cp.admin_client().await;
+    let create_only = [
+        "bindings",
+        "tokenreviews",
+        "selfsubjectreviews",
+        "localsubjectaccessreviews",
+        "selfsubjectaccessreviews",
+        "selfsubjectrulesreviews",
+        "subjectaccessreviews",
+    ];
+    let mut mismatches = Vec::new();
+    for kind in kubewasm::kind::KindRegistry::builtin().all() {
+        if create_only.contains(&kind.plural.as_str()) {
+            continue;
+        }
+        let ar = ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk(&kind.gvk.group, &kind.gvk.version, &kind.gvk.kind),
+            &kind.plural,
+        );
+        let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
+        let mut candidates: Vec<&str> = supported_fields(&kind);
+        candidates.extend(["metadata.namespace", "spec.bogus"]);
+        candidates.dedup();
+        for field in candidates {
+            let selector = format!("{field}=x");
+            let ours = FieldSelector::parse(&selector)
+                .unwrap()
+                .check_supported(&kind)
+                .is_ok();
+            let theirs = match api
+                .list_metadata(&ListParams::default().fields(&selector).limit(1))
+                .await
+            {
+                Ok(_) => true,
+                Err(kube::Error::Api(e)) if e.code == 400 => false,
+                Err(e) => panic!("{} {selector}: {e}", kind.resource_name()),
+            };
+            if ours != theirs {
+                mismatches.push(format!(
+                    "{} {field}: host {ours}, server {theirs}",
+                    kind.resource_name()
+                ));
+            }
+        }
+    }
+    assert!(mismatches.is_empty(), "{}", mismatches.join("\n"));
+}
