@@ -725,7 +725,7 @@ void kw_writes(kw_registration *r, const char *group, const char *version, const
 /* ---- cache ----------------------------------------------------------------------- */
 
 static bool cache_refused(kubewasm_plugin_cache_cache_error_t *e, kw_error *err) {
-  static const char *why[] = {"not subscribed or not granted", "unknown index", "invalid selector"};
+  static const char *why[] = {"kind not subscribed", "unknown index", "invalid selector"};
   kw_permanent(err, "cache read refused, %s: %.*s", why[e->tag < 3 ? e->tag : 2],
                (int)e->val.not_subscribed.len, (const char *)e->val.not_subscribed.ptr);
   kubewasm_plugin_cache_cache_error_free(e);
@@ -763,7 +763,7 @@ void kw_objects_free(kw_objects *l) {
 
 static bool action_refused(kubewasm_plugin_actions_action_error_t *e, kw_error *err) {
   if (e->tag == KUBEWASM_PLUGIN_ACTIONS_ACTION_ERROR_NOT_DECLARED)
-    kw_permanent(err, "action refused, not declared in writes or not granted: %.*s", (int)e->val.not_declared.len,
+    kw_permanent(err, "action refused, kind not declared in writes: %.*s", (int)e->val.not_declared.len,
                  (const char *)e->val.not_declared.ptr);
   else
     kw_permanent(err, "action refused as invalid: %.*s", (int)e->val.invalid.len, (const char *)e->val.invalid.ptr);

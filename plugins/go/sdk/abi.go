@@ -415,7 +415,7 @@ func cacheError(a uint32) error {
 	msg := loadString(a + 4)
 	switch load8(a) {
 	case 0:
-		return Permanent("cache read refused, not subscribed or not granted: " + msg)
+		return Permanent("cache read refused, kind not subscribed: " + msg)
 	case 1:
 		return Permanent("cache read refused, unknown index: " + msg)
 	default:
@@ -431,7 +431,7 @@ func actionResult() error {
 	}
 	msg := loadString(r + 8)
 	if load8(r+4) == 0 {
-		return Permanent("action refused, not declared in writes or not granted: " + msg)
+		return Permanent("action refused, kind not declared in writes: " + msg)
 	}
 	return Permanent("action refused as invalid: " + msg)
 }

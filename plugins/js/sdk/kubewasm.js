@@ -184,7 +184,7 @@ function release(delta) {
 
 function cacheRefused(e) {
   const p = payload(e);
-  const why = { 'not-subscribed': 'not subscribed or not granted', 'unknown-index': 'unknown index', 'invalid-selector': 'invalid selector' };
+  const why = { 'not-subscribed': 'kind not subscribed', 'unknown-index': 'unknown index', 'invalid-selector': 'invalid selector' };
   if (p && why[p.tag]) return permanent(`cache read refused, ${why[p.tag]}: ${p.val}`);
   return permanent(`cache read failed: ${message(e)}`);
 }

@@ -201,7 +201,7 @@ def field_str(obj, pointer):
 def _cache_refused(e):
     v = e.value
     if isinstance(v, raw_cache.CacheError_NotSubscribed):
-        return Permanent(f"cache read refused, not subscribed or not granted: {v.value}")
+        return Permanent(f"cache read refused, kind not subscribed: {v.value}")
     if isinstance(v, raw_cache.CacheError_UnknownIndex):
         return Permanent(f"cache read refused, unknown index: {v.value}")
     return Permanent(f"cache read refused, invalid selector: {v.value}")
@@ -237,7 +237,7 @@ def _action(f, *args):
         f(*args)
     except Err as e:
         if isinstance(e.value, raw_actions.ActionError_NotDeclared):
-            raise Permanent(f"action refused, not declared in writes or not granted: {e.value.value}") from None
+            raise Permanent(f"action refused, kind not declared in writes: {e.value.value}") from None
         raise Permanent(f"action refused as invalid: {e.value.value}") from None
 
 
