@@ -342,6 +342,28 @@ fn snippet(plugin: &str, kind: &str, verb: Verb, namespace: Option<&str>) -> Str
     )
 }
 
+/// The access list that grants a whole registration, for a plugin that
+/// has none: every subscribed kind read, every write kind every write verb.
+fn full_snippet(plugin: &str, reads: &[ReadRequest<'_>], writes: &[KindInfo]) -> String {
+    let names = |kinds: &mut dyn Iterator<Item = &KindInfo>| {
+        let set: BTreeSet<String> = kinds.map(|k| GrantKind::of(k).to_string()).collect();
+        set.into_iter().collect::<Vec<_>>().join(", ")
+    };
+    let read = names(&mut reads.iter().map(|r| r.kind));
+    let write = names(&mut writes.iter());
+    let mut rules = Vec::new();
+    if !read.is_empty() {
+        rules.push(format!("{{kinds: [{read}], verbs: [read]}}"));
+    }
+    rules.push(format!(
+        "{{kinds: [{write}], verbs: [apply, patch, delete, status]}}"
+    ));
+    format!(
+        "add an access list to its sidecar {plugin}.yaml, e.g. `access: [{}]`, keeping only the verbs it needs and adding `namespaces: [...]` to confine it",
+        rules.join(", ")
+    )
+}
+
 impl Grant {
     pub fn new(plugin: &str, rules: Option<Vec<Rule>>) -> Self {
         Self {
@@ -425,13 +447,14 @@ impl Grant {
                 .iter()
                 .any(|v| self.rules_for(&gk, *v).next().is_some());
             if !granted {
-                let why = if self.rules.is_none() {
-                    "its sidecar has no access list, so it may write nothing"
-                } else {
-                    "its sidecar grants none of apply, patch, delete or status on it"
-                };
+                if self.rules.is_none() {
+                    return Err(Denied(format!(
+                        "plugin {plugin} declares writes of {gk} (verbs apply, patch, delete or status), but its sidecar has no access list, so it may write nothing: {}",
+                        full_snippet(plugin, reads, writes)
+                    )));
+                }
                 return Err(Denied(format!(
-                    "plugin {plugin} declares writes of {gk} (verbs apply, patch, delete or status), but {why}: {}",
+                    "plugin {plugin} declares writes of {gk} (verbs apply, patch, delete or status), but its sidecar grants none of them on it: {}",
                     snippet(plugin, &gk.to_string(), Verb::Apply, None)
                 )));
             }
@@ -684,6 +707,22 @@ mod tests {
         let e = g.check_registration(&[], &[cm()]).unwrap_err().0;
         assert!(
             e.contains("no access list") && e.contains("access:") && e.contains("configmaps"),
+            "{e}"
+        );
+        // The suggestion grants the whole registration: reads and writes.
+        let e = g
+            .check_registration(
+                &[ReadRequest {
+                    kind: &deploy(),
+                    namespace: None,
+                }],
+                &[cm()],
+            )
+            .unwrap_err()
+            .0;
+        assert!(
+            e.contains("{kinds: [deployments.apps], verbs: [read]}")
+                && e.contains("{kinds: [configmaps], verbs: [apply, patch, delete, status]}"),
             "{e}"
         );
         g.check(&cm(), Verb::Read, Some("x"), &no_cache).unwrap();
