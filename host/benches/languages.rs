@@ -166,6 +166,13 @@ fn main() {
         reads,
         indexes: HashMap::new(),
         writes: [cm.clone()].into_iter().collect(),
+        // What the config replicators do: read, apply and delete copies.
+        grant: Manifest::parse(
+            Path::new("bench.yaml"),
+            "access:\n  - {kinds: [configmaps, namespaces], verbs: [read]}\n  - {kinds: [configmaps], verbs: [apply, delete, events]}\n",
+        )
+        .unwrap()
+        .grant("bench"),
     });
     let delta = |source: bool| CallDelta {
         dtype: DeltaType::Updated,

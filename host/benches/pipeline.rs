@@ -246,7 +246,12 @@ async fn pipeline(pods: &[Value], plugin_name: &str, concurrency: usize) {
         activity.clone(),
         DispatchOptions::default(),
     );
-    let mut manifest = Manifest::default();
+    // What the bench plugins do: read pods and nodes, write pods.
+    let mut manifest = Manifest::parse(
+        std::path::Path::new("bench.yaml"),
+        "access:\n  - {kinds: [pods, nodes], verbs: [read]}\n  - {kinds: [pods], verbs: [apply, patch, delete, status, events]}\n",
+    )
+    .unwrap();
     manifest.limits.concurrency = concurrency;
     host.install("bench", plugin(plugin_name), manifest)
         .await

@@ -150,6 +150,13 @@ fn main() {
         reads: HashMap::from([(node_kind.gvk.clone(), vec![handle.informer.view()])]),
         indexes: HashMap::new(),
         writes: [Gvk::new("", "v1", "Pod")].into_iter().collect(),
+        // What the realistic plugin does: read nodes, apply and patch pods.
+        grant: Manifest::parse(
+            std::path::Path::new("bench.yaml"),
+            "access:\n  - {kinds: [nodes], verbs: [read]}\n  - {kinds: [pods], verbs: [apply, patch, delete, status, events]}\n",
+        )
+        .unwrap()
+        .grant("bench"),
     });
     let delta = CallDelta {
         dtype: DeltaType::Updated,

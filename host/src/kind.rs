@@ -126,6 +126,299 @@ pub struct NotWatchable {
     pub verbs: String,
 }
 
+/// (group, version, kind, plural, namespaced) of the built-in kinds of
+/// Kubernetes 1.35.
+const BUILTIN: &[(&str, &str, &str, &str, bool)] = &[
+    ("", "v1", "Binding", "bindings", true),
+    ("", "v1", "ComponentStatus", "componentstatuses", false),
+    ("", "v1", "ConfigMap", "configmaps", true),
+    ("", "v1", "Endpoints", "endpoints", true),
+    ("", "v1", "Event", "events", true),
+    ("", "v1", "LimitRange", "limitranges", true),
+    ("", "v1", "Namespace", "namespaces", false),
+    ("", "v1", "Node", "nodes", false),
+    (
+        "",
+        "v1",
+        "PersistentVolumeClaim",
+        "persistentvolumeclaims",
+        true,
+    ),
+    ("", "v1", "PersistentVolume", "persistentvolumes", false),
+    ("", "v1", "Pod", "pods", true),
+    ("", "v1", "PodTemplate", "podtemplates", true),
+    (
+        "",
+        "v1",
+        "ReplicationController",
+        "replicationcontrollers",
+        true,
+    ),
+    ("", "v1", "ResourceQuota", "resourcequotas", true),
+    ("", "v1", "Secret", "secrets", true),
+    ("", "v1", "ServiceAccount", "serviceaccounts", true),
+    ("", "v1", "Service", "services", true),
+    (
+        "admissionregistration.k8s.io",
+        "v1",
+        "MutatingWebhookConfiguration",
+        "mutatingwebhookconfigurations",
+        false,
+    ),
+    (
+        "admissionregistration.k8s.io",
+        "v1",
+        "ValidatingAdmissionPolicy",
+        "validatingadmissionpolicies",
+        false,
+    ),
+    (
+        "admissionregistration.k8s.io",
+        "v1",
+        "ValidatingAdmissionPolicyBinding",
+        "validatingadmissionpolicybindings",
+        false,
+    ),
+    (
+        "admissionregistration.k8s.io",
+        "v1",
+        "ValidatingWebhookConfiguration",
+        "validatingwebhookconfigurations",
+        false,
+    ),
+    (
+        "apiextensions.k8s.io",
+        "v1",
+        "CustomResourceDefinition",
+        "customresourcedefinitions",
+        false,
+    ),
+    (
+        "apiregistration.k8s.io",
+        "v1",
+        "APIService",
+        "apiservices",
+        false,
+    ),
+    (
+        "apps",
+        "v1",
+        "ControllerRevision",
+        "controllerrevisions",
+        true,
+    ),
+    ("apps", "v1", "DaemonSet", "daemonsets", true),
+    ("apps", "v1", "Deployment", "deployments", true),
+    ("apps", "v1", "ReplicaSet", "replicasets", true),
+    ("apps", "v1", "StatefulSet", "statefulsets", true),
+    (
+        "authentication.k8s.io",
+        "v1",
+        "SelfSubjectReview",
+        "selfsubjectreviews",
+        false,
+    ),
+    (
+        "authentication.k8s.io",
+        "v1",
+        "TokenReview",
+        "tokenreviews",
+        false,
+    ),
+    (
+        "authorization.k8s.io",
+        "v1",
+        "LocalSubjectAccessReview",
+        "localsubjectaccessreviews",
+        true,
+    ),
+    (
+        "authorization.k8s.io",
+        "v1",
+        "SelfSubjectAccessReview",
+        "selfsubjectaccessreviews",
+        false,
+    ),
+    (
+        "authorization.k8s.io",
+        "v1",
+        "SelfSubjectRulesReview",
+        "selfsubjectrulesreviews",
+        false,
+    ),
+    (
+        "authorization.k8s.io",
+        "v1",
+        "SubjectAccessReview",
+        "subjectaccessreviews",
+        false,
+    ),
+    (
+        "autoscaling",
+        "v2",
+        "HorizontalPodAutoscaler",
+        "horizontalpodautoscalers",
+        true,
+    ),
+    ("batch", "v1", "CronJob", "cronjobs", true),
+    ("batch", "v1", "Job", "jobs", true),
+    (
+        "certificates.k8s.io",
+        "v1",
+        "CertificateSigningRequest",
+        "certificatesigningrequests",
+        false,
+    ),
+    ("coordination.k8s.io", "v1", "Lease", "leases", true),
+    (
+        "discovery.k8s.io",
+        "v1",
+        "EndpointSlice",
+        "endpointslices",
+        true,
+    ),
+    ("events.k8s.io", "v1", "Event", "events", true),
+    (
+        "flowcontrol.apiserver.k8s.io",
+        "v1",
+        "FlowSchema",
+        "flowschemas",
+        false,
+    ),
+    (
+        "flowcontrol.apiserver.k8s.io",
+        "v1",
+        "PriorityLevelConfiguration",
+        "prioritylevelconfigurations",
+        false,
+    ),
+    ("networking.k8s.io", "v1", "IPAddress", "ipaddresses", false),
+    (
+        "networking.k8s.io",
+        "v1",
+        "IngressClass",
+        "ingressclasses",
+        false,
+    ),
+    ("networking.k8s.io", "v1", "Ingress", "ingresses", true),
+    (
+        "networking.k8s.io",
+        "v1",
+        "NetworkPolicy",
+        "networkpolicies",
+        true,
+    ),
+    (
+        "networking.k8s.io",
+        "v1",
+        "ServiceCIDR",
+        "servicecidrs",
+        false,
+    ),
+    ("node.k8s.io", "v1", "RuntimeClass", "runtimeclasses", false),
+    (
+        "policy",
+        "v1",
+        "PodDisruptionBudget",
+        "poddisruptionbudgets",
+        true,
+    ),
+    (
+        "rbac.authorization.k8s.io",
+        "v1",
+        "ClusterRoleBinding",
+        "clusterrolebindings",
+        false,
+    ),
+    (
+        "rbac.authorization.k8s.io",
+        "v1",
+        "ClusterRole",
+        "clusterroles",
+        false,
+    ),
+    (
+        "rbac.authorization.k8s.io",
+        "v1",
+        "RoleBinding",
+        "rolebindings",
+        true,
+    ),
+    ("rbac.authorization.k8s.io", "v1", "Role", "roles", true),
+    (
+        "resource.k8s.io",
+        "v1",
+        "DeviceClass",
+        "deviceclasses",
+        false,
+    ),
+    (
+        "resource.k8s.io",
+        "v1",
+        "ResourceClaim",
+        "resourceclaims",
+        true,
+    ),
+    (
+        "resource.k8s.io",
+        "v1",
+        "ResourceClaimTemplate",
+        "resourceclaimtemplates",
+        true,
+    ),
+    (
+        "resource.k8s.io",
+        "v1",
+        "ResourceSlice",
+        "resourceslices",
+        false,
+    ),
+    (
+        "scheduling.k8s.io",
+        "v1",
+        "PriorityClass",
+        "priorityclasses",
+        false,
+    ),
+    ("storage.k8s.io", "v1", "CSIDriver", "csidrivers", false),
+    ("storage.k8s.io", "v1", "CSINode", "csinodes", false),
+    (
+        "storage.k8s.io",
+        "v1",
+        "CSIStorageCapacity",
+        "csistoragecapacities",
+        true,
+    ),
+    (
+        "storage.k8s.io",
+        "v1",
+        "StorageClass",
+        "storageclasses",
+        false,
+    ),
+    (
+        "storage.k8s.io",
+        "v1",
+        "VolumeAttachment",
+        "volumeattachments",
+        false,
+    ),
+    (
+        "storage.k8s.io",
+        "v1",
+        "VolumeAttributesClass",
+        "volumeattributesclasses",
+        false,
+    ),
+];
+
+/// Whether `gvk`'s group and kind are built into Kubernetes (any version).
+pub fn is_builtin(gvk: &Gvk) -> bool {
+    BUILTIN
+        .iter()
+        .any(|(g, _, k, _, _)| *g == gvk.group && *k == gvk.kind)
+}
+
 /// The kinds a cluster serves, filled from discovery (or, for the local
 /// cluster, from a built-in table plus what its manifests and CRDs declare).
 #[derive(Debug, Clone, Default)]
@@ -143,86 +436,22 @@ pub struct KindRegistry {
 }
 
 impl KindRegistry {
-    /// The kinds every Kubernetes cluster serves that kubewasm users touch
-    /// most; enough for the local cluster.
+    /// Every kind a Kubernetes 1.35 API server serves by default (GA and
+    /// default-on beta APIs, one version each: the preferred one), so the
+    /// local cluster and offline `kubewasm rbac` resolve what a real
+    /// cluster would. Checked against a real v1.35 server's discovery by
+    /// `tests/tests/e2e.rs`.
     pub fn builtin() -> Self {
         let reg = Self::default();
-        for info in [
-            KindInfo::new("", "v1", "Namespace", "namespaces", false),
-            KindInfo::new("", "v1", "Node", "nodes", false),
-            KindInfo::new("", "v1", "Pod", "pods", true),
-            KindInfo::new("", "v1", "ConfigMap", "configmaps", true),
-            KindInfo::new("", "v1", "Secret", "secrets", true),
-            KindInfo::new("", "v1", "Service", "services", true),
-            KindInfo::new("", "v1", "ServiceAccount", "serviceaccounts", true),
-            KindInfo::new("", "v1", "ResourceQuota", "resourcequotas", true),
-            KindInfo::new("", "v1", "LimitRange", "limitranges", true),
-            KindInfo::new(
-                "",
-                "v1",
-                "PersistentVolumeClaim",
-                "persistentvolumeclaims",
-                true,
-            ),
-            KindInfo::new("", "v1", "PersistentVolume", "persistentvolumes", false),
-            KindInfo::new("", "v1", "Event", "events", true),
-            KindInfo::new("", "v1", "Endpoints", "endpoints", true),
-            KindInfo::new("apps", "v1", "Deployment", "deployments", true),
-            KindInfo::new("apps", "v1", "ReplicaSet", "replicasets", true),
-            KindInfo::new("apps", "v1", "StatefulSet", "statefulsets", true),
-            KindInfo::new("apps", "v1", "DaemonSet", "daemonsets", true),
-            KindInfo::new("batch", "v1", "Job", "jobs", true),
-            KindInfo::new("batch", "v1", "CronJob", "cronjobs", true),
-            KindInfo::new(
-                "networking.k8s.io",
-                "v1",
-                "NetworkPolicy",
-                "networkpolicies",
-                true,
-            ),
-            KindInfo::new("networking.k8s.io", "v1", "Ingress", "ingresses", true),
-            KindInfo::new("events.k8s.io", "v1", "Event", "events", true),
-            KindInfo::new("rbac.authorization.k8s.io", "v1", "Role", "roles", true),
-            KindInfo::new(
-                "rbac.authorization.k8s.io",
-                "v1",
-                "RoleBinding",
-                "rolebindings",
-                true,
-            ),
-            KindInfo::new(
-                "rbac.authorization.k8s.io",
-                "v1",
-                "ClusterRole",
-                "clusterroles",
-                false,
-            ),
-            KindInfo::new(
-                "rbac.authorization.k8s.io",
-                "v1",
-                "ClusterRoleBinding",
-                "clusterrolebindings",
-                false,
-            ),
-            KindInfo::new(
-                "policy",
-                "v1",
-                "PodDisruptionBudget",
-                "poddisruptionbudgets",
-                true,
-            ),
-            KindInfo::new(
-                "apiextensions.k8s.io",
-                "v1",
-                "CustomResourceDefinition",
-                "customresourcedefinitions",
-                false,
-            ),
-            KindInfo::new("coordination.k8s.io", "v1", "Lease", "leases", true),
-        ] {
-            reg.insert(info);
+        for (group, version, kind, plural, namespaced) in BUILTIN {
+            reg.insert(KindInfo::new(group, version, kind, plural, *namespaced));
         }
         reg
+    }
+
+    /// Every kind known, in group/version/kind order.
+    pub fn all(&self) -> Vec<KindInfo> {
+        self.inner.read().values().cloned().collect()
     }
 
     /// Records a group's preferred version (discovery's `preferredVersion`).

@@ -476,7 +476,10 @@ impl PluginHost {
                 LabelSelector::parse(s).map_err(|e| bad(e.to_string()))?;
             }
             if let Some(s) = &sub.field_selector {
-                FieldSelector::parse(s).map_err(|e| bad(e.to_string()))?;
+                FieldSelector::parse(s)
+                    .map_err(|e| bad(e.to_string()))?
+                    .check_supported(&kind)
+                    .map_err(bad)?;
             }
             if sub.namespace.is_some() && !kind.namespaced {
                 return Err(bad(format!(
@@ -507,13 +510,17 @@ impl PluginHost {
             resolved.push((spec, filter));
         }
         let mut writes = HashSet::new();
+        let mut write_kinds = Vec::new();
         for w in &registration.writes {
             let info = self
                 .kinds
                 .resolve(w)
                 .map_err(|e| LoadError::BadRegistration(format!("writes: {e}")))?;
-            writes.insert(info.gvk);
+            writes.insert(info.gvk.clone());
+            write_kinds.push(info);
         }
+        let grant = prepared.manifest.grant(name);
+        let resolved = narrow_to_grant(&grant, resolved, &write_kinds)?;
 
         let stats = self
             .stats
@@ -613,6 +620,7 @@ impl PluginHost {
             reads,
             indexes: index_map,
             writes,
+            grant,
         });
         for actor in &actors {
             actor.set_scope(scope.clone());
@@ -658,4 +666,41 @@ fn moved(index: u32, key: Key, mut item: Item) -> (Key, Item) {
     item.attempts = 0;
     item.delta.subscription = index;
     ((index, key.1), item)
+}
+
+/// Checks the registration against the sidecar's grant, and narrows each
+/// subscription to every namespace that the grant confines to a list into
+/// one subscription per granted namespace (the same delivery filter, so the
+/// plugin sees one subscription; its caches hold only what it may read).
+fn narrow_to_grant(
+    grant: &crate::runtime::access::Grant,
+    resolved: Vec<(InformerSpec, SubscriptionFilter)>,
+    writes: &[crate::kind::KindInfo],
+) -> Result<Vec<(InformerSpec, SubscriptionFilter)>, LoadError> {
+    use crate::runtime::access::{ReadRequest, ReadScope};
+    let reads: Vec<ReadRequest<'_>> = resolved
+        .iter()
+        .map(|(spec, _)| ReadRequest {
+            kind: &spec.kind,
+            namespace: spec.namespace.as_deref(),
+        })
+        .collect();
+    let scopes = grant
+        .check_registration(&reads, writes)
+        .map_err(|d| LoadError::NotGranted(d.0))?;
+    let mut out = Vec::with_capacity(resolved.len());
+    for ((spec, filter), scope) in resolved.into_iter().zip(scopes) {
+        match scope {
+            ReadScope::AsAsked => out.push((spec, filter)),
+            ReadScope::Narrowed(namespaces) => {
+                tracing::info!(plugin = %grant.plugin, kind = %spec.kind.resource_name(), namespaces = ?namespaces, "subscription narrowed to the namespaces its sidecar grants");
+                for ns in namespaces {
+                    let mut narrowed = spec.clone();
+                    narrowed.namespace = Some(ns);
+                    out.push((narrowed, filter.clone()));
+                }
+            }
+        }
+    }
+    Ok(out)
 }

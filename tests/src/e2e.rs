@@ -412,10 +412,12 @@ where
     }
 }
 
-/// The recorder's sidecar for `resources` in `ns`.
+/// The recorder's sidecar for `resources` in `ns`: it reads them there and
+/// records Events regarding the ConfigMap `kubewasm-recorder` there.
 pub fn recorder_sidecar(ns: &str, resources: &[&str]) -> String {
     format!(
-        "config: {}\n",
-        json!({"namespace": ns, "resources": resources})
+        "config: {}\naccess:\n  - {{kinds: {}, verbs: [read], namespaces: [{ns}]}}\n  - {{kinds: [configmaps], verbs: [events], namespaces: [{ns}]}}\n",
+        json!({"namespace": ns, "resources": resources}),
+        json!(resources)
     )
 }

@@ -310,8 +310,27 @@ metadata: {name: local-only, namespace: platform}
 data: {x: y}
 ";
 
+/// The access list the config-replicators need (every language): read the
+/// sources and namespaces, apply and delete copies.
+pub const REPLICATOR_ACCESS: &str = "access:\n  - {kinds: [configmaps, namespaces], verbs: [read]}\n  - {kinds: [configmaps], verbs: [apply, delete]}\n";
+
+/// The access list of the testkit plugin in every mode: everything on the
+/// Pods and ConfigMaps it subscribes to and writes.
+pub const TESTKIT_ACCESS: &str = "access:\n  - {kinds: [pods, configmaps], verbs: [read, apply, patch, delete, status, events]}\n";
+
+/// The `access:` list of example plugin `name`'s sidecar in
+/// examples/plugins (its last key), to append to a test's own config.
+pub fn example_access(name: &str) -> String {
+    let text =
+        std::fs::read_to_string(repo_root().join(format!("examples/plugins/{name}.yaml"))).unwrap();
+    let at = text
+        .find("\naccess:")
+        .expect("the example sidecar has an access list");
+    text[at + 1..].to_owned()
+}
+
 /// The config-replicator's sidecar in the replicator tests.
-pub const REPLICATOR_SIDECAR: &str = "config: {namespaceSelector: tenant=yes}\n";
+pub const REPLICATOR_SIDECAR: &str = "config: {namespaceSelector: tenant=yes}\naccess:\n  - {kinds: [configmaps, namespaces], verbs: [read]}\n  - {kinds: [configmaps], verbs: [apply, delete]}\n";
 
 /// The initial sync of [`REPLICATOR_CLUSTER`] emits exactly one apply per
 /// tenant namespace. `install(h)` puts the plugin, named `replicator`

@@ -166,13 +166,19 @@ fn until_idle_fails_naming_failed_loads_and_dead_letters_and_guest_output_reache
         &plugins,
         "panicky",
         "testkit",
-        Some("config: {mode: panic}\nlimits: {maxAttempts: 1}\n"),
+        Some(&format!(
+            "config: {{mode: panic}}\nlimits: {{maxAttempts: 1}}\n{}",
+            kubewasm_tests::TESTKIT_ACCESS
+        )),
     );
     install(
         &plugins,
         "noisy",
         "testkit",
-        Some("config: {mode: flood}\n"),
+        Some(&format!(
+            "config: {{mode: flood}}\n{}",
+            kubewasm_tests::TESTKIT_ACCESS
+        )),
     );
     std::fs::write(plugins.join("broken.wasm"), b"not wasm at all").unwrap();
     let out = Command::new(kubewasm_bin())

@@ -599,11 +599,14 @@ async fn with_only_the_rbac_it_needs_the_host_works_and_a_forbidden_write_is_log
         )
         .await
         .unwrap();
-    let sidecar =
-        "config:\n  sourceSelector: e2e-rbac-replicate=true\n  namespaceSelector: e2e-rbac=yes\n";
+    // The grant allows every namespace: the RBAC, narrower, refuses.
+    let sidecar = format!(
+        "config:\n  sourceSelector: e2e-rbac-replicate=true\n  namespaceSelector: e2e-rbac=yes\n{}",
+        kubewasm_tests::REPLICATOR_ACCESS
+    );
     let host = HostProcess::start(
         cp.user_kubeconfig(),
-        &[("config-replicator", "config_replicator", Some(sidecar))],
+        &[("config-replicator", "config_replicator", Some(&sidecar))],
     );
     let copies: Api<ConfigMap> = Api::namespaced(client.clone(), allowed);
     eventually("the copy in the allowed namespace", WAIT, || async {
@@ -912,7 +915,8 @@ async fn javascript_and_python_plugins_act_on_the_real_server() {
     let host = HostProcess::start_with(cp.admin_kubeconfig(), |dir| {
         for lang in langs {
             let sidecar = format!(
-                "config:\n  sourceSelector: e2e-lang-{lang}=true\n  namespaceSelector: e2e-lang-{lang}=yes\nlimits: {{memory: 256Mi, timeout: 5s}}\n"
+                "config:\n  sourceSelector: e2e-lang-{lang}=true\n  namespaceSelector: e2e-lang-{lang}=yes\nlimits: {{memory: 256Mi, timeout: 5s}}\n{}",
+                kubewasm_tests::REPLICATOR_ACCESS
             );
             kubewasm_tests::install_file(
                 dir,
@@ -1370,4 +1374,106 @@ async fn a_kind_that_cannot_be_watched_is_refused_at_registration() {
     );
     assert!(!host.logs().contains("starting informer tokenreviews"));
     assert!(host.stop().success());
+}
+
+/// The local cluster's built-in kind table knows every built-in kind the
+/// real API server serves (its preferred version, plural and scope), and
+/// names no kind the server does not serve.
+#[tokio::test]
+async fn the_built_in_kind_table_matches_the_real_servers_discovery() {
+    let cp = ControlPlane::shared();
+    let client = cp.admin_client().await;
+    let discovered = kubewasm::kind::KindRegistry::default();
+    kubewasm::source::kube::discovery::Discovery::new(client, discovered.clone())
+        .run()
+        .await
+        .unwrap();
+    let builtin = kubewasm::kind::KindRegistry::builtin();
+    // CRDs other tests install are not built in.
+    let served: Vec<_> = discovered
+        .all()
+        .into_iter()
+        .filter(|k| !k.gvk.group.contains("kubewasm"))
+        .collect();
+    assert!(served.len() > 60, "discovery found too little: {served:?}");
+    let mut missing = Vec::new();
+    for k in &served {
+        let known = builtin
+            .all()
+            .into_iter()
+            .find(|b| b.gvk.group == k.gvk.group && b.gvk.kind == k.gvk.kind);
+        match known {
+            Some(b) if b.plural == k.plural && b.namespaced == k.namespaced => {}
+            other => missing.push(format!("{k:?} (table: {other:?})")),
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "not in the table as served:\n{}",
+        missing.join("\n")
+    );
+    for b in builtin.all() {
+        assert!(
+            served.iter().any(|k| k.gvk == b.gvk),
+            "the table names {:?}, which the server does not serve at that version",
+            b.gvk
+        );
+    }
+}
+
+/// Field selectors: what the host refuses at registration is exactly what
+/// the real server refuses, for every listable built-in kind (each field
+/// the host accepts, `metadata.namespace`, and an unknown field).
+#[tokio::test]
+async fn field_selector_support_matches_the_real_server() {
+    use kube::api::{ApiResource, DynamicObject, ListParams};
+    use kube::core::GroupVersionKind;
+    use kubewasm::informer::selector::{FieldSelector, supported_fields};
+    let cp = ControlPlane::shared();
+    let client = cp.admin_client().await;
+    let create_only = [
+        "bindings",
+        "tokenreviews",
+        "selfsubjectreviews",
+        "localsubjectaccessreviews",
+        "selfsubjectaccessreviews",
+        "selfsubjectrulesreviews",
+        "subjectaccessreviews",
+    ];
+    let mut mismatches = Vec::new();
+    for kind in kubewasm::kind::KindRegistry::builtin().all() {
+        if create_only.contains(&kind.plural.as_str()) {
+            continue;
+        }
+        let ar = ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk(&kind.gvk.group, &kind.gvk.version, &kind.gvk.kind),
+            &kind.plural,
+        );
+        let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
+        let mut candidates: Vec<&str> = supported_fields(&kind);
+        candidates.extend(["metadata.namespace", "spec.bogus"]);
+        candidates.dedup();
+        for field in candidates {
+            let selector = format!("{field}=x");
+            let ours = FieldSelector::parse(&selector)
+                .unwrap()
+                .check_supported(&kind)
+                .is_ok();
+            let theirs = match api
+                .list_metadata(&ListParams::default().fields(&selector).limit(1))
+                .await
+            {
+                Ok(_) => true,
+                Err(kube::Error::Api(e)) if e.code == 400 => false,
+                Err(e) => panic!("{} {selector}: {e}", kind.resource_name()),
+            };
+            if ours != theirs {
+                mismatches.push(format!(
+                    "{} {field}: host {ours}, server {theirs}",
+                    kind.resource_name()
+                ));
+            }
+        }
+    }
+    assert!(mismatches.is_empty(), "{}", mismatches.join("\n"));
 }

@@ -47,7 +47,10 @@ async fn namespace_defaults_applies_policy_and_quota_to_matching_namespaces_only
         h.plugins.path(),
         "namespace-defaults",
         "namespace_defaults",
-        Some("config:\n  quota:\n    hard: {pods: \"10\"}\n"),
+        Some(&format!(
+            "config:\n  quota:\n    hard: {{pods: \"10\"}}\n{}",
+            kubewasm_tests::example_access("namespace-defaults")
+        )),
     );
     let actions = run(&h).await;
     assert_eq!(
@@ -67,7 +70,7 @@ async fn namespace_defaults_removes_only_what_it_created_when_a_namespace_stops_
         h.plugins.path(),
         "namespace-defaults",
         "namespace_defaults",
-        None,
+        Some(&kubewasm_tests::example_access("namespace-defaults")),
     );
     // The plugin's own objects land in the cluster (actions applied for real).
     let app = h.start().await;
@@ -157,7 +160,10 @@ async fn crashloop_watcher_records_an_event_and_annotates_the_owning_deployment(
         h.plugins.path(),
         "crashloop",
         "crashloop_watcher",
-        Some("config: {threshold: 5}\n"),
+        Some(&format!(
+            "config: {{threshold: 5}}\n{}",
+            kubewasm_tests::example_access("crashloop-watcher")
+        )),
     );
     let (app, sink) = h.start_recording().await;
     idle(&app).await;

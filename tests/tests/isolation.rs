@@ -30,13 +30,19 @@ async fn misbehave(mode: &str, limits: &str) -> (kubewasm::app::Summary, Vec<Str
         h.plugins.path(),
         "bad",
         "testkit",
-        Some(&format!("config: {{mode: {mode}}}\nlimits: {limits}\n")),
+        Some(&format!(
+            "config: {{mode: {mode}}}\nlimits: {limits}\n{}",
+            kubewasm_tests::TESTKIT_ACCESS
+        )),
     );
     install(
         h.plugins.path(),
         "good",
         "testkit",
-        Some("config: {mode: echo}\n"),
+        Some(&format!(
+            "config: {{mode: echo}}\n{}",
+            kubewasm_tests::TESTKIT_ACCESS
+        )),
     );
     let (app, sink) = h.start_recording().await;
     idle(&app).await;
@@ -199,7 +205,10 @@ async fn plugin_folder_loads_replaces_and_unloads_live() {
         h.plugins.path(),
         "p",
         "testkit",
-        Some("config: {mode: echo}\n"),
+        Some(&format!(
+            "config: {{mode: echo}}\n{}",
+            kubewasm_tests::TESTKIT_ACCESS
+        )),
     );
     assert_eq!(dir.scan().await.unwrap()["p"], Outcome::Loaded);
     idle(&app).await;
@@ -286,7 +295,11 @@ async fn configmap_style_symlink_swap_reloads_through_the_watcher() {
     let v2 = root.join("..2026_11_22_v2");
     std::fs::create_dir(&v2).unwrap();
     std::fs::write(v2.join("p.wasm"), wasm("testkit")).unwrap();
-    std::fs::write(v2.join("p.yaml"), "config: {mode: echo}\n").unwrap();
+    std::fs::write(
+        v2.join("p.yaml"),
+        format!("config: {{mode: echo}}\n{}", kubewasm_tests::TESTKIT_ACCESS),
+    )
+    .unwrap();
     symlink("..data/p.yaml", root.join("p.yaml")).unwrap();
     symlink("..2026_11_22_v2", root.join("..data_tmp")).unwrap();
     std::fs::rename(root.join("..data_tmp"), root.join("..data")).unwrap();
@@ -348,7 +361,10 @@ async fn the_host_configs_max_attempts_applies_when_the_sidecar_sets_none() {
         h.plugins.path(),
         "bad",
         "testkit",
-        Some("config: {mode: trap}\n"),
+        Some(&format!(
+            "config: {{mode: trap}}\n{}",
+            kubewasm_tests::TESTKIT_ACCESS
+        )),
     );
     let (app, _) = start_tuned(&h, |o| {
         o.dispatch.max_attempts = 2;
@@ -372,7 +388,10 @@ async fn a_plugin_that_keeps_trapping_is_quarantined_and_keeps_its_deltas() {
         h.plugins.path(),
         "bad",
         "testkit",
-        Some("config: {mode: trap}\nlimits: {maxAttempts: 1000}\n"),
+        Some(&format!(
+            "config: {{mode: trap}}\nlimits: {{maxAttempts: 1000}}\n{}",
+            kubewasm_tests::TESTKIT_ACCESS
+        )),
     );
     let (app, _) = start_tuned(&h, |o| {
         o.dispatch.unhealthy_after = 3;
@@ -422,7 +441,11 @@ async fn an_unreadable_sidecar_is_an_error_and_the_plugin_does_not_load() {
     assert!(app.summary().failed_loads.contains_key("p"));
     // Readable again: it loads.
     std::fs::remove_dir(h.plugins.path().join("p.yaml")).unwrap();
-    std::fs::write(h.plugins.path().join("p.yaml"), "config: {mode: ok}\n").unwrap();
+    std::fs::write(
+        h.plugins.path().join("p.yaml"),
+        format!("config: {{mode: ok}}\n{}", kubewasm_tests::TESTKIT_ACCESS),
+    )
+    .unwrap();
     assert_eq!(app.plugin_dir.scan().await.unwrap()["p"], Outcome::Loaded);
     assert!(app.summary().failed_loads.is_empty());
     app.shutdown().await;
@@ -449,7 +472,10 @@ async fn two_subscriptions_to_one_kind_read_and_index_their_own_caches() {
         h.plugins.path(),
         "p",
         "testkit",
-        Some("config: {mode: two-caches}\n"),
+        Some(&format!(
+            "config: {{mode: two-caches}}\n{}",
+            kubewasm_tests::TESTKIT_ACCESS
+        )),
     );
     let (app, sink) = h.start_recording().await;
     idle(&app).await;

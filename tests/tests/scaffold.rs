@@ -67,7 +67,9 @@ async fn builds_loads_and_handles_its_fixture(lang: Lang) {
     let cluster = std::fs::read_to_string(root.join("fixtures/cluster.yaml")).unwrap();
     write_cluster(h.cluster.path(), &[("cluster.yaml", &cluster)]);
     precompile_into(&h, &wasm);
-    install_file(h.plugins.path(), "hello", &wasm, None);
+    // With the sidecar build.sh put beside it: the access list it needs.
+    let sidecar = std::fs::read_to_string(root.join("dist/hello.yaml")).unwrap();
+    install_file(h.plugins.path(), "hello", &wasm, Some(&sidecar));
     let actions = record_until_idle(&h).await;
     assert_eq!(
         actions,

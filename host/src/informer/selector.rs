@@ -1,5 +1,6 @@
 //! Label and field selectors, with the grammar `kubectl` accepts.
 
+use crate::kind::KindInfo;
 use crate::object::{FieldValue, KObject, Meta};
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -169,6 +170,29 @@ impl FieldSelector {
         self.reqs.is_empty()
     }
 
+    /// Refuses a field the API server does not support for `kind`, as the
+    /// server does (`field label not supported`). Kinds that are not built
+    /// in (CRDs) support `metadata.name`, `metadata.namespace` and their
+    /// CRD's `selectableFields`, which the registry does not know: every
+    /// field passes for them.
+    pub fn check_supported(&self, kind: &KindInfo) -> Result<(), String> {
+        if !crate::kind::is_builtin(&kind.gvk) {
+            return Ok(());
+        }
+        let supported = supported_fields(kind);
+        for (pointer, _, _) in &self.reqs {
+            let field = pointer.trim_start_matches('/').replace('/', ".");
+            if !supported.contains(&field.as_str()) {
+                return Err(format!(
+                    "field label not supported for {}: {field} (the API server supports {})",
+                    kind.resource_name(),
+                    supported.join(", ")
+                ));
+            }
+        }
+        Ok(())
+    }
+
     pub fn matches(&self, obj: &KObject) -> bool {
         self.reqs.iter().all(|(pointer, eq, value)| {
             let actual = match obj.field(pointer) {
@@ -181,10 +205,93 @@ impl FieldSelector {
     }
 }
 
+/// The field labels a Kubernetes 1.35 API server accepts in a field
+/// selector for a built-in kind: `metadata.name` and `metadata.namespace`
+/// (the generic set, also for most cluster-scoped kinds) plus the kind's
+/// own; the cluster-scoped kinds with their own set have no
+/// `metadata.namespace`. Checked against a real server by
+/// `tests/tests/e2e.rs`.
+pub fn supported_fields(kind: &KindInfo) -> Vec<&'static str> {
+    let mut fields = vec!["metadata.name"];
+    let own: &[&str] = match (kind.gvk.group.as_str(), kind.plural.as_str()) {
+        ("", "pods") => &[
+            "spec.nodeName",
+            "spec.restartPolicy",
+            "spec.schedulerName",
+            "spec.serviceAccountName",
+            "spec.hostNetwork",
+            "status.phase",
+            "status.podIP",
+            "status.podIPs",
+            "status.nominatedNodeName",
+        ],
+        ("", "events") => &[
+            "involvedObject.kind",
+            "involvedObject.namespace",
+            "involvedObject.name",
+            "involvedObject.uid",
+            "involvedObject.apiVersion",
+            "involvedObject.resourceVersion",
+            "involvedObject.fieldPath",
+            "reason",
+            "reportingComponent",
+            "source",
+            "type",
+        ],
+        ("", "secrets") => &["type"],
+        ("", "namespaces") => &["status.phase"],
+        ("", "nodes") => &["spec.unschedulable"],
+        ("", "replicationcontrollers") => &["status.replicas"],
+        ("", "services") => &["spec.clusterIP", "spec.type"],
+        ("batch", "jobs") => &["status.successful"],
+        ("certificates.k8s.io", "certificatesigningrequests") => &["spec.signerName"],
+        ("resource.k8s.io", "resourceslices") => &["spec.nodeName", "spec.driver"],
+        _ => &[],
+    };
+    if kind.namespaced || own.is_empty() {
+        fields.push("metadata.namespace");
+    }
+    fields.extend(own);
+    fields
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::object::StripOptions;
+
+    #[test]
+    fn field_selectors_are_limited_to_what_the_server_supports() {
+        let kinds = crate::kind::KindRegistry::builtin();
+        let kind = |r: &str| {
+            kinds
+                .resolve(&crate::kind::KindRef::Resource(r.into()))
+                .unwrap()
+        };
+        let sel = |s: &str| FieldSelector::parse(s).unwrap();
+        sel("spec.nodeName=n,status.phase!=Running,metadata.namespace=x")
+            .check_supported(&kind("pods"))
+            .unwrap();
+        let e = sel("spec.nodeName=n")
+            .check_supported(&kind("configmaps"))
+            .unwrap_err();
+        assert!(
+            e.contains("configmaps") && e.contains("spec.nodeName") && e.contains("metadata.name"),
+            "{e}"
+        );
+        // Cluster-scoped kinds have no metadata.namespace.
+        assert!(
+            sel("metadata.namespace=x")
+                .check_supported(&kind("nodes"))
+                .is_err()
+        );
+        sel("spec.unschedulable=true")
+            .check_supported(&kind("nodes"))
+            .unwrap();
+        // CRDs: whatever their selectableFields say; not known here.
+        let widget = KindInfo::new("example.com", "v1", "Widget", "widgets", true);
+        sel("spec.color=red").check_supported(&widget).unwrap();
+    }
 
     fn obj(labels: serde_json::Value) -> KObject {
         KObject::from_value(

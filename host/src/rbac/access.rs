@@ -1,16 +1,19 @@
 //! What one plugin may do, in RBAC terms: the resources it reads (its
 //! subscriptions, which are also all its cache can read), the resources it
-//! writes, and whether it records Events. Kinds are resolved offline: the
+//! writes and with which verbs, and where it records Events: its
+//! registration within the access list of its sidecar. Kinds are resolved offline: the
 //! built-in kind table, CRD manifests passed with `--crd`, else the name as
 //! the plugin wrote it.
 
+use std::collections::BTreeSet;
 use std::path::Path;
 
 use serde::Deserialize;
 
 use super::RbacError;
 use super::load::LoadedPlugin;
-use crate::kind::{KindError, KindRef, KindRegistry};
+use crate::kind::{KindError, KindInfo, KindRef, KindRegistry};
+use crate::runtime::access::{GrantKind, Namespaces, ReadRequest, ReadScope, Verb};
 
 /// Whether a resource is namespaced.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -35,7 +38,7 @@ pub struct Resource {
     pub note: Option<String>,
 }
 
-/// One subscription.
+/// One subscription, narrowed to what the sidecar grants.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Read {
     pub resource: Resource,
@@ -45,32 +48,59 @@ pub struct Read {
     pub delivers: bool,
 }
 
-/// What one plugin may do.
+/// Where a grant applies, in RBAC terms.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Where {
+    All,
+    List(Vec<String>),
+    /// A namespaceSelector (its text): RBAC cannot select namespaces by
+    /// label, so the rule is cluster-wide and the host enforces the rest.
+    Selector(String),
+}
+
+impl From<&Namespaces> for Where {
+    fn from(n: &Namespaces) -> Self {
+        match n {
+            Namespaces::All => Where::All,
+            Namespaces::List(l) => Where::List(l.iter().cloned().collect()),
+            Namespaces::Selector(_, text) => Where::Selector(text.clone()),
+        }
+    }
+}
+
+/// A declared write kind and the write verbs one sidecar rule grants on it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Write {
+    pub resource: Resource,
+    /// Among apply, patch, delete and status.
+    pub verbs: BTreeSet<Verb>,
+    pub at: Where,
+}
+
+/// What one plugin may do: its registration within its sidecar's grant.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Access {
     pub plugin: String,
     pub reads: Vec<Read>,
-    pub writes: Vec<Resource>,
-    /// May record events.k8s.io Events. WIT 0.1.0 registrations do not
-    /// declare them (the host accepts `record-event` from every plugin),
-    /// so this is `true` for every plugin today.
-    pub events: bool,
+    pub writes: Vec<Write>,
+    /// Where it may record events.k8s.io Events (the `events` verb): in
+    /// the namespaces of the objects they regard, `default` for
+    /// cluster-scoped ones.
+    pub events: Vec<Where>,
 }
 
-/// What `plugin` may do: the one place that decides it.
-///
-/// Today this is the plugin's registration. Once a plugin's sidecar carries
-/// the operator's access list (the trust issue), that list wins over the
-/// registration here, and the RBAC follows it.
+/// What `plugin` may do: the one place that decides it, with the same
+/// check the host makes at load ([`crate::runtime::access::Grant`]): the
+/// registration asks, the sidecar's access list grants. Without an access
+/// list a plugin reads what it subscribes to and writes nothing.
 pub fn access(plugin: &LoadedPlugin, kinds: &KindRegistry) -> Result<Access, RbacError> {
     let r = &plugin.registration;
-    let resolve = |k: &KindRef| {
-        resolve(kinds, k).map_err(|message| RbacError::Kind {
-            plugin: plugin.name.clone(),
-            message,
-        })
+    let fail = |message: String| RbacError::Kind {
+        plugin: plugin.name.clone(),
+        message,
     };
-    let mut reads = Vec::with_capacity(r.subscriptions.len());
+    let resolve = |k: &KindRef| resolve(kinds, k).map_err(fail);
+    let mut subs = Vec::with_capacity(r.subscriptions.len());
     for s in &r.subscriptions {
         let mut resource = resolve(&s.kind)?;
         // The host refuses a namespace on a cluster-scoped kind, so a
@@ -78,30 +108,119 @@ pub fn access(plugin: &LoadedPlugin, kinds: &KindRegistry) -> Result<Access, Rba
         if s.namespace.is_some() && resource.scope == Scope::Unknown {
             resource.scope = Scope::Namespaced;
         }
-        reads.push(Read {
-            resource,
-            namespace: s.namespace.clone(),
-            delivers: !s.deltas.is_empty(),
-        });
+        subs.push((resource, s));
     }
-    let mut writes = Vec::with_capacity(r.writes.len());
+    let mut write_resources = Vec::with_capacity(r.writes.len());
     for w in &r.writes {
         let mut resource = resolve(w)?;
         if resource.scope == Scope::Unknown
-            && reads
+            && subs
                 .iter()
-                .any(|rd| rd.namespace.is_some() && same(&rd.resource, &resource))
+                .any(|(rd, s)| s.namespace.is_some() && same(rd, &resource))
         {
             resource.scope = Scope::Namespaced;
         }
-        writes.push(resource);
+        write_resources.push(resource);
+    }
+
+    let grant = plugin.manifest.grant(&plugin.name);
+    let infos: Vec<KindInfo> = subs.iter().map(|(res, _)| info_of(res)).collect();
+    let requests: Vec<ReadRequest<'_>> = infos
+        .iter()
+        .zip(&subs)
+        .map(|(kind, (_, s))| ReadRequest {
+            kind,
+            namespace: s.namespace.as_deref(),
+        })
+        .collect();
+    let write_infos: Vec<KindInfo> = write_resources.iter().map(info_of).collect();
+    let scopes = grant
+        .check_registration(&requests, &write_infos)
+        .map_err(|d| fail(d.0))?;
+
+    let mut reads = Vec::with_capacity(subs.len());
+    for ((resource, s), scope) in subs.into_iter().zip(scopes) {
+        let delivers = !s.deltas.is_empty();
+        match scope {
+            ReadScope::AsAsked => reads.push(Read {
+                resource,
+                namespace: s.namespace.clone(),
+                delivers,
+            }),
+            ReadScope::Narrowed(namespaces) => {
+                for ns in namespaces {
+                    reads.push(Read {
+                        resource: Resource {
+                            scope: Scope::Namespaced,
+                            ..resource.clone()
+                        },
+                        namespace: Some(ns),
+                        delivers,
+                    });
+                }
+            }
+        }
+    }
+    let rules = grant.rules.as_deref().unwrap_or_default();
+    let mut writes = Vec::new();
+    for resource in write_resources {
+        let gk = GrantKind {
+            group: resource.group.clone(),
+            plural: resource.plural.clone(),
+        };
+        for rule in rules.iter().filter(|rule| rule.kinds.contains(&gk)) {
+            let verbs: BTreeSet<Verb> = rule
+                .verbs
+                .iter()
+                .copied()
+                .filter(|v| Verb::WRITES.contains(v))
+                .collect();
+            if !verbs.is_empty() {
+                writes.push(Write {
+                    resource: resource.clone(),
+                    verbs,
+                    at: Where::from(&rule.namespaces),
+                });
+            }
+        }
+    }
+    let mut events = Vec::new();
+    for rule in rules.iter().filter(|r| r.verbs.contains(&Verb::Events)) {
+        match &rule.namespaces {
+            // Events regarding cluster-scoped objects go to `default`: a
+            // rule for such kinds only needs that namespace.
+            Namespaces::All => {
+                let cluster_only = rule.kinds.iter().all(|k| {
+                    resolve(&KindRef::Resource(k.to_string()))
+                        .is_ok_and(|res| res.scope == Scope::Cluster)
+                });
+                events.push(if cluster_only {
+                    Where::List(vec!["default".into()])
+                } else {
+                    Where::All
+                });
+            }
+            other => events.push(Where::from(other)),
+        }
     }
     Ok(Access {
         plugin: plugin.name.clone(),
         reads,
         writes,
-        events: true,
+        events,
     })
+}
+
+/// A resource as the grant check sees it (group, plural, scope; an unknown
+/// scope counts as namespaced, which a namespace list can narrow).
+fn info_of(r: &Resource) -> KindInfo {
+    KindInfo::new(
+        &r.group,
+        "v1",
+        &r.plural,
+        &r.plural,
+        r.scope != Scope::Cluster,
+    )
 }
 
 fn same(a: &Resource, b: &Resource) -> bool {
@@ -338,6 +457,80 @@ mod tests {
             err.to_string().contains("CustomResourceDefinition"),
             "{err}"
         );
+    }
+
+    fn plugin(sidecar: &str) -> LoadedPlugin {
+        use crate::runtime::{Manifest, Registration, SubscriptionSpec};
+        let sub = |kind: &str, deltas: bool| SubscriptionSpec {
+            kind: KindRef::Resource(kind.into()),
+            namespace: None,
+            label_selector: None,
+            field_selector: None,
+            deltas: if deltas {
+                vec![crate::informer::DeltaType::Added]
+            } else {
+                vec![]
+            },
+            fields: vec![],
+            resync: None,
+        };
+        LoadedPlugin {
+            name: "p".into(),
+            registration: Registration {
+                subscriptions: vec![sub("configmaps", true), sub("namespaces", false)],
+                writes: vec![KindRef::Resource("configmaps".into())],
+                indexes: vec![],
+            },
+            manifest: Manifest::parse(Path::new("p.yaml"), sidecar).unwrap(),
+        }
+    }
+
+    #[test]
+    fn the_grant_narrows_what_the_registration_asks() {
+        let kinds = KindRegistry::builtin();
+        let a = access(
+            &plugin(
+                "access:\n  - {kinds: [namespaces], verbs: [read, events]}\n  - {kinds: [configmaps], verbs: [read, apply], namespaces: [team-a, team-b]}\n",
+            ),
+            &kinds,
+        )
+        .unwrap();
+        let reads: Vec<(String, Option<String>)> = a
+            .reads
+            .iter()
+            .map(|r| (r.resource.plural.clone(), r.namespace.clone()))
+            .collect();
+        assert_eq!(
+            reads,
+            vec![
+                ("configmaps".into(), Some("team-a".into())),
+                ("configmaps".into(), Some("team-b".into())),
+                ("namespaces".into(), None),
+            ]
+        );
+        assert_eq!(a.writes.len(), 1);
+        assert_eq!(
+            a.writes[0].verbs.iter().copied().collect::<Vec<_>>(),
+            vec![Verb::Apply]
+        );
+        assert_eq!(
+            a.writes[0].at,
+            Where::List(vec!["team-a".into(), "team-b".into()])
+        );
+        // Events regarding a cluster-scoped kind land in `default`.
+        assert_eq!(a.events, vec![Where::List(vec!["default".into()])]);
+
+        // Asking for more than granted: the same refusal as the host's.
+        let err = access(
+            &plugin("access:\n  - {kinds: [configmaps, namespaces], verbs: [read]}\n"),
+            &kinds,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("configmaps") && err.contains("apply"), "{err}");
+        // No access list: reads only, and a declared write is refused.
+        let err = access(&plugin(""), &kinds).unwrap_err().to_string();
+        assert!(err.contains("no access list"), "{err}");
     }
 
     #[test]

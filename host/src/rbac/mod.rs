@@ -1,10 +1,11 @@
 //! `kubewasm rbac`: the least-privilege RBAC for a folder of plugins,
 //! derived from what each plugin declares at registration, the way the host
-//! loads it (compile, instantiate, `register`), without a cluster.
+//! loads it (compile, instantiate, `register`), within what its sidecar's
+//! access list grants, without a cluster.
 //!
-//! A plugin can only act inside what it declared: the host refuses writes of
-//! undeclared kinds and cache reads of unsubscribed kinds, so the RBAC that
-//! covers the declarations covers everything the host will do for it.
+//! A plugin can only act inside its registration and its grant: the host
+//! refuses the rest, so RBAC that covers both covers everything the host
+//! will do for it.
 
 pub mod access;
 pub mod load;
@@ -13,7 +14,7 @@ pub mod render;
 
 use std::path::PathBuf;
 
-pub use access::{Access, Read, Resource, Scope};
+pub use access::{Access, Read, Resource, Scope, Where, Write};
 pub use load::LoadedPlugin;
 pub use policy::{Policy, Rule};
 

@@ -1,17 +1,19 @@
 //! From what each plugin may do to RBAC rules: the verbs each access needs,
-//! where (every namespace, or only the namespaces a plugin subscribes in),
+//! where (every namespace, or only the namespaces its sidecar grants),
 //! merged per (apiGroup, resource), in a deterministic order.
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::access::{Access, Resource, Scope};
+use super::access::{Access, Resource, Scope, Where as AccessWhere};
+use crate::runtime::access::Verb;
 
 /// Reading through an informer: the initial list and the watch; `get` for
 /// clients that read one object (kubectl convention for read access).
 pub const READ_VERBS: &[&str] = &["get", "list", "watch"];
 /// `apply` is a server-side apply (`patch`), which creates a missing object,
-/// so the API server checks `create` too; `patch` and `delete` are direct.
-pub const WRITE_VERBS: &[&str] = &["create", "delete", "patch"];
+/// so the API server checks `create` too; the sidecar's `patch` and
+/// `delete` are the RBAC verbs of the same names.
+pub const APPLY_VERBS: &[&str] = &["create", "patch"];
 /// `apply-status` is a server-side apply on the status subresource; the
 /// host never sends `update` there.
 pub const STATUS_VERBS: &[&str] = &["patch"];
@@ -82,8 +84,8 @@ impl Rule {
 pub struct Policy {
     /// Rules in every namespace: a ClusterRole (empty: none is needed).
     pub cluster: Vec<Rule>,
-    /// Rules in one namespace: a Role each, for plugins whose subscriptions
-    /// all name namespaces.
+    /// Rules in one namespace: a Role each, for what sidecars grant in a
+    /// list of namespaces.
     pub namespaced: BTreeMap<String, Vec<Rule>>,
     /// The host's namespace and its rules there (leader election).
     pub host_namespace: String,
@@ -129,24 +131,47 @@ impl Builder {
     }
 }
 
-/// The namespaces a plugin works in: `Some` when every subscription names
-/// one, `None` when it needs the whole cluster.
-fn plugin_namespaces(a: &Access) -> Option<Vec<Where>> {
-    if a.reads.is_empty() {
-        return None;
+/// Where a grant lands in RBAC: a cluster-scoped resource, every
+/// namespace or a namespaceSelector (which RBAC cannot express) is the
+/// ClusterRole; a namespace list is a Role per namespace.
+fn places(resource: &Resource, at: &AccessWhere) -> Vec<Where> {
+    match at {
+        AccessWhere::List(l) if resource.scope != Scope::Cluster => {
+            l.iter().cloned().map(Some).collect()
+        }
+        _ => vec![None],
     }
-    let set: Option<BTreeSet<String>> = a.reads.iter().map(|r| r.namespace.clone()).collect();
-    set.map(|s| s.into_iter().map(Some).collect())
+}
+
+/// The resource with a note when a namespaceSelector was widened.
+fn noted(resource: &Resource, at: &AccessWhere) -> Resource {
+    let mut r = resource.clone();
+    if let AccessWhere::Selector(sel) = at {
+        r.note = Some(format!(
+            "granted in namespaces matching {sel:?}: RBAC cannot select namespaces by label, the host enforces the selector"
+        ));
+    }
+    r
+}
+
+/// The RBAC verbs of the sidecar's write verbs on the object itself.
+fn object_verbs(verbs: &std::collections::BTreeSet<Verb>) -> Vec<&'static str> {
+    let mut out = Vec::new();
+    for v in verbs {
+        match v {
+            Verb::Apply => out.extend(APPLY_VERBS),
+            Verb::Patch => out.push("patch"),
+            Verb::Delete => out.push("delete"),
+            _ => {}
+        }
+    }
+    out
 }
 
 /// Derives the policy. `host_namespace` and `lease` name the host's Lease.
 pub fn derive(accesses: &[Access], host_namespace: &str, lease: &str) -> Policy {
     let mut b = Builder::default();
-    let everywhere: Vec<Where> = vec![None];
     for a in accesses {
-        let own = plugin_namespaces(a);
-        // Namespaced writes and Events stay in the plugin's namespaces.
-        let scoped = own.as_ref().unwrap_or(&everywhere);
         for r in &a.reads {
             let why = if r.delivers {
                 Reason::Subscribes
@@ -161,16 +186,16 @@ pub fn derive(accesses: &[Access], host_namespace: &str, lease: &str) -> Policy 
             b.grant(&[at], &r.resource, None, READ_VERBS, &a.plugin, why);
         }
         for w in &a.writes {
-            let at = if w.scope == Scope::Namespaced {
-                scoped
-            } else {
-                &everywhere
-            };
-            b.grant(at, w, None, WRITE_VERBS, &a.plugin, Reason::Writes);
-            if w.status {
+            let at = places(&w.resource, &w.at);
+            let resource = noted(&w.resource, &w.at);
+            let verbs = object_verbs(&w.verbs);
+            if !verbs.is_empty() {
+                b.grant(&at, &resource, None, &verbs, &a.plugin, Reason::Writes);
+            }
+            if w.verbs.contains(&Verb::Status) && w.resource.status {
                 b.grant(
-                    at,
-                    w,
+                    &at,
+                    &resource,
                     Some("status"),
                     STATUS_VERBS,
                     &a.plugin,
@@ -178,7 +203,7 @@ pub fn derive(accesses: &[Access], host_namespace: &str, lease: &str) -> Policy 
                 );
             }
         }
-        if a.events {
+        for at in &a.events {
             let events = Resource {
                 group: "events.k8s.io".into(),
                 plural: "events".into(),
@@ -187,8 +212,8 @@ pub fn derive(accesses: &[Access], host_namespace: &str, lease: &str) -> Policy 
                 note: None,
             };
             b.grant(
-                scoped,
-                &events,
+                &places(&events, at),
+                &noted(&events, at),
                 None,
                 EVENT_VERBS,
                 &a.plugin,
@@ -244,7 +269,7 @@ pub fn derive(accesses: &[Access], host_namespace: &str, lease: &str) -> Policy 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rbac::access::Read;
+    use crate::rbac::access::{Read, Write};
 
     fn res(group: &str, plural: &str, scope: Scope, status: bool) -> Resource {
         Resource {
@@ -261,6 +286,14 @@ mod tests {
             resource: r,
             namespace: ns.map(str::to_owned),
             delivers,
+        }
+    }
+
+    fn write(r: Resource, verbs: &[Verb], at: AccessWhere) -> Write {
+        Write {
+            resource: r,
+            verbs: verbs.iter().copied().collect(),
+            at,
         }
     }
 
@@ -290,14 +323,18 @@ mod tests {
                 read(pods.clone(), None, true),
                 read(deploy.clone(), None, false),
             ],
-            writes: vec![deploy.clone()],
-            events: true,
+            writes: vec![write(
+                deploy.clone(),
+                &[Verb::Apply, Verb::Delete, Verb::Status],
+                AccessWhere::All,
+            )],
+            events: vec![AccessWhere::All],
         };
         let b = Access {
             plugin: "other".into(),
             reads: vec![read(pods, None, false)],
             writes: vec![],
-            events: false,
+            events: vec![],
         };
         let p = derive(&[a, b], "kubewasm", "kubewasm");
         assert_eq!(
@@ -315,7 +352,24 @@ mod tests {
     }
 
     #[test]
-    fn plugins_confined_to_namespaces_get_roles_there() {
+    fn verbs_follow_the_grant_not_the_registration() {
+        let deploy = res("apps", "deployments", Scope::Namespaced, true);
+        // Only patch granted: no create, delete or status.
+        let a = Access {
+            plugin: "p".into(),
+            reads: vec![read(deploy.clone(), None, true)],
+            writes: vec![write(deploy, &[Verb::Patch], AccessWhere::All)],
+            events: vec![],
+        };
+        let p = derive(&[a], "kubewasm", "kubewasm");
+        assert_eq!(
+            summary(&p.cluster),
+            vec!["apps/deployments [get,list,patch,watch] p"]
+        );
+    }
+
+    #[test]
+    fn grants_confined_to_namespaces_become_roles_there() {
         let cm = res("", "configmaps", Scope::Namespaced, false);
         let ns = res("", "namespaces", Scope::Cluster, false);
         let local = Access {
@@ -324,8 +378,12 @@ mod tests {
                 read(cm.clone(), Some("team-a"), true),
                 read(cm.clone(), Some("team-b"), false),
             ],
-            writes: vec![cm.clone()],
-            events: true,
+            writes: vec![write(
+                cm.clone(),
+                &[Verb::Apply, Verb::Delete],
+                AccessWhere::List(vec!["team-a".into(), "team-b".into()]),
+            )],
+            events: vec![AccessWhere::List(vec!["team-a".into()])],
         };
         let p = derive(std::slice::from_ref(&local), "kubewasm", "kubewasm");
         assert!(p.cluster.is_empty(), "{:?}", p.cluster);
@@ -336,28 +394,44 @@ mod tests {
                 "events.k8s.io/events [create] local",
             ]
         );
-        assert_eq!(p.namespaced.len(), 2);
+        assert_eq!(
+            summary(&p.namespaced["team-b"]),
+            vec!["/configmaps [create,delete,get,list,patch,watch] local"]
+        );
 
-        // A cluster-scoped write needs the ClusterRole; what it grants is
-        // not repeated in a Role.
+        // A cluster-scoped write needs the ClusterRole whatever the rule
+        // says; what it grants is not repeated in a Role; a selector is
+        // cluster-wide with a note.
         let global = Access {
             plugin: "global".into(),
             reads: vec![read(cm.clone(), None, false), read(ns.clone(), None, true)],
-            writes: vec![ns],
-            events: false,
+            writes: vec![
+                write(ns, &[Verb::Apply], AccessWhere::All),
+                write(
+                    cm,
+                    &[Verb::Patch],
+                    AccessWhere::Selector("tenant=yes".into()),
+                ),
+            ],
+            events: vec![],
         };
         let p = derive(&[local, global], "kubewasm", "kubewasm");
         assert_eq!(
             summary(&p.cluster),
             vec![
-                "/configmaps [get,list,watch] global+local",
-                "/namespaces [create,delete,get,list,patch,watch] global",
+                "/configmaps [get,list,patch,watch] global+local",
+                "/namespaces [create,get,list,patch,watch] global",
             ]
+        );
+        assert!(
+            p.cluster[0].notes.iter().any(|n| n.contains("tenant=yes")),
+            "{:?}",
+            p.cluster[0].notes
         );
         assert_eq!(
             summary(&p.namespaced["team-a"]),
             vec![
-                "/configmaps [create,delete,patch] local",
+                "/configmaps [create,delete] local",
                 "events.k8s.io/events [create] local",
             ]
         );

@@ -141,7 +141,10 @@ pub fn render(opts: &RbacOptions, accesses: &[Access], policy: &Policy) -> Strin
     comment(
         &mut out,
         "",
-        &format!("from the registrations of: {}.", names.join(", ")),
+        &format!(
+            "from the registrations and sidecar access lists of: {}.",
+            names.join(", ")
+        ),
     );
     comment(
         &mut out,
@@ -165,7 +168,7 @@ pub fn render(opts: &RbacOptions, accesses: &[Access], policy: &Policy) -> Strin
             "Role",
             &opts.name,
             Some(ns),
-            &format!("What plugins confined to namespace {ns} need there."),
+            &format!("What the plugins are granted in namespace {ns} only."),
             body,
             opts,
         );

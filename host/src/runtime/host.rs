@@ -8,6 +8,7 @@ use serde_json::Value;
 use wasmtime::component::{Resource, ResourceTable};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
+use super::access::{Grant, Verb};
 use super::bindings::kubewasm::plugin::{actions, cache, clock, log, types};
 use super::limits::{CallCaps, Cap, CapExceeded};
 use crate::actions::{Action, EventType, PatchType, Propagation, Target};
@@ -27,6 +28,14 @@ pub struct PluginScope {
     /// cache of the index's kind.
     pub indexes: HashMap<String, Vec<(CacheView, String)>>,
     pub writes: HashSet<Gvk>,
+    /// The operator's grant from the sidecar: every read and action is
+    /// checked against it as well as against the registration.
+    pub grant: Grant,
+}
+
+/// The Namespace kind, whose cache a namespaceSelector grant is evaluated on.
+fn namespace_gvk() -> Gvk {
+    Gvk::new("", "v1", "Namespace")
 }
 
 /// Enforces the per-plugin memory cap and remembers that it did.
@@ -185,9 +194,13 @@ impl HostState {
             .clone()
     }
 
+    /// The call's snapshots of every cache of `kind`, after checking that
+    /// the grant lets the plugin read `namespace` (`None`: the whole cache,
+    /// which the grant already narrowed at registration).
     fn snapshot_for(
         &mut self,
         kind: &types::KindRef,
+        namespace: Option<&str>,
     ) -> Result<(KindInfo, Vec<Snapshot>), cache::CacheError> {
         let scope = self.scope().map_err(cache::CacheError::NotSubscribed)?;
         let kref = kind_ref(kind);
@@ -201,8 +214,51 @@ impl HostState {
                 info.resource_name()
             ))
         })?;
+        let informers = informers.clone();
+        let namespace = namespace.filter(|_| info.namespaced);
+        if namespace.is_some() || !info.namespaced {
+            self.granted(&scope, &info, Verb::Read, namespace)
+                .map_err(cache::CacheError::NotSubscribed)?;
+        }
         let snaps = informers.iter().map(|i| self.snapshot_of(i)).collect();
         Ok((info, snaps))
+    }
+
+    /// Checks `verb` on `kind` in `namespace` against the grant; a
+    /// namespaceSelector is evaluated on the call's snapshot of the
+    /// plugin's Namespace cache.
+    fn granted(
+        &mut self,
+        scope: &PluginScope,
+        kind: &KindInfo,
+        verb: Verb,
+        namespace: Option<&str>,
+    ) -> Result<(), String> {
+        let namespaces: Vec<Snapshot> = if scope.grant.uses_selector() {
+            scope
+                .reads
+                .get(&namespace_gvk())
+                .map(|is| is.iter().map(|i| self.snapshot_of(i)).collect())
+                .unwrap_or_default()
+        } else {
+            Vec::new()
+        };
+        let matcher = |sel: &LabelSelector, ns: &str| {
+            if namespaces.is_empty() {
+                return None;
+            }
+            let key = ObjectKey::new(None, ns);
+            Some(
+                namespaces
+                    .iter()
+                    .find_map(|s| s.get(&key))
+                    .is_some_and(|o| sel.matches(o.meta())),
+            )
+        };
+        scope
+            .grant
+            .check(kind, verb, namespace, &matcher)
+            .map_err(|d| d.0)
     }
 
     fn push_all(
@@ -212,36 +268,25 @@ impl HostState {
         objs.into_iter().map(|o| self.push_object(o)).collect()
     }
 
-    fn writable(&self, kind: &KindRef) -> Result<KindInfo, actions::ActionError> {
+    /// The checked target of `verb`: a write verb needs the kind in the
+    /// registration's writes; every verb needs the sidecar's grant for the
+    /// object's namespace.
+    fn target(
+        &mut self,
+        r: actions::ObjectRef,
+        verb: Verb,
+    ) -> Result<Target, actions::ActionError> {
         let scope = self.scope().map_err(actions::ActionError::Invalid)?;
-        let info = scope
+        let kind = scope
             .kinds
-            .resolve(kind)
+            .resolve(&kind_ref(&r.kind))
             .map_err(|e| actions::ActionError::Invalid(e.to_string()))?;
-        if !scope.writes.contains(&info.gvk) {
+        if verb != Verb::Events && !scope.writes.contains(&kind.gvk) {
             return Err(actions::ActionError::NotDeclared(format!(
                 "{} is not in this plugin's registration writes",
-                info.resource_name()
+                kind.resource_name()
             )));
         }
-        Ok(info)
-    }
-
-    fn target(
-        &self,
-        r: actions::ObjectRef,
-        check_writes: bool,
-    ) -> Result<Target, actions::ActionError> {
-        let kref = kind_ref(&r.kind);
-        let kind = if check_writes {
-            self.writable(&kref)?
-        } else {
-            let scope = self.scope().map_err(actions::ActionError::Invalid)?;
-            scope
-                .kinds
-                .resolve(&kref)
-                .map_err(|e| actions::ActionError::Invalid(e.to_string()))?
-        };
         if r.name.is_empty() {
             return Err(actions::ActionError::Invalid("object name is empty".into()));
         }
@@ -271,6 +316,8 @@ impl HostState {
                 ))
             },
         )?;
+        self.granted(&scope, &kind, verb, namespace.as_deref())
+            .map_err(actions::ActionError::NotDeclared)?;
         Ok(Target {
             kind,
             namespace,
@@ -309,7 +356,7 @@ impl HostState {
                 name,
                 uid: None,
             },
-            true,
+            if status { Verb::Status } else { Verb::Apply },
         )?;
         self.push_action(Action::Apply {
             target,
@@ -434,7 +481,7 @@ impl cache::Host for HostState {
         namespace: Option<String>,
         name: String,
     ) -> wasmtime::Result<Result<Option<Resource<ObjectHandle>>, cache::CacheError>> {
-        let (info, snaps) = match self.snapshot_for(&kind) {
+        let (info, snaps) = match self.snapshot_for(&kind, namespace.as_deref()) {
             Ok(v) => v,
             Err(e) => return Ok(Err(e)),
         };
@@ -456,7 +503,8 @@ impl cache::Host for HostState {
         namespace: Option<String>,
         label_selector: Option<String>,
     ) -> wasmtime::Result<Result<Vec<Resource<ObjectHandle>>, cache::CacheError>> {
-        let (_, snaps) = match self.snapshot_for(&kind) {
+        let ns = namespace.as_deref().filter(|n| !n.is_empty());
+        let (_, snaps) = match self.snapshot_for(&kind, ns) {
             Ok(v) => v,
             Err(e) => return Ok(Err(e)),
         };
@@ -464,7 +512,6 @@ impl cache::Host for HostState {
             Ok(s) => s,
             Err(e) => return Ok(Err(cache::CacheError::InvalidSelector(e.to_string()))),
         };
-        let ns = namespace.as_deref().filter(|n| !n.is_empty());
         let objs = merge(snaps.iter().map(|s| s.list(ns, &selector)));
         Ok(Ok(self.push_all(objs)?))
     }
@@ -519,7 +566,7 @@ impl actions::Host for HostState {
         patch: String,
     ) -> wasmtime::Result<Result<(), actions::ActionError>> {
         let result = (|| {
-            let target = self.target(target, true)?;
+            let target = self.target(target, Verb::Patch)?;
             let patch: Value = serde_json::from_str(&patch).map_err(|e| {
                 actions::ActionError::Invalid(format!("patch is not valid JSON: {e}"))
             })?;
@@ -551,7 +598,7 @@ impl actions::Host for HostState {
         target: actions::ObjectRef,
         propagation: actions::Propagation,
     ) -> wasmtime::Result<Result<(), actions::ActionError>> {
-        let result = self.target(target, true).and_then(|target| {
+        let result = self.target(target, Verb::Delete).and_then(|target| {
             self.push_action(Action::Delete {
                 target,
                 propagation: match propagation {
@@ -576,7 +623,7 @@ impl actions::Host for HostState {
                 "an Event reason must be 1 to 128 characters (UpperCamelCase by convention)".into(),
             )));
         }
-        let result = self.target(regarding, false).and_then(|regarding| {
+        let result = self.target(regarding, Verb::Events).and_then(|regarding| {
             self.push_action(Action::Event {
                 regarding,
                 event_type: match event_type {

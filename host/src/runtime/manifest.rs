@@ -1,10 +1,16 @@
 //! A plugin's sidecar file (`NAME.yaml`, `NAME.yml` or `NAME.json` next to
-//! `NAME.wasm`): its configuration, limits and grants.
+//! `NAME.wasm`): its configuration, limits, the operator's access list and
+//! WASI grants. The sidecar carries no format version: unknown keys are
+//! errors, and the one incompatible change so far (`grants.network: true`)
+//! is refused with the way to migrate.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::{Deserialize, Deserializer};
+
+use super::access::{AccessRule, Grant, Rule};
+use super::network::NetworkGrant;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ManifestError {
@@ -14,7 +20,7 @@ pub enum ManifestError {
         source: std::io::Error,
     },
     #[error(
-        "{path} is not a valid plugin manifest: {message} (keys: config, limits {{memory, timeout, concurrency, maxAttempts, handles, actionsPerCall, logBytesPerCall}}, grants {{env, stdio, dirs, network}})"
+        "{path} is not a valid plugin manifest: {message} (keys: config, limits {{memory, timeout, concurrency, maxAttempts, handles, actionsPerCall, logBytesPerCall}}, access [{{kinds, verbs, namespaces | namespaceSelector}}], grants {{env, stdio, dirs, network {{allow}}}})"
     )]
     Parse { path: PathBuf, message: String },
 }
@@ -28,8 +34,15 @@ pub struct Manifest {
     pub config: Option<serde_json::Value>,
     #[serde(default)]
     pub limits: Limits,
+    /// The operator's access list; `None` (no `access` key): the plugin may
+    /// read what it subscribes to and write nothing.
+    #[serde(default)]
+    pub access: Option<Vec<AccessRule>>,
     #[serde(default)]
     pub grants: Grants,
+    /// `access`, validated at parse time.
+    #[serde(skip)]
+    pub rules: Option<Vec<Rule>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -125,9 +138,10 @@ pub struct Grants {
     /// Read-only directories.
     #[serde(default)]
     pub dirs: Vec<DirGrant>,
-    /// TCP/UDP sockets and name lookup.
+    /// Destinations the plugin may connect or send to (`host:port`);
+    /// name lookup is allowed whenever one is listed.
     #[serde(default)]
-    pub network: bool,
+    pub network: NetworkGrant,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -199,15 +213,28 @@ impl Manifest {
         } else {
             serde_yaml_ng::from_str(text).map_err(|e| e.to_string())
         };
-        let m = parsed.map_err(|message| ManifestError::Parse {
+        let bad = |message| ManifestError::Parse {
             path: path.to_owned(),
             message,
-        })?;
-        m.limits.check().map_err(|message| ManifestError::Parse {
-            path: path.to_owned(),
-            message,
-        })?;
+        };
+        let mut m = parsed.map_err(bad)?;
+        m.limits.check().map_err(bad)?;
+        m.rules = match &m.access {
+            None => None,
+            Some(list) => Some(
+                list.iter()
+                    .enumerate()
+                    .map(|(i, r)| r.compile(i))
+                    .collect::<Result<_, _>>()
+                    .map_err(bad)?,
+            ),
+        };
         Ok(m)
+    }
+
+    /// What this sidecar grants plugin `plugin`.
+    pub fn grant(&self, plugin: &str) -> Grant {
+        Grant::new(plugin, self.rules.clone())
     }
 
     /// The config as the JSON text `register` receives.
@@ -258,6 +285,42 @@ mod tests {
         );
         let err = Manifest::parse(Path::new("p.yaml"), "limits:\n  memory: lots\n").unwrap_err();
         assert!(err.to_string().contains("not a size"), "{err}");
+    }
+
+    #[test]
+    fn access_lists_and_network_grants_are_validated_naming_the_file() {
+        let m = Manifest::parse(
+            Path::new("p.yaml"),
+            "access:\n  - kinds: [configmaps, deployments.apps]\n    verbs: [read, apply]\n    namespaces: [team-a]\ngrants:\n  network: {allow: ['db.example.com:5432']}\n",
+        )
+        .unwrap();
+        assert_eq!(m.rules.as_ref().map(Vec::len), Some(1));
+        assert_eq!(m.grants.network.allow.len(), 1);
+        assert!(
+            Manifest::parse(Path::new("p.yaml"), "")
+                .unwrap()
+                .rules
+                .is_none()
+        );
+        for (text, want) in [
+            (
+                "access: [{kinds: [pods], verbs: []}]",
+                "access[0]: verbs is empty",
+            ),
+            (
+                "access: [{kinds: [pods], verbs: [write]}]",
+                "unknown variant `write`",
+            ),
+            ("grants: {network: true}", "no longer accepted"),
+        ] {
+            let err = Manifest::parse(Path::new("/x/p.yaml"), text)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains(want) && err.contains("/x/p.yaml"),
+                "{text}: {err}"
+            );
+        }
     }
 
     #[test]

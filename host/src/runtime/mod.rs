@@ -1,6 +1,7 @@
 //! The plugin runtime: one shared wasmtime Engine, components checked
 //! against our WIT world, pre-instantiated, and run as actors.
 
+pub mod access;
 pub mod actor;
 pub mod bindings;
 pub mod deadline;
@@ -8,6 +9,7 @@ pub mod engine;
 pub mod host;
 pub mod limits;
 pub mod manifest;
+pub mod network;
 pub mod stdio;
 
 use std::sync::Arc;
@@ -56,6 +58,8 @@ pub enum LoadError {
         "the plugin's registration names {0}, which the cluster does not serve: install its CRD (or fix the name); the host retries this plugin when the cluster's kinds change"
     )]
     UnknownKind(String),
+    #[error("the plugin asks for more than its sidecar grants: {0}")]
+    NotGranted(String),
     #[error("{0}")]
     Manifest(#[from] manifest::ManifestError),
     #[error("cannot start the plugin: {0}")]
@@ -123,8 +127,8 @@ impl Prepared {
             b.stdout(capture.clone()).stderr(capture.clone());
             output = Some(capture);
         }
-        if grants.network {
-            b.inherit_network().allow_ip_name_lookup(true);
+        if !grants.network.allow.is_empty() {
+            network::NetworkPolicy::resolve(&self.name, &grants.network).install(&mut b);
         }
         for dir in &grants.dirs {
             b.preopened_dir(&dir.host, &dir.guest, FsPerms::ReadOnly)

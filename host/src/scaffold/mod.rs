@@ -4,7 +4,8 @@
 //! NAME`) with the WIT bindings wired, the WIT itself (`wit/plugin.wit`,
 //! embedded in this binary, or copied from a folder), the language's
 //! kubewasm SDK where there is one in this repository, a `build.sh` that
-//! writes `dist/NAME.wasm`, and `fixtures/` (a cluster manifest and a
+//! writes `dist/NAME.wasm` and copies the sidecar `NAME.yaml` (the access
+//! list the hello plugin needs) beside it, and `fixtures/` (a cluster manifest and a
 //! README saying how to run the plugin against it with
 //! `kubewasm run --local fixtures --plugins dist --until-idle --dry-run`).
 
@@ -86,6 +87,11 @@ const COMMON: &[TemplateFile] = &[
     (
         ".gitignore",
         include_str!("templates/common/gitignore"),
+        false,
+    ),
+    (
+        "{{name}}.yaml",
+        include_str!("templates/common/sidecar.yaml"),
         false,
     ),
 ];
@@ -257,6 +263,7 @@ pub fn create(
             let text = text
                 .replace("{{name}}", name)
                 .replace("{{crate}}", &crate_name);
+            let path = path.replace("{{name}}", name);
             write(&root.join(path), &text, *executable)?;
         }
     }
@@ -335,6 +342,12 @@ mod tests {
             assert_eq!(wit, PLUGIN_WIT);
             assert!(root.join("build.sh").is_file(), "{lang}");
             assert!(root.join("fixtures/cluster.yaml").is_file(), "{lang}");
+            // The sidecar parses and grants what the hello plugin does.
+            let sidecar = root.join(format!("{name}.yaml"));
+            let m = crate::runtime::Manifest::load(&sidecar).unwrap();
+            assert_eq!(m.rules.as_ref().map(Vec::len), Some(1), "{lang}");
+            let build = std::fs::read_to_string(root.join("build.sh")).unwrap();
+            assert!(build.contains(&format!("dist/{name}.yaml")), "{lang}");
             let readme = std::fs::read_to_string(root.join("fixtures/README.md")).unwrap();
             assert!(
                 readme.contains(

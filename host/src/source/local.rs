@@ -327,6 +327,7 @@ impl LocalCluster {
     fn upsert_locked(&self, state: &mut State, id: Id, mut value: Value, file: PathBuf) {
         state.rv += 1;
         let rv = state.rv.to_string();
+        let old_value = state.objects.get(&id).map(|e| e.value.clone());
         let (uid, created, generation) = match state.objects.get(&id) {
             Some(old) => {
                 let m = &old.value["metadata"];
@@ -349,17 +350,28 @@ impl LocalCluster {
                 file,
             },
         );
-        self.notify(state, &id.0, &value, false);
+        self.notify(state, &id.0, old_value.as_ref(), &value, false);
     }
 
     fn remove_locked(&self, state: &mut State, id: &Id) -> Option<Entry> {
         let entry = state.objects.remove(id)?;
         *state.incarnations.entry(id.clone()).or_default() += 1;
-        self.notify(state, &id.0, &entry.value, true);
+        self.notify(state, &id.0, None, &entry.value, true);
         Some(entry)
     }
 
-    fn notify(&self, state: &mut State, gvk: &Gvk, value: &Value, deleted: bool) {
+    /// Tells each watcher what the API server's watch would: an update
+    /// that makes an object stop matching a watcher's selectors is a
+    /// delete there (carrying the object as it is now), one that makes it
+    /// start matching an add.
+    fn notify(
+        &self,
+        state: &mut State,
+        gvk: &Gvk,
+        old: Option<&Value>,
+        value: &Value,
+        deleted: bool,
+    ) {
         let obj = match KObject::from_value(value.clone(), self.strip) {
             Ok(o) => o,
             Err(e) => {
@@ -367,14 +379,17 @@ impl LocalCluster {
                 return;
             }
         };
+        let old = old.and_then(|v| KObject::from_value(v.clone(), self.strip).ok());
         state.watchers.retain(|w| {
-            if !w.wants(gvk, &obj) {
-                return !w.tx.is_closed();
-            }
-            let ev = match KObject::from_value(value.clone(), self.strip) {
-                Ok(o) if deleted => WatchEvent::Delete(o),
-                Ok(o) => WatchEvent::Apply(o),
-                Err(_) => return true,
+            let now = w.wants(gvk, &obj);
+            let before = old.as_ref().is_some_and(|o| w.wants(gvk, o));
+            let Ok(o) = KObject::from_value(value.clone(), self.strip) else {
+                return true;
+            };
+            let ev = match (deleted, now, before) {
+                (true, true, _) | (false, false, true) => WatchEvent::Delete(o),
+                (false, true, _) => WatchEvent::Apply(o),
+                _ => return !w.tx.is_closed(),
             };
             w.tx.send(Ok(ev)).is_ok()
         });
@@ -645,6 +660,75 @@ impl ActionSink for LocalCluster {
 mod tests {
     use super::*;
     use crate::actions::Target;
+
+    #[tokio::test]
+    async fn an_object_that_stops_matching_a_selector_is_deleted_from_that_watch() {
+        use futures::{FutureExt, StreamExt};
+        let dir = tempfile::tempdir().unwrap();
+        let cm = |app: &str| {
+            format!(
+                "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: c, namespace: d, labels: {{app: {app}}}}}\n"
+            )
+        };
+        std::fs::write(dir.path().join("c.yaml"), cm("a")).unwrap();
+        let kinds = KindRegistry::builtin();
+        let cluster = LocalCluster::new(
+            dir.path().to_owned(),
+            kinds.clone(),
+            StripOptions::default(),
+        )
+        .unwrap();
+        cluster.rescan().unwrap();
+        let kind = kinds
+            .resolve(&crate::kind::KindRef::Resource("configmaps".into()))
+            .unwrap();
+        let spec = |sel: &str| InformerSpec {
+            kind: kind.clone(),
+            namespace: None,
+            label_selector: Some(sel.into()),
+            field_selector: None,
+        };
+        let mut a = cluster.watch(&spec("app=a"));
+        let mut b = cluster.watch(&spec("app=b"));
+        let mut all = cluster.watch(&spec(""));
+        let describe = |e: WatchEvent| match e {
+            WatchEvent::Init => "init".to_owned(),
+            WatchEvent::InitDone => "init-done".to_owned(),
+            WatchEvent::InitApply(o) => {
+                format!("init-apply {}", o.meta().label("app").unwrap_or(""))
+            }
+            WatchEvent::Apply(o) => format!("apply {}", o.meta().label("app").unwrap_or("")),
+            WatchEvent::Delete(o) => format!("delete {}", o.meta().label("app").unwrap_or("")),
+            WatchEvent::Progress => "progress".to_owned(),
+        };
+        let next = |s: &mut BoxStream<'static, Result<WatchEvent, SourceError>>| {
+            let e = s
+                .next()
+                .now_or_never()
+                .flatten()
+                .map(|r| describe(r.unwrap()));
+            e.unwrap_or_else(|| "nothing".into())
+        };
+        for (s, first) in [(&mut a, "init-apply a"), (&mut all, "init-apply a")] {
+            assert_eq!(next(s), "init");
+            assert_eq!(next(s), first);
+            assert_eq!(next(s), "init-done");
+        }
+        assert_eq!(
+            (next(&mut b), next(&mut b)),
+            ("init".into(), "init-done".into())
+        );
+        // The label changes from a to b: a delete for `app=a` (with the
+        // object as it is now), an add for `app=b`, an update for all.
+        std::fs::write(dir.path().join("c.yaml"), cm("b")).unwrap();
+        cluster.rescan().unwrap();
+        assert_eq!(next(&mut a), "delete b");
+        assert_eq!(next(&mut b), "apply b");
+        assert_eq!(next(&mut all), "apply b");
+        for s in [&mut a, &mut b, &mut all] {
+            assert_eq!(next(s), "nothing");
+        }
+    }
 
     #[tokio::test]
     async fn actions_with_escaping_names_are_refused_and_write_nothing() {

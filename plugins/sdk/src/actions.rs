@@ -13,9 +13,9 @@ use crate::{ActionError, EventType, HandlerError, ObjectRef, PatchType, Propagat
 
 fn refused(e: ActionError) -> HandlerError {
     match e {
-        ActionError::NotDeclared(m) => {
-            permanent(format!("action refused, kind not declared in writes: {m}"))
-        }
+        ActionError::NotDeclared(m) => permanent(format!(
+            "action refused, not declared in writes or not granted: {m}"
+        )),
         ActionError::Invalid(m) => permanent(format!("action refused as invalid: {m}")),
     }
 }
@@ -145,7 +145,7 @@ mod tests {
         let e = refused(ActionError::NotDeclared("pods".into()));
         assert_eq!(
             e,
-            permanent("action refused, kind not declared in writes: pods")
+            permanent("action refused, not declared in writes or not granted: pods")
         );
     }
 }

@@ -13,7 +13,9 @@ use crate::{CacheError, HandlerError, KindRef, Object, permanent};
 
 fn refused(e: CacheError) -> HandlerError {
     permanent(match e {
-        CacheError::NotSubscribed(m) => format!("cache read refused, kind not subscribed: {m}"),
+        CacheError::NotSubscribed(m) => {
+            format!("cache read refused, not subscribed or not granted: {m}")
+        }
         CacheError::UnknownIndex(m) => format!("cache read refused, unknown index: {m}"),
         CacheError::InvalidSelector(m) => format!("cache read refused, invalid selector: {m}"),
     })

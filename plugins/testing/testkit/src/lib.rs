@@ -23,6 +23,8 @@ enum Mode {
     Actions,
     Log,
     Sleep,
+    Probe,
+    Connect,
 }
 
 impl Mode {
@@ -40,7 +42,12 @@ impl Mode {
             Self::Actions => "actions",
             Self::Log => "log",
             Self::Sleep => "sleep",
-            Self::Ok | Self::RegisterError | Self::Echo | Self::TwoCaches => "",
+            Self::Ok
+            | Self::RegisterError
+            | Self::Echo
+            | Self::TwoCaches
+            | Self::Probe
+            | Self::Connect => "",
         }
     }
 }
@@ -54,6 +61,9 @@ struct Config {
     /// `log` modes make per call; seconds for `sleep`.
     #[serde(default = "default_count")]
     count: u32,
+    /// `connect` mode: the `host:port` addresses to open a TCP connection to.
+    #[serde(default)]
+    connect: Vec<String>,
 }
 
 fn default_count() -> u32 {
@@ -63,6 +73,7 @@ fn default_count() -> u32 {
 struct Testkit {
     mode: Mode,
     count: u32,
+    connect: Vec<String>,
     /// What `oom` allocates, kept so nothing is freed.
     hoard: Vec<Vec<u8>>,
 }
@@ -76,6 +87,7 @@ impl Plugin for Testkit {
         Ok(Self {
             mode: config.mode,
             count: config.count,
+            connect: config.connect,
             hoard: Vec::new(),
         })
     }
@@ -112,6 +124,12 @@ impl Plugin for Testkit {
         }
         if self.mode == Mode::TwoCaches {
             return two_caches(&delta, meta);
+        }
+        if self.mode == Mode::Probe {
+            return probe(&delta);
+        }
+        if self.mode == Mode::Connect {
+            return connect(&delta, &self.connect);
         }
         let prefix = self.mode.prefix();
         if prefix.is_empty() || !meta.name.starts_with(prefix) {
@@ -165,7 +183,12 @@ impl Plugin for Testkit {
                 std::thread::sleep(std::time::Duration::from_secs(self.count.into()));
                 Ok(())
             }
-            Mode::Ok | Mode::RegisterError | Mode::Echo | Mode::TwoCaches => Ok(()),
+            Mode::Ok
+            | Mode::RegisterError
+            | Mode::Echo
+            | Mode::TwoCaches
+            | Mode::Probe
+            | Mode::Connect => Ok(()),
         }
     }
 }
@@ -207,6 +230,62 @@ fn two_caches(delta: &Delta, meta: &ObjectMeta) -> Result<(), HandlerError> {
         return Ok(());
     };
     actions::annotate(&target, &[("kubewasm.io/found", &found)])
+}
+
+/// Tries, for each added pod, what the sidecar may refuse: a cache read of
+/// ConfigMap `x` in namespace `probe`, its delete, and an Event regarding
+/// the pod; records each outcome (`ok` or the host's error) as an
+/// annotation on the pod.
+fn probe(delta: &Delta) -> Result<(), HandlerError> {
+    if delta.delta_type != DeltaType::Added {
+        return Ok(());
+    }
+    let outcome = |r: Result<(), HandlerError>| match r {
+        Ok(()) => "ok".to_owned(),
+        Err(e) => e.message().to_owned(),
+    };
+    let read = outcome(cache::get::<ConfigMap>(Some("probe"), "x").map(|_| ()));
+    let delete = outcome(actions::delete(
+        &ObjectRef::new(KindRef::resource("configmaps"), Some("probe"), "x"),
+        Propagation::Background,
+    ));
+    let Some(target) = ObjectRef::from_delta(delta) else {
+        return Ok(());
+    };
+    let event = outcome(actions::event(
+        &target,
+        EventType::Normal,
+        "Probed",
+        "testkit probe",
+    ));
+    actions::annotate(
+        &target,
+        &[
+            ("kubewasm.io/read", &read),
+            ("kubewasm.io/delete", &delete),
+            ("kubewasm.io/event", &event),
+        ],
+    )
+}
+
+/// For each added pod, opens a TCP connection to each configured address
+/// (through WASI sockets, as the sidecar's network grant allows) and records
+/// `ok` or the error per address as an annotation `kubewasm.io/connect`.
+fn connect(delta: &Delta, addrs: &[String]) -> Result<(), HandlerError> {
+    if delta.delta_type != DeltaType::Added {
+        return Ok(());
+    }
+    let outcomes: Vec<String> = addrs
+        .iter()
+        .map(|a| match std::net::TcpStream::connect(a.as_str()) {
+            Ok(_) => format!("{a}=ok"),
+            Err(e) => format!("{a}=error: {}", e.kind()),
+        })
+        .collect();
+    let Some(target) = ObjectRef::from_delta(delta) else {
+        return Ok(());
+    };
+    actions::annotate(&target, &[("kubewasm.io/connect", &outcomes.join(";"))])
 }
 
 #[cfg(target_arch = "wasm32")]

@@ -18,4 +18,6 @@ if [[ ! -f "$adapter" ]]; then
     --target-dir "${CARGO_TARGET_DIR:-build/tools}" -- "$adapter"
 fi
 wasm-tools component new build/core.wasm --adapt "wasi_snapshot_preview1=$adapter" -o dist/{{name}}.wasm
+# The sidecar: what the operator grants the plugin (see {{name}}.yaml).
+cp {{name}}.yaml dist/{{name}}.yaml
 ls -l dist/{{name}}.wasm

@@ -9,4 +9,6 @@ mkdir -p dist
 # No WASI features: the host grants none by default and links no wasi:http.
 node_modules/.bin/componentize-js index.js -w wit -n plugin \
   -d stdio random clocks http fetch-event -o dist/{{name}}.wasm
+# The sidecar: what the operator grants the plugin (see {{name}}.yaml).
+cp {{name}}.yaml dist/{{name}}.yaml
 ls -l dist/{{name}}.wasm

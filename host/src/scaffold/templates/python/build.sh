@@ -13,4 +13,6 @@ if [[ -z "$cpy" ]]; then
 fi
 mkdir -p dist
 "$cpy" -d wit -w plugin componentize app -p . -p sdk -o dist/{{name}}.wasm
+# The sidecar: what the operator grants the plugin (see {{name}}.yaml).
+cp {{name}}.yaml dist/{{name}}.yaml
 ls -l dist/{{name}}.wasm

@@ -8,4 +8,6 @@ fi
 cargo build --release --target wasm32-wasip2
 mkdir -p dist
 cp "${CARGO_TARGET_DIR:-target}/wasm32-wasip2/release/{{crate}}.wasm" dist/{{name}}.wasm
+# The sidecar: what the operator grants the plugin (see {{name}}.yaml).
+cp {{name}}.yaml dist/{{name}}.yaml
 ls -l dist/{{name}}.wasm
