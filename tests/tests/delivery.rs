@@ -192,7 +192,8 @@ impl Pipeline {
 
     /// Installs (or replaces) the config-replicator.
     async fn install(&self) {
-        let manifest = Manifest::parse(Path::new("replicator.yaml"), "config: {}\n").unwrap();
+        let sidecar = format!("config: {{}}\n{}", kubewasm_tests::REPLICATOR_ACCESS);
+        let manifest = Manifest::parse(Path::new("replicator.yaml"), &sidecar).unwrap();
         self.host
             .install("replicator", wasm("config_replicator"), manifest)
             .await
