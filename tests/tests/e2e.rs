@@ -1294,8 +1294,15 @@ async fn a_forbidden_informer_marks_its_plugin_broken_on_readyz_until_granted() 
         }
     };
     grant("e2e-forbidden-cm-only", json!(["configmaps"])).await;
-    // testkit subscribes to Pods and ConfigMaps.
-    let host = HostProcess::start(cp.user_kubeconfig(), &[("pods-denied", "testkit", None)]);
+    // testkit subscribes to Pods and ConfigMaps (and its sidecar grants it).
+    let host = HostProcess::start(
+        cp.user_kubeconfig(),
+        &[(
+            "pods-denied",
+            "testkit",
+            Some(kubewasm_tests::TESTKIT_ACCESS),
+        )],
+    );
     let addr = host.metrics_addr(WAIT).await;
     let body = eventually("/readyz naming the broken plugin", WAIT, || async {
         let (code, _, body) = http_get(addr, "/readyz").unwrap();
