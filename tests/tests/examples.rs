@@ -240,3 +240,45 @@ async fn config_replicator_follows_its_source_through_update_new_namespace_and_d
     })
     .await;
 }
+
+/// A copy whose source is gone (deleted while no replica led) is deleted
+/// when the copies are replayed; copies of live sources are kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn config_replicator_deletes_orphan_copies_found_in_the_replay() {
+    let h = Harness::new();
+    let orphan = "
+---
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: gone
+  namespace: team-a
+  labels: {kubewasm.io/replica: 'true'}
+  annotations: {kubewasm.io/replica-of: platform/gone}
+data: {x: y}
+";
+    write_cluster(
+        h.cluster.path(),
+        &[(
+            "cluster.yaml",
+            &format!("{}{orphan}", kubewasm_tests::REPLICATOR_CLUSTER),
+        )],
+    );
+    install(
+        h.plugins.path(),
+        "replicator",
+        "config_replicator",
+        Some(kubewasm_tests::REPLICATOR_SIDECAR),
+    );
+    let app = h.start().await;
+    idle(&app).await;
+    let cm = kubewasm::kind::Gvk::new("", "v1", "ConfigMap");
+    let local = app.local().unwrap();
+    assert!(
+        local.get(&cm, Some("team-a"), "gone").is_none(),
+        "the orphan stays"
+    );
+    assert!(local.get(&cm, Some("team-a"), "ca-bundle").is_some());
+    assert!(local.get(&cm, Some("team-b"), "ca-bundle").is_some());
+    app.shutdown().await;
+}

@@ -96,7 +96,7 @@ impl ConfigReplicator {
     fn config_map_changed(&self, delta: &Delta) -> Result<(), HandlerError> {
         let (meta, object) = delta.parts()?;
         if meta.label(REPLICA) == Some("true") {
-            return Ok(());
+            return self.copy_seen(delta, meta);
         }
         let source = self.is_source(meta);
         match delta.delta_type {
@@ -109,6 +109,35 @@ impl ConfigReplicator {
             }
             _ => Ok(()),
         }
+    }
+
+    /// A copy whose source is gone (or no longer a source) is deleted. Level,
+    /// not edge: a source deleted while no replica led (a leadership
+    /// handover, a restart) never arrives as a delete; the next leader's
+    /// replay of the copies finds the orphans.
+    fn copy_seen(&self, delta: &Delta, copy: &ObjectMeta) -> Result<(), HandlerError> {
+        if delta.delta_type == DeltaType::Deleted {
+            return Ok(());
+        }
+        let Some((ns, name)) = copy
+            .annotation(REPLICA_OF)
+            .and_then(|of| of.split_once('/'))
+        else {
+            return Ok(());
+        };
+        let live = cache::get::<ConfigMap>(Some(ns), name)?
+            .is_some_and(|source| self.is_source(&source.meta()));
+        if !live {
+            actions::delete(
+                &ObjectRef::from_meta::<ConfigMap>(copy),
+                Propagation::Background,
+            )?;
+            log::info(
+                "orphan copy deleted",
+                &[("copy", &copy.key()), ("source", &format!("{ns}/{name}"))],
+            );
+        }
+        Ok(())
     }
 
     /// Applies the source into each target namespace (by name), then deletes
