@@ -64,7 +64,10 @@ fn caps_fail_the_call_naming_the_cap_a_sleep_is_cut_at_the_deadline_and_the_ceil
             &plugins,
             name,
             "testkit",
-            Some(&format!("config: {config}\nlimits: {limits}\n")),
+            Some(&format!(
+                "config: {config}\nlimits: {limits}\n{}",
+                kubewasm_tests::TESTKIT_ACCESS
+            )),
         );
     }
     // Within the default ceilings, but over this host's.
@@ -72,7 +75,10 @@ fn caps_fail_the_call_naming_the_cap_a_sleep_is_cut_at_the_deadline_and_the_ceil
         &plugins,
         "greedy",
         "testkit",
-        Some("limits: {memory: 768Mi}\n"),
+        Some(&format!(
+            "limits: {{memory: 768Mi}}\n{}",
+            kubewasm_tests::TESTKIT_ACCESS
+        )),
     );
     let config = dir.path().join("host.yaml");
     std::fs::write(
@@ -138,13 +144,19 @@ async fn a_call_over_a_cap_is_counted_and_a_call_within_it_is_not() {
         h.plugins.path(),
         "over",
         "testkit",
-        Some("config: {mode: actions, count: 6}\nlimits: {actionsPerCall: 5, maxAttempts: 2}\n"),
+        Some(&format!(
+            "config: {{mode: actions, count: 6}}\nlimits: {{actionsPerCall: 5, maxAttempts: 2}}\n{}",
+            kubewasm_tests::TESTKIT_ACCESS
+        )),
     );
     install(
         h.plugins.path(),
         "within",
         "testkit",
-        Some("config: {mode: actions, count: 5}\nlimits: {actionsPerCall: 5}\n"),
+        Some(&format!(
+            "config: {{mode: actions, count: 5}}\nlimits: {{actionsPerCall: 5}}\n{}",
+            kubewasm_tests::TESTKIT_ACCESS
+        )),
     );
     let (app, sink) = h.start_recording().await;
     idle(&app).await;
