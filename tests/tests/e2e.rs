@@ -285,6 +285,31 @@ async fn example_plugins_write_to_the_server() {
     assert!(host.stop().success());
 }
 
+/// Creates the namespaced CRD `<plural>.e2e.kubewasm.io` (kind `kind`,
+/// version v1, any fields).
+async fn create_crd(client: &kube::Client, kind: &str, plural: &str) {
+    let crds: Api<kube::core::DynamicObject> = Api::all_with(
+        client.clone(),
+        &kube::core::ApiResource::from_gvk_with_plural(
+            &kube::core::GroupVersionKind::gvk(
+                "apiextensions.k8s.io",
+                "v1",
+                "CustomResourceDefinition",
+            ),
+            "customresourcedefinitions",
+        ),
+    );
+    let crd: kube::core::DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": format!("{plural}.e2e.kubewasm.io")},
+        "spec": {"group": "e2e.kubewasm.io", "scope": "Namespaced",
+            "names": {"kind": kind, "plural": plural, "singular": kind.to_lowercase()},
+            "versions": [{"name": "v1", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}}))
+    .unwrap();
+    crds.create(&PostParams::default(), &crd).await.unwrap();
+}
+
 #[tokio::test]
 async fn a_crd_created_during_the_run_flows_like_builtins() {
     let cp = ControlPlane::shared();
@@ -301,26 +326,7 @@ async fn a_crd_created_during_the_run_flows_like_builtins() {
         )],
     );
     host.wait_log("cache synced", WAIT).await;
-    let crds: Api<kube::core::DynamicObject> = Api::all_with(
-        client.clone(),
-        &kube::core::ApiResource::from_gvk_with_plural(
-            &kube::core::GroupVersionKind::gvk(
-                "apiextensions.k8s.io",
-                "v1",
-                "CustomResourceDefinition",
-            ),
-            "customresourcedefinitions",
-        ),
-    );
-    let crd: kube::core::DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-        "metadata": {"name": "widgets.e2e.kubewasm.io"},
-        "spec": {"group": "e2e.kubewasm.io", "scope": "Namespaced",
-            "names": {"kind": "Widget", "plural": "widgets", "singular": "widget"},
-            "versions": [{"name": "v1", "served": true, "storage": true,
-                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}}))
-    .unwrap();
-    crds.create(&PostParams::default(), &crd).await.unwrap();
+    create_crd(&client, "Widget", "widgets").await;
     let widgets: Api<kube::core::DynamicObject> = Api::namespaced_with(
         client.clone(),
         ns,
@@ -410,26 +416,7 @@ async fn a_plugin_refused_for_an_unknown_kind_loads_once_its_crd_is_installed() 
         },
     );
     host.wait_log("does not serve: install its CRD", WAIT).await;
-    let crds: Api<kube::core::DynamicObject> = Api::all_with(
-        client.clone(),
-        &kube::core::ApiResource::from_gvk_with_plural(
-            &kube::core::GroupVersionKind::gvk(
-                "apiextensions.k8s.io",
-                "v1",
-                "CustomResourceDefinition",
-            ),
-            "customresourcedefinitions",
-        ),
-    );
-    let crd: kube::core::DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-        "metadata": {"name": "gadgets.e2e.kubewasm.io"},
-        "spec": {"group": "e2e.kubewasm.io", "scope": "Namespaced",
-            "names": {"kind": "Gadget", "plural": "gadgets", "singular": "gadget"},
-            "versions": [{"name": "v1", "served": true, "storage": true,
-                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}}))
-    .unwrap();
-    crds.create(&PostParams::default(), &crd).await.unwrap();
+    create_crd(&client, "Gadget", "gadgets").await;
     // Nothing touches the plugin folder: the host notices the new kind.
     wait_seen(&client, ns, |s| s.iter().any(|x| x.delta == "synced")).await;
     let gadgets: Api<kube::core::DynamicObject> = Api::namespaced_with(

@@ -660,6 +660,15 @@ mod tests {
         }
     }
 
+    fn all_configmaps() -> InformerSpec {
+        InformerSpec {
+            kind: KindInfo::new("", "v1", "ConfigMap", "configmaps", true),
+            namespace: None,
+            label_selector: None,
+            field_selector: None,
+        }
+    }
+
     fn cm(name: &str) -> KObject {
         KObject::from_value(
             serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
@@ -680,15 +689,7 @@ mod tests {
         )
         .with_telemetry(telemetry.clone());
         let (tx, mut deltas) = mpsc::unbounded_channel();
-        let handle = set.subscribe(
-            InformerSpec {
-                kind: KindInfo::new("", "v1", "ConfigMap", "configmaps", true),
-                namespace: None,
-                label_selector: None,
-                field_selector: None,
-            },
-            tx,
-        );
+        let handle = set.subscribe(all_configmaps(), tx);
         let stall = |s| SourceError::Stalled {
             silent: std::time::Duration::from_secs(s),
             cause: "probe list unanswered after 10s".into(),
@@ -729,15 +730,7 @@ mod tests {
             CancellationToken::new(),
         );
         let (tx, mut deltas) = mpsc::unbounded_channel();
-        let handle = set.subscribe(
-            InformerSpec {
-                kind: KindInfo::new("", "v1", "ConfigMap", "configmaps", true),
-                namespace: None,
-                label_selector: None,
-                field_selector: None,
-            },
-            tx,
-        );
+        let handle = set.subscribe(all_configmaps(), tx);
         for e in [
             WatchEvent::Init,
             WatchEvent::InitApply(cm("held")),

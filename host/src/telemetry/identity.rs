@@ -73,11 +73,6 @@ impl Identity {
 pub const SERVICE_ACCOUNT_NAMESPACE_FILE: &str =
     "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
 
-/// `POD_NAME` from the downward API, when set and not empty.
-pub fn pod_name() -> Option<String> {
-    non_empty(std::env::var("POD_NAME").ok())
-}
-
 /// `POD_NAMESPACE` from the downward API, else the service account's
 /// namespace file, when either is set and not empty.
 pub fn pod_namespace() -> Option<String> {
@@ -96,18 +91,7 @@ pub fn pod_namespace() -> Option<String> {
 /// but is a new holder: it does not mistake the dead process's lease for
 /// its own and waits it out like any other candidate.
 pub fn holder_identity() -> String {
-    let name = pod_name().unwrap_or_else(|| {
-        non_empty(std::env::var("HOSTNAME").ok())
-            .or_else(|| {
-                non_empty(
-                    std::fs::read_to_string("/etc/hostname")
-                        .ok()
-                        .map(|s| s.trim().to_owned()),
-                )
-            })
-            .unwrap_or_else(|| "kubewasm".to_owned())
-    });
-    format!("{name}_{}", process_suffix())
+    format!("{}_{}", Identity::from_env().instance(), process_suffix())
 }
 
 /// Eight hex digits from the start time and the process id: distinct for
