@@ -35,6 +35,7 @@ use kubewasm::informer::{InformerSet, InformerSpec, Source, SourceError, Store, 
 use kubewasm::kind::{Gvk, KindRegistry};
 use kubewasm::manager::PluginHost;
 use kubewasm::object::{KObject, StripOptions};
+use kubewasm::runtime::limits::Ceiling;
 use kubewasm::runtime::{EngineOptions, Manifest, Runtime};
 use parking_lot::Mutex;
 use serde_json::Value;
@@ -237,7 +238,12 @@ async fn pipeline(pods: &[Value], plugin_name: &str, concurrency: usize) {
         epoch_deadlines: true,
         cache_dir: Some(cache.path().to_owned()),
     })
-    .unwrap();
+    .unwrap()
+    // The pipeline's own speed: no action rate.
+    .with_ceiling(Ceiling {
+        actions_per_second: u32::MAX,
+        ..Ceiling::default()
+    });
     let host = PluginHost::new(
         runtime,
         informers.clone(),
@@ -253,6 +259,7 @@ async fn pipeline(pods: &[Value], plugin_name: &str, concurrency: usize) {
     )
     .unwrap();
     manifest.limits.concurrency = concurrency;
+    manifest.limits.actions_per_second = u32::MAX;
     host.install("bench", plugin(plugin_name), manifest)
         .await
         .unwrap();

@@ -550,6 +550,7 @@ impl PluginHost {
                     .limits
                     .max_attempts
                     .unwrap_or(self.dispatch.max_attempts),
+                actions_per_second: prepared.manifest.limits.actions_per_second,
                 ..self.dispatch.clone()
             },
             self.leadership.clone(),

@@ -181,3 +181,58 @@ async fn a_call_over_a_cap_is_counted_and_a_call_within_it_is_not() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_over_its_action_rate_waits_and_none_of_its_actions_is_lost() {
+    let h = Harness::new();
+    write_cluster(
+        h.cluster.path(),
+        &[("pods.yaml", &pods(&["actions-1", "actions-2"]))],
+    );
+    // 2 calls of 10 actions at 5 a second: a burst of 5, then 15 wait.
+    install(
+        h.plugins.path(),
+        "flood",
+        "testkit",
+        Some(&format!(
+            "config: {{mode: actions, count: 10}}\nlimits: {{actionsPerSecond: 5}}\n{}",
+            kubewasm_tests::TESTKIT_ACCESS
+        )),
+    );
+    install(
+        h.plugins.path(),
+        "calm",
+        "testkit",
+        Some(&format!(
+            "config: {{mode: actions, count: 2}}\n{}",
+            kubewasm_tests::TESTKIT_ACCESS
+        )),
+    );
+    let (app, sink) = h.start_recording().await;
+    idle(&app).await;
+    let summary = app.summary();
+    let metrics = app.telemetry().metrics().encode().unwrap();
+    app.shutdown().await;
+    assert_eq!(summary.plugins["flood"].dead, 0, "{summary}");
+    let actions = sink.take();
+    let count = |plugin: &str| actions.iter().filter(|(p, _)| p == plugin).count();
+    assert_eq!((count("flood"), count("calm")), (20, 4), "{actions:?}");
+    for expected in [
+        "kubewasm_plugin_actions_throttled_total{plugin=\"flood\"} 15",
+        "kubewasm_plugin_actions_throttled_total{plugin=\"calm\"} 0",
+    ] {
+        assert!(
+            metrics.contains(expected),
+            "missing {expected:?} in\n{metrics}"
+        );
+    }
+    // 15 actions at 5 a second waited about 3 s in all.
+    let waited: f64 = metrics
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("kubewasm_plugin_action_throttle_seconds_total{plugin=\"flood\"} ")
+        })
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no throttle seconds for flood in\n{metrics}"));
+    assert!(waited >= 2.5, "{waited}");
+}

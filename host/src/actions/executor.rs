@@ -16,6 +16,7 @@ use backon::BackoffBuilder;
 use tokio_util::sync::CancellationToken;
 
 use super::Action;
+use super::rate::ActionRate;
 use crate::leader::Leadership;
 use crate::telemetry::events::{ActionApplied, ActionConflict, ActionFailed, ActionRetrying};
 use crate::telemetry::metrics::Outcome;
@@ -194,23 +195,36 @@ impl Executor {
             return Ok(());
         }
         let counters = self.telemetry.metrics().actions(plugin);
-        self.execute_all_counted(plugin, &counters, actions, &CancellationToken::new())
-            .await
+        self.execute_all_counted(
+            plugin,
+            &counters,
+            &ActionRate::unlimited(),
+            actions,
+            &CancellationToken::new(),
+        )
+        .await
     }
 
     /// [`execute_all`](Self::execute_all) counting into the plugin's
-    /// pre-resolved `counters` (the dispatcher's path: no label lookup);
-    /// `stop` cancelled abandons the waits between attempts.
+    /// pre-resolved `counters` (the dispatcher's path: no label lookup),
+    /// each action drawn from the plugin's `rate`; `stop` cancelled
+    /// abandons the waits for the rate and between attempts.
     pub async fn execute_all_counted(
         &self,
         plugin: &str,
         counters: &ActionCounters,
+        rate: &ActionRate,
         actions: Vec<Action>,
         stop: &CancellationToken,
     ) -> Result<(), ActionFailure> {
         let total = actions.len();
         for (i, action) in actions.iter().enumerate() {
-            if let Err((error, attempts)) = self.run(plugin, counters, action, stop).await {
+            let result = if self.options.dry_run || rate.acquire(plugin, stop).await.is_ok() {
+                self.run(plugin, counters, action, stop).await
+            } else {
+                Err((ActionError::Stopping, 0))
+            };
+            if let Err((error, attempts)) = result {
                 for rest in &actions[i + 1..] {
                     self.stats.skipped.fetch_add(1, Ordering::Relaxed);
                     counters.outcome(rest.verb(), Outcome::Skipped).inc();

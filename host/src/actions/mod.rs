@@ -2,6 +2,7 @@
 //! real API server, the local folder cluster, or a dry-run log.
 
 pub mod executor;
+pub mod rate;
 
 use serde_json::Value;
 

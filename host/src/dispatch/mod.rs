@@ -32,6 +32,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::actions::executor::{ActionError, ActionFailure, Executor};
+use crate::actions::rate::ActionRate;
 use crate::informer::{Delta, DeltaType, Informer};
 use crate::kind::Gvk;
 use crate::leader::Leadership;
@@ -101,6 +102,9 @@ pub struct DispatchOptions {
     /// How long stopping a version (a swap, an unload) waits for its calls
     /// in flight; a batch stops between deltas at once.
     pub stop_grace: Duration,
+    /// Actions a second the plugin's calls may have executed (the
+    /// sidecar's `limits.actionsPerSecond`); 0 is unlimited.
+    pub actions_per_second: u32,
 }
 
 impl Default for DispatchOptions {
@@ -113,6 +117,7 @@ impl Default for DispatchOptions {
             quarantine_base: Duration::from_secs(1),
             quarantine_max: Duration::from_secs(300),
             stop_grace: Duration::from_secs(10),
+            actions_per_second: 0,
         }
     }
 }
@@ -183,6 +188,7 @@ struct Shared {
     cuts: Mutex<Option<HashMap<u32, u64>>>,
     held: Mutex<Vec<(Key, Item)>>,
     counters: PluginCounters,
+    rate: ActionRate,
     telemetry: Telemetry,
 }
 
@@ -221,7 +227,7 @@ impl Dispatcher {
             telemetry,
         } = telemetry;
         let shared = Arc::new(Shared {
-            plugin,
+            plugin: plugin.clone(),
             queue: Mutex::new(KeyedQueue::default()),
             wake: Notify::new(),
             idle: Notify::new(),
@@ -236,6 +242,9 @@ impl Dispatcher {
                 until: None,
                 next: options.quarantine_base,
             }),
+            rate: telemetry
+                .metrics()
+                .action_rate(&plugin, options.actions_per_second),
             options,
             cuts: Mutex::new(None),
             held: Mutex::new(Vec::new()),
@@ -722,7 +731,13 @@ async fn settle(
             }
             match shared
                 .executor
-                .execute_all_counted(plugin, &shared.counters.actions, actions, &shared.stopping)
+                .execute_all_counted(
+                    plugin,
+                    &shared.counters.actions,
+                    &shared.rate,
+                    actions,
+                    &shared.stopping,
+                )
                 .await
             {
                 Ok(()) => {

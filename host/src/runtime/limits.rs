@@ -133,6 +133,8 @@ pub struct Ceiling {
     pub handles: u32,
     /// Most actions per call a sidecar may set.
     pub actions_per_call: u32,
+    /// Highest action rate a sidecar may set.
+    pub actions_per_second: u32,
     /// Most log bytes per call a sidecar may set.
     #[serde(deserialize_with = "super::manifest::de_bytes")]
     pub log_bytes_per_call: u64,
@@ -145,6 +147,7 @@ impl Default for Ceiling {
             timeout: Duration::from_secs(60),
             handles: 1_000_000,
             actions_per_call: 100_000,
+            actions_per_second: 10_000,
             log_bytes_per_call: 16 << 20,
         }
     }
@@ -185,6 +188,13 @@ impl Ceiling {
                 "actionsPerCall",
                 limits.actions_per_call.to_string(),
                 self.actions_per_call.to_string(),
+            );
+        }
+        if limits.actions_per_second > self.actions_per_second {
+            return over(
+                "actionsPerSecond",
+                limits.actions_per_second.to_string(),
+                self.actions_per_second.to_string(),
             );
         }
         if limits.log_bytes_per_call > self.log_bytes_per_call {

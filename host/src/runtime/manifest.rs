@@ -64,6 +64,9 @@ pub struct Limits {
     pub handles: u32,
     /// Actions one call may emit; a call that goes over fails.
     pub actions_per_call: u32,
+    /// Actions a second the host executes for the plugin (a burst of one
+    /// second's worth); more wait, and the plugin's deltas with them.
+    pub actions_per_second: u32,
     /// Bytes of `log` records one call may write (`1Mi`); a call that goes
     /// over fails and the rest of its records are dropped.
     #[serde(deserialize_with = "de_bytes")]
@@ -88,6 +91,10 @@ impl Limits {
         for (key, value) in [
             ("limits.handles", u64::from(self.handles)),
             ("limits.actionsPerCall", u64::from(self.actions_per_call)),
+            (
+                "limits.actionsPerSecond",
+                u64::from(self.actions_per_second),
+            ),
             ("limits.logBytesPerCall", self.log_bytes_per_call),
         ] {
             if value == 0 {
@@ -120,6 +127,7 @@ impl Default for Limits {
             max_attempts: None,
             handles: 100_000,
             actions_per_call: 1_000,
+            actions_per_second: 100,
             log_bytes_per_call: 1 << 20,
         }
     }

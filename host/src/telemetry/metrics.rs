@@ -188,6 +188,8 @@ pub struct Metrics {
     reloads: Family<L1, Counter>,
     load_failures: Family<L1, Counter>,
     limit_exceeded: Family<L2, Counter>,
+    throttled: Family<L1, Counter>,
+    throttle_seconds: Family<L1, Counter<f64>>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -259,6 +261,18 @@ impl Metrics {
             "Handler calls failed because they went over a cap of the plugin's limits (handles, actions_per_call, log_bytes_per_call), by plugin and limit",
             limit_exceeded.clone(),
         );
+        let throttled = Family::<L1, Counter>::default();
+        registry.register(
+            "kubewasm_plugin_actions_throttled",
+            "Actions that waited for the plugin's limits.actionsPerSecond, by plugin",
+            throttled.clone(),
+        );
+        let throttle_seconds = Family::<L1, Counter<f64>>::default();
+        registry.register(
+            "kubewasm_plugin_action_throttle_seconds",
+            "Seconds actions waited for the plugin's limits.actionsPerSecond, by plugin",
+            throttle_seconds.clone(),
+        );
         registry.register(
             "kubewasm_build",
             "Build of this kubewasm binary",
@@ -277,7 +291,19 @@ impl Metrics {
             reloads,
             load_failures,
             limit_exceeded,
+            throttled,
+            throttle_seconds,
         }
+    }
+
+    /// Plugin `plugin`'s action budget of `per_second`, counted.
+    pub fn action_rate(&self, plugin: &str, per_second: u32) -> crate::actions::rate::ActionRate {
+        let label = [("plugin", plugin.to_owned())];
+        crate::actions::rate::ActionRate::new(
+            per_second,
+            self.throttled.get_or_create_owned(&label),
+            self.throttle_seconds.get_or_create_owned(&label),
+        )
     }
 
     /// Handles for plugin `plugin`'s calls failed on a cap.

@@ -108,12 +108,17 @@ async fn main() -> anyhow::Result<()> {
     }
     let sidecars = |n: u8| {
         // Two spellings of one selector: each swap is a new version with
-        // the same behaviour.
-        if n.is_multiple_of(2) {
-            "config: {namespaceSelector: tenant=yes}\n".to_owned()
+        // the same behaviour. 200 changes/s are 400 copies/s: over the
+        // default action rate.
+        let config = if n.is_multiple_of(2) {
+            "config: {namespaceSelector: tenant=yes}\n"
         } else {
-            "config: {namespaceSelector: \"tenant in (yes)\"}\n".to_owned()
-        }
+            "config: {namespaceSelector: \"tenant in (yes)\"}\n"
+        };
+        format!(
+            "{config}limits: {{actionsPerSecond: 2000}}\n{}",
+            kubewasm_tests::REPLICATOR_ACCESS
+        )
     };
     let base = repo_root().join("deploy/base/plugins");
     let read = |f: &str| std::fs::read_to_string(base.join(f)).ok();

@@ -1,0 +1,154 @@
+//! A plugin's action rate (`limits.actionsPerSecond`): one plugin that
+//! emits thousands of actions must not take the API server's attention
+//! from the others, and when it waits on its rate the operator is told
+//! (a warning naming the limit, and the throttle counters) instead of
+//! seeing a silent queue.
+
+use std::num::NonZeroU32;
+use std::time::{Duration, Instant};
+
+use governor::clock::{Clock, DefaultClock};
+use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
+use parking_lot::Mutex;
+use prometheus_client::metrics::counter::Counter;
+use tokio_util::sync::CancellationToken;
+
+/// How often a throttled plugin's warning repeats, at most.
+const WARN_EVERY: Duration = Duration::from_secs(10);
+
+/// Rates above this are not limited (the limiter's nanosecond clock cannot
+/// space actions closer).
+pub const UNLIMITED_ABOVE: u32 = 1_000_000;
+
+/// The budget one plugin's actions are drawn from (shared by its versions'
+/// instances; a burst of one second's worth).
+pub struct ActionRate {
+    limiter: Option<DefaultDirectRateLimiter>,
+    per_second: u32,
+    last_warning: Mutex<Option<Instant>>,
+    throttled: Counter,
+    waited: Counter<f64>,
+}
+
+impl std::fmt::Debug for ActionRate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ActionRate")
+            .field("per_second", &self.per_second)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The wait was abandoned: the plugin version is stopping.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Abandoned;
+
+impl ActionRate {
+    /// `per_second` actions a second (0, or over [`UNLIMITED_ABOVE`]:
+    /// unlimited), counting waits into `throttled` (actions that waited)
+    /// and `waited` (seconds).
+    pub fn new(per_second: u32, throttled: Counter, waited: Counter<f64>) -> Self {
+        Self {
+            limiter: NonZeroU32::new(per_second)
+                .filter(|r| r.get() <= UNLIMITED_ABOVE)
+                .map(|r| RateLimiter::direct(Quota::per_second(r).allow_burst(r))),
+            per_second,
+            last_warning: Mutex::new(None),
+            throttled,
+            waited,
+        }
+    }
+
+    /// No limit (library callers and tests outside a dispatcher).
+    pub fn unlimited() -> Self {
+        Self::new(0, Counter::default(), Counter::default())
+    }
+
+    /// Waits until the next action may go, or until `stop`.
+    pub async fn acquire(&self, plugin: &str, stop: &CancellationToken) -> Result<(), Abandoned> {
+        let Some(limiter) = &self.limiter else {
+            return Ok(());
+        };
+        let mut started = None;
+        loop {
+            match limiter.check() {
+                Ok(()) => break,
+                Err(not_until) => {
+                    let wait = not_until.wait_time_from(DefaultClock::default().now());
+                    let since = *started.get_or_insert_with(|| {
+                        self.throttled.inc();
+                        self.warn(plugin);
+                        Instant::now()
+                    });
+                    tokio::select! {
+                        biased;
+                        () = stop.cancelled() => {
+                            self.waited.inc_by(since.elapsed().as_secs_f64());
+                            return Err(Abandoned);
+                        }
+                        () = tokio::time::sleep(wait) => {}
+                    }
+                }
+            }
+        }
+        if let Some(since) = started {
+            self.waited.inc_by(since.elapsed().as_secs_f64());
+        }
+        Ok(())
+    }
+
+    fn warn(&self, plugin: &str) {
+        let now = Instant::now();
+        let mut last = self.last_warning.lock();
+        if last.is_some_and(|t| now.duration_since(t) < WARN_EVERY) {
+            return;
+        }
+        *last = Some(now);
+        tracing::warn!(
+            plugin,
+            actions_per_second = self.per_second,
+            "plugin's actions are throttled at its limits.actionsPerSecond; its deltas wait meanwhile (raise it in the plugin's sidecar if the API server can take more)"
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_burst_over_the_rate_waits_and_is_counted() {
+        let throttled = Counter::default();
+        let waited = Counter::<f64>::default();
+        let rate = ActionRate::new(20, throttled.clone(), waited.clone());
+        let stop = CancellationToken::new();
+        let start = Instant::now();
+        // One second's burst goes at once, the next 10 at 20/s.
+        for _ in 0..30 {
+            rate.acquire("p", &stop).await.unwrap();
+        }
+        let took = start.elapsed();
+        assert!(took >= Duration::from_millis(400), "{took:?}");
+        assert_eq!(throttled.get(), 10);
+        assert!(waited.get() >= 0.4, "{}", waited.get());
+    }
+
+    #[tokio::test]
+    async fn a_stopping_version_abandons_the_wait() {
+        let rate = ActionRate::new(1, Counter::default(), Counter::default());
+        let stop = CancellationToken::new();
+        rate.acquire("p", &stop).await.unwrap();
+        stop.cancel();
+        assert_eq!(rate.acquire("p", &stop).await, Err(Abandoned));
+    }
+
+    #[tokio::test]
+    async fn zero_is_unlimited() {
+        let throttled = Counter::default();
+        let rate = ActionRate::new(0, throttled.clone(), Counter::default());
+        let stop = CancellationToken::new();
+        for _ in 0..10_000 {
+            rate.acquire("p", &stop).await.unwrap();
+        }
+        assert_eq!(throttled.get(), 0);
+    }
+}
