@@ -425,6 +425,7 @@ impl PluginHost {
 
     /// Compiles, registers and subscribes a version (not delivering until
     /// [`Dispatcher::start_when_synced`]); `previous` is cut just before.
+    /// Everything is validated before any informer is touched.
     async fn start(
         &self,
         name: &str,
@@ -432,6 +433,83 @@ impl PluginHost {
         manifest: Manifest,
         previous: Option<&PluginVersion>,
     ) -> Result<PluginVersion, LoadError> {
+        let Instances {
+            prepared,
+            actors,
+            registration,
+            start_time,
+        } = self.instantiate(name, bytes, manifest).await?;
+        let resolved = self.resolve_subscriptions(&registration)?;
+        let (writes, write_kinds) = self.resolve_writes(&registration)?;
+        let grant = prepared.manifest.grant(name);
+        let resolved = narrow_to_grant(&grant, resolved, &write_kinds)?;
+        let plugin: Arc<str> = Arc::from(name);
+        let dispatcher = self.dispatcher(&plugin, &prepared, &actors, &resolved);
+
+        // Read before subscribing: if leadership is gained after this, the
+        // version is replayed for the new term.
+        let term = self.leadership.state().term;
+        if let Some(previous) = previous {
+            previous.cut();
+        }
+        let subscribed = self.subscribe(&plugin, resolved.clone());
+        let version_id = self
+            .versions
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let (index_map, indexes) =
+            match self.add_indexes(name, version_id, &registration, &subscribed) {
+                Ok(built) => built,
+                Err(e) => {
+                    self.undo(&subscribed.handles);
+                    return Err(e);
+                }
+            };
+        let scope = Arc::new(PluginScope {
+            kinds: self.kinds.clone(),
+            reads: subscribed.reads,
+            indexes: index_map,
+            writes,
+            grant,
+        });
+        for actor in &actors {
+            actor.set_scope(scope.clone());
+        }
+        for (filter, informer, rx) in subscribed.intakes {
+            dispatcher.add_intake(filter, informer, rx, term);
+        }
+        tracing::info!(
+            plugin = name,
+            compile = ?prepared.compile_source,
+            compile_ms = prepared.compile_time.as_millis() as u64,
+            start_ms = start_time.as_millis() as u64,
+            subscriptions = registration.subscriptions.len(),
+            "plugin version started"
+        );
+        Ok(PluginVersion {
+            name: plugin,
+            load: LoadInfo {
+                compile_source: prepared.compile_source,
+                compile_time: prepared.compile_time,
+                start_time,
+            },
+            registration,
+            dispatcher,
+            subscriptions: resolved,
+            handles: parking_lot::Mutex::new(subscribed.handles),
+            term: std::sync::atomic::AtomicU64::new(term),
+            indexes,
+            prepared,
+        })
+    }
+
+    /// Compiles the component (off the async threads), starts its
+    /// instances and registers each; the kinds it names are learnt.
+    async fn instantiate(
+        &self,
+        name: &str,
+        bytes: Vec<u8>,
+        manifest: Manifest,
+    ) -> Result<Instances, LoadError> {
         let runtime = self.runtime.clone();
         let owned_name = name.to_owned();
         let prepared =
@@ -457,9 +535,20 @@ impl PluginHost {
         }
         let registration = registration.ok_or_else(|| LoadError::Start("no instance".into()))?;
         self.learn_kinds(name, &registration).await?;
-        let start_time = started.elapsed();
+        Ok(Instances {
+            prepared,
+            actors,
+            registration,
+            start_time: started.elapsed(),
+        })
+    }
 
-        // Validate and resolve everything before touching any informer.
+    /// Each subscription as an informer spec and a delivery filter, or an
+    /// error naming the subscription and what is wrong with it.
+    fn resolve_subscriptions(
+        &self,
+        registration: &Registration,
+    ) -> Result<Vec<(InformerSpec, SubscriptionFilter)>, LoadError> {
         let mut resolved = Vec::new();
         for (i, sub) in registration.subscriptions.iter().enumerate() {
             let bad = |m: String| {
@@ -487,12 +576,10 @@ impl PluginHost {
                     kind.resource_name()
                 )));
             }
-            for f in &sub.fields {
-                if !f.starts_with('/') {
-                    return Err(bad(format!(
-                        "field {f:?} is not a JSON pointer (it must start with '/')"
-                    )));
-                }
+            if let Some(f) = sub.fields.iter().find(|f| !f.starts_with('/')) {
+                return Err(bad(format!(
+                    "field {f:?} is not a JSON pointer (it must start with '/')"
+                )));
             }
             let spec = InformerSpec {
                 kind: kind.clone(),
@@ -509,6 +596,14 @@ impl PluginHost {
             };
             resolved.push((spec, filter));
         }
+        Ok(resolved)
+    }
+
+    /// The kinds the registration declares it writes.
+    fn resolve_writes(
+        &self,
+        registration: &Registration,
+    ) -> Result<(HashSet<crate::kind::Gvk>, Vec<crate::kind::KindInfo>), LoadError> {
         let mut writes = HashSet::new();
         let mut write_kinds = Vec::new();
         for w in &registration.writes {
@@ -519,91 +614,111 @@ impl PluginHost {
             writes.insert(info.gvk.clone());
             write_kinds.push(info);
         }
-        let grant = prepared.manifest.grant(name);
-        let resolved = narrow_to_grant(&grant, resolved, &write_kinds)?;
+        Ok((writes, write_kinds))
+    }
 
+    /// The version's dispatcher: the host's dispatch options, with the
+    /// sidecar's where it sets them.
+    fn dispatcher(
+        &self,
+        plugin: &Arc<str>,
+        prepared: &crate::runtime::Prepared,
+        actors: &[Arc<Actor>],
+        resolved: &[(InformerSpec, SubscriptionFilter)],
+    ) -> Dispatcher {
         let stats = self
             .stats
             .lock()
-            .entry(name.to_owned())
+            .entry(plugin.to_string())
             .or_insert_with(|| Arc::new(PluginStats::default()))
             .clone();
-        let plugin: Arc<str> = Arc::from(name);
         let kinds: Vec<String> = resolved
             .iter()
             .map(|(spec, _)| spec.kind.resource_name())
             .collect();
         let telemetry = PluginTelemetry {
-            counters: self.telemetry.metrics().plugin(name, &kinds),
+            counters: self.telemetry.metrics().plugin(plugin, &kinds),
             telemetry: self.telemetry.clone(),
         };
-        let dispatcher = Dispatcher::new(
+        let limits = &prepared.manifest.limits;
+        Dispatcher::new(
             plugin.clone(),
-            actors.clone(),
+            actors.to_vec(),
             self.executor.clone(),
             self.activity.clone(),
             stats,
             DispatchOptions {
-                // The sidecar overrides the host config only where it sets a key.
-                max_attempts: prepared
-                    .manifest
-                    .limits
-                    .max_attempts
-                    .unwrap_or(self.dispatch.max_attempts),
-                actions_per_second: prepared.manifest.limits.actions_per_second,
+                max_attempts: limits.max_attempts.unwrap_or(self.dispatch.max_attempts),
+                actions_per_second: limits.actions_per_second,
                 ..self.dispatch.clone()
             },
             self.leadership.clone(),
             telemetry,
-        );
-        // Read before subscribing: if leadership is gained after this, the
-        // version is replayed for the new term.
-        let term = self.leadership.state().term;
-        let subscriptions = resolved.clone();
-        if let Some(previous) = previous {
-            previous.cut();
-        }
-        let mut handles = Vec::new();
-        let mut intakes = Vec::new();
-        // Every subscription's cache is readable: two subscriptions to one
-        // kind (other namespaces or selectors) are two caches.
-        let mut reads: HashMap<_, Vec<CacheView>> = HashMap::new();
+        )
+    }
+
+    /// Subscribes every resolved subscription; every subscription's cache
+    /// is readable (two subscriptions to one kind, in other namespaces or
+    /// with other selectors, are two caches).
+    fn subscribe(
+        &self,
+        plugin: &Arc<str>,
+        resolved: Vec<(InformerSpec, SubscriptionFilter)>,
+    ) -> Subscribed {
+        let mut subscribed = Subscribed {
+            handles: Vec::new(),
+            intakes: Vec::new(),
+            reads: HashMap::new(),
+        };
         for (spec, filter) in resolved {
             let (tx, rx) = mpsc::unbounded_channel();
             let handle = self.informers.subscribe_as(spec, tx, plugin.clone());
-            let same_kind = reads.entry(filter.kind.clone()).or_default();
+            let same_kind = subscribed.reads.entry(filter.kind.clone()).or_default();
             let view = handle.informer.view();
             if !same_kind.iter().any(|v| v.id() == view.id()) {
                 same_kind.push(view);
             }
-            intakes.push((filter, handle.informer.clone(), rx));
-            handles.push(handle);
+            subscribed
+                .intakes
+                .push((filter, handle.informer.clone(), rx));
+            subscribed.handles.push(handle);
         }
-        let version_id = self
-            .versions
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        subscribed
+    }
+
+    /// The registration's indexes, each over every cache of its kind the
+    /// plugin reads (added here, where the informers are owned; the plugin
+    /// gets read-only views).
+    #[allow(clippy::type_complexity)]
+    fn add_indexes(
+        &self,
+        name: &str,
+        version_id: u64,
+        registration: &Registration,
+        subscribed: &Subscribed,
+    ) -> Result<
+        (
+            HashMap<String, Vec<(CacheView, String)>>,
+            Vec<(Arc<Informer>, String)>,
+        ),
+        LoadError,
+    > {
         let mut index_map = HashMap::new();
         let mut indexes = Vec::new();
         for idx in &registration.indexes {
             let fail = |m: String| LoadError::BadRegistration(format!("index {:?}: {m}", idx.name));
-            let kind = match self.kinds.resolve(&idx.kind) {
-                Ok(k) => k,
-                Err(e) => {
-                    self.undo(&handles);
-                    return Err(fail(e.to_string()));
-                }
-            };
-            if !reads.contains_key(&kind.gvk) {
-                self.undo(&handles);
+            let kind = self
+                .kinds
+                .resolve(&idx.kind)
+                .map_err(|e| fail(e.to_string()))?;
+            if !subscribed.reads.contains_key(&kind.gvk) {
                 return Err(fail(format!("{} is not subscribed", kind.resource_name())));
             }
-            // The index covers every cache of the kind the plugin reads
-            // (added here, where the informers are owned; the plugin gets
-            // read-only views).
             let store_name = format!("{name}#{version_id}/{}", idx.name);
             let mut on = Vec::new();
             let mut added = HashSet::new();
-            for handle in handles
+            for handle in subscribed
+                .handles
                 .iter()
                 .filter(|h| h.informer.spec().kind.gvk == kind.gvk)
             {
@@ -616,42 +731,7 @@ impl PluginHost {
             }
             index_map.insert(idx.name.clone(), on);
         }
-        let scope = Arc::new(PluginScope {
-            kinds: self.kinds.clone(),
-            reads,
-            indexes: index_map,
-            writes,
-            grant,
-        });
-        for actor in &actors {
-            actor.set_scope(scope.clone());
-        }
-        for (filter, informer, rx) in intakes {
-            dispatcher.add_intake(filter, informer, rx, term);
-        }
-        tracing::info!(
-            plugin = name,
-            compile = ?prepared.compile_source,
-            compile_ms = prepared.compile_time.as_millis() as u64,
-            start_ms = start_time.as_millis() as u64,
-            subscriptions = registration.subscriptions.len(),
-            "plugin version started"
-        );
-        Ok(PluginVersion {
-            name: plugin,
-            load: LoadInfo {
-                compile_source: prepared.compile_source,
-                compile_time: prepared.compile_time,
-                start_time,
-            },
-            registration,
-            dispatcher,
-            subscriptions,
-            handles: parking_lot::Mutex::new(handles),
-            term: std::sync::atomic::AtomicU64::new(term),
-            indexes,
-            prepared,
-        })
+        Ok((index_map, indexes))
     }
 
     fn undo(&self, handles: &[SubscriptionHandle]) {
@@ -659,6 +739,27 @@ impl PluginHost {
             self.informers.unsubscribe(h);
         }
     }
+}
+
+/// A version's started, registered instances.
+struct Instances {
+    prepared: Arc<crate::runtime::Prepared>,
+    actors: Vec<Arc<Actor>>,
+    registration: Registration,
+    /// Instantiation plus `register` on every instance.
+    start_time: Duration,
+}
+
+/// A version's subscriptions, before its dispatcher takes their intakes.
+struct Subscribed {
+    handles: Vec<SubscriptionHandle>,
+    intakes: Vec<(
+        SubscriptionFilter,
+        Arc<Informer>,
+        mpsc::UnboundedReceiver<crate::informer::Delta>,
+    )>,
+    /// Per kind, the caches the plugin may read.
+    reads: HashMap<crate::kind::Gvk, Vec<CacheView>>,
 }
 
 /// `item` of `key`, moved to subscription `index` of a new version with
