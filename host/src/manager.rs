@@ -137,6 +137,11 @@ impl PluginVersion {
     /// Stops with nobody to take over what it did not handle.
     async fn stop_for_good(&self, informers: &InformerSet) {
         let left = self.stop(informers).await;
+        tracing::info!(
+            plugin = %self.name,
+            unhandled = left.len(),
+            "plugin version stopped; what it had not handled is in the next leader's (or the next start's) replay"
+        );
         self.dispatcher.drop_items(&left);
     }
 }
