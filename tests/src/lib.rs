@@ -5,6 +5,7 @@
 pub mod controlplane;
 
 pub mod e2e;
+pub mod faultproxy;
 
 pub mod incluster;
 

@@ -1531,3 +1531,158 @@ async fn sigterm_with_a_slow_plugin_drains_within_the_grace() {
         "sigterm with a slow plugin: exited 0 after {took:?}, {left} deltas left to the replay"
     );
 }
+
+/// 429 and 5xx storms on writes: a proxy between the host and the API
+/// server answers one write in two itself (429 with Retry-After, 500, 503,
+/// 504 in turn) for the whole run. The host retries: every copy follows its
+/// source, none outlives it, the recorder saw each delta exactly once, no
+/// delta is dead, and the host exits 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn write_storms_of_429_and_5xx_lose_and_double_nothing() {
+    use kube::api::ListParams;
+    use kubewasm_tests::faultproxy::FaultProxy;
+    let cp = ControlPlane::shared();
+    let client = cp.admin_client().await;
+    let src = "e2e-storm-src";
+    let tenants = ["e2e-storm-t1", "e2e-storm-t2"];
+    namespace(&client, src, json!({})).await;
+    for t in tenants {
+        namespace(&client, t, json!({"storm-tenant": "yes"})).await;
+    }
+    let proxy = FaultProxy::start(client.clone()).await;
+    proxy.storm(2);
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = proxy.kubeconfig(dir.path());
+    let replicator = format!(
+        "config: {{sourceSelector: storm-source=yes, namespaceSelector: storm-tenant=yes}}\n{}",
+        kubewasm_tests::REPLICATOR_ACCESS
+    );
+    let host = HostProcess::start(
+        &kubeconfig,
+        &[
+            ("config-replicator", "config_replicator", Some(&replicator)),
+            (
+                "recorder",
+                "recorder",
+                Some(&recorder_sidecar(src, &["configmaps"])),
+            ),
+        ],
+    );
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), src);
+    let source = |name: &str, v: u32| {
+        cm(
+            src,
+            name,
+            json!({"storm-source": "yes"}),
+            json!({"v": v.to_string()}),
+        )
+    };
+    // Creates, updates, deletes and a source that stops being one.
+    for i in 0..10 {
+        api.create(&PostParams::default(), &source(&format!("s-{i}"), 0))
+            .await
+            .unwrap();
+    }
+    for i in 0..10 {
+        set_cm(&api, &format!("s-{i}"), "1").await;
+    }
+    for i in 0..3 {
+        api.delete(&format!("s-{i}"), &DeleteParams::default())
+            .await
+            .unwrap();
+    }
+    for i in 10..13 {
+        api.create(&PostParams::default(), &source(&format!("s-{i}"), 2))
+            .await
+            .unwrap();
+    }
+    api.patch(
+        "s-9",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"labels": {"storm-source": null}}})),
+    )
+    .await
+    .unwrap();
+    for i in 3..13 {
+        set_cm(&api, &format!("s-{i}"), "3").await;
+    }
+
+    // Converges while the storm goes on.
+    eventually(
+        "copies equal their sources under the storm",
+        WAIT,
+        || async {
+            let sources: BTreeMap<String, Option<BTreeMap<String, String>>> = api
+                .list(&ListParams::default().labels("storm-source=yes"))
+                .await
+                .ok()?
+                .items
+                .into_iter()
+                .map(|c| (c.metadata.name.unwrap(), c.data))
+                .collect();
+            for t in tenants {
+                let copies: BTreeMap<String, Option<BTreeMap<String, String>>> =
+                    Api::<ConfigMap>::namespaced(client.clone(), t)
+                        .list(&ListParams::default().labels("kubewasm.io/replica"))
+                        .await
+                        .ok()?
+                        .items
+                        .into_iter()
+                        .map(|c| (c.metadata.name.unwrap(), c.data))
+                        .collect();
+                if copies != sources {
+                    return None;
+                }
+            }
+            (sources.len() == 9).then_some(())
+        },
+    )
+    .await;
+    let server = configmap_versions(&api).await;
+    let seen = eventually("the recorder's view equals the server's", WAIT, || async {
+        let seen = recorded(&client, src).await;
+        (view(&seen) == server).then_some(seen)
+    })
+    .await;
+    // Exactly once: no delta (type, object, version) recorded twice.
+    let mut once = std::collections::BTreeSet::new();
+    for s in &seen {
+        assert!(
+            once.insert((s.delta.clone(), s.name.clone(), s.rv.clone())),
+            "recorded twice: {}",
+            s.short()
+        );
+    }
+    let addr = host.metrics_addr(WAIT).await;
+    let (_, _, metrics) = http_get(addr, "/metrics").unwrap();
+    let retries: f64 = metrics
+        .lines()
+        .filter(|l| l.starts_with("kubewasm_action_retries_total{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    for plugin in ["config-replicator", "recorder"] {
+        let dead = format!("kubewasm_plugin_dead_letters_total{{plugin=\"{plugin}\"}}");
+        assert_eq!(sample(&metrics, &dead), Some(0.0), "{dead}\n{metrics}");
+    }
+    let injected = proxy.injected();
+    assert!(injected >= 20, "only {injected} writes refused");
+    // kube's client retries 429, 503 and 504 itself (honouring
+    // Retry-After); a 500 reaches the executor, which retries it.
+    let by_status = proxy.injected_by_status();
+    let five_hundreds = by_status
+        .iter()
+        .find(|(c, _)| *c == 500)
+        .map_or(0, |(_, n)| *n);
+    assert!(five_hundreds >= 1, "{by_status:?}");
+    assert!(
+        retries >= five_hundreds as f64,
+        "{retries} executor retries for {five_hundreds} injected 500s"
+    );
+    proxy.calm();
+    let (status, log) = host.stop_with_logs();
+    assert!(status.success(), "exit {status:?}; log:\n{log}");
+    eprintln!(
+        "write storm: {injected} writes refused {by_status:?}, {retries} executor retries, {} deltas recorded once each, nothing dead",
+        seen.len()
+    );
+}
