@@ -92,12 +92,34 @@ pub struct Summary {
     pub actions_failed: u64,
     /// Plugin files that failed to load, with the error.
     pub failed_loads: BTreeMap<String, String>,
+    /// Informers the API server refused (403) at the end of the run:
+    /// informer, the refusal, and the plugins that could not sync.
+    pub refused_informers: Vec<RefusedInformer>,
+}
+
+/// An informer refused with 403, as the summary reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RefusedInformer {
+    pub informer: String,
+    pub verb: &'static str,
+    pub message: String,
+    pub plugins: Vec<String>,
 }
 
 impl Summary {
     /// Why a `--until-idle` run did not do all it was asked: plugins that
-    /// failed to load and deltas that went to dead letters. Empty when clean.
+    /// failed to load, informers the API server refused and deltas that
+    /// went to dead letters. Empty when clean.
     pub fn problems(&self) -> Vec<String> {
+        let refused = self.refused_informers.iter().map(|r| {
+            format!(
+                "informer {}: forbidden to {} ({}); plugins {} never synced: grant the host's identity list and watch on it",
+                r.informer,
+                r.verb,
+                r.message,
+                r.plugins.join(", ")
+            )
+        });
         let loads = self
             .failed_loads
             .iter()
@@ -124,7 +146,7 @@ impl Summary {
                 }
                 line
             });
-        loads.chain(dead).collect()
+        loads.chain(refused).chain(dead).collect()
     }
 }
 
@@ -149,6 +171,10 @@ impl std::fmt::Display for Summary {
         )
     }
 }
+
+/// How long `--until-idle` waits on informers refused with 403 (which the
+/// informer retries with backoff) once nothing else is left.
+const REFUSAL_SETTLES: Duration = Duration::from_secs(5);
 
 /// What differs between the local cluster and a real one.
 struct Backend {
@@ -372,8 +398,32 @@ impl App {
     pub async fn wait_idle(&self) {
         let start = Instant::now();
         let mut last_report = Instant::now();
+        let mut refused_since: Option<Instant> = None;
         loop {
             let informers = self.host.informers();
+            // A refused informer never syncs, and its plugins never start:
+            // once everything else is done (and the refusal has lasted a few
+            // of the informer's retries), the run ends; its summary reports
+            // the refusal and the exit is non-zero.
+            let all = informers.informers();
+            let refused = all.iter().any(|i| i.forbidden().is_some());
+            if refused
+                && all
+                    .iter()
+                    .all(|i| i.has_synced() || i.forbidden().is_some())
+                && self.host.all_idle_or_refused().await
+            {
+                let since = *refused_since.get_or_insert_with(Instant::now);
+                if since.elapsed() >= REFUSAL_SETTLES {
+                    tracing::warn!(
+                        elapsed_ms = start.elapsed().as_millis() as u64,
+                        "idle but for plugins whose informers the API server refuses"
+                    );
+                    return;
+                }
+            } else {
+                refused_since = None;
+            }
             let synced = informers.all_synced();
             if synced && self.activity.is_idle() && self.host.all_idle().await {
                 let before = self.activity.emitted.load(Ordering::SeqCst);
@@ -409,6 +459,25 @@ impl App {
         }
     }
 
+    /// Informers the API server refuses now (gone after shutdown: read
+    /// them before).
+    pub fn refused_informers(&self) -> Vec<RefusedInformer> {
+        self.host
+            .informers()
+            .informers()
+            .iter()
+            .filter_map(|i| {
+                let f = i.forbidden()?;
+                Some(RefusedInformer {
+                    informer: i.spec().to_string(),
+                    verb: f.verb,
+                    message: f.message,
+                    plugins: i.subscriber_names(),
+                })
+            })
+            .collect()
+    }
+
     pub fn summary(&self) -> Summary {
         Summary {
             plugins: self
@@ -432,6 +501,7 @@ impl App {
             actions_applied: self.executor.stats.applied.load(Ordering::Relaxed),
             actions_failed: self.executor.stats.failed.load(Ordering::Relaxed),
             failed_loads: self.plugin_dir.failures(),
+            refused_informers: self.refused_informers(),
         }
     }
 

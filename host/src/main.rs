@@ -374,11 +374,14 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             () = app.wait_idle() => {}
             () = shutdown_signal() => tracing::info!("signal received; shutting down"),
         }
+        // Informers stop with their plugins: read the refused ones first.
+        let refused = app.refused_informers();
         app.shutdown().await;
         if let Some(server) = server {
             server.stop().await;
         }
-        let summary = app.summary();
+        let mut summary = app.summary();
+        summary.refused_informers = refused;
         writeln!(std::io::stdout().lock(), "{summary}")?;
         let problems = summary.problems();
         anyhow::ensure!(

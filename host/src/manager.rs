@@ -418,6 +418,16 @@ impl PluginHost {
         self.plugins.lock().await.values().all(|p| p.is_idle())
     }
 
+    /// Whether every plugin is idle or waits on an informer the API server
+    /// refuses (it cannot go on until the host's identity is granted).
+    pub async fn all_idle_or_refused(&self) -> bool {
+        self.plugins
+            .lock()
+            .await
+            .values()
+            .all(|p| p.is_idle() || p.informers().iter().any(|i| i.forbidden().is_some()))
+    }
+
     /// Stops every plugin, draining in-flight calls.
     pub async fn shutdown(&self) {
         let all: Vec<_> = std::mem::take(&mut *self.plugins.lock().await)

@@ -1311,6 +1311,42 @@ async fn a_forbidden_informer_marks_its_plugin_broken_on_readyz_until_granted() 
     );
     // The log names the plugin too.
     host.wait_log("plugins=pods-denied", WAIT).await;
+    // A one-shot run with the same identity does not wait forever: it ends
+    // once nothing else is left, says what to grant, and exits non-zero.
+    let plugins = tempfile::tempdir().unwrap();
+    install(
+        plugins.path(),
+        "pods-denied",
+        "testkit",
+        Some(kubewasm_tests::TESTKIT_ACCESS),
+    );
+    let kubeconfig = cp.user_kubeconfig().to_owned();
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(kubewasm_bin())
+            .args([
+                "run",
+                "--until-idle",
+                "--metrics-addr",
+                "off",
+                "--kubeconfig",
+            ])
+            .arg(&kubeconfig)
+            .arg("--plugins")
+            .arg(plugins.path())
+            .env_remove("KUBECONFIG")
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{:?}\n{stderr}", out.status);
+    assert!(
+        stderr.lines().any(|l| l.contains("informer pods")
+            && (l.contains("forbidden to list") || l.contains("forbidden to watch"))
+            && l.contains("plugins pods-denied never synced")),
+        "{stderr}"
+    );
     grant("e2e-forbidden-pods", json!(["pods"])).await;
     // The watcher retries with backoff (up to about 30 s between tries).
     eventually(

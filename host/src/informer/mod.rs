@@ -565,10 +565,11 @@ impl InformerSet {
         name: Arc<str>,
     ) -> SubscriptionHandle {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let informer = {
+        let (informer, created) = {
             let mut map = self.informers.lock();
-            map.entry(spec.clone())
-                .or_insert_with(|| {
+            match map.get(&spec) {
+                Some(existing) => (existing.clone(), false),
+                None => {
                     let (synced_tx, _) = watch::channel(false);
                     let informer = Arc::new(Informer {
                         spec: spec.clone(),
@@ -588,21 +589,26 @@ impl InformerSet {
                             .metrics()
                             .informer(&spec.kind.resource_name()),
                     });
-                    tracing::info!(informer = %spec, "starting informer");
-                    let guard = self.telemetry.task(format!("informer {spec}"));
-                    let run = informer.clone().run(self.source.clone());
-                    self.tasks.spawn(async move {
-                        if run.await {
-                            guard.done();
-                        } else {
-                            guard.failed("its watch stream ended");
-                        }
-                    });
-                    informer
-                })
-                .clone()
+                    map.insert(spec.clone(), informer.clone());
+                    (informer, true)
+                }
+            }
         };
         let cut = informer.add_subscriber(id, name, tx);
+        // Started after its first subscriber is in: what it reports at once
+        // (a 403) names the plugin.
+        if created {
+            tracing::info!(informer = %spec, "starting informer");
+            let guard = self.telemetry.task(format!("informer {spec}"));
+            let run = informer.clone().run(self.source.clone());
+            self.tasks.spawn(async move {
+                if run.await {
+                    guard.done();
+                } else {
+                    guard.failed("its watch stream ended");
+                }
+            });
+        }
         SubscriptionHandle { informer, id, cut }
     }
 
