@@ -405,18 +405,27 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn main() -> anyhow::Result<()> {
+fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     kubewasm::telemetry::logging::init(cli.log_format);
-    let rt = tokio::runtime::Builder::new_multi_thread()
+    let result = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
-        .context("cannot start the async runtime")?;
-    match cli.command {
-        Command::Run(args) => rt.block_on(run(*args)),
-        Command::Probe(args) => probe(args),
-        Command::DeadLetters(args) => dead_letters(args),
-        Command::New(args) => new_project(args),
-        Command::Rbac(args) => rt.block_on(rbac(args)),
+        .context("cannot start the async runtime")
+        .and_then(|rt| match cli.command {
+            Command::Run(args) => rt.block_on(run(*args)),
+            Command::Probe(args) => probe(args),
+            Command::DeadLetters(args) => dead_letters(args),
+            Command::New(args) => new_project(args),
+            Command::Rbac(args) => rt.block_on(rbac(args)),
+        });
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            // The cause chain, not a backtrace: these are the user's errors
+            // to act on (and symbolising a backtrace takes seconds).
+            let _ = writeln!(std::io::stderr().lock(), "Error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
     }
 }

@@ -236,3 +236,80 @@ async fn a_plugin_over_its_action_rate_waits_and_none_of_its_actions_is_lost() {
         .unwrap_or_else(|| panic!("no throttle seconds for flood in\n{metrics}"));
     assert!(waited >= 2.5, "{waited}");
 }
+
+/// A guest blocked in a socket read (a peer that accepts and never
+/// answers) is cut at its call's deadline like a sleep: the call fails as a
+/// timeout, the delta goes to dead letters, and the run ends.
+#[test]
+fn a_socket_read_that_never_returns_is_cut_at_the_deadline() {
+    let peer = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = peer.local_addr().unwrap();
+    // Accepts (the kernel's backlog does) and never writes.
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = dir.path().join("cluster");
+    let plugins = dir.path().join("plugins");
+    std::fs::create_dir_all(&cluster).unwrap();
+    std::fs::create_dir_all(&plugins).unwrap();
+    std::fs::write(cluster.join("pods.yaml"), pods(&["stall-1"])).unwrap();
+    install(
+        &plugins,
+        "stalled",
+        "testkit",
+        Some(&format!(
+            "config: {{mode: stall, connect: ['{addr}']}}\nlimits: {{timeout: 500ms, maxAttempts: 1}}\ngrants:\n  network: {{allow: ['{addr}']}}\n{}",
+            kubewasm_tests::TESTKIT_ACCESS
+        )),
+    );
+    let bin = kubewasm_bin();
+    let started = Instant::now();
+    let mut child = Command::new(bin)
+        .args(["--log-format", "text", "run", "--until-idle", "--local"])
+        .arg(&cluster)
+        .arg("--plugins")
+        .arg(&plugins)
+        .arg("--cache-dir")
+        .arg(dir.path().join("cache"))
+        .env_remove("KUBECONFIG")
+        .env("RUST_LOG", "info")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(dir.path().join("stderr")).unwrap())
+        .spawn()
+        .unwrap();
+    // Uncut, the read blocks for good: fail instead of hanging the suite.
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if started.elapsed() > Duration::from_secs(60) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "the run still blocked after 60 s: the read was not cut\n{}",
+                std::fs::read_to_string(dir.path().join("stderr")).unwrap_or_default()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let stderr = std::fs::read_to_string(dir.path().join("stderr")).unwrap();
+    let elapsed = started.elapsed();
+    assert!(!status.success(), "{stderr}");
+    assert!(
+        stderr.contains("plugin stalled: 1 delta(s) went to dead letters"),
+        "{stderr}"
+    );
+    assert!(
+        stderr
+            .lines()
+            .any(|l| l.contains("plugin exceeded its 500ms deadline") && l.contains("stalled")),
+        "{stderr}"
+    );
+    // Bounded by the deadline, not by the peer (which never answers): the
+    // instance blocked in the read does not hold the run's exit.
+    assert!(
+        !stderr.contains("did not finish within the stop grace"),
+        "{elapsed:?}\n{stderr}"
+    );
+    assert!(elapsed < Duration::from_secs(10), "{elapsed:?}\n{stderr}");
+    eprintln!("socket read cut: the run took {elapsed:?}");
+    drop(peer);
+}

@@ -6,16 +6,23 @@
 //! timeout whatever the guest does next.
 //!
 //! `wasi:io/poll`'s `poll` and `pollable.block` are shadowed too, so a wait
-//! on any pollable (a socket, a stream) also ends at the deadline. Not
-//! covered: a stream's own `blocking-read` / `blocking-write-and-flush`.
+//! on any pollable (a socket, a stream) also ends at the deadline, and so
+//! are the streams' own blocking methods (`blocking-read`, `blocking-skip`,
+//! `blocking-write-and-flush`, `blocking-write-zeroes-and-flush`,
+//! `blocking-flush`, `blocking-splice`): one cut at the deadline answers
+//! `closed`, and the call fails as a timeout.
 
 use std::time::Duration;
 
 use wasmtime::StoreContextMut;
+use wasmtime::component::ResourceTable;
 use wasmtime::component::{Linker, Resource};
 use wasmtime_wasi::WasiView;
 use wasmtime_wasi::clocks::WasiClocksCtxView;
-use wasmtime_wasi::p2::{DynPollable, Pollable, subscribe};
+use wasmtime_wasi::p2::bindings::sync::io::streams as sync_streams;
+use wasmtime_wasi::p2::{
+    DynInputStream, DynOutputStream, DynPollable, Pollable, StreamError, StreamResult, subscribe,
+};
 
 use super::host::HostState;
 
@@ -24,6 +31,8 @@ use super::host::HostState;
 pub const CLOCKS_INSTANCE: &str = "wasi:clocks/monotonic-clock@0.2.12";
 /// Likewise for `wasi:io/poll`.
 pub const POLL_INSTANCE: &str = "wasi:io/poll@0.2.12";
+/// Likewise for `wasi:io/streams`.
+pub const STREAMS_INSTANCE: &str = "wasi:io/streams@0.2.12";
 
 /// A wait that ends at a fixed instant.
 struct Sleep(tokio::time::Instant);
@@ -135,7 +144,96 @@ pub fn add_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
             Ok(())
         },
     )?;
+    add_streams(linker)?;
     linker.allow_shadowing(false);
+    Ok(())
+}
+
+/// Runs a stream's blocking method `op`, cut at the call's deadline.
+fn bounded<T>(
+    mut store: StoreContextMut<'_, HostState>,
+    op: impl AsyncFnOnce(&mut ResourceTable) -> StreamResult<T>,
+) -> wasmtime::Result<(Result<T, sync_streams::StreamError>,)> {
+    let left = remaining(&store);
+    let (result, cut) = {
+        let table = store.data_mut().ctx().table;
+        match left {
+            None => (wasmtime_wasi::runtime::in_tokio(op(table)), false),
+            Some(left) => {
+                match wasmtime_wasi::runtime::in_tokio(async {
+                    tokio::time::timeout(left, op(table)).await
+                }) {
+                    Ok(r) => (r, false),
+                    Err(_) => (Err(StreamError::Closed), true),
+                }
+            }
+        }
+    };
+    if cut {
+        store.data_mut().wait_cut = true;
+    }
+    match result {
+        Ok(v) => Ok((Ok(v),)),
+        Err(e) => {
+            let table = store.data_mut().ctx().table;
+            Ok((Err(sync_streams::Host::convert_stream_error(table, e)?),))
+        }
+    }
+}
+
+fn add_streams(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
+    use wasmtime_wasi::p2::bindings::io::streams::{HostInputStream, HostOutputStream};
+    let mut streams = linker.instance(STREAMS_INSTANCE)?;
+    streams.func_wrap(
+        "[method]input-stream.blocking-read",
+        |store: StoreContextMut<'_, HostState>, (s, len): (Resource<DynInputStream>, u64)| {
+            bounded(store, async move |t| {
+                HostInputStream::blocking_read(t, s, len).await
+            })
+        },
+    )?;
+    streams.func_wrap(
+        "[method]input-stream.blocking-skip",
+        |store: StoreContextMut<'_, HostState>, (s, len): (Resource<DynInputStream>, u64)| {
+            bounded(store, async move |t| {
+                HostInputStream::blocking_skip(t, s, len).await
+            })
+        },
+    )?;
+    streams.func_wrap(
+        "[method]output-stream.blocking-write-and-flush",
+        |store: StoreContextMut<'_, HostState>,
+         (s, bytes): (Resource<DynOutputStream>, Vec<u8>)| {
+            bounded(store, async move |t| {
+                HostOutputStream::blocking_write_and_flush(t, s, bytes).await
+            })
+        },
+    )?;
+    streams.func_wrap(
+        "[method]output-stream.blocking-write-zeroes-and-flush",
+        |store: StoreContextMut<'_, HostState>, (s, len): (Resource<DynOutputStream>, u64)| {
+            bounded(store, async move |t| {
+                HostOutputStream::blocking_write_zeroes_and_flush(t, s, len).await
+            })
+        },
+    )?;
+    streams.func_wrap(
+        "[method]output-stream.blocking-flush",
+        |store: StoreContextMut<'_, HostState>, (s,): (Resource<DynOutputStream>,)| {
+            bounded(store, async move |t| {
+                HostOutputStream::blocking_flush(t, s).await
+            })
+        },
+    )?;
+    streams.func_wrap(
+        "[method]output-stream.blocking-splice",
+        |store: StoreContextMut<'_, HostState>,
+         (dst, src, len): (Resource<DynOutputStream>, Resource<DynInputStream>, u64)| {
+            bounded(store, async move |t| {
+                HostOutputStream::blocking_splice(t, dst, src, len).await
+            })
+        },
+    )?;
     Ok(())
 }
 

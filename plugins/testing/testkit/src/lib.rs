@@ -25,6 +25,10 @@ enum Mode {
     Sleep,
     Probe,
     Connect,
+    /// Connects to the first `connect` address and reads until the peer
+    /// answers (the tests' peer never does): a guest blocked in a socket
+    /// read, which only the call's deadline ends.
+    Stall,
 }
 
 impl Mode {
@@ -47,7 +51,8 @@ impl Mode {
             | Self::Echo
             | Self::TwoCaches
             | Self::Probe
-            | Self::Connect => "",
+            | Self::Connect
+            | Self::Stall => "",
         }
     }
 }
@@ -131,6 +136,9 @@ impl Plugin for Testkit {
         if self.mode == Mode::Connect {
             return connect(&delta, &self.connect);
         }
+        if self.mode == Mode::Stall {
+            return stall(&delta, &self.connect);
+        }
         let prefix = self.mode.prefix();
         if prefix.is_empty() || !meta.name.starts_with(prefix) {
             return Ok(());
@@ -188,7 +196,8 @@ impl Plugin for Testkit {
             | Mode::Echo
             | Mode::TwoCaches
             | Mode::Probe
-            | Mode::Connect => Ok(()),
+            | Mode::Connect
+            | Mode::Stall => Ok(()),
         }
     }
 }
@@ -286,6 +295,58 @@ fn connect(delta: &Delta, addrs: &[String]) -> Result<(), HandlerError> {
         return Ok(());
     };
     actions::annotate(&target, &[("kubewasm.io/connect", &outcomes.join(";"))])
+}
+
+fn stall(delta: &Delta, addrs: &[String]) -> Result<(), HandlerError> {
+    if delta.delta_type != DeltaType::Added {
+        return Ok(());
+    }
+    let Some(addr) = addrs.first() else {
+        return Err(HandlerError::Permanent(
+            "stall mode needs a connect address".into(),
+        ));
+    };
+    let addr: std::net::SocketAddrV4 = addr
+        .parse()
+        .map_err(|e| HandlerError::Permanent(format!("{addr}: {e}")))?;
+    let n = blocking_read_one(addr).map_err(HandlerError::Retry)?;
+    Err(HandlerError::Retry(format!(
+        "the peer answered {n} byte(s)"
+    )))
+}
+
+/// Connects with raw WASI sockets and blocks in the stream's own
+/// `blocking-read` (what a guest without a poll loop does).
+#[cfg(target_arch = "wasm32")]
+fn blocking_read_one(addr: std::net::SocketAddrV4) -> Result<usize, String> {
+    use wasip2::sockets::network::{IpAddressFamily, IpSocketAddress, Ipv4SocketAddress};
+    let network = wasip2::sockets::instance_network::instance_network();
+    let socket = wasip2::sockets::tcp_create_socket::create_tcp_socket(IpAddressFamily::Ipv4)
+        .map_err(|e| format!("socket: {e:?}"))?;
+    let [a, b, c, d] = addr.ip().octets();
+    let remote = IpSocketAddress::Ipv4(Ipv4SocketAddress {
+        port: addr.port(),
+        address: (a, b, c, d),
+    });
+    socket
+        .start_connect(&network, remote)
+        .map_err(|e| format!("connect {addr}: {e:?}"))?;
+    let (input, _output) = loop {
+        match socket.finish_connect() {
+            Ok(streams) => break streams,
+            Err(wasip2::sockets::network::ErrorCode::WouldBlock) => socket.subscribe().block(),
+            Err(e) => return Err(format!("connect {addr}: {e:?}")),
+        }
+    };
+    let bytes = input
+        .blocking_read(1)
+        .map_err(|e| format!("read {addr}: {e:?}"))?;
+    Ok(bytes.len())
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+fn blocking_read_one(_addr: std::net::SocketAddrV4) -> Result<usize, String> {
+    Err("stall mode runs only as a component".into())
 }
 
 #[cfg(target_arch = "wasm32")]
