@@ -14,6 +14,8 @@ target="${CARGO_TARGET_DIR:-target}"
 [[ "$target" = /* ]] || target="$root/$target"
 bash tests/controlplane/build.sh >/dev/null
 bash plugins/build.sh >/dev/null
-cargo build -q --release -p kubewasm --bin kubewasm
+# KUBEWASM_BIN names the host to soak (e.g. the image's musl build); else
+# the release build.
+[[ -n "${KUBEWASM_BIN:-}" ]] || cargo build -q --release -p kubewasm --bin kubewasm
 cargo build -q --release -p kubewasm-tests --bin soak
 KUBEWASM_BIN="${KUBEWASM_BIN:-$target/release/kubewasm}" exec "$target/release/soak" "$@"
