@@ -421,3 +421,42 @@ pub fn recorder_sidecar(ns: &str, resources: &[&str]) -> String {
         json!(resources)
     )
 }
+
+/// ConfigMap data by name.
+pub type DataByName = BTreeMap<String, Option<BTreeMap<String, String>>>;
+
+/// The data of the ConfigMaps in `api` matching `selector`, by name.
+pub async fn data_by_name(api: &Api<ConfigMap>, selector: &str) -> kube::Result<DataByName> {
+    Ok(api
+        .list(&ListParams::default().labels(selector))
+        .await?
+        .items
+        .into_iter()
+        .filter_map(|c| Some((c.metadata.name?, c.data)))
+        .collect())
+}
+
+/// config-replicator's promise: in every tenant the copies (labelled
+/// `kubewasm.io/replica`) equal the sources in `sources_ns` matching
+/// `source_selector`, and none outlives its source. The sources once it
+/// holds, `None` while it does not.
+pub async fn copies_match_sources(
+    client: &kube::Client,
+    sources_ns: &str,
+    source_selector: &str,
+    tenants: &[&str],
+) -> kube::Result<Option<DataByName>> {
+    let sources = data_by_name(
+        &Api::namespaced(client.clone(), sources_ns),
+        source_selector,
+    )
+    .await?;
+    for t in tenants {
+        let copies =
+            data_by_name(&Api::namespaced(client.clone(), t), "kubewasm.io/replica").await?;
+        if copies != sources {
+            return Ok(None);
+        }
+    }
+    Ok(Some(sources))
+}

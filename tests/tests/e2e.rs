@@ -1575,7 +1575,6 @@ async fn sigterm_with_a_slow_plugin_drains_within_the_grace() {
 /// delta is dead, and the host exits 0.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn write_storms_of_429_and_5xx_lose_and_double_nothing() {
-    use kube::api::ListParams;
     use kubewasm_tests::faultproxy::FaultProxy;
     let cp = ControlPlane::shared();
     let client = cp.admin_client().await;
@@ -1648,28 +1647,9 @@ async fn write_storms_of_429_and_5xx_lose_and_double_nothing() {
         "copies equal their sources under the storm",
         WAIT,
         || async {
-            let sources: BTreeMap<String, Option<BTreeMap<String, String>>> = api
-                .list(&ListParams::default().labels("storm-source=yes"))
+            let sources = copies_match_sources(&client, src, "storm-source=yes", &tenants)
                 .await
-                .ok()?
-                .items
-                .into_iter()
-                .map(|c| (c.metadata.name.unwrap(), c.data))
-                .collect();
-            for t in tenants {
-                let copies: BTreeMap<String, Option<BTreeMap<String, String>>> =
-                    Api::<ConfigMap>::namespaced(client.clone(), t)
-                        .list(&ListParams::default().labels("kubewasm.io/replica"))
-                        .await
-                        .ok()?
-                        .items
-                        .into_iter()
-                        .map(|c| (c.metadata.name.unwrap(), c.data))
-                        .collect();
-                if copies != sources {
-                    return None;
-                }
-            }
+                .ok()??;
             (sources.len() == 9).then_some(())
         },
     )

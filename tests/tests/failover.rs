@@ -24,7 +24,9 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kubewasm_tests::controlplane::{AuditWrite, ControlPlane};
-use kubewasm_tests::e2e::{eventually, namespace, recorded, recorder_sidecar, replay_view};
+use kubewasm_tests::e2e::{
+    copies_match_sources, eventually, namespace, recorded, recorder_sidecar, replay_view,
+};
 use kubewasm_tests::incluster::{
     NS, apply_all, build_and_import_image, container_memory, holder_pod, lease_holder,
     single_node_docs, wait_available,
@@ -169,29 +171,9 @@ async fn churn(client: kube::Client, stop: &AtomicBool) -> usize {
 /// outlives its source), and the leader's recorder saw exactly what the
 /// server holds in the churn namespace.
 async fn converged(client: &kube::Client, leader: &str) -> Option<()> {
-    let sources: BTreeMap<String, Option<BTreeMap<String, String>>> =
-        Api::<ConfigMap>::namespaced(client.clone(), SOURCES)
-            .list(&ListParams::default().labels("kubewasm.io/replicate=true"))
-            .await
-            .ok()?
-            .items
-            .into_iter()
-            .map(|c| (c.metadata.name.unwrap(), c.data))
-            .collect();
-    for t in TENANTS {
-        let copies: BTreeMap<String, Option<BTreeMap<String, String>>> =
-            Api::<ConfigMap>::namespaced(client.clone(), t)
-                .list(&ListParams::default().labels("kubewasm.io/replica"))
-                .await
-                .ok()?
-                .items
-                .into_iter()
-                .map(|c| (c.metadata.name.unwrap(), c.data))
-                .collect();
-        if copies != sources {
-            return None;
-        }
-    }
+    copies_match_sources(client, SOURCES, "kubewasm.io/replicate=true", &TENANTS)
+        .await
+        .ok()??;
     let server =
         kubewasm_tests::e2e::configmap_versions(&Api::namespaced(client.clone(), SOURCES)).await;
     let seen = recorded(client, SOURCES).await;

@@ -9,16 +9,15 @@
 // A report tool: its figures go to stdout.
 #![allow(clippy::print_stdout)]
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kubewasm_tests::controlplane::ControlPlane;
-use kubewasm_tests::e2e::{HostProcess, namespace};
+use kubewasm_tests::e2e::{HostProcess, copies_match_sources, namespace};
 use kubewasm_tests::{install, repo_root};
 use serde_json::json;
 
@@ -82,19 +81,6 @@ fn slope_per_hour(samples: &[(f64, f64)]) -> f64 {
     let cov: f64 = samples.iter().map(|s| (s.0 - mx) * (s.1 - my)).sum();
     let var: f64 = samples.iter().map(|s| (s.0 - mx).powi(2)).sum();
     if var == 0.0 { 0.0 } else { cov / var * 3600.0 }
-}
-
-async fn data_by_name(
-    api: &Api<ConfigMap>,
-    selector: &str,
-) -> anyhow::Result<BTreeMap<String, Option<BTreeMap<String, String>>>> {
-    Ok(api
-        .list(&ListParams::default().labels(selector))
-        .await?
-        .items
-        .into_iter()
-        .filter_map(|c| Some((c.metadata.name?, c.data)))
-        .collect())
 }
 
 #[tokio::main]
@@ -234,15 +220,11 @@ async fn main() -> anyhow::Result<()> {
 
     // Nothing lost: the copies converge on the sources.
     let converge = Instant::now();
-    let sources: Api<ConfigMap> = Api::namespaced(client.clone(), SOURCES);
     loop {
-        let want = data_by_name(&sources, "kubewasm.io/replicate=true").await?;
-        let mut equal = true;
-        for t in TENANTS {
-            let api: Api<ConfigMap> = Api::namespaced(client.clone(), t);
-            equal &= data_by_name(&api, "kubewasm.io/replica").await? == want;
-        }
-        if equal {
+        if copies_match_sources(&client, SOURCES, "kubewasm.io/replicate=true", &TENANTS)
+            .await?
+            .is_some()
+        {
             break;
         }
         if converge.elapsed() > Duration::from_secs(600) {
