@@ -64,6 +64,33 @@ pub fn install(dir: &Path, name: &str, artifact: &str, sidecar: Option<&str>) {
     std::fs::rename(tmp, dir.join(format!("{name}.wasm"))).unwrap();
 }
 
+/// Installs the testkit plugin as `name`, its sidecar `head` (config,
+/// limits, grants) followed by [`TESTKIT_ACCESS`].
+pub fn install_testkit(dir: &Path, name: &str, head: &str) {
+    install(
+        dir,
+        name,
+        "testkit",
+        Some(&format!("{head}{TESTKIT_ACCESS}")),
+    );
+}
+
+/// `kubewasm run --until-idle` over the local cluster folder `cluster`
+/// with the plugins in `plugins` and its compile cache in `cache`; text
+/// logs at info (the suites read their fields), `KUBECONFIG` unset.
+pub fn until_idle_local(cluster: &Path, plugins: &Path, cache: &Path) -> Command {
+    let mut cmd = Command::new(e2e::kubewasm_bin());
+    cmd.args(["--log-format", "text", "run", "--until-idle", "--local"])
+        .arg(cluster)
+        .arg("--plugins")
+        .arg(plugins)
+        .arg("--cache-dir")
+        .arg(cache)
+        .env_remove("KUBECONFIG")
+        .env("RUST_LOG", "info");
+    cmd
+}
+
 /// Writes manifests (`(relative path, yaml)`) into a cluster folder.
 pub fn write_cluster(dir: &Path, files: &[(&str, &str)]) {
     for (rel, text) in files {

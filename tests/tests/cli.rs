@@ -6,7 +6,7 @@
 use std::process::Command;
 
 use kubewasm_tests::e2e::kubewasm_bin;
-use kubewasm_tests::{install, repo_root};
+use kubewasm_tests::{install, repo_root, until_idle_local};
 
 fn demo() -> (tempfile::TempDir, std::path::PathBuf, std::path::PathBuf) {
     let dir = tempfile::tempdir().unwrap();
@@ -181,16 +181,8 @@ fn until_idle_fails_naming_failed_loads_and_dead_letters_and_guest_output_reache
         )),
     );
     std::fs::write(plugins.join("broken.wasm"), b"not wasm at all").unwrap();
-    let out = Command::new(kubewasm_bin())
-        // The assertions read text log fields (`plugin=...`, `bytes=`).
-        .args(["--log-format", "text", "run", "--until-idle", "--local"])
-        .arg(&cluster)
-        .arg("--plugins")
-        .arg(&plugins)
-        .arg("--cache-dir")
-        .arg(dir.path().join("cache"))
-        .env_remove("KUBECONFIG")
-        .env("RUST_LOG", "info")
+    // The assertions read text log fields (`plugin=...`, `bytes=`).
+    let out = until_idle_local(&cluster, &plugins, &dir.path().join("cache"))
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);

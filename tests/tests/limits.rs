@@ -5,11 +5,9 @@
 //! host config's ceiling.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
-use kubewasm_tests::e2e::kubewasm_bin;
-use kubewasm_tests::{Harness, idle, install, write_cluster};
+use kubewasm_tests::{Harness, idle, install_testkit, until_idle_local, write_cluster};
 
 fn pods(names: &[&str]) -> String {
     names
@@ -60,47 +58,24 @@ fn caps_fail_the_call_naming_the_cap_a_sleep_is_cut_at_the_deadline_and_the_ceil
     )
     .unwrap();
     for (name, config, limits, _) in CASES {
-        install(
+        install_testkit(
             &plugins,
             name,
-            "testkit",
-            Some(&format!(
-                "config: {config}\nlimits: {limits}\n{}",
-                kubewasm_tests::TESTKIT_ACCESS
-            )),
+            &format!("config: {config}\nlimits: {limits}\n"),
         );
     }
     // Within the default ceilings, but over this host's.
-    install(
-        &plugins,
-        "greedy",
-        "testkit",
-        Some(&format!(
-            "limits: {{memory: 768Mi}}\n{}",
-            kubewasm_tests::TESTKIT_ACCESS
-        )),
-    );
+    install_testkit(&plugins, "greedy", "limits: {memory: 768Mi}\n");
     let config = dir.path().join("host.yaml");
     std::fs::write(
         &config,
         "apiVersion: kubewasm.io/v1alpha1\nkind: HostConfig\nlimits: {memory: 512Mi}\n",
     )
     .unwrap();
-    let bin = kubewasm_bin();
+    let mut run = until_idle_local(&cluster, &plugins, &dir.path().join("cache"));
+    run.arg("--config").arg(&config);
     let started = Instant::now();
-    let out = Command::new(bin)
-        .args(["--log-format", "text", "run", "--until-idle", "--config"])
-        .arg(&config)
-        .arg("--local")
-        .arg(&cluster)
-        .arg("--plugins")
-        .arg(&plugins)
-        .arg("--cache-dir")
-        .arg(dir.path().join("cache"))
-        .env_remove("KUBECONFIG")
-        .env("RUST_LOG", "info")
-        .output()
-        .unwrap();
+    let out = run.output().unwrap();
     let elapsed = started.elapsed();
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -140,23 +115,15 @@ async fn a_call_over_a_cap_is_counted_and_a_call_within_it_is_not() {
         h.cluster.path(),
         &[("pods.yaml", &pods(&["actions-1", "actions-2"]))],
     );
-    install(
+    install_testkit(
         h.plugins.path(),
         "over",
-        "testkit",
-        Some(&format!(
-            "config: {{mode: actions, count: 6}}\nlimits: {{actionsPerCall: 5, maxAttempts: 2}}\n{}",
-            kubewasm_tests::TESTKIT_ACCESS
-        )),
+        "config: {mode: actions, count: 6}\nlimits: {actionsPerCall: 5, maxAttempts: 2}\n",
     );
-    install(
+    install_testkit(
         h.plugins.path(),
         "within",
-        "testkit",
-        Some(&format!(
-            "config: {{mode: actions, count: 5}}\nlimits: {{actionsPerCall: 5}}\n{}",
-            kubewasm_tests::TESTKIT_ACCESS
-        )),
+        "config: {mode: actions, count: 5}\nlimits: {actionsPerCall: 5}\n",
     );
     let (app, sink) = h.start_recording().await;
     idle(&app).await;
@@ -190,23 +157,15 @@ async fn a_plugin_over_its_action_rate_waits_and_none_of_its_actions_is_lost() {
         &[("pods.yaml", &pods(&["actions-1", "actions-2"]))],
     );
     // 2 calls of 10 actions at 5 a second: a burst of 5, then 15 wait.
-    install(
+    install_testkit(
         h.plugins.path(),
         "flood",
-        "testkit",
-        Some(&format!(
-            "config: {{mode: actions, count: 10}}\nlimits: {{actionsPerSecond: 5}}\n{}",
-            kubewasm_tests::TESTKIT_ACCESS
-        )),
+        "config: {mode: actions, count: 10}\nlimits: {actionsPerSecond: 5}\n",
     );
-    install(
+    install_testkit(
         h.plugins.path(),
         "calm",
-        "testkit",
-        Some(&format!(
-            "config: {{mode: actions, count: 2}}\n{}",
-            kubewasm_tests::TESTKIT_ACCESS
-        )),
+        "config: {mode: actions, count: 2}\n",
     );
     let (app, sink) = h.start_recording().await;
     idle(&app).await;
@@ -251,26 +210,16 @@ fn a_socket_read_that_never_returns_is_cut_at_the_deadline() {
     std::fs::create_dir_all(&cluster).unwrap();
     std::fs::create_dir_all(&plugins).unwrap();
     std::fs::write(cluster.join("pods.yaml"), pods(&["stall-1"])).unwrap();
-    install(
+    install_testkit(
         &plugins,
         "stalled",
-        "testkit",
-        Some(&format!(
-            "config: {{mode: stall, connect: ['{addr}']}}\nlimits: {{timeout: 500ms, maxAttempts: 1}}\ngrants:\n  network: {{allow: ['{addr}']}}\n{}",
-            kubewasm_tests::TESTKIT_ACCESS
-        )),
+        &format!(
+            "config: {{mode: stall, connect: ['{addr}']}}\nlimits: {{timeout: 500ms, maxAttempts: 1}}\ngrants:\n  network: {{allow: ['{addr}']}}\n"
+        ),
     );
-    let bin = kubewasm_bin();
+    let mut run = until_idle_local(&cluster, &plugins, &dir.path().join("cache"));
     let started = Instant::now();
-    let mut child = Command::new(bin)
-        .args(["--log-format", "text", "run", "--until-idle", "--local"])
-        .arg(&cluster)
-        .arg("--plugins")
-        .arg(&plugins)
-        .arg("--cache-dir")
-        .arg(dir.path().join("cache"))
-        .env_remove("KUBECONFIG")
-        .env("RUST_LOG", "info")
+    let mut child = run
         .stdout(std::process::Stdio::null())
         .stderr(std::fs::File::create(dir.path().join("stderr")).unwrap())
         .spawn()
