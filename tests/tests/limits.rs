@@ -110,31 +110,21 @@ fn caps_fail_the_call_naming_the_cap_a_sleep_is_cut_at_the_deadline_and_the_ceil
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_over_a_cap_is_counted_and_a_call_within_it_is_not() {
-    let h = Harness::new();
-    write_cluster(
-        h.cluster.path(),
-        &[("pods.yaml", &pods(&["actions-1", "actions-2"]))],
-    );
-    install_testkit(
-        h.plugins.path(),
-        "over",
-        "config: {mode: actions, count: 6}\nlimits: {actionsPerCall: 5, maxAttempts: 2}\n",
-    );
-    install_testkit(
-        h.plugins.path(),
-        "within",
-        "config: {mode: actions, count: 5}\nlimits: {actionsPerCall: 5}\n",
-    );
-    let (app, sink) = h.start_recording().await;
-    idle(&app).await;
-    let summary = app.summary();
-    let metrics = app.telemetry().metrics().encode().unwrap();
-    app.shutdown().await;
+    let (summary, metrics, actions) = two_testkits_on_two_pods(
+        (
+            "over",
+            "config: {mode: actions, count: 6}\nlimits: {actionsPerCall: 5, maxAttempts: 2}\n",
+        ),
+        (
+            "within",
+            "config: {mode: actions, count: 5}\nlimits: {actionsPerCall: 5}\n",
+        ),
+    )
+    .await;
     let over = &summary.plugins["over"];
     assert_eq!((over.failed_calls, over.dead), (4, 2), "{summary}");
     assert_eq!(summary.plugins["within"].dead, 0, "{summary}");
     // None of the failed calls' actions ran; all of the others' did.
-    let actions = sink.take();
     assert!(actions.iter().all(|(p, _)| p == "within"), "{actions:?}");
     assert_eq!(actions.len(), 10);
     for expected in [
@@ -151,29 +141,16 @@ async fn a_call_over_a_cap_is_counted_and_a_call_within_it_is_not() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_plugin_over_its_action_rate_waits_and_none_of_its_actions_is_lost() {
-    let h = Harness::new();
-    write_cluster(
-        h.cluster.path(),
-        &[("pods.yaml", &pods(&["actions-1", "actions-2"]))],
-    );
     // 2 calls of 10 actions at 5 a second: a burst of 5, then 15 wait.
-    install_testkit(
-        h.plugins.path(),
-        "flood",
-        "config: {mode: actions, count: 10}\nlimits: {actionsPerSecond: 5}\n",
-    );
-    install_testkit(
-        h.plugins.path(),
-        "calm",
-        "config: {mode: actions, count: 2}\n",
-    );
-    let (app, sink) = h.start_recording().await;
-    idle(&app).await;
-    let summary = app.summary();
-    let metrics = app.telemetry().metrics().encode().unwrap();
-    app.shutdown().await;
+    let (summary, metrics, actions) = two_testkits_on_two_pods(
+        (
+            "flood",
+            "config: {mode: actions, count: 10}\nlimits: {actionsPerSecond: 5}\n",
+        ),
+        ("calm", "config: {mode: actions, count: 2}\n"),
+    )
+    .await;
     assert_eq!(summary.plugins["flood"].dead, 0, "{summary}");
-    let actions = sink.take();
     let count = |plugin: &str| actions.iter().filter(|(p, _)| p == plugin).count();
     assert_eq!((count("flood"), count("calm")), (20, 4), "{actions:?}");
     for expected in [
@@ -261,4 +238,31 @@ fn a_socket_read_that_never_returns_is_cut_at_the_deadline() {
     assert!(elapsed < Duration::from_secs(10), "{elapsed:?}\n{stderr}");
     eprintln!("socket read cut: the run took {elapsed:?}");
     drop(peer);
+}
+
+/// Two testkits (`(name, sidecar head)`) over Pods `actions-1` and
+/// `actions-2`, run until idle: the summary, the metrics text and the
+/// actions they emitted.
+async fn two_testkits_on_two_pods(
+    a: (&str, &str),
+    b: (&str, &str),
+) -> (
+    kubewasm::app::Summary,
+    String,
+    Vec<(String, kubewasm::actions::Action)>,
+) {
+    let h = Harness::new();
+    write_cluster(
+        h.cluster.path(),
+        &[("pods.yaml", &pods(&["actions-1", "actions-2"]))],
+    );
+    for (name, head) in [a, b] {
+        install_testkit(h.plugins.path(), name, head);
+    }
+    let (app, sink) = h.start_recording().await;
+    idle(&app).await;
+    let summary = app.summary();
+    let metrics = app.telemetry().metrics().encode().unwrap();
+    app.shutdown().await;
+    (summary, metrics, sink.take())
 }
