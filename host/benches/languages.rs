@@ -188,6 +188,7 @@ fn main() {
         ))),
         initial: false,
         final_state_unknown: false,
+        ..CallDelta::new(DeltaType::Updated, 0, cm.clone())
     };
     let (source, ignored) = (delta(true), delta(false));
     let config = r#"{"namespaceSelector":"tenant=yes"}"#.to_owned();
@@ -241,7 +242,11 @@ fn main() {
         rt.block_on(actor.register(config.clone())).unwrap();
         actor.set_scope(scope.clone());
         let (actions, _) = actor.handle_blocking(source.clone());
-        assert_eq!(actions.unwrap().len(), 2, "{label}: two applies expected");
+        assert_eq!(
+            actions.unwrap().actions.len(),
+            2,
+            "{label}: two applies expected"
+        );
         let t_source = per_delta(&actor, &source, 2_000, 5);
         let t_ignored = per_delta(&actor, &ignored, 5_000, 5);
         println!(

@@ -166,6 +166,7 @@ fn main() {
         old: None,
         initial: false,
         final_state_unknown: false,
+        ..CallDelta::new(DeltaType::Updated, 0, Gvk::new("", "v1", "Pod"))
     };
     let n = 20_000;
     let cache = tempfile::tempdir().unwrap();

@@ -38,6 +38,8 @@ pub struct OwnerRef {
     pub uid: String,
     #[serde(default)]
     pub controller: Option<bool>,
+    #[serde(default)]
+    pub block_owner_deletion: Option<bool>,
 }
 
 /// The decoded metadata of an object.

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use common::*;
 use kubewasm::actions::executor::{ActionError, ActionSink, Executor, ExecutorOptions};
-use kubewasm::actions::{Action, EventType, PatchType, Propagation, Target};
+use kubewasm::actions::{Action, EventType, PatchType, Preconditions, Propagation, Target};
 use kubewasm::kind::KindInfo;
 use kubewasm::source::kube::KubeSink;
 use serde_json::json;
@@ -22,6 +22,7 @@ fn deployment() -> Target {
         namespace: Some("shop".into()),
         name: "web".into(),
         uid: Some("uid-web".into()),
+        preconditions: Default::default(),
     }
 }
 
@@ -159,6 +160,7 @@ async fn events_are_events_k8s_io_v1_reported_by_kubewasm() {
         namespace: Some("shop".into()),
         name: "web-1".into(),
         uid: Some("uid-pod".into()),
+        preconditions: Default::default(),
     };
     let (seen, r) = one(
         Action::Event {
@@ -166,6 +168,7 @@ async fn events_are_events_k8s_io_v1_reported_by_kubewasm() {
             event_type: EventType::Warning,
             reason: "CrashLooping".into(),
             note: "container app restarted 5 times".into(),
+            reporter: "my-plugin@0123456789ab".into(),
         },
         || json_response(201, &json!({"apiVersion": "events.k8s.io/v1", "kind": "Event", "metadata": {"name": "x"}})),
     )
@@ -179,7 +182,12 @@ async fn events_are_events_k8s_io_v1_reported_by_kubewasm() {
         body["reportingInstance"]
             .as_str()
             .unwrap()
-            .ends_with("/my-plugin")
+            .ends_with("/my-plugin@0123456789ab"),
+        "{body}"
+    );
+    assert_eq!(
+        body["action"], "my-plugin",
+        "the action is the plugin, as the WIT says"
     );
     assert_eq!(body["type"], "Warning");
     assert_eq!(body["reason"], "CrashLooping");
@@ -312,4 +320,154 @@ async fn executor_retries_transient_failures_but_not_conflicts_forbidden_or_inva
             .await
             .is_err()
     );
+}
+
+fn guarded() -> Target {
+    Target {
+        preconditions: Preconditions {
+            uid: Some("uid-web".into()),
+            resource_version: Some("41".into()),
+        },
+        ..deployment()
+    }
+}
+
+#[tokio::test]
+async fn preconditions_reach_the_server_on_apply_patch_and_delete() {
+    // Apply and merge patch: in the body's metadata, which the server checks.
+    let (seen, r) = one(
+        Action::Apply {
+            target: guarded(),
+            object: json!({"apiVersion": "apps/v1", "kind": "Deployment",
+                "metadata": {"name": "web", "namespace": "shop"}}),
+            force: false,
+            status: false,
+        },
+        ok,
+    )
+    .await;
+    r.unwrap();
+    let body = seen.body.unwrap();
+    assert_eq!(body["metadata"]["uid"], "uid-web");
+    assert_eq!(body["metadata"]["resourceVersion"], "41");
+
+    let (seen, r) = one(
+        Action::Patch {
+            target: guarded(),
+            patch_type: PatchType::Merge,
+            patch: json!({"spec": {"replicas": 2}}),
+        },
+        ok,
+    )
+    .await;
+    r.unwrap();
+    assert_eq!(
+        seen.body,
+        Some(json!({"spec": {"replicas": 2},
+            "metadata": {"uid": "uid-web", "resourceVersion": "41"}}))
+    );
+
+    // JSON patch: operations setting them go first.
+    let (seen, r) = one(
+        Action::Patch {
+            target: guarded(),
+            patch_type: PatchType::Json,
+            patch: json!([{"op": "replace", "path": "/spec/replicas", "value": 3}]),
+        },
+        ok,
+    )
+    .await;
+    r.unwrap();
+    assert_eq!(
+        seen.body,
+        Some(json!([
+            {"op": "add", "path": "/metadata/uid", "value": "uid-web"},
+            {"op": "add", "path": "/metadata/resourceVersion", "value": "41"},
+            {"op": "replace", "path": "/spec/replicas", "value": 3},
+        ]))
+    );
+
+    // Delete: DeleteOptions.preconditions.
+    let (seen, r) = one(
+        Action::Delete {
+            target: guarded(),
+            propagation: Propagation::Background,
+        },
+        ok,
+    )
+    .await;
+    r.unwrap();
+    assert_eq!(
+        seen.body.unwrap()["preconditions"],
+        json!({"uid": "uid-web", "resourceVersion": "41"})
+    );
+
+    // Without preconditions nothing is added (0.1 plugins' writes).
+    let (seen, r) = one(
+        Action::Delete {
+            target: deployment(),
+            propagation: Propagation::Background,
+        },
+        ok,
+    )
+    .await;
+    r.unwrap();
+    assert!(seen.body.unwrap().get("preconditions").is_none());
+}
+
+#[tokio::test]
+async fn a_repeated_event_counts_in_its_series_instead_of_a_new_object() {
+    let (client, mut server) = mock_client();
+    let sink = KubeSink::new(client);
+    let event = |note: &str| Action::Event {
+        regarding: Target {
+            kind: KindInfo::new("", "v1", "Pod", "pods", true),
+            namespace: Some("shop".into()),
+            name: "web-1".into(),
+            uid: Some("uid-pod".into()),
+            preconditions: Default::default(),
+        },
+        event_type: EventType::Warning,
+        reason: "CrashLooping".into(),
+        note: note.into(),
+        reporter: "my-plugin@0123456789ab".into(),
+    };
+    let script = tokio::spawn(async move {
+        let mut seen = Vec::new();
+        for _ in 0..4 {
+            let (s, send) = next(&mut server).await;
+            send.send_response(json_response(
+                201,
+                &json!({"apiVersion": "events.k8s.io/v1", "kind": "Event", "metadata": {"name": "x"}}),
+            ));
+            seen.push(s);
+        }
+        seen
+    });
+    for _ in 0..3 {
+        sink.execute("my-plugin", &event("restarted 5 times"))
+            .await
+            .unwrap();
+    }
+    // A changed note is a new Event, not a lost one.
+    sink.execute("my-plugin", &event("restarted 6 times"))
+        .await
+        .unwrap();
+    let seen = script.await.unwrap();
+    assert_eq!(seen[0].method, "POST");
+    assert_eq!(seen[3].method, "POST", "another note: another Event");
+    let name = seen[0].body.as_ref().unwrap()["metadata"]["name"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    for (i, s) in seen[1..3].iter().enumerate() {
+        assert_eq!(s.method, "PATCH", "repeat {i} patches the first Event");
+        assert_eq!(
+            s.path,
+            format!("/apis/events.k8s.io/v1/namespaces/shop/events/{name}")
+        );
+        let body = s.body.as_ref().unwrap();
+        assert_eq!(body["series"]["count"], i as i64 + 2, "{body}");
+        assert!(body["series"]["lastObservedTime"].is_string(), "{body}");
+    }
 }

@@ -341,26 +341,34 @@ pub async fn recorded(client: &kube::Client, ns: &str) -> Vec<Seen> {
     let mut out: Vec<Seen> = recorder_events(client, ns)
         .await
         .iter()
-        .filter_map(|e| {
-            let note: Value = serde_json::from_str(e.data["note"].as_str()?).ok()?;
-            Some(Seen {
-                version: note["version"].as_str()?.to_owned(),
-                seq: note["seq"].as_u64()?,
-                delta: note["type"].as_str()?.to_owned(),
-                name: note["name"].as_str()?.to_owned(),
-                rv: note["rv"].as_str()?.to_owned(),
-                old_rv: note["oldRv"].as_str()?.to_owned(),
-                initial: note["initial"].as_bool()?,
-                unknown: note["unknown"].as_bool()?,
-                instance: e.data["reportingInstance"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_owned(),
-            })
+        .flat_map(|e| {
+            // A repeated Event is one object with a series count: each
+            // repeat is a delta seen again.
+            let count = e.data["series"]["count"].as_u64().unwrap_or(1);
+            let seen = seen_of(e);
+            (0..count).filter_map(move |_| seen.clone())
         })
         .collect();
     out.sort();
     out
+}
+
+fn seen_of(e: &kube::core::DynamicObject) -> Option<Seen> {
+    let note: Value = serde_json::from_str(e.data["note"].as_str()?).ok()?;
+    Some(Seen {
+        version: note["version"].as_str()?.to_owned(),
+        seq: note["seq"].as_u64()?,
+        delta: note["type"].as_str()?.to_owned(),
+        name: note["name"].as_str()?.to_owned(),
+        rv: note["rv"].as_str()?.to_owned(),
+        old_rv: note["oldRv"].as_str()?.to_owned(),
+        initial: note["initial"].as_bool()?,
+        unknown: note["unknown"].as_bool()?,
+        instance: e.data["reportingInstance"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned(),
+    })
 }
 
 /// A plain HTTP/1.1 GET: (status, headers, body).

@@ -1006,7 +1006,11 @@ async fn probes_metrics_and_pod_identity_on_the_real_server() {
     let events = recorder_events(&client, ns).await;
     assert!(!events.is_empty());
     for e in &events {
-        assert_eq!(e.data["reportingInstance"], "kubewasm-7c9d-x2/recorder");
+        let instance = e.data["reportingInstance"].as_str().unwrap_or_default();
+        assert!(
+            instance.starts_with("kubewasm-7c9d-x2/recorder@"),
+            "the replica, then the plugin and its version: {instance}"
+        );
     }
     assert!(host.stop().success(), "the host exits 0 on SIGTERM");
 }

@@ -400,10 +400,12 @@ mod tests {
                 namespace: Some("n".into()),
                 name: "c".into(),
                 uid: None,
+                preconditions: Default::default(),
             },
             event_type: EventType::Normal,
             reason: reason.into(),
             note: String::new(),
+            reporter: "p@0".into(),
         }
     }
 

@@ -14,7 +14,80 @@ pub struct Target {
     pub kind: KindInfo,
     pub namespace: Option<String>,
     pub name: String,
+    /// The object's uid when the plugin gave it: an Event's regarding uid.
+    /// (A precondition only when it is also in `preconditions`.)
     pub uid: Option<String>,
+    /// What the server must check before writing (WIT 0.2).
+    pub preconditions: Preconditions,
+}
+
+/// Conditions the server checks before a write; one that does not hold
+/// fails the write with a conflict.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Preconditions {
+    /// The object must have this uid (it was not deleted and recreated).
+    pub uid: Option<String>,
+    /// The object must be at this resourceVersion (nobody wrote it since).
+    pub resource_version: Option<String>,
+}
+
+impl Preconditions {
+    pub fn is_empty(&self) -> bool {
+        self.uid.is_none() && self.resource_version.is_none()
+    }
+
+    /// Sets the preconditions in an object's (or a merge patch's)
+    /// `metadata`: the API server enforces a uid and a resourceVersion found
+    /// there on apply, update and patch, answering 409 Conflict.
+    pub fn embed_in(&self, object: &mut Value) {
+        if self.is_empty() {
+            return;
+        }
+        let Value::Object(root) = object else {
+            return;
+        };
+        let meta = root
+            .entry("metadata")
+            .or_insert_with(|| Value::Object(serde_json::Map::new()));
+        if let Value::Object(meta) = meta {
+            if let Some(uid) = &self.uid {
+                meta.insert("uid".into(), Value::from(uid.as_str()));
+            }
+            if let Some(rv) = &self.resource_version {
+                meta.insert("resourceVersion".into(), Value::from(rv.as_str()));
+            }
+        }
+    }
+
+    /// The preconditions as JSON patch operations that go first in a JSON
+    /// patch: `add` of the field sets it on the patched object, which the
+    /// server then checks against the stored one (409 on a mismatch), as
+    /// for a merge patch.
+    pub fn json_patch_ops(&self) -> Vec<Value> {
+        let mut ops = Vec::new();
+        if let Some(uid) = &self.uid {
+            ops.push(serde_json::json!({"op": "add", "path": "/metadata/uid", "value": uid}));
+        }
+        if let Some(rv) = &self.resource_version {
+            ops.push(
+                serde_json::json!({"op": "add", "path": "/metadata/resourceVersion", "value": rv}),
+            );
+        }
+        ops
+    }
+}
+
+impl Target {
+    /// A target with no uid and no preconditions.
+    pub fn new(kind: KindInfo, namespace: Option<String>, name: impl Into<String>) -> Self {
+        Self {
+            kind,
+            namespace,
+            name: name.into(),
+            uid: None,
+            preconditions: Preconditions::default(),
+        }
+    }
 }
 
 impl std::fmt::Display for Target {
@@ -39,7 +112,7 @@ pub enum Propagation {
     Orphan,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum EventType {
     Normal,
     Warning,
@@ -70,6 +143,9 @@ pub enum Action {
         event_type: EventType,
         reason: String,
         note: String,
+        /// Who reports it: `<plugin>@<version>` (after the host's instance
+        /// in `reportingInstance`).
+        reporter: std::sync::Arc<str>,
     },
 }
 
@@ -123,6 +199,7 @@ impl std::fmt::Display for Action {
                 event_type,
                 reason,
                 note,
+                ..
             } => {
                 write!(f, "event {event_type:?} {reason} on {regarding}: {note}")
             }

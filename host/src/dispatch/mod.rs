@@ -37,7 +37,7 @@ use crate::informer::{Delta, DeltaType, Informer};
 use crate::kind::Gvk;
 use crate::leader::Leadership;
 use crate::object::{KObject, ObjectKey};
-use crate::runtime::{Actor, CallDelta, CallError};
+use crate::runtime::{Actor, CallDelta, CallError, Handled, LastFailure};
 use crate::telemetry::events::{DeltaDead, DeltaRetrying, PluginUnhealthy};
 use crate::telemetry::{PluginCounters, PluginTelemetry, Telemetry};
 pub use dead::{DeadLetterRecord, DeadLetters};
@@ -190,6 +190,9 @@ struct Shared {
     counters: PluginCounters,
     rate: ActionRate,
     telemetry: Telemetry,
+    /// Each subscription's informer, read when a requeue comes due (the
+    /// object's current state).
+    informers: Mutex<HashMap<u32, Arc<Informer>>>,
 }
 
 /// One plugin version's dispatcher.
@@ -250,6 +253,7 @@ impl Dispatcher {
             held: Mutex::new(Vec::new()),
             counters,
             telemetry,
+            informers: Mutex::new(HashMap::new()),
         });
         shared.stats.queues.lock().push(Arc::downgrade(&shared));
         let tasks = TaskTracker::new();
@@ -287,6 +291,10 @@ impl Dispatcher {
             self.shared.plugin,
             informer.spec()
         ));
+        self.shared
+            .informers
+            .lock()
+            .insert(filter.index, informer.clone());
         let run = intake(
             self.shared.clone(),
             filter,
@@ -470,8 +478,7 @@ async fn intake(
                     let snap = informer.store().snapshot();
                     shared.activity.emit(snap.len() as u64);
                     for obj in snap.iter() {
-                        let d = CallDelta { dtype: DeltaType::Resync, subscription: filter.index, kind: filter.kind.clone(),
-                            object: Some(obj.clone()), old: None, initial: false, final_state_unknown: false };
+                        let d = CallDelta { object: Some(obj.clone()), ..CallDelta::new(DeltaType::Resync, filter.index, filter.kind.clone()) };
                         push(&shared, (filter.index, obj.key()), Item::new(d).seq(seq));
                     }
                 }
@@ -512,13 +519,11 @@ fn accept(shared: &Shared, filter: &SubscriptionFilter, term: u64, delta: Delta)
         None => (filter.index, ObjectKey::new(None, "")),
     };
     let call = CallDelta {
-        dtype: delta.dtype,
-        subscription: filter.index,
-        kind: filter.kind.clone(),
         object: delta.object,
         old: delta.old,
         initial: delta.initial,
         final_state_unknown: delta.final_state_unknown,
+        ..CallDelta::new(delta.dtype, filter.index, filter.kind.clone())
     };
     push(
         shared,
@@ -696,6 +701,18 @@ impl Failure {
         }
     }
 
+    /// How the next attempt's delta reports this failure.
+    pub fn last_failure(&self) -> LastFailure {
+        match self {
+            Failure::Call(CallError::Retry(m)) => LastFailure::Retry(m.clone()),
+            Failure::Call(e) => LastFailure::Trapped(e.to_string()),
+            Failure::Actions(f) if matches!(f.error, ActionError::Conflict(_)) => {
+                LastFailure::Conflict(f.to_string())
+            }
+            Failure::Actions(f) => LastFailure::ActionFailed(f.to_string()),
+        }
+    }
+
     /// A few words for the log line.
     pub fn what(&self) -> &'static str {
         match self {
@@ -717,11 +734,14 @@ async fn settle(
     tasks: &TaskTracker,
     key: Key,
     mut item: Item,
-    result: Result<Vec<crate::actions::Action>, CallError>,
+    result: Result<Handled, CallError>,
 ) {
     let plugin = &*shared.plugin;
     let failure = match result {
-        Ok(actions) => {
+        Ok(Handled {
+            actions,
+            requeue_after,
+        }) => {
             if shared.stats.consecutive_traps.swap(0, Ordering::Relaxed) > 0 {
                 let mut q = shared.quarantine.lock();
                 if q.until.take().is_some() {
@@ -745,6 +765,9 @@ async fn settle(
                     shared.stats.delivered.fetch_add(1, Ordering::Relaxed);
                     shared.counters.delivered(item.delta.subscription);
                     shared.stats.dead_letters.lock().resolve(&key);
+                    if let Some(after) = requeue_after {
+                        schedule_requeue(shared, tasks, &key, &item, after);
+                    }
                     finish(shared, &key, item.weight);
                     return;
                 }
@@ -789,6 +812,10 @@ async fn settle(
     item.attempts += 1;
     item.first_failed
         .get_or_insert_with(std::time::SystemTime::now);
+    // The next attempt tells the plugin which one it is, and why the last
+    // one failed.
+    item.delta.attempt = item.attempts + 1;
+    item.delta.last_failure = Some(failure.last_failure());
     if failure.retryable() && item.attempts < shared.options.max_attempts {
         let wait = backoff(&shared.options, item.attempts);
         DeltaRetrying {
@@ -839,6 +866,52 @@ async fn settle(
             .add(plugin, key.clone(), item, failure.to_string());
         finish(shared, &key, weight);
     }
+}
+
+/// The longest requeue-after honoured (a day): a longer one is a bug in the
+/// plugin, and the default resync covers the rest.
+pub const MAX_REQUEUE_AFTER: Duration = Duration::from_secs(24 * 3600);
+
+/// Delivers `item`'s object again after `after`, as a requeue delta of its
+/// current cached state, unless the object changed meanwhile (its newer
+/// delta replaced the requeue) or is gone. Requeues pending when the
+/// version stops are not carried over: the next version replays the cache.
+fn schedule_requeue(
+    shared: &Arc<Shared>,
+    tasks: &TaskTracker,
+    key: &Key,
+    item: &Item,
+    after: Duration,
+) {
+    let Some(object) = item.delta.object.clone() else {
+        return;
+    };
+    let after = after.min(MAX_REQUEUE_AFTER);
+    let (shared, key) = (shared.clone(), key.clone());
+    let (subscription, kind) = (item.delta.subscription, item.delta.kind.clone());
+    // A pending requeue is not activity: `--until-idle` does not wait for
+    // it (a plugin requeueing forever would never be idle).
+    tasks.spawn(async move {
+        tokio::select! {
+            () = tokio::time::sleep(after) => {}
+            () = shared.stopping.cancelled() => return,
+        }
+        let informer = shared.informers.lock().get(&subscription).cloned();
+        let current = informer.and_then(|i| i.store().get(&key.1));
+        match current {
+            Some(now) if now.meta().resource_version == object.meta().resource_version => {
+                let delta = CallDelta {
+                    object: Some(now),
+                    requeued: true,
+                    ..CallDelta::new(DeltaType::Resync, subscription, kind)
+                };
+                shared.activity.emit(1);
+                push(&shared, key, Item::new(delta));
+            }
+            // Changed (its newer delta is the plugin's next look) or gone.
+            _ => {}
+        }
+    });
 }
 
 /// Starts a quarantine period, doubling the next one (up to the maximum).

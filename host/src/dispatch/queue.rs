@@ -247,13 +247,8 @@ mod tests {
             .unwrap(),
         );
         CallDelta {
-            dtype,
-            subscription: 0,
-            kind: Gvk::new("", "v1", "Pod"),
             object: Some(obj),
-            old: None,
-            initial: false,
-            final_state_unknown: false,
+            ..CallDelta::new(dtype, 0, Gvk::new("", "v1", "Pod"))
         }
     }
 

@@ -10,13 +10,11 @@ use tokio::sync::oneshot;
 use wasmtime::Store;
 use wasmtime::component::Resource;
 
-use super::bindings::Plugin;
-use super::bindings::exports::kubewasm::plugin::handler;
-use super::bindings::kubewasm::plugin::types;
+use super::bindings::{v0_1, v0_2};
 use super::engine::EPOCH_TICK;
-use super::host::{HostState, PluginScope, wit_meta};
+use super::host::{HostState, PluginScope};
 use super::limits::CallCaps;
-use super::{Prepared, Registration};
+use super::{Pre, Prepared, Registration};
 use crate::actions::Action;
 use crate::informer::DeltaType;
 use crate::kind::Gvk;
@@ -69,6 +67,53 @@ pub struct CallDelta {
     pub old: Option<ObjectHandle>,
     pub initial: bool,
     pub final_state_unknown: bool,
+    /// The handler asked to see the object again (a `Resync`-typed delta
+    /// of its current state; WIT 0.2 calls it `requeue`).
+    pub requeued: bool,
+    /// 1 on the first attempt, 2 on the first retry...
+    pub attempt: u32,
+    /// Why the previous attempt failed.
+    pub last_failure: Option<LastFailure>,
+}
+
+impl CallDelta {
+    /// A first-attempt delta.
+    pub fn new(dtype: DeltaType, subscription: u32, kind: Gvk) -> Self {
+        Self {
+            dtype,
+            subscription,
+            kind,
+            object: None,
+            old: None,
+            initial: false,
+            final_state_unknown: false,
+            requeued: false,
+            attempt: 1,
+            last_failure: None,
+        }
+    }
+}
+
+/// Why a delta's previous attempt failed, as the next attempt tells the
+/// plugin (WIT 0.2's `failure`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LastFailure {
+    /// The handler asked to retry.
+    Retry(String),
+    /// The call trapped, timed out or went over a limit.
+    Trapped(String),
+    /// An action hit a conflict (field ownership or a precondition).
+    Conflict(String),
+    /// An action failed.
+    ActionFailed(String),
+}
+
+/// What a successful call leaves: its actions, and when the handler wants
+/// to see the object again.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Handled {
+    pub actions: Vec<Action>,
+    pub requeue_after: Option<Duration>,
 }
 
 enum Request {
@@ -79,7 +124,7 @@ enum Request {
     SetScope(Arc<PluginScope>),
     Handle {
         delta: CallDelta,
-        reply: oneshot::Sender<(Result<Vec<Action>, CallError>, Duration)>,
+        reply: oneshot::Sender<CallOutcome>,
     },
     /// Several deltas (of different objects) in one hand-off: the thread
     /// switch costs more than a no-op call, so a backlog is drained in batches.
@@ -93,7 +138,7 @@ enum Request {
 }
 
 /// A call's result and duration.
-pub type CallOutcome = (Result<Vec<Action>, CallError>, Duration);
+pub type CallOutcome = (Result<Handled, CallError>, Duration);
 
 /// Handle on one instance's thread. Dropping it ends the thread after the
 /// call in progress.
@@ -105,7 +150,13 @@ pub struct Actor {
 
 struct Instance {
     store: Store<HostState>,
-    plugin: Plugin,
+    plugin: Bound,
+}
+
+/// An instance's exports, in the contract it was built for.
+enum Bound {
+    V0_1(v0_1::Plugin),
+    V0_2(v0_2::Plugin),
 }
 
 struct ActorThread {
@@ -115,13 +166,68 @@ struct ActorThread {
     scope: Option<Arc<PluginScope>>,
 }
 
-fn wit_delta_type(t: DeltaType) -> types::DeltaType {
-    match t {
-        DeltaType::Added => types::DeltaType::Added,
-        DeltaType::Updated => types::DeltaType::Updated,
-        DeltaType::Deleted => types::DeltaType::Deleted,
-        DeltaType::Resync => types::DeltaType::Resync,
-        DeltaType::Synced => types::DeltaType::Synced,
+/// The 0.2 delta record: scalars and handles, nothing else lowered.
+fn delta_v0_2(
+    delta: &CallDelta,
+    object: Option<Resource<ObjectHandle>>,
+    old_object: Option<Resource<ObjectHandle>>,
+) -> v0_2::kubewasm::plugin::types::Delta {
+    use v0_2::kubewasm::plugin::types as t;
+    let delta_type = match delta.dtype {
+        _ if delta.requeued => t::DeltaType::Requeue,
+        DeltaType::Added => t::DeltaType::Added,
+        DeltaType::Updated => t::DeltaType::Updated,
+        DeltaType::Deleted => t::DeltaType::Deleted,
+        DeltaType::Resync => t::DeltaType::Resync,
+        DeltaType::Synced => t::DeltaType::Synced,
+    };
+    let meta = delta.object.as_ref().map(|o| o.meta());
+    t::Delta {
+        delta_type,
+        subscription: delta.subscription,
+        namespace: meta.and_then(|m| m.namespace.as_ref().map(|n| n.to_string())),
+        name: meta.map(|m| m.name.to_string()).unwrap_or_default(),
+        uid: meta.map(|m| m.uid.to_string()).unwrap_or_default(),
+        resource_version: meta
+            .map(|m| m.resource_version.to_string())
+            .unwrap_or_default(),
+        object,
+        old_object,
+        initial: delta.initial,
+        final_state_unknown: delta.final_state_unknown,
+        attempt: delta.attempt,
+        last_failure: delta.last_failure.clone().map(|f| match f {
+            LastFailure::Retry(m) => t::Failure::Retry(m),
+            LastFailure::Trapped(m) => t::Failure::Trapped(m),
+            LastFailure::Conflict(m) => t::Failure::Conflict(m),
+            LastFailure::ActionFailed(m) => t::Failure::ActionFailed(m),
+        }),
+    }
+}
+
+/// The 0.1 delta record: the whole metadata, lowered eagerly.
+fn delta_v0_1(
+    delta: &CallDelta,
+    object: Option<Resource<ObjectHandle>>,
+    old_object: Option<Resource<ObjectHandle>>,
+) -> v0_1::kubewasm::plugin::types::Delta {
+    use v0_1::kubewasm::plugin::types as t;
+    t::Delta {
+        delta_type: super::v0_1::delta_type(delta.dtype),
+        subscription: delta.subscription,
+        kind: t::GroupVersionKind {
+            group: delta.kind.group.clone(),
+            version: delta.kind.version.clone(),
+            kind: delta.kind.kind.clone(),
+        },
+        meta: delta
+            .object
+            .as_ref()
+            .map(|o| super::v0_1::wit_meta(o.meta())),
+        object,
+        old_object,
+        initial: delta.initial,
+        final_state_unknown: delta.final_state_unknown,
     }
 }
 
@@ -195,6 +301,7 @@ impl ActorThread {
             let (wasi, output) = p.wasi_ctx().map_err(CallError::Unavailable)?;
             let mut state = HostState::new(
                 p.name.clone(),
+                &p.version,
                 wasi,
                 usize::try_from(p.manifest.limits.memory).unwrap_or(usize::MAX),
             );
@@ -208,15 +315,17 @@ impl ActorThread {
                 store.set_epoch_deadline(self.deadline_ticks());
                 store.epoch_deadline_trap();
             }
-            let plugin = p
-                .pre
-                .instantiate(&mut store)
-                .map_err(|e| self.classify(&store, e))?;
+            let plugin = match &p.pre {
+                Pre::V0_1(pre) => pre.instantiate(&mut store).map(Bound::V0_1),
+                Pre::V0_2(pre) => pre.instantiate(&mut store).map(Bound::V0_2),
+            }
+            .map_err(|e| self.classify(&store, e))?;
             let mut inst = Instance { store, plugin };
             // A replacement instance must be initialised like the first.
             if let Some(config) = self.config.clone() {
                 Self::call_register(
                     &mut inst,
+                    p,
                     &config,
                     self.deadline_ticks(),
                     p.engine.epoch_deadlines(),
@@ -244,6 +353,7 @@ impl ActorThread {
 
     fn call_register(
         inst: &mut Instance,
+        prepared: &Prepared,
         config: &str,
         ticks: u64,
         epochs: bool,
@@ -254,14 +364,26 @@ impl ActorThread {
         let timeout = EPOCH_TICK.saturating_mul(u32::try_from(ticks).unwrap_or(u32::MAX));
         inst.store.data_mut().begin_call();
         inst.store.data_mut().deadline = Some(Instant::now() + timeout);
-        let result = inst
-            .plugin
-            .kubewasm_plugin_handler()
-            .call_register(&mut inst.store, config);
+        let result = match &inst.plugin {
+            Bound::V0_1(p) => p
+                .kubewasm_plugin_handler()
+                .call_register(&mut inst.store, config)
+                .map(|r| r.map(Registration::from_v0_1)),
+            Bound::V0_2(p) => {
+                let context = v0_2::exports::kubewasm::plugin::handler::Context {
+                    name: prepared.name.to_string(),
+                    version: prepared.version.to_string(),
+                    config: config.to_owned(),
+                };
+                p.kubewasm_plugin_handler()
+                    .call_register(&mut inst.store, &context)
+                    .map(|r| r.map(Registration::from_v0_2))
+            }
+        };
         inst.store.data_mut().deadline = None;
         match result {
             Ok(_) if inst.store.data().wait_cut => Err(CallError::Timeout(timeout)),
-            Ok(Ok(reg)) => Ok(Registration::from_wit(reg)),
+            Ok(Ok(reg)) => Ok(reg),
             Ok(Err(msg)) => Err(CallError::Permanent(msg)),
             Err(e) => Err(CallError::Trap(format!("{e:#}"))),
         }
@@ -271,8 +393,9 @@ impl ActorThread {
         let ticks = self.deadline_ticks();
         let epochs = self.prepared.engine.epoch_deadlines();
         let name = self.prepared.name.clone();
+        let prepared = self.prepared.clone();
         let inst = self.instantiate()?;
-        let result = Self::call_register(inst, &config, ticks, epochs);
+        let result = Self::call_register(inst, &prepared, &config, ticks, epochs);
         let result = with_output(&name, &inst.store, result);
         match &result {
             Ok(_) => self.config = Some(config),
@@ -281,7 +404,7 @@ impl ActorThread {
         result
     }
 
-    fn handle(&mut self, delta: CallDelta) -> Result<Vec<Action>, CallError> {
+    fn handle(&mut self, delta: CallDelta) -> Result<Handled, CallError> {
         let ticks = self.deadline_ticks();
         let epochs = self.prepared.engine.epoch_deadlines();
         let timeout = self.prepared.manifest.limits.timeout;
@@ -301,8 +424,8 @@ impl ActorThread {
                 .transpose()
                 .map_err(|e| CallError::Unavailable(format!("{e:#}")))
         };
-        let meta = delta.object.as_ref().map(|o| wit_meta(o.meta()));
-        let pushed = push(store, delta.object).and_then(|o| Ok((o, push(store, delta.old)?)));
+        let pushed = push(store, delta.object.clone())
+            .and_then(|o| Ok((o, push(store, delta.old.clone())?)));
         let (object, old_object) = match pushed {
             Ok(v) => v,
             Err(e) => {
@@ -313,24 +436,39 @@ impl ActorThread {
                 return e;
             }
         };
-        let wit = types::Delta {
-            delta_type: wit_delta_type(delta.dtype),
-            subscription: delta.subscription,
-            kind: types::GroupVersionKind {
-                group: delta.kind.group,
-                version: delta.kind.version,
-                kind: delta.kind.kind,
-            },
-            meta,
-            object,
-            old_object,
-            initial: delta.initial,
-            final_state_unknown: delta.final_state_unknown,
+        use v0_2::exports::kubewasm::plugin::handler::Handled as H2;
+        let result = match &inst.plugin {
+            Bound::V0_1(p) => p
+                .kubewasm_plugin_handler()
+                .call_handle(&mut inst.store, &delta_v0_1(&delta, object, old_object))
+                .map(|r| {
+                    r.map(|()| None).map_err(|e| match e {
+                        v0_1::exports::kubewasm::plugin::handler::HandlerError::Retry(m) => {
+                            CallError::Retry(m)
+                        }
+                        v0_1::exports::kubewasm::plugin::handler::HandlerError::Permanent(m) => {
+                            CallError::Permanent(m)
+                        }
+                    })
+                }),
+            Bound::V0_2(p) => p
+                .kubewasm_plugin_handler()
+                .call_handle(&mut inst.store, &delta_v0_2(&delta, object, old_object))
+                .map(|r| {
+                    r.map(|h| match h {
+                        H2::Done => None,
+                        H2::RequeueAfter(ms) => Some(Duration::from_millis(ms)),
+                    })
+                    .map_err(|e| match e {
+                        v0_2::exports::kubewasm::plugin::handler::HandlerError::Retry(m) => {
+                            CallError::Retry(m)
+                        }
+                        v0_2::exports::kubewasm::plugin::handler::HandlerError::Permanent(m) => {
+                            CallError::Permanent(m)
+                        }
+                    })
+                }),
         };
-        let result = inst
-            .plugin
-            .kubewasm_plugin_handler()
-            .call_handle(&mut inst.store, &wit);
         // The instance may be in any state after a trap (or a wait cut
         // short under it): replace it.
         let cut = inst.store.data().wait_cut;
@@ -344,9 +482,11 @@ impl ActorThread {
         let result = enforce_caps(&prepared, &mut inst.store, result);
         inst.store.data_mut().deadline = None;
         let result = match result {
-            Ok(Ok(())) => Ok(std::mem::take(&mut inst.store.data_mut().actions)),
-            Ok(Err(handler::HandlerError::Retry(m))) => Err(CallError::Retry(m)),
-            Ok(Err(handler::HandlerError::Permanent(m))) => Err(CallError::Permanent(m)),
+            Ok(Ok(requeue_after)) => Ok(Handled {
+                actions: std::mem::take(&mut inst.store.data_mut().actions),
+                requeue_after,
+            }),
+            Ok(Err(e)) => Err(e),
             Err(err) => Err(err),
         };
         if trapped {
@@ -437,8 +577,8 @@ impl Actor {
         let _ = self.tx.send(Request::SetScope(scope));
     }
 
-    /// Runs one handler call; returns the actions and the call's duration.
-    pub async fn handle(&self, delta: CallDelta) -> (Result<Vec<Action>, CallError>, Duration) {
+    /// Runs one handler call; returns what it left and the call's duration.
+    pub async fn handle(&self, delta: CallDelta) -> CallOutcome {
         let (reply, rx) = oneshot::channel();
         if self.tx.send(Request::Handle { delta, reply }).is_err() {
             return (Err(self.gone()), Duration::ZERO);
@@ -486,7 +626,7 @@ impl Actor {
     }
 
     /// Blocking variant for benchmarks and tools without a runtime.
-    pub fn handle_blocking(&self, delta: CallDelta) -> (Result<Vec<Action>, CallError>, Duration) {
+    pub fn handle_blocking(&self, delta: CallDelta) -> CallOutcome {
         let (reply, rx) = oneshot::channel();
         if self.tx.send(Request::Handle { delta, reply }).is_err() {
             return (Err(self.gone()), Duration::ZERO);

@@ -1,5 +1,6 @@
-//! The host side of the imports a plugin sees: object views, cache reads,
-//! buffered actions, logging and the clock.
+//! The host side of the imports a plugin sees, independent of the WIT
+//! version: object views, cache reads, buffered actions, logging and the
+//! clock. `v0_1` and `v0_2` translate each version's types to these.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -9,13 +10,12 @@ use wasmtime::component::{Resource, ResourceTable};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use super::access::{Grant, Verb};
-use super::bindings::kubewasm::plugin::{actions, cache, clock, log, types};
 use super::limits::{CallCaps, Cap, CapExceeded};
-use crate::actions::{Action, EventType, PatchType, Propagation, Target};
+use crate::actions::{Action, EventType, PatchType, Preconditions, Propagation, Target};
 use crate::informer::selector::LabelSelector;
 use crate::informer::{CacheView, Snapshot};
 use crate::kind::{Gvk, KindInfo, KindRef, KindRegistry};
-use crate::object::{FieldValue, Meta, ObjectHandle, ObjectKey};
+use crate::object::{ObjectHandle, ObjectKey};
 
 /// What one registered plugin version may read and write.
 #[derive(Debug, Default)]
@@ -36,6 +36,35 @@ pub struct PluginScope {
 /// The Namespace kind, whose cache a namespaceSelector grant is evaluated on.
 fn namespace_gvk() -> Gvk {
     Gvk::new("", "v1", "Namespace")
+}
+
+/// Why a cache read was refused (each WIT version has its own spelling).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReadError {
+    NotSubscribed(String),
+    UnknownIndex(String),
+    InvalidSelector(String),
+    /// The sidecar's access list does not grant it.
+    Forbidden(String),
+}
+
+/// Why an action was refused when the plugin emitted it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WriteError {
+    NotDeclared(String),
+    Invalid(String),
+    /// The sidecar's access list does not grant it.
+    Forbidden(String),
+}
+
+/// The object an action names, as the plugin gave it.
+#[derive(Debug, Clone)]
+pub struct ObjRef {
+    pub kind: KindRef,
+    pub namespace: Option<String>,
+    pub name: String,
+    /// The regarding uid of an Event (not a precondition).
+    pub uid: Option<String>,
 }
 
 /// Enforces the per-plugin memory cap and remembers that it did.
@@ -75,6 +104,8 @@ impl wasmtime::ResourceLimiter for MemoryLimiter {
 /// The store data of one plugin instance.
 pub struct HostState {
     pub plugin: Arc<str>,
+    /// `<plugin>@<version>`: who reports the plugin's Events.
+    pub reporter: Arc<str>,
     wasi: WasiCtx,
     table: ResourceTable,
     pub limiter: MemoryLimiter,
@@ -110,8 +141,9 @@ impl WasiView for HostState {
 }
 
 impl HostState {
-    pub fn new(plugin: Arc<str>, wasi: WasiCtx, memory_limit: usize) -> Self {
+    pub fn new(plugin: Arc<str>, version: &str, wasi: WasiCtx, memory_limit: usize) -> Self {
         Self {
+            reporter: Arc::from(format!("{plugin}@{version}")),
             plugin,
             wasi,
             table: ResourceTable::new(),
@@ -154,30 +186,49 @@ impl HostState {
     /// A handle on `obj` for the guest. Over `limits.handles` this traps:
     /// the instance, and every handle it leaked, is then discarded.
     pub fn push_object(&mut self, obj: ObjectHandle) -> wasmtime::Result<Resource<ObjectHandle>> {
+        self.push_handle(obj)
+    }
+
+    /// Any resource the guest holds a handle on (objects, selectors),
+    /// counted against `limits.handles`.
+    pub(super) fn push_handle<T: Send + 'static>(
+        &mut self,
+        value: T,
+    ) -> wasmtime::Result<Resource<T>> {
         if self.live_handles >= self.caps.handles {
             let e = self.exceeded(Cap::Handles);
             return Err(wasmtime::format_err!("plugin exceeded {e}"));
         }
-        let r = self.table.push(obj)?;
+        let r = self.table.push(value)?;
         self.live_handles += 1;
         Ok(r)
     }
 
+    /// The value behind a handle the guest holds.
+    pub(super) fn handle_value<T: 'static>(&self, r: &Resource<T>) -> wasmtime::Result<&T> {
+        Ok(self.table.get(r)?)
+    }
+
+    /// Drops a handle the guest let go of.
+    pub(super) fn drop_handle<T: 'static>(&mut self, r: Resource<T>) -> wasmtime::Result<()> {
+        self.table.delete(r)?;
+        self.live_handles = self.live_handles.saturating_sub(1);
+        Ok(())
+    }
+
     /// Buffers an action of the current call; over `limits.actionsPerCall`
     /// the guest gets an error and the call fails.
-    fn push_action(&mut self, action: Action) -> Result<(), actions::ActionError> {
+    fn push_action(&mut self, action: Action) -> Result<(), WriteError> {
         if self.actions.len() >= self.caps.actions_per_call {
             let e = self.exceeded(Cap::ActionsPerCall);
-            return Err(actions::ActionError::Invalid(format!(
-                "plugin exceeded {e}"
-            )));
+            return Err(WriteError::Invalid(format!("plugin exceeded {e}")));
         }
         self.actions.push(action);
         Ok(())
     }
 
-    fn object(&self, r: &Resource<ObjectHandle>) -> wasmtime::Result<&ObjectHandle> {
-        Ok(self.table.get(r)?)
+    pub(super) fn object(&self, r: &Resource<ObjectHandle>) -> wasmtime::Result<&ObjectHandle> {
+        self.handle_value(r)
     }
 
     fn scope(&self) -> Result<Arc<PluginScope>, String> {
@@ -199,17 +250,16 @@ impl HostState {
     /// which the grant already narrowed at registration).
     fn snapshot_for(
         &mut self,
-        kind: &types::KindRef,
+        kind: &KindRef,
         namespace: Option<&str>,
-    ) -> Result<(KindInfo, Vec<Snapshot>), cache::CacheError> {
-        let scope = self.scope().map_err(cache::CacheError::NotSubscribed)?;
-        let kref = kind_ref(kind);
+    ) -> Result<(KindInfo, Vec<Snapshot>), ReadError> {
+        let scope = self.scope().map_err(ReadError::NotSubscribed)?;
         let info = scope
             .kinds
-            .resolve(&kref)
-            .map_err(|e| cache::CacheError::NotSubscribed(e.to_string()))?;
+            .resolve(kind)
+            .map_err(|e| ReadError::NotSubscribed(e.to_string()))?;
         let informers = scope.reads.get(&info.gvk).ok_or_else(|| {
-            cache::CacheError::NotSubscribed(format!(
+            ReadError::NotSubscribed(format!(
                 "{} is not among this plugin's subscriptions; add a subscription (with no delta types for read-only access)",
                 info.resource_name()
             ))
@@ -218,7 +268,7 @@ impl HostState {
         let namespace = namespace.filter(|_| info.namespaced);
         if namespace.is_some() || !info.namespaced {
             self.granted(&scope, &info, Verb::Read, namespace)
-                .map_err(cache::CacheError::NotSubscribed)?;
+                .map_err(ReadError::Forbidden)?;
         }
         let snaps = informers.iter().map(|i| self.snapshot_of(i)).collect();
         Ok((info, snaps))
@@ -273,26 +323,27 @@ impl HostState {
     /// object's namespace.
     fn target(
         &mut self,
-        r: actions::ObjectRef,
+        r: ObjRef,
         verb: Verb,
-    ) -> Result<Target, actions::ActionError> {
-        let scope = self.scope().map_err(actions::ActionError::Invalid)?;
+        preconditions: Preconditions,
+    ) -> Result<Target, WriteError> {
+        let scope = self.scope().map_err(WriteError::Invalid)?;
         let kind = scope
             .kinds
-            .resolve(&kind_ref(&r.kind))
-            .map_err(|e| actions::ActionError::Invalid(e.to_string()))?;
+            .resolve(&r.kind)
+            .map_err(|e| WriteError::Invalid(e.to_string()))?;
         if verb != Verb::Events && !scope.writes.contains(&kind.gvk) {
-            return Err(actions::ActionError::NotDeclared(format!(
+            return Err(WriteError::NotDeclared(format!(
                 "{} is not in this plugin's registration writes",
                 kind.resource_name()
             )));
         }
         if r.name.is_empty() {
-            return Err(actions::ActionError::Invalid("object name is empty".into()));
+            return Err(WriteError::Invalid("object name is empty".into()));
         }
         let namespace = r.namespace.filter(|n| !n.is_empty());
         if kind.namespaced != namespace.is_some() {
-            return Err(actions::ActionError::Invalid(format!(
+            return Err(WriteError::Invalid(format!(
                 "{} is {}, so a namespace must {}be given",
                 kind.resource_name(),
                 if kind.namespaced {
@@ -305,7 +356,7 @@ impl HostState {
         }
         crate::names::validate_object(&kind.gvk.kind, namespace.as_deref(), &r.name).map_err(
             |e| {
-                actions::ActionError::Invalid(format!(
+                WriteError::Invalid(format!(
                     "{} {}{}: {e}",
                     kind.resource_name(),
                     namespace
@@ -317,46 +368,45 @@ impl HostState {
             },
         )?;
         self.granted(&scope, &kind, verb, namespace.as_deref())
-            .map_err(actions::ActionError::NotDeclared)?;
+            .map_err(WriteError::Forbidden)?;
         Ok(Target {
             kind,
             namespace,
             name: r.name,
             uid: r.uid,
+            preconditions,
         })
     }
 
-    fn apply_action(
+    /// Buffers a server-side apply of `object_json`.
+    pub(super) fn apply_action(
         &mut self,
         object_json: &str,
         force: bool,
         status: bool,
-    ) -> Result<(), actions::ActionError> {
+        preconditions: Preconditions,
+    ) -> Result<(), WriteError> {
         let object: Value = serde_json::from_str(object_json)
-            .map_err(|e| actions::ActionError::Invalid(format!("object is not valid JSON: {e}")))?;
+            .map_err(|e| WriteError::Invalid(format!("object is not valid JSON: {e}")))?;
         let field = |p: &str| object.pointer(p).and_then(Value::as_str).map(str::to_owned);
         let (Some(api_version), Some(kind), Some(name)) = (
             field("/apiVersion"),
             field("/kind"),
             field("/metadata/name"),
         ) else {
-            return Err(actions::ActionError::Invalid(
+            return Err(WriteError::Invalid(
                 "an applied object needs apiVersion, kind and metadata.name".into(),
             ));
         };
-        let gvk = Gvk::from_api_version(&api_version, &kind);
         let target = self.target(
-            actions::ObjectRef {
-                kind: types::KindRef::Gvk(types::GroupVersionKind {
-                    group: gvk.group,
-                    version: gvk.version,
-                    kind: gvk.kind,
-                }),
+            ObjRef {
+                kind: KindRef::Gvk(Gvk::from_api_version(&api_version, &kind)),
                 namespace: field("/metadata/namespace"),
                 name,
                 uid: None,
             },
             if status { Verb::Status } else { Verb::Apply },
+            preconditions,
         )?;
         self.push_action(Action::Apply {
             target,
@@ -365,6 +415,201 @@ impl HostState {
             status,
         })
     }
+
+    /// Buffers a patch; its JSON must fit its type.
+    pub(super) fn patch_action(
+        &mut self,
+        target: ObjRef,
+        patch_type: PatchType,
+        patch: &str,
+        preconditions: Preconditions,
+    ) -> Result<(), WriteError> {
+        let target = self.target(target, Verb::Patch, preconditions)?;
+        let patch: Value = serde_json::from_str(patch)
+            .map_err(|e| WriteError::Invalid(format!("patch is not valid JSON: {e}")))?;
+        match patch_type {
+            PatchType::Merge if !patch.is_object() => {
+                return Err(WriteError::Invalid(
+                    "a merge patch must be a JSON object".into(),
+                ));
+            }
+            PatchType::Json if !patch.is_array() => {
+                return Err(WriteError::Invalid(
+                    "a JSON patch must be an array of operations".into(),
+                ));
+            }
+            _ => {}
+        }
+        self.push_action(Action::Patch {
+            target,
+            patch_type,
+            patch,
+        })
+    }
+
+    /// Buffers a delete.
+    pub(super) fn delete_action(
+        &mut self,
+        target: ObjRef,
+        propagation: Propagation,
+        preconditions: Preconditions,
+    ) -> Result<(), WriteError> {
+        let target = self.target(target, Verb::Delete, preconditions)?;
+        self.push_action(Action::Delete {
+            target,
+            propagation,
+        })
+    }
+
+    /// Buffers an Event about `regarding`.
+    pub(super) fn event_action(
+        &mut self,
+        regarding: ObjRef,
+        event_type: EventType,
+        reason: String,
+        note: String,
+    ) -> Result<(), WriteError> {
+        if reason.is_empty() || reason.len() > 128 {
+            return Err(WriteError::Invalid(
+                "an Event reason must be 1 to 128 characters (UpperCamelCase by convention)".into(),
+            ));
+        }
+        let regarding = self.target(regarding, Verb::Events, Preconditions::default())?;
+        self.push_action(Action::Event {
+            regarding,
+            event_type,
+            reason,
+            // The API server caps Event notes at 1 KiB.
+            note: note.chars().take(1024).collect(),
+            reporter: self.reporter.clone(),
+        })
+    }
+
+    /// One object of a readable kind, from the call's snapshot.
+    pub(super) fn cache_get(
+        &mut self,
+        kind: &KindRef,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> wasmtime::Result<Result<Option<Resource<ObjectHandle>>, ReadError>> {
+        let (info, snaps) = match self.snapshot_for(kind, namespace) {
+            Ok(v) => v,
+            Err(e) => return Ok(Err(e)),
+        };
+        let ns = if info.namespaced { namespace } else { None };
+        let key = ObjectKey::new(ns, name);
+        match snaps.iter().find_map(|s| s.get(&key)) {
+            Some(o) => Ok(Ok(Some(self.push_object(o)?))),
+            None => Ok(Ok(None)),
+        }
+    }
+
+    /// Objects of a readable kind, optionally in one namespace and
+    /// matching a label selector.
+    pub(super) fn cache_list(
+        &mut self,
+        kind: &KindRef,
+        namespace: Option<&str>,
+        label_selector: Option<&str>,
+    ) -> wasmtime::Result<Result<Vec<Resource<ObjectHandle>>, ReadError>> {
+        let ns = namespace.filter(|n| !n.is_empty());
+        let (_, snaps) = match self.snapshot_for(kind, ns) {
+            Ok(v) => v,
+            Err(e) => return Ok(Err(e)),
+        };
+        let selector = match LabelSelector::parse(label_selector.unwrap_or("")) {
+            Ok(s) => s,
+            Err(e) => return Ok(Err(ReadError::InvalidSelector(e.to_string()))),
+        };
+        let objs = merge(snaps.iter().map(|s| s.list(ns, &selector)));
+        Ok(Ok(self.push_all(objs)?))
+    }
+
+    /// Objects a declared index maps `value` to.
+    pub(super) fn cache_by_index(
+        &mut self,
+        index: &str,
+        value: &str,
+    ) -> wasmtime::Result<Result<Vec<Resource<ObjectHandle>>, ReadError>> {
+        let scope = match self.scope() {
+            Ok(s) => s,
+            Err(e) => return Ok(Err(ReadError::UnknownIndex(e))),
+        };
+        let Some(caches) = scope.indexes.get(index) else {
+            return Ok(Err(ReadError::UnknownIndex(format!(
+                "no index {index:?} was declared at registration"
+            ))));
+        };
+        let found: Vec<Vec<ObjectHandle>> = caches
+            .iter()
+            .map(|(informer, store_index)| {
+                self.snapshot_of(informer)
+                    .by_index(store_index, value)
+                    .unwrap_or_default()
+            })
+            .collect();
+        let objs = merge(found);
+        Ok(Ok(self.push_all(objs)?))
+    }
+
+    /// Whether a plugin log record at `level` would be written.
+    pub(super) fn log_enabled(level: tracing::Level) -> bool {
+        match level {
+            tracing::Level::TRACE => tracing::enabled!(target: "plugin", tracing::Level::TRACE),
+            tracing::Level::DEBUG => tracing::enabled!(target: "plugin", tracing::Level::DEBUG),
+            tracing::Level::INFO => tracing::enabled!(target: "plugin", tracing::Level::INFO),
+            tracing::Level::WARN => tracing::enabled!(target: "plugin", tracing::Level::WARN),
+            _ => tracing::enabled!(target: "plugin", tracing::Level::ERROR),
+        }
+    }
+
+    /// Writes a plugin log record, within `limits.logBytesPerCall`.
+    pub(super) fn log_write(
+        &mut self,
+        level: tracing::Level,
+        message: &str,
+        fields: &[(String, String)],
+    ) {
+        let size = message.len() + fields.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>();
+        self.log_bytes = self.log_bytes.saturating_add(size as u64);
+        if self.log_bytes > self.caps.log_bytes_per_call {
+            // Dropped: the call fails with the cap once it returns.
+            if self.cap_hit.is_none() {
+                let e = self.exceeded(Cap::LogBytesPerCall);
+                tracing::warn!(target: "plugin", plugin = &*self.plugin, "log records dropped: plugin exceeded {e}");
+            }
+            return;
+        }
+        let fields: String = fields
+            .iter()
+            .map(|(k, v)| format!("{k}={v:?}"))
+            .collect::<Vec<_>>()
+            .join(" ");
+        let plugin = &*self.plugin;
+        match level {
+            tracing::Level::TRACE => tracing::trace!(target: "plugin", plugin, fields, "{message}"),
+            tracing::Level::DEBUG => tracing::debug!(target: "plugin", plugin, fields, "{message}"),
+            tracing::Level::INFO => tracing::info!(target: "plugin", plugin, fields, "{message}"),
+            tracing::Level::WARN => tracing::warn!(target: "plugin", plugin, fields, "{message}"),
+            _ => tracing::error!(target: "plugin", plugin, fields, "{message}"),
+        }
+    }
+}
+
+/// Wall-clock time since the Unix epoch: (seconds, nanoseconds).
+pub(super) fn now() -> (i64, u32) {
+    let d = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    (
+        i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
+        d.subsec_nanos(),
+    )
+}
+
+/// Now as RFC 3339 with seconds precision.
+pub(super) fn now_rfc3339() -> String {
+    humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string()
 }
 
 /// The objects of several caches of one kind, each once (caches with
@@ -387,314 +632,4 @@ fn merge(lists: impl IntoIterator<Item = Vec<ObjectHandle>>) -> Vec<ObjectHandle
         }
     }
     out
-}
-
-pub fn kind_ref(k: &types::KindRef) -> KindRef {
-    match k {
-        types::KindRef::Gvk(g) => KindRef::Gvk(Gvk::new(&g.group, &g.version, &g.kind)),
-        types::KindRef::ResourceName(r) => KindRef::Resource(r.clone()),
-    }
-}
-
-pub fn wit_meta(m: &Meta) -> types::ObjectMeta {
-    let pairs = |v: &Vec<(Box<str>, Box<str>)>| {
-        v.iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
-    };
-    types::ObjectMeta {
-        api_version: m.api_version.to_string(),
-        kind: m.kind.to_string(),
-        namespace: m.namespace.as_ref().map(|s| s.to_string()),
-        name: m.name.to_string(),
-        uid: m.uid.to_string(),
-        resource_version: m.resource_version.to_string(),
-        generation: m.generation,
-        labels: pairs(&m.labels),
-        annotations: pairs(&m.annotations),
-        owner_references: m
-            .owner_references
-            .iter()
-            .map(|o| types::OwnerReference {
-                api_version: o.api_version.clone(),
-                kind: o.kind.clone(),
-                name: o.name.clone(),
-                uid: o.uid.clone(),
-                controller: o.controller.unwrap_or(false),
-            })
-            .collect(),
-        creation_timestamp: m.creation_timestamp.as_ref().map(|s| s.to_string()),
-        deletion_timestamp: m.deletion_timestamp.as_ref().map(|s| s.to_string()),
-    }
-}
-
-fn wit_field(v: FieldValue) -> types::FieldValue {
-    match v {
-        FieldValue::Null => types::FieldValue::Null,
-        FieldValue::Boolean(b) => types::FieldValue::Boolean(b),
-        FieldValue::Integer(i) => types::FieldValue::Integer(i),
-        FieldValue::Float(f) => types::FieldValue::Float(f),
-        FieldValue::Text(s) => types::FieldValue::Text(s),
-        FieldValue::Json(s) => types::FieldValue::Json(s),
-    }
-}
-
-impl types::Host for HostState {}
-
-impl types::HostObject for HostState {
-    fn meta(&mut self, obj: Resource<ObjectHandle>) -> wasmtime::Result<types::ObjectMeta> {
-        Ok(wit_meta(self.object(&obj)?.meta()))
-    }
-
-    fn field(
-        &mut self,
-        obj: Resource<ObjectHandle>,
-        pointer: String,
-    ) -> wasmtime::Result<Option<types::FieldValue>> {
-        Ok(self.object(&obj)?.field(&pointer).map(wit_field))
-    }
-
-    fn fields(
-        &mut self,
-        obj: Resource<ObjectHandle>,
-        pointers: Vec<String>,
-    ) -> wasmtime::Result<Vec<Option<types::FieldValue>>> {
-        let o = self.object(&obj)?;
-        Ok(pointers.iter().map(|p| o.field(p).map(wit_field)).collect())
-    }
-
-    fn to_json(&mut self, obj: Resource<ObjectHandle>) -> wasmtime::Result<String> {
-        Ok(self.object(&obj)?.json().to_owned())
-    }
-
-    fn drop(&mut self, obj: Resource<ObjectHandle>) -> wasmtime::Result<()> {
-        self.table.delete(obj)?;
-        self.live_handles = self.live_handles.saturating_sub(1);
-        Ok(())
-    }
-}
-
-impl cache::Host for HostState {
-    fn get(
-        &mut self,
-        kind: types::KindRef,
-        namespace: Option<String>,
-        name: String,
-    ) -> wasmtime::Result<Result<Option<Resource<ObjectHandle>>, cache::CacheError>> {
-        let (info, snaps) = match self.snapshot_for(&kind, namespace.as_deref()) {
-            Ok(v) => v,
-            Err(e) => return Ok(Err(e)),
-        };
-        let ns = if info.namespaced {
-            namespace.as_deref()
-        } else {
-            None
-        };
-        let key = ObjectKey::new(ns, &name);
-        match snaps.iter().find_map(|s| s.get(&key)) {
-            Some(o) => Ok(Ok(Some(self.push_object(o)?))),
-            None => Ok(Ok(None)),
-        }
-    }
-
-    fn list(
-        &mut self,
-        kind: types::KindRef,
-        namespace: Option<String>,
-        label_selector: Option<String>,
-    ) -> wasmtime::Result<Result<Vec<Resource<ObjectHandle>>, cache::CacheError>> {
-        let ns = namespace.as_deref().filter(|n| !n.is_empty());
-        let (_, snaps) = match self.snapshot_for(&kind, ns) {
-            Ok(v) => v,
-            Err(e) => return Ok(Err(e)),
-        };
-        let selector = match LabelSelector::parse(label_selector.as_deref().unwrap_or("")) {
-            Ok(s) => s,
-            Err(e) => return Ok(Err(cache::CacheError::InvalidSelector(e.to_string()))),
-        };
-        let objs = merge(snaps.iter().map(|s| s.list(ns, &selector)));
-        Ok(Ok(self.push_all(objs)?))
-    }
-
-    fn by_index(
-        &mut self,
-        index: String,
-        value: String,
-    ) -> wasmtime::Result<Result<Vec<Resource<ObjectHandle>>, cache::CacheError>> {
-        let scope = match self.scope() {
-            Ok(s) => s,
-            Err(e) => return Ok(Err(cache::CacheError::UnknownIndex(e))),
-        };
-        let Some(caches) = scope.indexes.get(&index) else {
-            return Ok(Err(cache::CacheError::UnknownIndex(format!(
-                "no index {index:?} was declared at registration"
-            ))));
-        };
-        let found: Vec<Vec<ObjectHandle>> = caches
-            .iter()
-            .map(|(informer, store_index)| {
-                self.snapshot_of(informer)
-                    .by_index(store_index, &value)
-                    .unwrap_or_default()
-            })
-            .collect();
-        let objs = merge(found);
-        Ok(Ok(self.push_all(objs)?))
-    }
-}
-
-impl actions::Host for HostState {
-    fn apply(
-        &mut self,
-        object_json: String,
-        force: bool,
-    ) -> wasmtime::Result<Result<(), actions::ActionError>> {
-        Ok(self.apply_action(&object_json, force, false))
-    }
-
-    fn apply_status(
-        &mut self,
-        object_json: String,
-    ) -> wasmtime::Result<Result<(), actions::ActionError>> {
-        Ok(self.apply_action(&object_json, true, true))
-    }
-
-    fn patch(
-        &mut self,
-        target: actions::ObjectRef,
-        patch_type: actions::PatchType,
-        patch: String,
-    ) -> wasmtime::Result<Result<(), actions::ActionError>> {
-        let result = (|| {
-            let target = self.target(target, Verb::Patch)?;
-            let patch: Value = serde_json::from_str(&patch).map_err(|e| {
-                actions::ActionError::Invalid(format!("patch is not valid JSON: {e}"))
-            })?;
-            let patch_type = match patch_type {
-                actions::PatchType::Merge if patch.is_object() => PatchType::Merge,
-                actions::PatchType::Json if patch.is_array() => PatchType::Json,
-                actions::PatchType::Merge => {
-                    return Err(actions::ActionError::Invalid(
-                        "a merge patch must be a JSON object".into(),
-                    ));
-                }
-                actions::PatchType::Json => {
-                    return Err(actions::ActionError::Invalid(
-                        "a JSON patch must be an array of operations".into(),
-                    ));
-                }
-            };
-            self.push_action(Action::Patch {
-                target,
-                patch_type,
-                patch,
-            })
-        })();
-        Ok(result)
-    }
-
-    fn delete(
-        &mut self,
-        target: actions::ObjectRef,
-        propagation: actions::Propagation,
-    ) -> wasmtime::Result<Result<(), actions::ActionError>> {
-        let result = self.target(target, Verb::Delete).and_then(|target| {
-            self.push_action(Action::Delete {
-                target,
-                propagation: match propagation {
-                    actions::Propagation::Background => Propagation::Background,
-                    actions::Propagation::Foreground => Propagation::Foreground,
-                    actions::Propagation::Orphan => Propagation::Orphan,
-                },
-            })
-        });
-        Ok(result)
-    }
-
-    fn record_event(
-        &mut self,
-        regarding: actions::ObjectRef,
-        event_type: actions::EventType,
-        reason: String,
-        note: String,
-    ) -> wasmtime::Result<Result<(), actions::ActionError>> {
-        if reason.is_empty() || reason.len() > 128 {
-            return Ok(Err(actions::ActionError::Invalid(
-                "an Event reason must be 1 to 128 characters (UpperCamelCase by convention)".into(),
-            )));
-        }
-        let result = self.target(regarding, Verb::Events).and_then(|regarding| {
-            self.push_action(Action::Event {
-                regarding,
-                event_type: match event_type {
-                    actions::EventType::Normal => EventType::Normal,
-                    actions::EventType::Warning => EventType::Warning,
-                },
-                reason,
-                // The API server caps Event notes at 1 KiB.
-                note: note.chars().take(1024).collect(),
-            })
-        });
-        Ok(result)
-    }
-}
-
-impl log::Host for HostState {
-    fn enabled(&mut self, level: log::Level) -> wasmtime::Result<bool> {
-        Ok(match level {
-            log::Level::Trace => tracing::enabled!(tracing::Level::TRACE),
-            log::Level::Debug => tracing::enabled!(tracing::Level::DEBUG),
-            log::Level::Info => tracing::enabled!(tracing::Level::INFO),
-            log::Level::Warn => tracing::enabled!(tracing::Level::WARN),
-            log::Level::Error => tracing::enabled!(tracing::Level::ERROR),
-        })
-    }
-
-    fn write(
-        &mut self,
-        level: log::Level,
-        message: String,
-        fields: Vec<(String, String)>,
-    ) -> wasmtime::Result<()> {
-        let size = message.len() + fields.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>();
-        self.log_bytes = self.log_bytes.saturating_add(size as u64);
-        if self.log_bytes > self.caps.log_bytes_per_call {
-            // Dropped: the call fails with the cap once it returns.
-            if self.cap_hit.is_none() {
-                let e = self.exceeded(Cap::LogBytesPerCall);
-                tracing::warn!(target: "plugin", plugin = &*self.plugin, "log records dropped: plugin exceeded {e}");
-            }
-            return Ok(());
-        }
-        let fields: String = fields
-            .iter()
-            .map(|(k, v)| format!("{k}={v:?}"))
-            .collect::<Vec<_>>()
-            .join(" ");
-        let plugin = &*self.plugin;
-        match level {
-            log::Level::Trace => tracing::trace!(target: "plugin", plugin, fields, "{message}"),
-            log::Level::Debug => tracing::debug!(target: "plugin", plugin, fields, "{message}"),
-            log::Level::Info => tracing::info!(target: "plugin", plugin, fields, "{message}"),
-            log::Level::Warn => tracing::warn!(target: "plugin", plugin, fields, "{message}"),
-            log::Level::Error => tracing::error!(target: "plugin", plugin, fields, "{message}"),
-        }
-        Ok(())
-    }
-}
-
-impl clock::Host for HostState {
-    fn now(&mut self) -> wasmtime::Result<clock::Instant> {
-        let d = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default();
-        Ok(clock::Instant {
-            seconds: i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
-            nanoseconds: d.subsec_nanos(),
-        })
-    }
-
-    fn now_rfc3339(&mut self) -> wasmtime::Result<String> {
-        Ok(humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string())
-    }
 }

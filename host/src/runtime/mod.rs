@@ -11,18 +11,21 @@ pub mod limits;
 pub mod manifest;
 pub mod network;
 pub mod stdio;
+pub mod v0_1;
+pub mod v0_2;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use sha2::Digest;
 
 use wasmtime::component::{HasSelf, Linker};
 use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder};
 
 use crate::informer::DeltaType;
 use crate::kind::KindRef;
-pub use actor::{Actor, CallDelta, CallError};
-use bindings::exports::kubewasm::plugin::handler;
-use bindings::{HANDLER_EXPORT, PluginPre, WIT_VERSION};
+pub use actor::{Actor, CallDelta, CallError, Handled, LastFailure};
+use bindings::{Contract, HANDLER_INTERFACE};
 pub use engine::{CompileSource, EngineOptions, WasmEngine};
 use host::HostState;
 pub use manifest::Manifest;
@@ -41,11 +44,11 @@ pub enum LoadError {
     #[error("the component is invalid or truncated: {0}")]
     Invalid(String),
     #[error(
-        "the component was built for WIT kubewasm:plugin@{found}, this host implements @{WIT_VERSION}: rebuild it against wit/v{WIT_VERSION}"
+        "the component was built for WIT kubewasm:plugin@{found}, this host runs @0.1.x and @0.2.x: rebuild it against wit/v0.2.0"
     )]
     WrongVersion { found: String },
     #[error(
-        "the component does not export {HANDLER_EXPORT}: it was not built for the kubewasm plugin world (exports: {exports})"
+        "the component does not export {HANDLER_INTERFACE}@0.1.x or @0.2.x: it was not built for the kubewasm plugin world (exports: {exports})"
     )]
     NotAPlugin { exports: String },
     #[error("the component needs imports this host does not provide: {0}")]
@@ -86,11 +89,29 @@ impl std::fmt::Debug for Runtime {
     }
 }
 
+/// A component pre-instantiated for the contract it was built for.
+pub enum Pre {
+    V0_1(bindings::v0_1::PluginPre<HostState>),
+    V0_2(bindings::v0_2::PluginPre<HostState>),
+}
+
+impl Pre {
+    pub fn contract(&self) -> Contract {
+        match self {
+            Pre::V0_1(_) => Contract::V0_1,
+            Pre::V0_2(_) => Contract::V0_2,
+        }
+    }
+}
+
 /// A compiled, type-checked, pre-instantiated plugin version.
 pub struct Prepared {
     pub name: Arc<str>,
+    /// The first 12 hex digits of the component's SHA-256: what the plugin
+    /// and its Events are told its version is.
+    pub version: Arc<str>,
     pub engine: WasmEngine,
-    pub pre: PluginPre<HostState>,
+    pub pre: Pre,
     pub manifest: Manifest,
     pub compile_source: CompileSource,
     pub compile_time: Duration,
@@ -164,32 +185,27 @@ pub struct IndexSpec {
     pub pointer: String,
 }
 
+/// The resync period of a 0.2 subscription that does not set one (0.1
+/// subscriptions without one never resync): controller-runtime's default
+/// sync period.
+pub const DEFAULT_RESYNC: Duration = Duration::from_secs(10 * 3600);
+
+fn nonempty(s: Option<String>) -> Option<String> {
+    s.filter(|s| !s.trim().is_empty())
+}
+
 impl Registration {
-    fn from_wit(r: handler::Registration) -> Self {
-        let nonempty = |s: Option<String>| s.filter(|s| !s.trim().is_empty());
+    fn from_v0_1(r: bindings::v0_1::exports::kubewasm::plugin::handler::Registration) -> Self {
         Self {
             subscriptions: r
                 .subscriptions
                 .into_iter()
                 .map(|s| SubscriptionSpec {
-                    kind: host::kind_ref(&s.kind),
+                    kind: v0_1::kind_ref(&s.kind),
                     namespace: nonempty(s.namespace),
                     label_selector: nonempty(s.label_selector),
                     field_selector: nonempty(s.field_selector),
-                    deltas: s
-                        .deltas
-                        .into_iter()
-                        .map(|d| {
-                            use bindings::kubewasm::plugin::types::DeltaType as W;
-                            match d {
-                                W::Added => DeltaType::Added,
-                                W::Updated => DeltaType::Updated,
-                                W::Deleted => DeltaType::Deleted,
-                                W::Resync => DeltaType::Resync,
-                                W::Synced => DeltaType::Synced,
-                            }
-                        })
-                        .collect(),
+                    deltas: s.deltas.into_iter().map(v0_1::from_delta_type).collect(),
                     fields: s.fields,
                     resync: s
                         .resync_seconds
@@ -197,13 +213,49 @@ impl Registration {
                         .map(|s| Duration::from_secs(s.into())),
                 })
                 .collect(),
-            writes: r.writes.iter().map(host::kind_ref).collect(),
+            writes: r.writes.iter().map(v0_1::kind_ref).collect(),
             indexes: r
                 .indexes
                 .into_iter()
                 .map(|i| IndexSpec {
                     name: i.name,
-                    kind: host::kind_ref(&i.kind),
+                    kind: v0_1::kind_ref(&i.kind),
+                    pointer: i.pointer,
+                })
+                .collect(),
+        }
+    }
+
+    fn from_v0_2(r: bindings::v0_2::exports::kubewasm::plugin::handler::Registration) -> Self {
+        Self {
+            subscriptions: r
+                .subscriptions
+                .into_iter()
+                .map(|s| SubscriptionSpec {
+                    kind: v0_2::kind_ref(&s.kind),
+                    namespace: nonempty(s.namespace),
+                    label_selector: nonempty(s.label_selector),
+                    field_selector: nonempty(s.field_selector),
+                    deltas: s
+                        .deltas
+                        .into_iter()
+                        .filter_map(v0_2::from_delta_type)
+                        .collect(),
+                    fields: s.fields,
+                    resync: match s.resync_seconds {
+                        None => Some(DEFAULT_RESYNC),
+                        Some(0) => None,
+                        Some(s) => Some(Duration::from_secs(s.into())),
+                    },
+                })
+                .collect(),
+            writes: r.writes.iter().map(v0_2::kind_ref).collect(),
+            indexes: r
+                .indexes
+                .into_iter()
+                .map(|i| IndexSpec {
+                    name: i.name,
+                    kind: v0_2::kind_ref(&i.kind),
                     pointer: i.pointer,
                 })
                 .collect(),
@@ -220,7 +272,9 @@ impl Runtime {
         let mut linker = Linker::<HostState>::new(engine.engine());
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker)
             .map_err(|e| engine::EngineError::Config(format!("{e:#}")))?;
-        bindings::Plugin::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)
+        bindings::v0_1::Plugin::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)
+            .map_err(|e| engine::EngineError::Config(format!("{e:#}")))?;
+        bindings::v0_2::Plugin::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)
             .map_err(|e| engine::EngineError::Config(format!("{e:#}")))?;
         deadline::add_to_linker(&mut linker)
             .map_err(|e| engine::EngineError::Config(format!("{e:#}")))?;
@@ -290,13 +344,15 @@ impl Runtime {
             .exports(self.engine.engine())
             .map(|(n, _)| n.to_owned())
             .collect();
-        if !exports.iter().any(|e| e == HANDLER_EXPORT) {
-            if let Some(other) = exports
-                .iter()
-                .find_map(|e| e.strip_prefix("kubewasm:plugin/handler@"))
-            {
+        let handler_prefix = format!("{HANDLER_INTERFACE}@");
+        let found: Vec<&str> = exports
+            .iter()
+            .filter_map(|e| e.strip_prefix(&handler_prefix))
+            .collect();
+        let Some(contract) = found.iter().find_map(|v| Contract::for_version(v)) else {
+            if let Some(other) = found.first() {
                 return Err(LoadError::WrongVersion {
-                    found: other.to_owned(),
+                    found: (*other).to_owned(),
                 });
             }
             return Err(LoadError::NotAPlugin {
@@ -306,14 +362,27 @@ impl Runtime {
                     exports.join(", ")
                 },
             });
-        }
+        };
         let pre = self
             .linker
             .instantiate_pre(&component)
             .map_err(|e| LoadError::Imports(format!("{e:#}")))?;
-        let pre = PluginPre::new(pre).map_err(|e| LoadError::Imports(format!("{e:#}")))?;
+        let imports = |e: wasmtime::Error| LoadError::Imports(format!("{e:#}"));
+        let pre = match contract {
+            Contract::V0_1 => Pre::V0_1(bindings::v0_1::PluginPre::new(pre).map_err(imports)?),
+            Contract::V0_2 => Pre::V0_2(bindings::v0_2::PluginPre::new(pre).map_err(imports)?),
+        };
+        let digest = sha2::Sha256::digest(bytes);
+        let version: String = digest.iter().take(6).map(|b| format!("{b:02x}")).collect();
+        tracing::debug!(
+            plugin = name,
+            version,
+            contract = contract.version(),
+            "component checked"
+        );
         Ok(Prepared {
             name: Arc::from(name),
+            version: Arc::from(version),
             engine: self.engine.clone(),
             pre,
             manifest,

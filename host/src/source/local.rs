@@ -525,6 +525,7 @@ impl LocalCluster {
                     target.kind.gvk.clone(),
                     ObjectKey::new(target.namespace.as_deref(), &target.name),
                 );
+                check_preconditions(target, state.objects.get(&id).map(|e| &e.value))?;
                 let (mut value, file) = match state.objects.get(&id) {
                     Some(e) => (e.value.clone(), e.file.clone()),
                     None if *status => {
@@ -555,6 +556,7 @@ impl LocalCluster {
                 let Some(entry) = state.objects.get(&id).cloned() else {
                     return Err(ActionError::NotFound(format!("{target} does not exist")));
                 };
+                check_preconditions(target, Some(&entry.value))?;
                 let mut value = entry.value;
                 match patch_type {
                     PatchType::Merge => json_patch::merge(&mut value, patch),
@@ -574,6 +576,9 @@ impl LocalCluster {
                     target.kind.gvk.clone(),
                     ObjectKey::new(target.namespace.as_deref(), &target.name),
                 );
+                if let Some(e) = state.objects.get(&id) {
+                    check_preconditions(target, Some(&e.value))?;
+                }
                 match self.remove_locked(&mut state, &id) {
                     Some(entry) => self.persist(&state, &entry.file),
                     None => Err(ActionError::NotFound(format!("{target} does not exist"))),
@@ -584,8 +589,10 @@ impl LocalCluster {
                 event_type,
                 reason,
                 note,
+                reporter,
             } => {
                 let line = json!({
+                    "reportingInstance": reporter,
                     "eventTime": now_rfc3339(),
                     "type": format!("{event_type:?}"),
                     "reason": reason,
@@ -654,6 +661,47 @@ impl ActionSink for LocalCluster {
         let r = self.apply_action(plugin, action);
         Box::pin(async move { r })
     }
+}
+
+/// Enforces a write's preconditions as the API server does: a uid or
+/// resourceVersion that differs from the stored object's is a conflict
+/// (the server's 409, with its wording).
+fn check_preconditions(
+    target: &crate::actions::Target,
+    stored: Option<&Value>,
+) -> Result<(), ActionError> {
+    let p = &target.preconditions;
+    if p.is_empty() {
+        return Ok(());
+    }
+    let Some(stored) = stored else {
+        return Err(ActionError::Conflict(format!(
+            "{target}: Precondition failed: the object does not exist"
+        )));
+    };
+    let meta = |f: &str| {
+        stored
+            .pointer(&format!("/metadata/{f}"))
+            .and_then(Value::as_str)
+            .unwrap_or("")
+    };
+    if let Some(uid) = &p.uid
+        && uid != meta("uid")
+    {
+        return Err(ActionError::Conflict(format!(
+            "{target}: Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+            meta("uid")
+        )));
+    }
+    if let Some(rv) = &p.resource_version
+        && rv != meta("resourceVersion")
+    {
+        return Err(ActionError::Conflict(format!(
+            "{target}: the object has been modified; please apply your changes to the latest version and try again (resourceVersion in precondition: {rv}, in object meta: {})",
+            meta("resourceVersion")
+        )));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -753,6 +801,7 @@ mod tests {
                     namespace: Some(ns.into()),
                     name: name.into(),
                     uid: None,
+                    preconditions: Default::default(),
                 },
                 object: json!({"apiVersion": "v1", "kind": "ConfigMap",
                     "metadata": {"name": name, "namespace": ns}, "data": {"k": "v"}}),
