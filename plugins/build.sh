@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Builds every guest plugin as a WebAssembly component (wasm32-wasip2,
-# release profile) and lists the .wasm files with their sizes. Extra
+# release profile): the 0.2 plugins and the frozen 0.1 ones in v0.1/
+# (`<name>_v0_1.wasm`), all members of this workspace. Lists the .wasm
+# files with their sizes. Extra
 # arguments go to cargo (e.g. `-p noop`). Output:
 # plugins/target/wasm32-wasip2/release/<crate_name>.wasm
 set -euo pipefail

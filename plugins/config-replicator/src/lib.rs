@@ -3,8 +3,6 @@
 //! with their source, and deletes them when the source goes.
 //! See README.md for the config and the exact actions.
 
-use std::borrow::Cow;
-
 use kubewasm_sdk::prelude::*;
 use kubewasm_sdk::serde_json::{Map, Value, json};
 use serde::Deserialize;
@@ -30,9 +28,16 @@ fn default_source() -> String {
 }
 
 struct ConfigReplicator {
-    source: Selector,
-    namespaces: Selector,
+    source: LabelSelector,
+    /// `source`'s canonical text, the filter of the cache lists of sources
+    /// (`None` for the empty selector).
+    source_filter: Option<String>,
+    namespaces: LabelSelector,
 }
+
+/// Subscription indexes, in registration order.
+const CONFIG_MAPS: u32 = 0;
+const NAMESPACES: u32 = 1;
 
 /// What a copy is made of: the source's name, key, data and binaryData.
 struct Copy {
@@ -42,20 +47,21 @@ struct Copy {
 }
 
 impl Copy {
-    fn of(meta: &ObjectMeta, source: &Object) -> Result<Self, HandlerError> {
+    /// The copy of `source`, named `name`, whose key is `key`.
+    fn of(name: String, key: String, source: &Object) -> Result<Self, HandlerError> {
         let mut data = Map::new();
-        for (key, pointer) in [("binaryData", "/binaryData"), ("data", "/data")] {
+        for (field, pointer) in [("binaryData", "/binaryData"), ("data", "/data")] {
             match source.field_json(pointer)? {
                 None | Some(Value::Null) => {}
                 Some(v @ Value::Object(_)) => {
-                    data.insert(key.to_owned(), v);
+                    data.insert(field.to_owned(), v);
                 }
-                Some(_) => return Err(permanent(format!("{} has a non-object {key}", meta.key()))),
+                Some(_) => return Err(permanent(format!("{key} has a non-object {field}"))),
             }
         }
         Ok(Self {
-            name: meta.name.clone(),
-            of: meta.key(),
+            name,
+            of: key,
             data,
         })
     }
@@ -74,38 +80,49 @@ impl Copy {
         if let Value::Object(map) = &mut object {
             map.extend(self.data.clone());
         }
-        actions::apply_json(&object, true)
+        actions::apply_json(&object, true, &Preconditions::none())
     }
 }
 
+fn is_replica(object: &Object) -> bool {
+    object.label(REPLICA).as_deref() == Some("true")
+}
+
 impl ConfigReplicator {
-    fn is_source(&self, meta: &ObjectMeta) -> bool {
-        meta.label(REPLICA) != Some("true") && self.source.matches(&meta.labels)
+    fn is_source(&self, object: &Object) -> bool {
+        !is_replica(object) && self.source.matches_object(object)
     }
 
-    /// The namespace selector for a source: its annotation or the config's.
-    fn selector_for(&self, source: &ObjectMeta) -> Result<Cow<'_, Selector>, String> {
-        match source.annotation(REPLICATE_TO) {
-            Some(text) => Selector::parse(text)
-                .map(Cow::Owned)
-                .map_err(|e| format!("{REPLICATE_TO} on {}: {e}", source.key())),
-            None => Ok(Cow::Borrowed(&self.namespaces)),
-        }
+    /// The namespace selector a source names in its annotation, parsed
+    /// (`None`: it names none, the config's applies).
+    fn own_selector(source: &Object) -> Result<Option<LabelSelector>, String> {
+        source
+            .annotation(REPLICATE_TO)
+            .map(|text| {
+                LabelSelector::parse(&text)
+                    .map_err(|e| format!("{REPLICATE_TO} on {}: {e}", source.key()))
+            })
+            .transpose()
     }
 
     fn config_map_changed(&self, delta: &Delta) -> Result<(), HandlerError> {
-        let (meta, object) = delta.parts()?;
-        if meta.label(REPLICA) == Some("true") {
-            return self.copy_seen(delta, meta);
+        let object = delta.object()?;
+        if is_replica(object) {
+            return self.copy_seen(delta, object);
         }
-        let source = self.is_source(meta);
+        let source = self.is_source(object);
         match delta.delta_type {
-            DeltaType::Deleted if source => delete_copies(meta, |_| true),
-            DeltaType::Added | DeltaType::Resync if source => self.replicate(meta, object),
-            DeltaType::Updated if source => self.replicate(meta, object),
+            DeltaType::Deleted if source => delete_copies(&delta.key(), |_| true),
+            DeltaType::Added | DeltaType::Resync if source => self.replicate(delta, object),
+            DeltaType::Updated if source => self.replicate(delta, object),
             // No longer a source (labels changed): its copies go.
-            DeltaType::Updated if delta.old_meta().is_some_and(|old| self.is_source(&old)) => {
-                delete_copies(meta, |_| true)
+            DeltaType::Updated
+                if delta
+                    .old_object
+                    .as_ref()
+                    .is_some_and(|old| self.is_source(old)) =>
+            {
+                delete_copies(&delta.key(), |_| true)
             }
             _ => Ok(()),
         }
@@ -115,26 +132,27 @@ impl ConfigReplicator {
     /// not edge: a source deleted while no replica led (a leadership
     /// handover, a restart) never arrives as a delete; the next leader's
     /// replay of the copies finds the orphans.
-    fn copy_seen(&self, delta: &Delta, copy: &ObjectMeta) -> Result<(), HandlerError> {
+    fn copy_seen(&self, delta: &Delta, copy: &Object) -> Result<(), HandlerError> {
         if delta.delta_type == DeltaType::Deleted {
             return Ok(());
         }
-        let Some((ns, name)) = copy
-            .annotation(REPLICA_OF)
-            .and_then(|of| of.split_once('/'))
-        else {
+        let Some(of) = copy.annotation(REPLICA_OF) else {
             return Ok(());
         };
-        let live = cache::get::<ConfigMap>(Some(ns), name)?
-            .is_some_and(|source| self.is_source(&source.meta()));
+        let Some((ns, name)) = of.split_once('/') else {
+            return Ok(());
+        };
+        let live =
+            cache::get::<ConfigMap>(Some(ns), name)?.is_some_and(|source| self.is_source(&source));
         if !live {
             actions::delete(
-                &ObjectRef::from_meta::<ConfigMap>(copy),
+                &ObjectRef::for_delta::<ConfigMap>(delta),
                 Propagation::Background,
+                &Preconditions::uid(&delta.uid),
             )?;
             log::info(
                 "orphan copy deleted",
-                &[("copy", &copy.key()), ("source", &format!("{ns}/{name}"))],
+                &[("copy", &delta.key()), ("source", &format!("{ns}/{name}"))],
             );
         }
         Ok(())
@@ -143,32 +161,27 @@ impl ConfigReplicator {
     /// Applies the source into each target namespace (by name), then deletes
     /// its copies in namespaces that exist, are not terminating and are no
     /// longer targets.
-    fn replicate(&self, meta: &ObjectMeta, object: &Object) -> Result<(), HandlerError> {
-        let selector = self.selector_for(meta).map_err(permanent)?;
-        let copy = Copy::of(meta, object)?;
-        let namespaces: Vec<ObjectMeta> = cache::list::<Namespace>(None, None)?
+    fn replicate(&self, delta: &Delta, object: &Object) -> Result<(), HandlerError> {
+        let own = Self::own_selector(object).map_err(permanent)?;
+        let selector = own.as_ref().unwrap_or(&self.namespaces);
+        let copy = Copy::of(delta.name.clone(), delta.key(), object)?;
+        // The live (not terminating) namespaces, by name, and whether each
+        // matches the source's selector.
+        let live: Vec<(String, bool)> = cache::list::<Namespace>(None, None)?
             .iter()
-            .map(Object::meta)
+            .filter(|ns| !ns.is_terminating())
+            .map(|ns| (ns.name(), selector.matches_object(ns)))
             .collect();
-        let targets: Vec<&str> = namespaces
+        let targets: Vec<&str> = live
             .iter()
-            .filter(|ns| {
-                !ns.is_terminating()
-                    && Some(&ns.name) != meta.namespace.as_ref()
-                    && selector.matches(&ns.labels)
-            })
-            .map(|ns| ns.name.as_str())
+            .filter(|(name, matches)| *matches && Some(name) != delta.namespace.as_ref())
+            .map(|(name, _)| name.as_str())
             .collect();
         for ns in &targets {
             copy.apply_into(ns)?;
         }
-        let stale = |ns: &str| {
-            !targets.contains(&ns)
-                && namespaces
-                    .iter()
-                    .any(|n| n.name == ns && !n.is_terminating())
-        };
-        delete_copies(meta, stale)?;
+        let stale = |ns: &str| !targets.contains(&ns) && live.iter().any(|(name, _)| name == ns);
+        delete_copies(&copy.of, stale)?;
         let count = targets.len().to_string();
         log::debug(
             "replicated",
@@ -182,61 +195,71 @@ impl ConfigReplicator {
     /// sources it no longer matches. Initial namespaces are covered by the
     /// sources' own initial deltas.
     fn namespace_changed(&self, delta: &Delta) -> Result<(), HandlerError> {
-        let (ns, _) = delta.parts()?;
+        let ns = delta.object()?;
         if delta.initial || ns.is_terminating() {
             return Ok(());
         }
-        let old_labels = delta.old_meta().map(|m| m.labels);
-        let filter = (!self.source.is_empty()).then(|| self.source.to_string());
-        for source in cache::list::<ConfigMap>(None, filter.as_deref())? {
-            let meta = source.meta();
-            if !self.is_source(&meta) || meta.namespace.as_ref() == Some(&ns.name) {
+        let name = &delta.name;
+        for source in cache::list::<ConfigMap>(None, self.source_filter.as_deref())? {
+            if !self.is_source(&source) || source.namespace().as_ref() == Some(name) {
                 continue;
             }
-            let selector = match self.selector_for(&meta) {
+            let own = match Self::own_selector(&source) {
                 Ok(s) => s,
                 Err(e) => {
-                    log::warn("source skipped", &[("source", &meta.key()), ("error", &e)]);
+                    log::warn(
+                        "source skipped",
+                        &[("source", &source.key()), ("error", &e)],
+                    );
                     continue;
                 }
             };
-            let now = selector.matches(&ns.labels);
-            let before = old_labels.as_ref().is_some_and(|l| selector.matches(l));
+            let selector = own.as_ref().unwrap_or(&self.namespaces);
+            let now = selector.matches_object(ns);
+            let before = delta
+                .old_object
+                .as_ref()
+                .is_some_and(|old| selector.matches_object(old));
             if now && !before {
-                Copy::of(&meta, &source)?.apply_into(&ns.name)?;
+                Copy::of(source.name(), source.key(), &source)?.apply_into(name)?;
             } else if before && !now {
-                delete_copies(&meta, |n| n == ns.name)?;
+                delete_copies(&source.key(), |n| n == name)?;
             }
         }
         Ok(())
     }
 }
 
-/// Deletes (background) every cached copy of `source` in a namespace
-/// `keep` accepts, in namespace order.
-fn delete_copies(source: &ObjectMeta, keep: impl Fn(&str) -> bool) -> Result<(), HandlerError> {
-    let of = source.key();
+/// Deletes (background) every cached copy of the source whose key is `of`
+/// in a namespace `keep` accepts, in namespace order.
+fn delete_copies(of: &str, keep: impl Fn(&str) -> bool) -> Result<(), HandlerError> {
     for copy in cache::list::<ConfigMap>(None, Some(&format!("{REPLICA}=true")))? {
-        let meta = copy.meta();
-        if meta.annotation(REPLICA_OF) == Some(of.as_str())
-            && meta.namespace.as_deref().is_some_and(&keep)
+        if copy.annotation(REPLICA_OF).as_deref() == Some(of)
+            && copy.namespace().as_deref().is_some_and(&keep)
         {
             actions::delete(
-                &ObjectRef::from_meta::<ConfigMap>(&meta),
+                &ObjectRef::for_object::<ConfigMap>(&copy),
                 Propagation::Background,
+                &Preconditions::uid(copy.uid()),
             )?;
-            log::info("copy deleted", &[("copy", &meta.key()), ("source", &of)]);
+            log::info("copy deleted", &[("copy", &copy.key()), ("source", of)]);
         }
     }
     Ok(())
 }
 
 impl Plugin for ConfigReplicator {
-    fn new(config: &str) -> Result<Self, String> {
-        let config: Config = parse_config(config)?;
+    fn new(ctx: &Context) -> Result<Self, String> {
+        let config: Config = ctx.parse_config()?;
+        let source = LabelSelector::parse(&config.source_selector)
+            .map_err(|e| format!("invalid config: sourceSelector: {e}"))?;
+        let namespaces = LabelSelector::parse(&config.namespace_selector)
+            .map_err(|e| format!("invalid config: namespaceSelector: {e}"))?;
+        let text = source.to_string();
         Ok(Self {
-            source: Selector::parse(&config.source_selector)?,
-            namespaces: Selector::parse(&config.namespace_selector)?,
+            source,
+            source_filter: (!text.is_empty()).then_some(text),
+            namespaces,
         })
     }
 
@@ -260,16 +283,14 @@ impl Plugin for ConfigReplicator {
             .writes::<ConfigMap>()
     }
 
-    fn handle(&mut self, delta: Delta) -> Result<(), HandlerError> {
-        if delta.delta_type == DeltaType::Synced {
-            Ok(())
-        } else if delta.is::<Namespace>() {
-            self.namespace_changed(&delta)
-        } else if delta.is::<ConfigMap>() {
-            self.config_map_changed(&delta)
-        } else {
-            Ok(())
+    fn handle(&mut self, delta: Delta) -> Result<Handled, HandlerError> {
+        match (delta.delta_type, delta.subscription) {
+            (DeltaType::Synced, _) => {}
+            (_, NAMESPACES) => self.namespace_changed(&delta)?,
+            (_, CONFIG_MAPS) => self.config_map_changed(&delta)?,
+            _ => {}
         }
+        Ok(Done)
     }
 }
 

@@ -68,8 +68,8 @@ fn restarts(pod: &Object) -> Result<Vec<(String, i64)>, HandlerError> {
 }
 
 impl Plugin for CrashloopWatcher {
-    fn new(config: &str) -> Result<Self, String> {
-        let config: Config = parse_config(config)?;
+    fn new(ctx: &Context) -> Result<Self, String> {
+        let config: Config = ctx.parse_config()?;
         if config.threshold < 1 {
             return Err("invalid config: threshold must be at least 1".to_owned());
         }
@@ -90,15 +90,16 @@ impl Plugin for CrashloopWatcher {
             .writes::<Deployment>()
     }
 
-    fn handle(&mut self, delta: Delta) -> Result<(), HandlerError> {
-        if !delta.is::<Pod>() || delta.delta_type == DeltaType::Synced {
-            return Ok(());
+    fn handle(&mut self, delta: Delta) -> Result<Handled, HandlerError> {
+        // Subscription 0 is the Pods; the others are cache only.
+        if delta.subscription != 0 || delta.delta_type == DeltaType::Synced {
+            return Ok(Done);
         }
-        let (meta, pod) = delta.parts()?;
+        let pod = delta.object()?;
         let threshold = self.threshold;
         let now = restarts(pod)?;
         if now.iter().all(|(_, n)| *n < threshold) {
-            return Ok(());
+            return Ok(Done);
         }
         // The old state only matters for updates (a container missing from
         // it counts as 0 restarts); without one, reaching the threshold is
@@ -120,51 +121,54 @@ impl Plugin for CrashloopWatcher {
             .into_iter()
             .find(|(name, n)| *n >= threshold && was_below(name));
         let Some((container, count)) = crossed else {
-            return Ok(());
+            return Ok(Done);
         };
         let note = format!("container {container} restarted {count} times (threshold {threshold})");
-        actions::event(
-            &ObjectRef::from_meta::<Pod>(meta),
-            EventType::Warning,
-            "CrashLooping",
-            &note,
+        actions::record_event(
+            &EventRecord::new(
+                ObjectRef::for_delta::<Pod>(&delta),
+                EventType::Warning,
+                "CrashLooping",
+                note,
+            )
+            .with_regarding_uid(&delta.uid),
         )?;
-        match owning_deployment(meta)? {
+        match owning_deployment(pod, delta.namespace.as_deref())? {
             Ok(deployment) => actions::annotate(
-                &ObjectRef::from_meta::<Deployment>(&deployment),
+                &ObjectRef::for_object::<Deployment>(&deployment),
                 &[
-                    ("kubewasm.io/crashloop-pod", &meta.name),
+                    ("kubewasm.io/crashloop-pod", &delta.name),
                     ("kubewasm.io/crashloop-restarts", &count.to_string()),
                 ],
-            ),
+                &Preconditions::uid(deployment.uid()),
+            )?,
             Err(missing) => {
                 log::info(
                     "crash-looping pod has no owning Deployment in the cache",
-                    &[("pod", &meta.key()), ("missing", missing)],
+                    &[("pod", &delta.key()), ("missing", missing)],
                 );
-                Ok(())
             }
         }
+        Ok(Done)
     }
 }
 
-/// Pod -> controlling ReplicaSet -> controlling Deployment, via the cache;
-/// the inner error names the missing link.
-fn owning_deployment(pod: &ObjectMeta) -> Result<Result<ObjectMeta, &'static str>, HandlerError> {
-    let namespace = pod.namespace.as_deref();
-    let Some(rs) = pod.controller_owner().filter(|o| o.is::<ReplicaSet>()) else {
+/// Pod -> controlling ReplicaSet -> controlling Deployment, via the cache
+/// (in the Pod's `namespace`); the inner error names the missing link.
+fn owning_deployment(
+    pod: &Object,
+    namespace: Option<&str>,
+) -> Result<Result<Object, &'static str>, HandlerError> {
+    let Some(rs) = controller_owner(pod).filter(OwnerReference::is::<ReplicaSet>) else {
         return Ok(Err("controller ReplicaSet reference"));
     };
     let Some(rs) = cache::get::<ReplicaSet>(namespace, &rs.name)? else {
         return Ok(Err("ReplicaSet"));
     };
-    let rs = rs.meta();
-    let Some(deployment) = rs.controller_owner().filter(|o| o.is::<Deployment>()) else {
+    let Some(deployment) = controller_owner(&rs).filter(OwnerReference::is::<Deployment>) else {
         return Ok(Err("controller Deployment reference"));
     };
-    Ok(cache::get::<Deployment>(namespace, &deployment.name)?
-        .map(|d| d.meta())
-        .ok_or("Deployment"))
+    Ok(cache::get::<Deployment>(namespace, &deployment.name)?.ok_or("Deployment"))
 }
 
 kubewasm_sdk::export_plugin!(CrashloopWatcher);

@@ -9,7 +9,7 @@ use kubewasm_sdk::k8s_openapi::api::core::v1::ResourceQuotaSpec;
 use kubewasm_sdk::k8s_openapi::api::networking::v1::NetworkPolicySpec;
 use kubewasm_sdk::k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kubewasm_sdk::k8s_openapi::apimachinery::pkg::apis::meta::v1::{
-    LabelSelector, ObjectMeta as Metadata,
+    LabelSelector as PodSelector, ObjectMeta as Metadata,
 };
 use kubewasm_sdk::prelude::*;
 use kubewasm_sdk::serde_json::Value;
@@ -66,14 +66,15 @@ fn default_hard() -> BTreeMap<String, Value> {
 }
 
 struct NamespaceDefaults {
-    selector: Selector,
+    selector: LabelSelector,
     hard: BTreeMap<String, Quantity>,
 }
 
 impl Plugin for NamespaceDefaults {
-    fn new(config: &str) -> Result<Self, String> {
-        let config: Config = parse_config(config)?;
-        let selector = Selector::parse(&config.namespace_selector)?;
+    fn new(ctx: &Context) -> Result<Self, String> {
+        let config: Config = ctx.parse_config()?;
+        let selector = LabelSelector::parse(&config.namespace_selector)
+            .map_err(|e| format!("invalid config: namespaceSelector: {e}"))?;
         if config.quota.hard.is_empty() {
             return Err("invalid config: quota.hard is empty".to_owned());
         }
@@ -105,21 +106,23 @@ impl Plugin for NamespaceDefaults {
             .writes::<ResourceQuota>()
     }
 
-    fn handle(&mut self, delta: Delta) -> Result<(), HandlerError> {
-        if !delta.is::<Namespace>() || delta.delta_type == DeltaType::Synced {
-            return Ok(());
+    fn handle(&mut self, delta: Delta) -> Result<Handled, HandlerError> {
+        // Subscription 0 is the Namespaces; the others are cache only.
+        if delta.subscription != 0 || delta.delta_type == DeltaType::Synced {
+            return Ok(Done);
         }
-        let (ns, _) = delta.parts()?;
+        let ns = delta.object()?;
         if ns.is_terminating() {
-            return Ok(());
+            return Ok(Done);
         }
-        match (delta.delta_type, self.selector.matches(&ns.labels)) {
+        match (delta.delta_type, self.selector.matches_object(ns)) {
             (DeltaType::Added | DeltaType::Updated | DeltaType::Resync, true) => {
-                self.ensure(&ns.name)
+                self.ensure(&delta.name)?;
             }
-            (DeltaType::Updated, false) => remove(&ns.name),
-            _ => Ok(()),
+            (DeltaType::Updated, false) => remove(&delta.name)?,
+            _ => {}
         }
+        Ok(Done)
     }
 }
 
@@ -140,7 +143,7 @@ impl NamespaceDefaults {
         let policy = NetworkPolicy {
             metadata: metadata(POLICY),
             spec: Some(NetworkPolicySpec {
-                pod_selector: Some(LabelSelector::default()),
+                pod_selector: Some(PodSelector::default()),
                 policy_types: Some(vec!["Ingress".to_owned(), "Egress".to_owned()]),
                 ..NetworkPolicySpec::default()
             }),
@@ -153,8 +156,8 @@ impl NamespaceDefaults {
             }),
             ..ResourceQuota::default()
         };
-        actions::apply(&policy, true)?;
-        actions::apply(&quota, true)?;
+        actions::apply(&policy, true, &Preconditions::none())?;
+        actions::apply(&quota, true, &Preconditions::none())?;
         log::info("namespace defaults applied", &[("namespace", ns)]);
         Ok(())
     }
@@ -170,9 +173,15 @@ fn remove(ns: &str) -> Result<(), HandlerError> {
         let Some(found) = cache::get_kind(&kind, Some(ns), name)? else {
             continue;
         };
-        let meta = found.meta();
-        if OWN_LABELS.iter().all(|(k, v)| meta.label(k) == Some(*v)) {
-            actions::delete(&ObjectRef::with_meta(kind, &meta), Propagation::Background)?;
+        if OWN_LABELS
+            .iter()
+            .all(|(k, v)| found.label(k).as_deref() == Some(*v))
+        {
+            actions::delete(
+                &ObjectRef::new(kind, Some(ns), name),
+                Propagation::Background,
+                &Preconditions::uid(found.uid()),
+            )?;
             log::info(
                 "namespace default removed",
                 &[("namespace", ns), ("name", name)],

@@ -2,22 +2,22 @@
 //! kinds the plugin subscribed to (a cache-only subscription suffices).
 //!
 //! Every [`CacheError`] means the plugin asked for
-//! something its registration does not allow (an unsubscribed kind, an
-//! undeclared index, a bad selector): retrying cannot help, so they map to
+//! something its registration or its access list does not allow (an
+//! unsubscribed kind, an undeclared index, a bad selector, a read the
+//! sidecar does not grant): retrying cannot help, so they map to
 //! [`HandlerError::Permanent`].
 
 use k8s_openapi::Resource;
 
 use crate::bindings::kubewasm::plugin::cache as raw;
-use crate::{CacheError, HandlerError, KindRef, Object, permanent};
+use crate::{CacheError, HandlerError, KindRef, LabelSelector, Object, permanent};
 
 fn refused(e: CacheError) -> HandlerError {
     permanent(match e {
-        CacheError::NotSubscribed(m) => {
-            format!("cache read refused, not subscribed or not granted: {m}")
-        }
+        CacheError::NotSubscribed(m) => format!("cache read refused, not subscribed: {m}"),
         CacheError::UnknownIndex(m) => format!("cache read refused, unknown index: {m}"),
         CacheError::InvalidSelector(m) => format!("cache read refused, invalid selector: {m}"),
+        CacheError::Forbidden(m) => format!("cache read refused, not granted: {m}"),
     })
 }
 
@@ -56,8 +56,32 @@ pub fn list_kind(
     raw::list(kind, namespace, label_selector).map_err(refused)
 }
 
+/// The `K`s in one namespace or all (`None`) whose labels match a parsed
+/// selector (its canonical text is sent to the host).
+pub fn list_selected<K: Resource>(
+    namespace: Option<&str>,
+    selector: &LabelSelector,
+) -> Result<Vec<Object>, HandlerError> {
+    let text = selector.to_string();
+    list::<K>(namespace, (!text.is_empty()).then_some(text.as_str()))
+}
+
 /// The objects whose declared index yields `value`; sorted by namespace
 /// then name.
 pub fn by_index(index: &str, value: &str) -> Result<Vec<Object>, HandlerError> {
     raw::by_index(index, value).map_err(refused)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refusals_are_permanent() {
+        assert_eq!(
+            refused(CacheError::Forbidden("may not read pods".into())),
+            permanent("cache read refused, not granted: may not read pods")
+        );
+        assert!(!refused(CacheError::NotSubscribed("nodes".into())).is_retry());
+    }
 }

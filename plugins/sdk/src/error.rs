@@ -1,8 +1,8 @@
-//! Building [`HandlerError`]s.
+//! Building [`HandlerError`]s, and reading why a previous attempt failed.
 
-use std::fmt::Display;
+use std::fmt::{self, Display};
 
-use crate::HandlerError;
+use crate::{Failure, HandlerError};
 
 /// A failure retrying will not fix (malformed input, a refused action): the
 /// host records the delta as dead.
@@ -26,6 +26,40 @@ impl HandlerError {
     /// Whether the host will retry the delta.
     pub fn is_retry(&self) -> bool {
         matches!(self, Self::Retry(_))
+    }
+}
+
+impl Failure {
+    /// The failure's message.
+    pub fn message(&self) -> &str {
+        match self {
+            Self::Retry(m) | Self::Trapped(m) | Self::Conflict(m) | Self::ActionFailed(m) => m,
+        }
+    }
+
+    /// Whether an action hit a conflict (another field manager, or a uid or
+    /// resourceVersion precondition that did not hold): re-read the cache
+    /// and decide again.
+    pub fn is_conflict(&self) -> bool {
+        matches!(self, Self::Conflict(_))
+    }
+
+    /// The WIT name of the case: `retry`, `trapped`, `conflict` or
+    /// `action-failed`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Retry(_) => "retry",
+            Self::Trapped(_) => "trapped",
+            Self::Conflict(_) => "conflict",
+            Self::ActionFailed(_) => "action-failed",
+        }
+    }
+}
+
+impl Display for Failure {
+    /// `<kind>: <message>`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.kind(), self.message())
     }
 }
 
@@ -59,5 +93,9 @@ mod tests {
         assert_eq!(e.message(), "decoding: boom");
         assert!(!e.is_retry());
         assert!(Err::<(), _>("x").retry("later").unwrap_err().is_retry());
+        let f = Failure::Conflict("rv 3 is stale".into());
+        assert!(f.is_conflict() && !Failure::Trapped("t".into()).is_conflict());
+        assert_eq!(f.to_string(), "conflict: rv 3 is stale");
+        assert_eq!(Failure::ActionFailed("x".into()).kind(), "action-failed");
     }
 }

@@ -46,6 +46,61 @@ impl GroupVersionKind {
     }
 }
 
+/// A group/version/kind spelled with static strings, so that it can be a
+/// `const` (a [`GroupVersionKind`] owns its strings). Convert it where a
+/// kind is needed: `KindRef::from(EVENT)`, `EVENT.kind_ref()`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct StaticKind {
+    /// The API group; `""` for the core group.
+    pub group: &'static str,
+    /// The version (`v1`).
+    pub version: &'static str,
+    /// The kind (`Event`).
+    pub kind: &'static str,
+}
+
+/// events.k8s.io/v1 Event, the kind [`actions::event`](crate::actions::event)
+/// records (recording needs no `writes` declaration; reading Events back
+/// needs a subscription, e.g. `Subscription::to(EVENT.into())`).
+pub const EVENT: StaticKind = StaticKind {
+    group: "events.k8s.io",
+    version: "v1",
+    kind: "Event",
+};
+
+impl StaticKind {
+    /// The owned [`GroupVersionKind`].
+    pub fn gvk(self) -> GroupVersionKind {
+        GroupVersionKind {
+            group: self.group.to_owned(),
+            version: self.version.to_owned(),
+            kind: self.kind.to_owned(),
+        }
+    }
+
+    /// The [`KindRef`] (`KindRef::Gvk`).
+    pub fn kind_ref(self) -> KindRef {
+        KindRef::Gvk(self.gvk())
+    }
+
+    /// Whether `gvk` is this group and kind (any version).
+    pub fn matches(self, gvk: &GroupVersionKind) -> bool {
+        gvk.group == self.group && gvk.kind == self.kind
+    }
+}
+
+impl From<StaticKind> for GroupVersionKind {
+    fn from(kind: StaticKind) -> Self {
+        kind.gvk()
+    }
+}
+
+impl From<StaticKind> for KindRef {
+    fn from(kind: StaticKind) -> Self {
+        kind.kind_ref()
+    }
+}
+
 impl KindRef {
     /// The kind of a k8s-openapi type.
     pub fn of<K: Resource>() -> Self {
@@ -60,8 +115,20 @@ impl KindRef {
 }
 
 impl DeltaType {
-    /// Every delta type.
-    pub const ALL: [Self; 5] = [
+    /// Every delta type, `requeue` included.
+    pub const ALL: [Self; 6] = [
+        Self::Added,
+        Self::Updated,
+        Self::Deleted,
+        Self::Resync,
+        Self::Synced,
+        Self::Requeue,
+    ];
+
+    /// Every delta type a subscription lists: all but `requeue`, which
+    /// comes whenever the handler asks for it (`Handled::RequeueAfter`),
+    /// whatever the subscription says.
+    pub const SUBSCRIBABLE: [Self; 5] = [
         Self::Added,
         Self::Updated,
         Self::Deleted,
@@ -69,11 +136,13 @@ impl DeltaType {
         Self::Synced,
     ];
 
-    /// The delta types that carry an object (all but `synced`): what
+    /// The object delta types a subscription lists (added, updated,
+    /// deleted, resync): what
     /// [`Subscription::kind`](crate::Subscription::kind) delivers by default.
     pub const OBJECT: [Self; 4] = [Self::Added, Self::Updated, Self::Deleted, Self::Resync];
 
-    /// The WIT name: `added`, `updated`, `deleted`, `resync` or `synced`.
+    /// The WIT name: `added`, `updated`, `deleted`, `resync`, `synced` or
+    /// `requeue`.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Added => "added",
@@ -81,7 +150,13 @@ impl DeltaType {
             Self::Deleted => "deleted",
             Self::Resync => "resync",
             Self::Synced => "synced",
+            Self::Requeue => "requeue",
         }
+    }
+
+    /// Whether a delta of this type carries an object (all but `synced`).
+    pub fn has_object(self) -> bool {
+        self != Self::Synced
     }
 }
 
@@ -121,5 +196,12 @@ mod tests {
             KindRef::Gvk(GroupVersionKind::of::<Pod>())
         );
         assert_eq!(DeltaType::Resync.to_string(), "resync");
+        assert_eq!(DeltaType::Requeue.as_str(), "requeue");
+        assert!(!DeltaType::SUBSCRIBABLE.contains(&DeltaType::Requeue));
+        assert!(!DeltaType::Synced.has_object() && DeltaType::Requeue.has_object());
+        let event = KindRef::from(EVENT);
+        assert_eq!(event, KindRef::of::<k8s_openapi::api::events::v1::Event>());
+        assert!(EVENT.matches(&GroupVersionKind::of::<k8s_openapi::api::events::v1::Event>()));
+        assert!(!EVENT.matches(&GroupVersionKind::from_api_version("v1", "Event")));
     }
 }

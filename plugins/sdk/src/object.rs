@@ -1,10 +1,13 @@
-//! Typed reads of [`Object`]s and [`Delta`]s.
+//! Typed reads of [`Object`]s and [`Delta`]s. An [`Object`] is a handle:
+//! each of its methods is one host call that copies only what it returns.
 
 use k8s_openapi::Resource;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use crate::{Delta, FieldValue, HandlerError, Object, ObjectMeta, ResultExt, permanent};
+use crate::{
+    Delta, FieldValue, GroupVersionKind, HandlerError, Object, ObjectMeta, ResultExt, permanent,
+};
 
 impl FieldValue {
     /// The text, if this is a string.
@@ -62,6 +65,8 @@ impl FieldValue {
     }
 }
 
+/// Conveniences over the host's accessors (each is one host call unless
+/// it says otherwise).
 impl Object {
     /// The string at `pointer`; `None` when absent or not a string.
     pub fn field_str(&self, pointer: &str) -> Option<String> {
@@ -92,29 +97,72 @@ impl Object {
     pub fn parse<K: DeserializeOwned>(&self) -> Result<K, HandlerError> {
         serde_json::from_str(&self.to_json()).permanent("cannot decode object")
     }
+
+    /// Whether the object is of `K`'s group and kind (any version).
+    pub fn is<K: Resource>(&self) -> bool {
+        self.kind().is::<K>()
+    }
+
+    /// `namespace/name`, or `name` for cluster-scoped objects (two host
+    /// calls).
+    pub fn key(&self) -> String {
+        crate::meta::key(self.namespace().as_deref(), &self.name())
+    }
+
+    /// Whether the object is being finalized (has a deletion timestamp).
+    pub fn is_terminating(&self) -> bool {
+        self.deletion_timestamp().is_some()
+    }
+
+    /// Whether `finalizer` is among the object's finalizers.
+    pub fn has_finalizer(&self, finalizer: &str) -> bool {
+        self.finalizers().iter().any(|f| f == finalizer)
+    }
 }
 
 impl Delta {
-    /// The metadata and object of a delta that must carry one (every type
-    /// but `synced`); a permanent error when missing.
-    pub fn parts(&self) -> Result<(&ObjectMeta, &Object), HandlerError> {
-        match (&self.meta, &self.object) {
-            (Some(meta), Some(object)) => Ok((meta, object)),
-            _ => Err(permanent(format!(
-                "{} delta for {} carries no object",
-                self.delta_type, self.kind.kind
-            ))),
-        }
+    /// The delta's object, for a delta that must carry one (every type but
+    /// `synced`); a permanent error when missing.
+    pub fn object(&self) -> Result<&Object, HandlerError> {
+        self.object.as_ref().ok_or_else(|| {
+            let key = self.key();
+            permanent(if key.is_empty() {
+                format!("{} delta carries no object", self.delta_type)
+            } else {
+                format!("{} delta for {key} carries no object", self.delta_type)
+            })
+        })
     }
 
-    /// Whether the delta's object is of `K`'s group and kind.
+    /// `namespace/name` from the delta's scalars (no host call); `name`
+    /// for cluster-scoped objects, `""` for `synced`.
+    pub fn key(&self) -> String {
+        crate::meta::key(self.namespace.as_deref(), &self.name)
+    }
+
+    /// The object's group/version/kind (one host call); `None` for
+    /// `synced` deltas. To tell subscriptions apart for free, match on
+    /// [`Delta::subscription`] instead.
+    pub fn kind(&self) -> Option<GroupVersionKind> {
+        self.object.as_ref().map(Object::kind)
+    }
+
+    /// Whether the delta's object is of `K`'s group and kind (one host
+    /// call; `false` for `synced`).
     pub fn is<K: Resource>(&self) -> bool {
-        self.kind.is::<K>()
+        self.object.as_ref().is_some_and(Object::is::<K>)
     }
 
-    /// The previous state's metadata (`updated` deltas only).
+    /// The previous state's whole metadata (`updated` deltas only; one
+    /// host call that copies every label, annotation and owner).
     pub fn old_meta(&self) -> Option<ObjectMeta> {
         self.old_object.as_ref().map(Object::meta)
+    }
+
+    /// Whether this delta was handled before and failed
+    /// ([`Delta::attempt`] > 1; [`Delta::last_failure`] says why).
+    pub fn retried(&self) -> bool {
+        self.attempt > 1
     }
 }
 
@@ -123,7 +171,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::{DeltaType, GroupVersionKind};
+    use crate::{DeltaType, Failure};
 
     #[test]
     fn field_values() {
@@ -142,20 +190,30 @@ mod tests {
     }
 
     #[test]
-    fn parts_of_a_synced_delta_is_an_error() {
-        let d = Delta {
+    fn a_synced_delta_has_no_object() {
+        let mut d = Delta {
             delta_type: DeltaType::Synced,
             subscription: 0,
-            kind: GroupVersionKind::of::<k8s_openapi::api::core::v1::Pod>(),
-            meta: None,
+            namespace: None,
+            name: String::new(),
+            uid: String::new(),
+            resource_version: String::new(),
             object: None,
             old_object: None,
             initial: false,
             final_state_unknown: false,
+            attempt: 1,
+            last_failure: None,
         };
-        let e = d.parts().err().map(|e| e.message().to_owned());
-        assert_eq!(e.as_deref(), Some("synced delta for Pod carries no object"));
-        assert!(d.is::<k8s_openapi::api::core::v1::Pod>());
-        assert!(d.old_meta().is_none());
+        let e = d.object().err().map(|e| e.message().to_owned());
+        assert_eq!(e.as_deref(), Some("synced delta carries no object"));
+        assert!(!d.is::<k8s_openapi::api::core::v1::Pod>());
+        assert!(d.kind().is_none() && d.old_meta().is_none() && !d.retried());
+        d.namespace = Some("ns".into());
+        d.name = "n".into();
+        assert_eq!(d.key(), "ns/n");
+        d.attempt = 2;
+        d.last_failure = Some(Failure::Retry("later".into()));
+        assert!(d.retried());
     }
 }

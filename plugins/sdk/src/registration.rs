@@ -6,7 +6,8 @@ use crate::{DeltaType, Index, KindRef, Registration, Subscription};
 
 impl Subscription {
     /// A subscription to every object of `K`, in all namespaces, delivering
-    /// [`DeltaType::OBJECT`] (added, updated, deleted, resync).
+    /// [`DeltaType::OBJECT`] (added, updated, deleted, resync), resyncing
+    /// at the host's default period (`resync_seconds: None`).
     pub fn kind<K: Resource>() -> Self {
         Self::to(KindRef::of::<K>())
     }
@@ -68,10 +69,18 @@ impl Subscription {
         self
     }
 
-    /// Replay every cached object as a `resync` delta this often.
+    /// Replay every cached object as a `resync` delta this often (`0`
+    /// turns resync off). Without it (`None`), the host's default period
+    /// applies (`dispatch.defaultResync`, 10 hours unless the operator
+    /// changes it).
     pub fn resync_every(mut self, seconds: u32) -> Self {
         self.resync_seconds = Some(seconds);
         self
+    }
+
+    /// No periodic resync (`resync_seconds: Some(0)`).
+    pub fn no_resync(self) -> Self {
+        self.resync_every(0)
     }
 }
 
@@ -156,6 +165,11 @@ mod tests {
         assert_eq!(s.deltas, vec![DeltaType::Added]);
         assert_eq!(s.fields, vec!["/spec/nodeName".to_owned()]);
         assert_eq!(s.resync_seconds, Some(60));
+        assert_eq!(
+            Subscription::kind::<Pod>().no_resync().resync_seconds,
+            Some(0)
+        );
+        assert_eq!(Subscription::kind::<Pod>().resync_seconds, None);
         assert_eq!(
             Subscription::kind::<Pod>().deltas,
             DeltaType::OBJECT.to_vec()

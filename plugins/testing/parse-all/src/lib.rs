@@ -8,7 +8,7 @@ use kubewasm_sdk::prelude::*;
 struct ParseAll;
 
 impl Plugin for ParseAll {
-    fn new(_config: &str) -> Result<Self, String> {
+    fn new(_ctx: &Context) -> Result<Self, String> {
         Ok(Self)
     }
 
@@ -23,17 +23,20 @@ impl Plugin for ParseAll {
             .writes::<Pod>()
     }
 
-    fn handle(&mut self, delta: Delta) -> Result<(), HandlerError> {
+    fn handle(&mut self, delta: Delta) -> Result<Handled, HandlerError> {
         if delta.delta_type == DeltaType::Synced {
-            return Ok(());
+            return Ok(Done);
         }
-        let (meta, pod) = delta.parts()?;
-        match bench_logic::evaluate(&pod.to_json()).map_err(permanent)? {
-            Some(patch) => {
-                actions::patch(&ObjectRef::from_meta::<Pod>(meta), PatchType::Merge, &patch)
-            }
-            None => Ok(()),
+        let pod = delta.object()?;
+        if let Some(patch) = bench_logic::evaluate(&pod.to_json()).map_err(permanent)? {
+            actions::patch(
+                &ObjectRef::for_delta::<Pod>(&delta),
+                PatchType::Merge,
+                &patch,
+                &Preconditions::uid(&delta.uid),
+            )?;
         }
+        Ok(Done)
     }
 }
 

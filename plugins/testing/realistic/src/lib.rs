@@ -1,7 +1,8 @@
 //! realistic: a typical handler's work per Pod delta, with no JSON parsing
-//! in the guest: reads the metadata (label `app`), two fields through the
-//! host (`/spec/nodeName`, `/status/phase`), gets the Pod's Node from the
-//! cache, and emits one merge patch annotating the Pod with the Node's zone.
+//! in the guest: reads label `app` through the host, two fields
+//! (`/spec/nodeName`, `/status/phase`) in one call, gets the Pod's Node from
+//! the cache, and emits one merge patch annotating the Pod with the Node's
+//! zone.
 
 use kubewasm_sdk::prelude::*;
 
@@ -13,7 +14,7 @@ struct Realistic {
 }
 
 impl Plugin for Realistic {
-    fn new(_config: &str) -> Result<Self, String> {
+    fn new(_ctx: &Context) -> Result<Self, String> {
         Ok(Self {
             pointers: ["/spec/nodeName".to_owned(), "/status/phase".to_owned()],
         })
@@ -30,27 +31,28 @@ impl Plugin for Realistic {
             .writes::<Pod>()
     }
 
-    fn handle(&mut self, delta: Delta) -> Result<(), HandlerError> {
+    fn handle(&mut self, delta: Delta) -> Result<Handled, HandlerError> {
         if delta.delta_type == DeltaType::Synced {
-            return Ok(());
+            return Ok(Done);
         }
-        let (meta, pod) = delta.parts()?;
-        let app = meta.label("app").unwrap_or("");
+        let pod = delta.object()?;
+        let app = pod.label("app");
         let mut fields = pod.fields(&self.pointers).into_iter();
         let node = fields.next().flatten().and_then(FieldValue::into_string);
         let phase = fields.next().flatten().and_then(FieldValue::into_string);
         let zone = match &node {
-            Some(node) => cache::get::<Node>(None, node)?
-                .and_then(|n| n.meta().label(ZONE_LABEL).map(str::to_owned)),
+            Some(node) => cache::get::<Node>(None, node)?.and_then(|n| n.label(ZONE_LABEL)),
             None => None,
         };
         let zone = zone.as_deref().unwrap_or("unknown");
         // Read like a real handler would, used by none: keep them.
         std::hint::black_box((app, phase));
         actions::annotate(
-            &ObjectRef::from_meta::<Pod>(meta),
+            &ObjectRef::for_delta::<Pod>(&delta),
             &[(ZONE_ANNOTATION, zone)],
-        )
+            &Preconditions::uid(&delta.uid),
+        )?;
+        Ok(Done)
     }
 }
 

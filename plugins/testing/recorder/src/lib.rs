@@ -22,13 +22,17 @@ struct Recorder {
     /// Tells versions apart across a hot swap: the load time in ns.
     version: String,
     seq: u64,
+    /// The kind each subscription delivered last, for the `synced` deltas
+    /// (which carry no object, so no kind, under 0.2).
+    kinds: Vec<String>,
 }
 
 impl Plugin for Recorder {
-    fn new(config: &str) -> Result<Self, String> {
-        let config: Config = parse_config(config)?;
+    fn new(ctx: &Context) -> Result<Self, String> {
+        let config: Config = ctx.parse_config()?;
         let now = clock::now();
         Ok(Self {
+            kinds: vec![String::new(); config.resources.len()],
             config,
             version: format!("{}{:09}", now.seconds, now.nanoseconds),
             seq: 0,
@@ -53,25 +57,33 @@ impl Plugin for Recorder {
             })
     }
 
-    fn handle(&mut self, delta: Delta) -> Result<(), HandlerError> {
+    fn handle(&mut self, delta: Delta) -> Result<Handled, HandlerError> {
         self.seq += 1;
-        let (name, rv) = delta
-            .meta
-            .as_ref()
-            .map(|m| (m.name.clone(), m.resource_version.clone()))
-            .unwrap_or_default();
         let old_rv = delta
-            .old_meta()
-            .map(|m| m.resource_version)
+            .old_object
+            .as_ref()
+            .map(Object::resource_version)
             .unwrap_or_default();
+        let slot = usize::try_from(delta.subscription)
+            .ok()
+            .and_then(|i| self.kinds.get_mut(i));
+        let kind = match (delta.kind(), slot) {
+            (Some(gvk), Some(slot)) => {
+                slot.clone_from(&gvk.kind);
+                gvk.kind
+            }
+            (Some(gvk), None) => gvk.kind,
+            (None, Some(slot)) => slot.clone(),
+            (None, None) => String::new(),
+        };
         let note = serde_json::json!({
             "seq": self.seq,
             "version": self.version,
             "subscription": delta.subscription,
-            "kind": delta.kind.kind,
+            "kind": kind,
             "type": delta.delta_type.as_str(),
-            "name": name,
-            "rv": rv,
+            "name": delta.name,
+            "rv": delta.resource_version,
             "oldRv": old_rv,
             "initial": delta.initial,
             "unknown": delta.final_state_unknown,
@@ -81,7 +93,8 @@ impl Plugin for Recorder {
             Some(&self.config.namespace),
             "kubewasm-recorder",
         );
-        actions::event(&regarding, EventType::Normal, "Delta", &note.to_string())
+        actions::event(&regarding, EventType::Normal, "Delta", &note.to_string())?;
+        Ok(Done)
     }
 }
 

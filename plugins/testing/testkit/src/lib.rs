@@ -84,8 +84,8 @@ struct Testkit {
 }
 
 impl Plugin for Testkit {
-    fn new(config: &str) -> Result<Self, String> {
-        let config: Config = parse_config(config)?;
+    fn new(ctx: &Context) -> Result<Self, String> {
+        let config: Config = ctx.parse_config()?;
         if config.mode == Mode::RegisterError {
             return Err("refused by config".to_owned());
         }
@@ -122,25 +122,31 @@ impl Plugin for Testkit {
             .writes::<ConfigMap>()
     }
 
-    fn handle(&mut self, delta: Delta) -> Result<(), HandlerError> {
-        let (meta, _) = delta.parts()?;
+    fn handle(&mut self, delta: Delta) -> Result<Handled, HandlerError> {
+        self.handle_delta(&delta).map(|()| Done)
+    }
+}
+
+impl Testkit {
+    fn handle_delta(&mut self, delta: &Delta) -> Result<(), HandlerError> {
+        let object = delta.object()?;
         if self.mode == Mode::Echo {
-            return echo(&delta, meta);
+            return echo(delta, object);
         }
         if self.mode == Mode::TwoCaches {
-            return two_caches(&delta, meta);
+            return two_caches(delta);
         }
         if self.mode == Mode::Probe {
-            return probe(&delta);
+            return probe(delta);
         }
         if self.mode == Mode::Connect {
-            return connect(&delta, &self.connect);
+            return connect(delta, &self.connect);
         }
         if self.mode == Mode::Stall {
-            return stall(&delta, &self.connect);
+            return stall(delta, &self.connect);
         }
         let prefix = self.mode.prefix();
-        if prefix.is_empty() || !meta.name.starts_with(prefix) {
+        if prefix.is_empty() || !delta.name.starts_with(prefix) {
             return Ok(());
         }
         match self.mode {
@@ -151,9 +157,9 @@ impl Plugin for Testkit {
                 // (which aborts: a trap).
                 self.hoard.push(vec![0xa5; 1 << 20]);
             },
-            Mode::Retry => Err(retry(format!("asked to retry {}", meta.key()))),
-            Mode::Permanent => Err(permanent(format!("asked to fail {}", meta.key()))),
-            Mode::Panic => panic!("testkit panicked on purpose on {}", meta.key()),
+            Mode::Retry => Err(retry(format!("asked to retry {}", delta.key()))),
+            Mode::Permanent => Err(permanent(format!("asked to fail {}", delta.key()))),
+            Mode::Panic => panic!("testkit panicked on purpose on {}", delta.key()),
             Mode::Flood => {
                 use std::io::Write;
                 let line = [b'f'; 1023];
@@ -167,16 +173,17 @@ impl Plugin for Testkit {
             Mode::Leak => {
                 // Handles the guest never drops.
                 for _ in 0..self.count {
-                    std::mem::forget(cache::get::<Pod>(meta.namespace.as_deref(), &meta.name)?);
+                    std::mem::forget(cache::get::<Pod>(delta.namespace.as_deref(), &delta.name)?);
                 }
                 Ok(())
             }
             Mode::Actions => {
-                let Some(target) = ObjectRef::from_delta(&delta) else {
+                let Some(target) = ObjectRef::from_delta(delta) else {
                     return Ok(());
                 };
+                let uid = Preconditions::uid(&delta.uid);
                 for i in 0..self.count {
-                    actions::annotate(&target, &[("kubewasm.io/n", &i.to_string())])?;
+                    actions::annotate(&target, &[("kubewasm.io/n", &i.to_string())], &uid)?;
                 }
                 Ok(())
             }
@@ -204,15 +211,16 @@ impl Plugin for Testkit {
 
 /// Logs the delta; for all but `deleted`, annotates the object with its
 /// delta type.
-fn echo(delta: &Delta, meta: &ObjectMeta) -> Result<(), HandlerError> {
-    let namespace = meta.namespace.as_deref().unwrap_or("");
+fn echo(delta: &Delta, object: &Object) -> Result<(), HandlerError> {
+    let namespace = delta.namespace.as_deref().unwrap_or("");
     let initial = delta.initial.to_string();
+    let kind = object.kind().kind;
     log::info(
         "echo",
         &[
-            ("kind", &delta.kind.kind),
+            ("kind", &kind),
             ("namespace", namespace),
-            ("name", &meta.name),
+            ("name", &delta.name),
             ("delta", delta.delta_type.as_str()),
             ("initial", &initial),
         ],
@@ -223,22 +231,30 @@ fn echo(delta: &Delta, meta: &ObjectMeta) -> Result<(), HandlerError> {
     let Some(target) = ObjectRef::from_delta(delta) else {
         return Ok(());
     };
-    actions::annotate(&target, &[("kubewasm.io/seen", delta.delta_type.as_str())])
+    actions::annotate(
+        &target,
+        &[("kubewasm.io/seen", delta.delta_type.as_str())],
+        &Preconditions::uid(&delta.uid),
+    )
 }
 
 /// Reads the ConfigMaps named like the pod in namespaces `one` and `two`
 /// (two subscriptions to one kind) and through the `by-app` index; records
 /// what it found as an annotation on the pod.
-fn two_caches(delta: &Delta, meta: &ObjectMeta) -> Result<(), HandlerError> {
-    let one = cache::get::<ConfigMap>(Some("one"), &meta.name)?.is_some();
-    let two = cache::get::<ConfigMap>(Some("two"), &meta.name)?.is_some();
+fn two_caches(delta: &Delta) -> Result<(), HandlerError> {
+    let one = cache::get::<ConfigMap>(Some("one"), &delta.name)?.is_some();
+    let two = cache::get::<ConfigMap>(Some("two"), &delta.name)?.is_some();
     let listed = cache::list::<ConfigMap>(None, None)?.len();
-    let indexed = cache::by_index("by-app", &meta.name)?.len();
+    let indexed = cache::by_index("by-app", &delta.name)?.len();
     let found = format!("one={one},two={two},listed={listed},indexed={indexed}");
     let Some(target) = ObjectRef::from_delta(delta) else {
         return Ok(());
     };
-    actions::annotate(&target, &[("kubewasm.io/found", &found)])
+    actions::annotate(
+        &target,
+        &[("kubewasm.io/found", &found)],
+        &Preconditions::uid(&delta.uid),
+    )
 }
 
 /// Tries, for each added pod, what the sidecar may refuse: a cache read of
@@ -257,15 +273,14 @@ fn probe(delta: &Delta) -> Result<(), HandlerError> {
     let delete = outcome(actions::delete(
         &ObjectRef::new(KindRef::resource("configmaps"), Some("probe"), "x"),
         Propagation::Background,
+        &Preconditions::none(),
     ));
     let Some(target) = ObjectRef::from_delta(delta) else {
         return Ok(());
     };
-    let event = outcome(actions::event(
-        &target,
-        EventType::Normal,
-        "Probed",
-        "testkit probe",
+    let event = outcome(actions::record_event(
+        &EventRecord::new(target.clone(), EventType::Normal, "Probed", "testkit probe")
+            .with_regarding_uid(&delta.uid),
     ));
     actions::annotate(
         &target,
@@ -274,6 +289,7 @@ fn probe(delta: &Delta) -> Result<(), HandlerError> {
             ("kubewasm.io/delete", &delete),
             ("kubewasm.io/event", &event),
         ],
+        &Preconditions::uid(&delta.uid),
     )
 }
 
@@ -294,7 +310,11 @@ fn connect(delta: &Delta, addrs: &[String]) -> Result<(), HandlerError> {
     let Some(target) = ObjectRef::from_delta(delta) else {
         return Ok(());
     };
-    actions::annotate(&target, &[("kubewasm.io/connect", &outcomes.join(";"))])
+    actions::annotate(
+        &target,
+        &[("kubewasm.io/connect", &outcomes.join(";"))],
+        &Preconditions::uid(&delta.uid),
+    )
 }
 
 fn stall(delta: &Delta, addrs: &[String]) -> Result<(), HandlerError> {
