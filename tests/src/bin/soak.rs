@@ -17,7 +17,7 @@ use anyhow::{Context, bail};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kubewasm_tests::controlplane::ControlPlane;
-use kubewasm_tests::e2e::{HostProcess, copies_match_sources, namespace};
+use kubewasm_tests::e2e::{HostProcess, copies_match_sources, http_get, namespace};
 use kubewasm_tests::{install, repo_root};
 use serde_json::json;
 
@@ -68,6 +68,18 @@ fn rss_mib(pid: u32) -> anyhow::Result<f64> {
         .and_then(|v| v.parse().ok())
         .context("no VmRSS")?;
     Ok(kib / 1024.0)
+}
+
+/// The sum of every series of metric `name` (all label sets) in a
+/// Prometheus text body.
+fn metric_sum(body: &str, name: &str) -> f64 {
+    body.lines()
+        .filter(|l| {
+            l.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
 }
 
 /// Least-squares slope of (seconds, MiB), in MiB per hour.
@@ -130,9 +142,14 @@ async fn main() -> anyhow::Result<()> {
     });
     host.wait_log("cache synced", Duration::from_secs(120))
         .await;
+    let metrics = host.metrics_addr(Duration::from_secs(30)).await;
     eprintln!(
-        "soak: {} min at {} changes/s, a swap every {:?}, RSS every {:?}",
-        args.minutes, args.rate, args.swap_every, args.sample_every
+        "soak: {} min at {} changes/s, a swap every {:?}, RSS every {:?}, host pid {}",
+        args.minutes,
+        args.rate,
+        args.swap_every,
+        args.sample_every,
+        host.pid()
     );
 
     // Churn: writers in parallel, each paced to its share of the rate.
@@ -188,6 +205,7 @@ async fn main() -> anyhow::Result<()> {
     let started = Instant::now();
     let end = Duration::from_secs(args.minutes * 60);
     let mut samples = Vec::new();
+    let mut cache_samples = Vec::new();
     let mut swaps = 0u8;
     let mut next_swap = args.swap_every;
     let mut sample = tokio::time::interval(args.sample_every);
@@ -196,8 +214,17 @@ async fn main() -> anyhow::Result<()> {
         let t = started.elapsed().as_secs_f64();
         let rss = rss_mib(host.pid())?;
         samples.push((t, rss));
+        // What the host itself counts: the cache's bytes and the queued
+        // deltas, to tell a growing cache or backlog from other growth.
+        let body = tokio::task::spawn_blocking(move || http_get(metrics, "/metrics"))
+            .await?
+            .map(|(_, _, body)| body)
+            .unwrap_or_default();
+        let cache = metric_sum(&body, "kubewasm_cache_bytes") / 1024.0 / 1024.0;
+        let queued = metric_sum(&body, "kubewasm_plugin_queue_depth");
+        cache_samples.push((t, cache));
         println!(
-            "t={t:>6.0}s rss={rss:>7.1} MiB changes={} errors={}",
+            "t={t:>6.0}s rss={rss:>7.1} MiB cache={cache:>6.2} MiB queued={queued:>5.0} changes={} errors={}",
             changes.load(Ordering::Relaxed),
             errors.load(Ordering::Relaxed)
         );
@@ -256,6 +283,17 @@ async fn main() -> anyhow::Result<()> {
         "| RSS slope after 2 min (least squares) | {:+.2} MiB/hour over {} samples |",
         slope_per_hour(&warm),
         warm.len()
+    );
+    let warm_cache: Vec<(f64, f64)> = cache_samples
+        .iter()
+        .copied()
+        .filter(|s| s.0 >= 120.0)
+        .collect();
+    println!(
+        "| cache bytes first / last (slope after 2 min) | {:.2} / {:.2} MiB ({:+.2} MiB/hour) |",
+        cache_samples.first().map_or(0.0, |s| s.1),
+        cache_samples.last().map_or(0.0, |s| s.1),
+        slope_per_hour(&warm_cache)
     );
     println!("| copies equal sources after the churn stopped | yes, in {converged_in:.1?} |");
     let (status, _logs) = host.stop_with_logs();
