@@ -276,6 +276,15 @@ impl Seen {
 /// The Events the recorder test plugin wrote in `ns` (events.k8s.io/v1,
 /// label `kubewasm.io/plugin=recorder`), unordered.
 pub async fn recorder_events(client: &kube::Client, ns: &str) -> Vec<kube::core::DynamicObject> {
+    plugin_events(client, ns, "recorder").await
+}
+
+/// The Events plugin `plugin` wrote in `ns` (label `kubewasm.io/plugin`).
+pub async fn plugin_events(
+    client: &kube::Client,
+    ns: &str,
+    plugin: &str,
+) -> Vec<kube::core::DynamicObject> {
     let ar = kube::core::ApiResource {
         group: "events.k8s.io".into(),
         version: "v1".into(),
@@ -284,7 +293,7 @@ pub async fn recorder_events(client: &kube::Client, ns: &str) -> Vec<kube::core:
         plural: "events".into(),
     };
     let api: Api<kube::core::DynamicObject> = Api::namespaced_with(client.clone(), ns, &ar);
-    api.list(&ListParams::default().labels("kubewasm.io/plugin=recorder"))
+    api.list(&ListParams::default().labels(&format!("kubewasm.io/plugin={plugin}")))
         .await
         .unwrap()
         .items
@@ -338,7 +347,12 @@ pub fn field_managers(meta: &kube::api::ObjectMeta) -> Vec<String> {
 
 /// The recorder's view in `ns`, in the order it saw it (per version).
 pub async fn recorded(client: &kube::Client, ns: &str) -> Vec<Seen> {
-    let mut out: Vec<Seen> = recorder_events(client, ns)
+    recorded_by(client, ns, "recorder").await
+}
+
+/// [`recorded`] for a recorder installed as `plugin`.
+pub async fn recorded_by(client: &kube::Client, ns: &str, plugin: &str) -> Vec<Seen> {
+    let mut out: Vec<Seen> = plugin_events(client, ns, plugin)
         .await
         .iter()
         .flat_map(|e| {

@@ -193,3 +193,145 @@ async fn a_repeated_event_is_one_object_with_a_series_on_the_real_server() {
         "{e:?}"
     );
 }
+
+/// What `plugin`'s recorded deltas say exists (name -> resourceVersion).
+fn recorder_view(seen: &[kubewasm_tests::e2e::Seen]) -> std::collections::BTreeMap<String, String> {
+    kubewasm_tests::e2e::replay_view(
+        seen.iter()
+            .map(|s| (s.delta.as_str(), s.name.as_str(), s.rv.as_str())),
+    )
+}
+
+#[tokio::test]
+async fn plugins_of_0_1_and_0_2_in_one_folder_see_the_same_deltas() {
+    use kubewasm_tests::e2e::*;
+    let cp = ControlPlane::shared();
+    let client = cp.admin_client().await;
+    let ns = "contract-side-by-side";
+    namespace(&client, ns, json!({})).await;
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    let sidecar = recorder_sidecar(ns, &["configmaps"]);
+    let host = HostProcess::start(
+        cp.admin_kubeconfig(),
+        &[
+            ("recorder", "recorder", Some(&sidecar)),
+            ("recorder-old", "recorder_v0_1", Some(&sidecar)),
+        ],
+    );
+    let cm = |name: &str, v: &str| -> ConfigMap {
+        serde_json::from_value(json!({"metadata": {"name": name}, "data": {"v": v}})).unwrap()
+    };
+    for i in 0..10 {
+        api.create(&PostParams::default(), &cm(&format!("c{i}"), "1"))
+            .await
+            .unwrap();
+    }
+    for i in 0..10 {
+        api.replace(&format!("c{i}"), &PostParams::default(), &{
+            let mut c = api.get(&format!("c{i}")).await.unwrap();
+            c.data = Some([("v".to_owned(), "2".to_owned())].into());
+            c
+        })
+        .await
+        .unwrap();
+    }
+    for i in (0..10).step_by(3) {
+        api.delete(&format!("c{i}"), &Default::default())
+            .await
+            .unwrap();
+    }
+    let server = configmap_versions(&api).await;
+    for plugin in ["recorder", "recorder-old"] {
+        let seen = eventually(
+            &format!("{plugin}'s view"),
+            std::time::Duration::from_secs(60),
+            || {
+                let (client, server) = (client.clone(), server.clone());
+                async move {
+                    let seen = recorded_by(&client, ns, plugin).await;
+                    (recorder_view(&seen) == server).then_some(seen)
+                }
+            },
+        )
+        .await;
+        // Each delta once: no (type, name, rv) recorded twice.
+        let mut keys: Vec<String> = seen
+            .iter()
+            .filter(|s| s.delta != "synced")
+            .map(|s| format!("{} {} {}", s.delta, s.name, s.rv))
+            .collect();
+        let n = keys.len();
+        keys.sort();
+        keys.dedup();
+        assert_eq!(keys.len(), n, "{plugin} recorded a delta twice: {seen:?}");
+    }
+    let logs = host.logs();
+    assert!(
+        host.stop().success(),
+        "the host exits 0 on SIGTERM:\n{logs}"
+    );
+}
+
+#[tokio::test]
+async fn a_0_2_plugin_is_told_its_attempt_and_last_failure_and_is_requeued() {
+    use kubewasm_tests::e2e::*;
+    let cp = ControlPlane::shared();
+    let client = cp.admin_client().await;
+    let ns = "contract-reconcile";
+    namespace(&client, ns, json!({})).await;
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    let host = HostProcess::start_with(cp.admin_kubeconfig(), |dir| {
+        kubewasm_tests::install_testkit(
+            dir,
+            "reconciler",
+            "config: {mode: reconcile, count: 300}\n",
+        );
+    });
+    api.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({"metadata": {"name": "reconcile-a"}, "data": {"v": "1"}}))
+            .unwrap(),
+    )
+    .await
+    .unwrap();
+    let notes = eventually(
+        "the requeued delta's Event",
+        std::time::Duration::from_secs(60),
+        || {
+            let client = client.clone();
+            async move {
+                let mut notes: Vec<serde_json::Value> = plugin_events(&client, ns, "reconciler")
+                    .await
+                    .iter()
+                    .filter(|e| e.data["reason"] == "Reconciled")
+                    .filter_map(|e| serde_json::from_str(e.data["note"].as_str()?).ok())
+                    .collect();
+                notes.sort_by_key(|n| n["type"].as_str().unwrap_or_default().to_owned());
+                (notes.len() >= 2).then_some(notes)
+            }
+        },
+    )
+    .await;
+    let first = &notes[0];
+    assert_eq!(first["type"], "added", "{notes:?}");
+    assert_eq!(first["attempt"], 2, "the retry is attempt 2: {notes:?}");
+    let failure = first["lastFailure"].as_str().unwrap_or_default();
+    assert!(
+        failure.contains("first attempt at contract-reconcile/reconcile-a"),
+        "the retry says why the first attempt failed: {notes:?}"
+    );
+    let requeued = &notes[1];
+    assert_eq!(requeued["type"], "requeue", "{notes:?}");
+    assert_eq!(requeued["attempt"], 1);
+    assert!(requeued["lastFailure"].is_null(), "{notes:?}");
+    for n in &notes {
+        assert_eq!(n["plugin"], "reconciler", "the name the host loaded it as");
+        let version = n["version"].as_str().unwrap_or_default();
+        assert!(
+            version.len() == 12 && version.chars().all(|c| c.is_ascii_hexdigit()),
+            "the version is the content hash: {version:?}"
+        );
+    }
+    assert_eq!(notes.len(), 2, "requeued once, then done: {notes:?}");
+    assert!(host.stop().success());
+}

@@ -29,6 +29,9 @@ enum Mode {
     /// answers (the tests' peer never does): a guest blocked in a socket
     /// read, which only the call's deadline ends.
     Stall,
+    /// WIT 0.2's reconcile outcomes: a first attempt fails with `retry`,
+    /// the second records what it was told and asks to be requeued.
+    Reconcile,
 }
 
 impl Mode {
@@ -46,6 +49,7 @@ impl Mode {
             Self::Actions => "actions",
             Self::Log => "log",
             Self::Sleep => "sleep",
+            Self::Reconcile => "reconcile",
             Self::Ok
             | Self::RegisterError
             | Self::Echo
@@ -76,6 +80,9 @@ fn default_count() -> u32 {
 }
 
 struct Testkit {
+    /// The name and version the host gave at register.
+    name: String,
+    version: String,
     mode: Mode,
     count: u32,
     connect: Vec<String>,
@@ -90,6 +97,8 @@ impl Plugin for Testkit {
             return Err("refused by config".to_owned());
         }
         Ok(Self {
+            name: ctx.name.clone(),
+            version: ctx.version.clone(),
             mode: config.mode,
             count: config.count,
             connect: config.connect,
@@ -123,11 +132,49 @@ impl Plugin for Testkit {
     }
 
     fn handle(&mut self, delta: Delta) -> Result<Handled, HandlerError> {
+        if self.mode == Mode::Reconcile && delta.name.starts_with("reconcile") {
+            return self.reconcile(&delta);
+        }
         self.handle_delta(&delta).map(|()| Done)
     }
 }
 
 impl Testkit {
+    /// `reconcile` mode: an `added` or `updated` delta fails its first
+    /// attempt with `retry`; its second attempt records a Normal Event
+    /// `Reconciled` whose note is
+    /// `{"type","attempt","lastFailure","plugin","version"}` and asks to be
+    /// requeued after `count` milliseconds; the `requeue` delta records the
+    /// same Event and is done.
+    fn reconcile(&self, delta: &Delta) -> Result<Handled, HandlerError> {
+        let requeue = delta.delta_type == DeltaType::Requeue;
+        if !requeue && !matches!(delta.delta_type, DeltaType::Added | DeltaType::Updated) {
+            return Ok(Done);
+        }
+        if !requeue && delta.attempt == 1 {
+            return Err(retry(format!("first attempt at {}", delta.key())));
+        }
+        let Some(target) = ObjectRef::from_delta(delta) else {
+            return Ok(Done);
+        };
+        let note = kubewasm_sdk::serde_json::json!({
+            "type": delta.delta_type.as_str(),
+            "attempt": delta.attempt,
+            "lastFailure": delta.last_failure.as_ref().map(ToString::to_string),
+            "plugin": self.name,
+            "version": self.version,
+        });
+        actions::record_event(
+            &EventRecord::new(target, EventType::Normal, "Reconciled", note.to_string())
+                .with_regarding_uid(&delta.uid),
+        )?;
+        Ok(if requeue {
+            Done
+        } else {
+            requeue_after(std::time::Duration::from_millis(self.count.into()))
+        })
+    }
+
     fn handle_delta(&mut self, delta: &Delta) -> Result<(), HandlerError> {
         let object = delta.object()?;
         if self.mode == Mode::Echo {
@@ -150,6 +197,8 @@ impl Testkit {
             return Ok(());
         }
         match self.mode {
+            // Handled by `reconcile` before this.
+            Mode::Reconcile => Ok(()),
             Mode::Trap => trap(),
             Mode::Spin => spin(),
             Mode::Oom => loop {
