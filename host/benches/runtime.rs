@@ -187,24 +187,35 @@ fn main() {
         actor
     };
     println!("per-delta cost, {n} calls each, one core, plugin actor thread + caller thread");
+    println!(
+        "  (WIT 0.1 plugins: the whole metadata lowered per call; 0.2: scalars + handles, read on demand)"
+    );
+    let per = |t: Duration| (t.as_secs_f64() * 1e6, 1.0 / t.as_secs_f64());
+    let noop_01 = start_actor("noop_v0_1", true);
     let noop = start_actor("noop", true);
-    let t_noop = measure(&noop, &delta, n);
-    println!(
-        "  noop plugin (host overhead):           {:>8.2} us  ({:.0} deltas/s)",
-        t_noop.as_secs_f64() * 1e6,
-        1.0 / t_noop.as_secs_f64()
-    );
+    let (t_noop_01, t_noop) = (measure(&noop_01, &delta, n), measure(&noop, &delta, n));
+    for (v, t) in [("0.1", t_noop_01), ("0.2", t_noop)] {
+        let (us, rate) = per(t);
+        println!(
+            "  noop plugin (host overhead), WIT {v}:   {us:>8.2} us  ({rate:.0} deltas/s, goal <= 1 us)"
+        );
+    }
+    let realistic_01 = start_actor("realistic_v0_1", true);
     let realistic = start_actor("realistic", true);
-    let t_real = measure(&realistic, &delta, n);
-    println!(
-        "  realistic (meta + 2 fields + get + 1 action): {:>5.2} us  ({:.0} deltas/s, goal >= 100000)",
-        t_real.as_secs_f64() * 1e6,
-        1.0 / t_real.as_secs_f64()
+    let (t_real_01, t_real) = (
+        measure(&realistic_01, &delta, n),
+        measure(&realistic, &delta, n),
     );
+    for (v, t) in [("0.1", t_real_01), ("0.2", t_real)] {
+        let (us, rate) = per(t);
+        println!(
+            "  realistic (labels + 2 fields + get + 1 action), WIT {v}: {us:>6.2} us  ({rate:.0} deltas/s, goal >= 100000)"
+        );
+    }
     let realistic_noepoch = start_actor("realistic", false);
     let t_real_ne = measure(&realistic_noepoch, &delta, n);
     println!(
-        "  epoch deadlines cost on realistic:     {:>+8.1} %  (goal <= 10 %)",
+        "  epoch deadlines cost on realistic (0.2): {:>+6.1} %  (goal <= 10 %)",
         (t_real.as_secs_f64() / t_real_ne.as_secs_f64() - 1.0) * 100.0
     );
     let parse = start_actor("parse_all", true);
