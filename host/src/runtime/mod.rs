@@ -4,6 +4,7 @@
 pub mod access;
 pub mod actor;
 pub mod bindings;
+mod common;
 pub mod deadline;
 pub mod engine;
 pub mod host;

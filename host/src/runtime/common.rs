@@ -1,0 +1,88 @@
+//! The imports whose shape is the same in every WIT version (cache reads,
+//! log, clock): one body, expanded in each version's module over that
+//! version's generated types (`cache`, `log`, `clock`, `types`, and its
+//! `kind_ref` and `read_error` in scope there).
+
+/// Implements `cache::Host`, `log::Host` and `clock::Host` for `HostState`
+/// in the invoking module.
+macro_rules! same_in_every_version {
+    () => {
+        impl cache::Host for HostState {
+            fn get(
+                &mut self,
+                kind: types::KindRef,
+                namespace: Option<String>,
+                name: String,
+            ) -> wasmtime::Result<Result<Option<Resource<ObjectHandle>>, cache::CacheError>> {
+                Ok(self
+                    .cache_get(&kind_ref(&kind), namespace.as_deref(), &name)?
+                    .map_err(read_error))
+            }
+
+            fn list(
+                &mut self,
+                kind: types::KindRef,
+                namespace: Option<String>,
+                label_selector: Option<String>,
+            ) -> wasmtime::Result<Result<Vec<Resource<ObjectHandle>>, cache::CacheError>> {
+                Ok(self
+                    .cache_list(
+                        &kind_ref(&kind),
+                        namespace.as_deref(),
+                        label_selector.as_deref(),
+                    )?
+                    .map_err(read_error))
+            }
+
+            fn by_index(
+                &mut self,
+                index: String,
+                value: String,
+            ) -> wasmtime::Result<Result<Vec<Resource<ObjectHandle>>, cache::CacheError>> {
+                Ok(self.cache_by_index(&index, &value)?.map_err(read_error))
+            }
+        }
+
+        fn level(l: log::Level) -> tracing::Level {
+            match l {
+                log::Level::Trace => tracing::Level::TRACE,
+                log::Level::Debug => tracing::Level::DEBUG,
+                log::Level::Info => tracing::Level::INFO,
+                log::Level::Warn => tracing::Level::WARN,
+                log::Level::Error => tracing::Level::ERROR,
+            }
+        }
+
+        impl log::Host for HostState {
+            fn enabled(&mut self, l: log::Level) -> wasmtime::Result<bool> {
+                Ok(HostState::log_enabled(level(l)))
+            }
+
+            fn write(
+                &mut self,
+                l: log::Level,
+                message: String,
+                fields: Vec<(String, String)>,
+            ) -> wasmtime::Result<()> {
+                self.log_write(level(l), &message, &fields);
+                Ok(())
+            }
+        }
+
+        impl clock::Host for HostState {
+            fn now(&mut self) -> wasmtime::Result<clock::Instant> {
+                let (seconds, nanoseconds) = super::host::now();
+                Ok(clock::Instant {
+                    seconds,
+                    nanoseconds,
+                })
+            }
+
+            fn now_rfc3339(&mut self) -> wasmtime::Result<String> {
+                Ok(super::host::now_rfc3339())
+            }
+        }
+    };
+}
+
+pub(super) use same_in_every_version;
