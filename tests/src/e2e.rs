@@ -345,6 +345,15 @@ pub fn field_managers(meta: &kube::api::ObjectMeta) -> Vec<String> {
         .collect()
 }
 
+/// What the recorder believes exists (name -> resourceVersion), replaying
+/// its deltas `seen` in order.
+pub fn seen_view<'a>(seen: impl IntoIterator<Item = &'a Seen>) -> BTreeMap<String, String> {
+    replay_view(
+        seen.into_iter()
+            .map(|s| (s.delta.as_str(), s.name.as_str(), s.rv.as_str())),
+    )
+}
+
 /// The recorder's view in `ns`, in the order it saw it (per version).
 pub async fn recorded(client: &kube::Client, ns: &str) -> Vec<Seen> {
     recorded_by(client, ns, "recorder").await

@@ -194,14 +194,6 @@ async fn a_repeated_event_is_one_object_with_a_series_on_the_real_server() {
     );
 }
 
-/// What `plugin`'s recorded deltas say exists (name -> resourceVersion).
-fn recorder_view(seen: &[kubewasm_tests::e2e::Seen]) -> std::collections::BTreeMap<String, String> {
-    kubewasm_tests::e2e::replay_view(
-        seen.iter()
-            .map(|s| (s.delta.as_str(), s.name.as_str(), s.rv.as_str())),
-    )
-}
-
 #[tokio::test]
 async fn plugins_of_0_1_and_0_2_in_one_folder_see_the_same_deltas() {
     use kubewasm_tests::e2e::*;
@@ -249,7 +241,7 @@ async fn plugins_of_0_1_and_0_2_in_one_folder_see_the_same_deltas() {
                 let (client, server) = (client.clone(), server.clone());
                 async move {
                     let seen = recorded_by(&client, ns, plugin).await;
-                    (recorder_view(&seen) == server).then_some(seen)
+                    (seen_view(&seen) == server).then_some(seen)
                 }
             },
         )

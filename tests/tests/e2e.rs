@@ -4,7 +4,6 @@
 //! which the tests read back from the server.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -56,14 +55,6 @@ async fn wait_seen(client: &kube::Client, ns: &str, until: impl Fn(&[Seen]) -> b
     .await
 }
 
-/// What the plugin believes exists (name -> rv), replaying its deltas.
-fn view(seen: &[Seen]) -> BTreeMap<String, String> {
-    replay_view(
-        seen.iter()
-            .map(|s| (s.delta.as_str(), s.name.as_str(), s.rv.as_str())),
-    )
-}
-
 #[tokio::test]
 async fn initial_list_synced_then_live_deltas_with_old_and_new() {
     let cp = ControlPlane::shared();
@@ -100,7 +91,7 @@ async fn initial_list_synced_then_live_deltas_with_old_and_new() {
         (rv_a2.as_str(), rv_a.as_str())
     );
     assert_eq!(seen[5].rv, rv_c);
-    assert_eq!(view(&seen), configmap_versions(&api).await);
+    assert_eq!(seen_view(&seen), configmap_versions(&api).await);
     assert!(host.stop().success(), "the host exits 0 on SIGTERM");
 }
 
@@ -502,7 +493,7 @@ async fn hot_reload_under_churn_loses_and_duplicates_nothing() {
             seen.iter().map(|s| s.version.as_str()).collect();
         let last = versions.iter().next_back()?.to_owned();
         let new: Vec<Seen> = seen.iter().filter(|s| s.version == last).cloned().collect();
-        (versions.len() == 2 && view(&new) == server).then_some(new)
+        (versions.len() == 2 && seen_view(&new) == server).then_some(new)
     })
     .await;
     // The new version: its initial replay (each object once, then synced),
@@ -700,7 +691,7 @@ async fn api_server_restart_mid_stream_loses_no_delta() {
     let server = configmap_versions(&api).await;
     let seen = eventually("the plugin's view to equal the server's", WAIT, || async {
         let seen = recorded(&client, ns).await;
-        (view(&seen) == server).then_some(seen)
+        (seen_view(&seen) == server).then_some(seen)
     })
     .await;
     assert_no_duplicates(&seen);
@@ -759,7 +750,7 @@ async fn api_server_frozen_for_a_minute_is_reported_and_loses_no_delta() {
     let server = configmap_versions(&api).await;
     let seen = eventually("the plugin's view to equal the server's", WAIT, || async {
         let seen = recorded(&client, ns).await;
-        (view(&seen) == server).then_some(seen)
+        (seen_view(&seen) == server).then_some(seen)
     })
     .await;
     eprintln!(
@@ -825,7 +816,7 @@ async fn gone_410_relists_and_reports_missed_deletions_as_final_state_unknown() 
         WAIT,
         || async {
             let seen = recorded(&client, ns).await;
-            (view(&seen) == server).then_some(seen)
+            (seen_view(&seen) == server).then_some(seen)
         },
     )
     .await;
@@ -1227,7 +1218,7 @@ async fn refused_writes_and_swaps_during_churn_lose_no_delete_and_repeat_nothing
             let newest: Vec<Seen> = seen.iter().filter(|s| s.version == last).cloned().collect();
             let versions: std::collections::BTreeSet<&str> =
                 seen.iter().map(|s| s.version.as_str()).collect();
-            (versions.len() == 3 && view(&newest) == server).then_some(seen)
+            (versions.len() == 3 && seen_view(&newest) == server).then_some(seen)
         },
     )
     .await;
@@ -1661,7 +1652,7 @@ async fn write_storms_of_429_and_5xx_lose_and_double_nothing() {
     let server = configmap_versions(&api).await;
     let seen = eventually("the recorder's view equals the server's", WAIT, || async {
         let seen = recorded(&client, src).await;
-        (view(&seen) == server).then_some(seen)
+        (seen_view(&seen) == server).then_some(seen)
     })
     .await;
     // Exactly once: no delta (type, object, version) recorded twice.

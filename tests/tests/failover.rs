@@ -25,7 +25,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kubewasm_tests::controlplane::{AuditWrite, ControlPlane};
 use kubewasm_tests::e2e::{
-    copies_match_sources, eventually, namespace, recorded, recorder_sidecar, replay_view,
+    copies_match_sources, eventually, namespace, recorded, recorder_sidecar, seen_view,
 };
 use kubewasm_tests::incluster::{
     NS, apply_all, build_and_import_image, container_memory, holder_pod, lease_holder,
@@ -183,11 +183,7 @@ async fn converged(client: &kube::Client, leader: &str) -> Option<()> {
         .max_by_key(|s| &s.version)?
         .version
         .clone();
-    let view = replay_view(
-        seen.iter()
-            .filter(|s| s.version == leaders_version)
-            .map(|s| (s.delta.as_str(), s.name.as_str(), s.rv.as_str())),
-    );
+    let view = seen_view(seen.iter().filter(|s| s.version == leaders_version));
     (view == server).then_some(())
 }
 
