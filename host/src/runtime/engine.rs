@@ -125,14 +125,15 @@ impl WasmEngine {
     }
 
     /// Compiles `bytes` (plugin `name`), or loads the artifact a previous run
-    /// cached for the same content and engine. Cache failures only cost a
-    /// recompile. A compile logs its start (with the size), its end (with
+    /// cached for the same content and engine; also returns the content's
+    /// SHA-256 (hex), the cache key and the plugin's version. Cache failures
+    /// only cost a recompile. A compile logs its start (with the size), its end (with
     /// the time) and, when it is slow, progress every [`COMPILE_PROGRESS`].
     pub fn component(
         &self,
         name: &str,
         bytes: &[u8],
-    ) -> Result<(Component, CompileSource), wasmtime::Error> {
+    ) -> Result<(Component, CompileSource, String), wasmtime::Error> {
         let digest = Sha256::digest(bytes);
         let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
         let cached = self
@@ -144,7 +145,7 @@ impl WasmEngine {
             && path.exists()
         {
             match load_cached(&self.engine, path) {
-                Ok(c) => return Ok((c, CompileSource::Cached)),
+                Ok(c) => return Ok((c, CompileSource::Cached, hex)),
                 Err(e) => {
                     tracing::warn!(path = %path.display(), error = %e, "ignoring unusable compile cache entry")
                 }
@@ -176,7 +177,7 @@ impl WasmEngine {
         {
             tracing::warn!(path = %path.display(), error = %e, "cannot write compile cache entry");
         }
-        Ok((component, CompileSource::Compiled))
+        Ok((component, CompileSource::Compiled, hex))
     }
 }
 

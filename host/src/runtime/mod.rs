@@ -18,8 +18,6 @@ pub mod v0_2;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use sha2::Digest;
-
 use wasmtime::component::{HasSelf, Linker};
 use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder};
 
@@ -94,15 +92,6 @@ impl std::fmt::Debug for Runtime {
 pub enum Pre {
     V0_1(bindings::v0_1::PluginPre<HostState>),
     V0_2(bindings::v0_2::PluginPre<HostState>),
-}
-
-impl Pre {
-    pub fn contract(&self) -> Contract {
-        match self {
-            Pre::V0_1(_) => Contract::V0_1,
-            Pre::V0_2(_) => Contract::V0_2,
-        }
-    }
 }
 
 /// A compiled, type-checked, pre-instantiated plugin version.
@@ -331,14 +320,15 @@ impl Runtime {
             )));
         }
         let start = Instant::now();
-        let (component, compile_source) = self.engine.component(name, bytes).map_err(|e| {
-            let msg = format!("{e:#}");
-            if msg.contains("unexpected end") || msg.contains("out of bounds") {
-                LoadError::Truncated
-            } else {
-                LoadError::Invalid(msg)
-            }
-        })?;
+        let (component, compile_source, digest) =
+            self.engine.component(name, bytes).map_err(|e| {
+                let msg = format!("{e:#}");
+                if msg.contains("unexpected end") || msg.contains("out of bounds") {
+                    LoadError::Truncated
+                } else {
+                    LoadError::Invalid(msg)
+                }
+            })?;
         let compile_time = start.elapsed();
         let ty = component.component_type();
         let exports: Vec<String> = ty
@@ -373,8 +363,7 @@ impl Runtime {
             Contract::V0_1 => Pre::V0_1(bindings::v0_1::PluginPre::new(pre).map_err(imports)?),
             Contract::V0_2 => Pre::V0_2(bindings::v0_2::PluginPre::new(pre).map_err(imports)?),
         };
-        let digest = sha2::Sha256::digest(bytes);
-        let version: String = digest.iter().take(6).map(|b| format!("{b:02x}")).collect();
+        let version = digest.get(..12).unwrap_or(&digest).to_owned();
         tracing::debug!(
             plugin = name,
             version,
