@@ -1,12 +1,30 @@
-//! The imports whose shape is the same in every WIT version (cache reads,
-//! log, clock): one body, expanded in each version's module over that
-//! version's generated types (`cache`, `log`, `clock`, `types`, and its
-//! `kind_ref` and `read_error` in scope there).
+//! What is written the same in every WIT version (kind references, field
+//! values, cache reads, log, clock): one body, expanded in each version's
+//! module over that version's generated types (`cache`, `log`, `clock`,
+//! `types`, and its `read_error` in scope there).
 
-/// Implements `cache::Host`, `log::Host` and `clock::Host` for `HostState`
-/// in the invoking module.
+/// Defines `kind_ref` and `wit_field`, and implements `cache::Host`,
+/// `log::Host` and `clock::Host` for `HostState`, in the invoking module.
 macro_rules! same_in_every_version {
     () => {
+        pub fn kind_ref(k: &types::KindRef) -> KindRef {
+            match k {
+                types::KindRef::Gvk(g) => KindRef::Gvk(Gvk::new(&g.group, &g.version, &g.kind)),
+                types::KindRef::ResourceName(r) => KindRef::Resource(r.clone()),
+            }
+        }
+
+        fn wit_field(v: FieldValue) -> types::FieldValue {
+            match v {
+                FieldValue::Null => types::FieldValue::Null,
+                FieldValue::Boolean(b) => types::FieldValue::Boolean(b),
+                FieldValue::Integer(i) => types::FieldValue::Integer(i),
+                FieldValue::Float(f) => types::FieldValue::Float(f),
+                FieldValue::Text(s) => types::FieldValue::Text(s),
+                FieldValue::Json(s) => types::FieldValue::Json(s),
+            }
+        }
+
         impl cache::Host for HostState {
             fn get(
                 &mut self,

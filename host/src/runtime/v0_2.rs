@@ -12,13 +12,6 @@ use crate::informer::selector::LabelSelector;
 use crate::kind::{Gvk, KindRef};
 use crate::object::{FieldValue, Meta, ObjectHandle, OwnerRef};
 
-pub fn kind_ref(k: &types::KindRef) -> KindRef {
-    match k {
-        types::KindRef::Gvk(g) => KindRef::Gvk(Gvk::new(&g.group, &g.version, &g.kind)),
-        types::KindRef::ResourceName(r) => KindRef::Resource(r.clone()),
-    }
-}
-
 pub fn from_delta_type(t: types::DeltaType) -> Option<DeltaType> {
     Some(match t {
         types::DeltaType::Added => DeltaType::Added,
@@ -73,17 +66,6 @@ fn wit_meta(o: &ObjectHandle) -> types::ObjectMeta {
         finalizers: finalizers(o),
         creation_timestamp: m.creation_timestamp.as_ref().map(|s| s.to_string()),
         deletion_timestamp: m.deletion_timestamp.as_ref().map(|s| s.to_string()),
-    }
-}
-
-fn wit_field(v: FieldValue) -> types::FieldValue {
-    match v {
-        FieldValue::Null => types::FieldValue::Null,
-        FieldValue::Boolean(b) => types::FieldValue::Boolean(b),
-        FieldValue::Integer(i) => types::FieldValue::Integer(i),
-        FieldValue::Float(f) => types::FieldValue::Float(f),
-        FieldValue::Text(s) => types::FieldValue::Text(s),
-        FieldValue::Json(s) => types::FieldValue::Json(s),
     }
 }
 
