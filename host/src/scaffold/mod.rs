@@ -11,8 +11,12 @@
 
 use std::path::{Path, PathBuf};
 
-/// The WIT every plugin targets, as this host implements it.
-pub const PLUGIN_WIT: &str = include_str!("../../../wit/v0.1.0/plugin.wit");
+/// The WIT new plugins target: the newest version this host implements.
+pub const PLUGIN_WIT: &str = include_str!("../../../wit/v0.2.0/plugin.wit");
+
+/// The previous WIT, for a language whose SDK has not moved to
+/// [`PLUGIN_WIT`] yet.
+const PLUGIN_WIT_V0_1: &str = include_str!("../../../wit/v0.1.0/plugin.wit");
 
 /// A language `kubewasm new` can create a plugin project in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum)]
@@ -36,6 +40,19 @@ impl Lang {
             Lang::Python => "python",
             Lang::C => "c",
             Lang::Go => "go",
+        }
+    }
+}
+
+impl Lang {
+    /// The WIT a new project in this language is created with.
+    pub fn wit(self) -> &'static str {
+        match self {
+            Lang::Rust => PLUGIN_WIT_V0_1,
+            Lang::Js => PLUGIN_WIT_V0_1,
+            Lang::Python => PLUGIN_WIT_V0_1,
+            Lang::C => PLUGIN_WIT_V0_1,
+            Lang::Go => PLUGIN_WIT_V0_1,
         }
     }
 }
@@ -252,7 +269,7 @@ pub fn create(
     }
     let wit = match wit_dir {
         Some(dir) => read_wit(dir)?,
-        None => vec![("plugin.wit".to_owned(), PLUGIN_WIT.to_owned())],
+        None => vec![("plugin.wit".to_owned(), lang.wit().to_owned())],
     };
     let crate_name = name.replace('-', "_");
     for (file, text) in &wit {
@@ -339,7 +356,7 @@ mod tests {
             let root = create(lang, &name, dir.path(), None).unwrap();
             assert_eq!(root, dir.path().join(&name));
             let wit = std::fs::read_to_string(root.join("wit/plugin.wit")).unwrap();
-            assert_eq!(wit, PLUGIN_WIT);
+            assert_eq!(wit, lang.wit());
             assert!(root.join("build.sh").is_file(), "{lang}");
             assert!(root.join("fixtures/cluster.yaml").is_file(), "{lang}");
             // The sidecar parses and grants what the hello plugin does.
