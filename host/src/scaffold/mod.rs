@@ -48,7 +48,7 @@ impl Lang {
     /// The WIT a new project in this language is created with.
     pub fn wit(self) -> &'static str {
         match self {
-            Lang::Rust => PLUGIN_WIT_V0_1,
+            Lang::Rust => PLUGIN_WIT,
             Lang::Js => PLUGIN_WIT_V0_1,
             Lang::Python => PLUGIN_WIT_V0_1,
             Lang::C => PLUGIN_WIT_V0_1,

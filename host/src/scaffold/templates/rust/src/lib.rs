@@ -1,14 +1,19 @@
 //! {{name}}: a kubewasm plugin. It subscribes to ConfigMap `added` deltas
-//! and annotates each ConfigMap with `kubewasm.io/hello: {{name}}`.
+//! and annotates each ConfigMap with `kubewasm.io/hello: <plugin name>`.
 
 wit_bindgen::generate!({ path: "wit", world: "plugin" });
 
-use exports::kubewasm::plugin::handler::{Guest, HandlerError, Registration, Subscription};
-use kubewasm::plugin::actions::{self, ObjectRef, PatchType};
+use std::sync::OnceLock;
+
+use exports::kubewasm::plugin::handler::{
+    Context, Guest, Handled, HandlerError, Registration, Subscription,
+};
+use kubewasm::plugin::actions::{self, ObjectRef, PatchType, Preconditions};
 use kubewasm::plugin::log::{self, Level};
 use kubewasm::plugin::types::{Delta, DeltaType, GroupVersionKind, KindRef};
 
-const NAME: &str = "{{name}}";
+/// The name the host loaded this plugin under (from `register`).
+static NAME: OnceLock<String> = OnceLock::new();
 
 fn config_map() -> KindRef {
     KindRef::Gvk(GroupVersionKind {
@@ -21,7 +26,8 @@ fn config_map() -> KindRef {
 struct Plugin;
 
 impl Guest for Plugin {
-    fn register(_config: String) -> Result<Registration, String> {
+    fn register(context: Context) -> Result<Registration, String> {
+        let _ = NAME.set(context.name);
         Ok(Registration {
             subscriptions: vec![Subscription {
                 kind: config_map(),
@@ -30,6 +36,7 @@ impl Guest for Plugin {
                 field_selector: None,
                 deltas: vec![DeltaType::Added],
                 fields: Vec::new(),
+                // The host's default resync period.
                 resync_seconds: None,
             }],
             writes: vec![config_map()],
@@ -37,24 +44,27 @@ impl Guest for Plugin {
         })
     }
 
-    fn handle(delta: Delta) -> Result<(), HandlerError> {
-        let Some(meta) = delta.meta else {
-            return Ok(());
-        };
+    fn handle(delta: Delta) -> Result<Handled, HandlerError> {
         log::write(
             Level::Info,
             "hello",
-            &[("name".to_owned(), meta.name.clone())],
+            &[("name".to_owned(), delta.name.clone())],
         );
+        let name = NAME.get().map_or("{{name}}", String::as_str);
         let target = ObjectRef {
             kind: config_map(),
-            namespace: meta.namespace,
-            name: meta.name,
-            uid: Some(meta.uid).filter(|u| !u.is_empty()),
+            namespace: delta.namespace,
+            name: delta.name,
         };
-        let patch = format!(r#"{{"metadata":{{"annotations":{{"kubewasm.io/hello":"{NAME}"}}}}}}"#);
-        actions::patch(&target, PatchType::Merge, &patch)
-            .map_err(|e| HandlerError::Permanent(format!("patch refused: {e:?}")))
+        let patch = format!(r#"{{"metadata":{{"annotations":{{"kubewasm.io/hello":"{name}"}}}}}}"#);
+        // Only the object this delta is about: not a namesake created since.
+        let only_this = Preconditions {
+            uid: Some(delta.uid),
+            resource_version: None,
+        };
+        actions::patch(&target, PatchType::Merge, &patch, &only_this)
+            .map_err(|e| HandlerError::Permanent(format!("patch refused: {e:?}")))?;
+        Ok(Handled::Done)
     }
 }
 
