@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the kubewasm image with no registry in reach: a static
-# x86_64-unknown-linux-musl release binary (mimalloc as the allocator), then
+# x86_64-unknown-linux-musl release binary (jemalloc as the allocator), then
 # `buildah bud --target local` of the Containerfile (FROM scratch only),
 # tagged localhost/kubewasm:dev, written as an archive to OUT. Prints the
 # binary and image sizes.
@@ -37,14 +37,14 @@ apt_install() {
 if ! rustup target list --installed | grep -qx "$triple"; then
   rustup target add "$triple"
 fi
-# ring and mimalloc compile C for the target: cc-rs finds musl-gcc.
+# ring and jemalloc compile C for the target: cc-rs finds musl-gcc.
 command -v musl-gcc >/dev/null || apt_install musl-tools
 command -v buildah >/dev/null || apt_install buildah
 [[ -f /etc/ssl/certs/ca-certificates.crt ]] || apt_install ca-certificates
 
 # No debug info, symbols stripped: the image carries the binary only.
 CARGO_PROFILE_RELEASE_DEBUG=false CARGO_PROFILE_RELEASE_STRIP=symbols \
-  cargo build --locked --release -p kubewasm --bin kubewasm --target "$triple" --features mimalloc
+  cargo build --locked --release -p kubewasm --bin kubewasm --target "$triple" --features jemalloc
 bin="$target_dir/$triple/release/kubewasm"
 if readelf -l "$bin" | grep -q 'program interpreter'; then
   echo "error: $bin is dynamically linked; the image has no libc" >&2

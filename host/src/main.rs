@@ -14,10 +14,20 @@ use kubewasm::telemetry::{Identity, Telemetry};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-// musl's malloc is slow under many threads: the static image uses mimalloc.
-#[cfg(feature = "mimalloc")]
+// musl's malloc is slow under many threads: the static image uses jemalloc.
+#[cfg(feature = "jemalloc")]
 #[global_allocator]
-static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+/// jemalloc's options, read at its first allocation: a background thread
+/// returns pages freed for a second (dirty) straight to the system, so RSS
+/// follows what the host holds instead of its peaks. jemalloc reads the
+/// symbol as a `const char *`: a reference to an array is that pointer.
+#[cfg(feature = "jemalloc")]
+#[allow(unsafe_code)] // exporting a symbol by name is what jemalloc asks for
+#[unsafe(export_name = "_rjem_malloc_conf")]
+pub static JEMALLOC_CONF: &[u8; 60] =
+    b"background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:0\0";
 
 #[derive(Parser, Debug)]
 #[command(
