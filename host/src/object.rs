@@ -248,6 +248,39 @@ impl KObject {
         Some(FieldValue::from_raw(&raw))
     }
 
+    /// The values at several pointers, in order. Pointers made of keys only
+    /// are found in one scan of the text (a handler reading `/spec/x` and
+    /// `/status/y` skips the metadata once, not twice); the others, and any
+    /// the single scan cannot answer, one by one as [`field`](Self::field).
+    pub fn fields<S: AsRef<str>>(&self, pointers: &[S]) -> Vec<Option<FieldValue>> {
+        let keyed: Vec<Option<Vec<String>>> = pointers
+            .iter()
+            .map(|p| {
+                segments(p.as_ref()).filter(|s| !s.is_empty() && s.iter().all(|k| !is_index(k)))
+            })
+            .collect();
+        let mut tree = sonic_rs::PointerTree::new();
+        let mut order = Vec::new();
+        for (i, segs) in keyed.iter().enumerate() {
+            if let Some(segs) = segs {
+                tree.add_path(segs.iter().map(String::as_str));
+                order.push(i);
+            }
+        }
+        let mut out: Vec<Option<Option<FieldValue>>> = vec![None; pointers.len()];
+        if order.len() > 1
+            && let Ok(found) = sonic_rs::get_many(&*self.json, &tree)
+        {
+            for (i, v) in order.into_iter().zip(found) {
+                out[i] = Some(v.map(|v| FieldValue::from_raw(&v.as_raw_cow())));
+            }
+        }
+        out.into_iter()
+            .zip(pointers)
+            .map(|(v, p)| v.unwrap_or_else(|| self.field(p.as_ref())))
+            .collect()
+    }
+
     /// The raw JSON text at a pointer (cheap equality checks between versions).
     pub fn raw_field(&self, pointer: &str) -> Option<Cow<'_, str>> {
         raw_at(&self.json, pointer)
@@ -322,6 +355,14 @@ fn segments(pointer: &str) -> Option<Vec<String>> {
     )
 }
 
+/// RFC 6901: an array index is digits with no sign and no leading zero.
+fn is_index(segment: &str) -> bool {
+    !segment.is_empty()
+        && segment.bytes().all(|b| b.is_ascii_digit())
+        && (segment == "0" || !segment.starts_with('0'))
+        && segment.parse::<usize>().is_ok()
+}
+
 fn raw_at<'a>(json: &'a str, pointer: &str) -> Option<Cow<'a, str>> {
     let segs = segments(pointer)?;
     if segs.is_empty() {
@@ -332,10 +373,7 @@ fn raw_at<'a>(json: &'a str, pointer: &str) -> Option<Cow<'a, str>> {
     let path: Vec<PointerNode> = segs
         .iter()
         .map(|s| match s.parse::<usize>() {
-            // RFC 6901: an array index has no sign and no leading zero.
-            Ok(i) if !s.starts_with('+') && (s == "0" || !s.starts_with('0')) => {
-                PointerNode::Index(i)
-            }
+            Ok(i) if is_index(s) => PointerNode::Index(i),
             _ => PointerNode::Key(s.clone().into()),
         })
         .collect();
@@ -497,6 +535,52 @@ mod tests {
             Some(FieldValue::Text("x".into()))
         );
         assert_eq!(o.field("/data/0"), Some(FieldValue::Text("zero".into())));
+    }
+
+    /// `fields` (one scan for key-only pointers) answers exactly what
+    /// `field` answers pointer by pointer, missing, escaped, indexed and
+    /// repeated pointers included.
+    #[test]
+    fn fields_in_one_scan_equal_field_by_field() {
+        let p = pod();
+        let o = KObject::from_value(
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c",
+              "labels": {"a/b": "x", "t~": "y"}}, "data": {"0": "zero", "01": "one"}}),
+            StripOptions::default(),
+        )
+        .unwrap();
+        let sets: &[&[&str]] = &[
+            &["/spec/nodeName", "/status/phase"],
+            &["/status/phase", "/spec/nodeName", "/spec/nodeName"],
+            &["/spec/missing", "/status/phase", "/nope/deeper"],
+            &["/spec/nodeName/x", "/metadata/name"],
+            &[
+                "/spec/containers",
+                "/status/containerStatuses/0/restartCount",
+                "/metadata/labels/app",
+            ],
+            &["", "/kind", "bad", "/metadata/uid"],
+            &[
+                "/metadata/labels/a~1b",
+                "/metadata/labels/t~0",
+                "/data/0",
+                "/data/01",
+            ],
+            &["/spec", "/spec/containers/1/image"],
+        ];
+        for set in sets {
+            for obj in [&p, &o] {
+                let one_by_one: Vec<_> = set.iter().map(|ptr| obj.field(ptr)).collect();
+                assert_eq!(obj.fields(set), one_by_one, "{set:?}");
+            }
+        }
+        assert_eq!(
+            p.fields(&["/spec/nodeName", "/status/phase"]),
+            vec![
+                Some(FieldValue::Text("node-a".into())),
+                Some(FieldValue::Text("Running".into()))
+            ]
+        );
     }
 
     /// Found by the `fuzz_json_pointer` target: `/01` read item 1 of an

@@ -226,7 +226,10 @@ impl types::HostObject for HostState {
         pointers: Vec<String>,
     ) -> wasmtime::Result<Vec<Option<types::FieldValue>>> {
         let o = self.object(&obj)?;
-        Ok(pointers.iter().map(|p| o.field(p).map(wit_field)).collect())
+        Ok(o.fields(&pointers)
+            .into_iter()
+            .map(|v| v.map(wit_field))
+            .collect())
     }
 
     fn to_json(&mut self, obj: Resource<ObjectHandle>) -> wasmtime::Result<String> {
