@@ -56,6 +56,12 @@ pub struct PluginVersion {
 }
 
 impl PluginVersion {
+    /// The version the plugin sees in its context (12 hex digits of the
+    /// component's SHA-256).
+    pub fn version(&self) -> &str {
+        &self.prepared.version
+    }
+
     /// This version's subscription fed by `informer`, with its cut.
     fn successor_of(&self, informer: &Arc<Informer>) -> Option<(u32, u64)> {
         self.handles

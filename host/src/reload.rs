@@ -219,7 +219,11 @@ impl PluginDir {
             // as a change.
             let kinds_generation = self.host.kinds().generation();
             let result = match manifest {
-                Ok(m) => self.host.install(name, bytes, m).await.map(|_| ()),
+                Ok(m) => self
+                    .host
+                    .install(name, bytes, m)
+                    .await
+                    .map(|v| v.version().to_owned()),
                 Err(e) => Err(e),
             };
             if let Err(LoadError::UnknownKind(_)) = &result {
@@ -231,7 +235,7 @@ impl PluginDir {
             }
             let was_running = self.running.lock().await.contains_key(name);
             match result {
-                Ok(()) => {
+                Ok(version) => {
                     let outcome = if was_running {
                         Outcome::Replaced
                     } else {
@@ -240,7 +244,7 @@ impl PluginDir {
                     PluginLoaded {
                         plugin: name,
                         file: path,
-                        sha256: &digest[..12],
+                        version: &version,
                         replaced: was_running,
                     }
                     .emit(self.telemetry.metrics());

@@ -268,7 +268,11 @@ pub struct ActionConflict<'a> {
 impl ActionConflict<'_> {
     pub fn emit(self, stats: &ExecutorStats, counters: &ActionCounters) {
         let verb = self.action.verb();
-        tracing::error!(plugin = self.plugin, verb, resource = %self.action.target(), conflict = self.message, "server-side apply conflict: another field manager owns these fields; the call fails and its delta is retried (apply with force, or stop setting those fields)");
+        if self.action.target().preconditions.is_empty() {
+            tracing::error!(plugin = self.plugin, verb, resource = %self.action.target(), conflict = self.message, "server-side apply conflict: another field manager owns these fields; the call fails and its delta is retried (apply with force, or stop setting those fields)");
+        } else {
+            tracing::warn!(plugin = self.plugin, verb, resource = %self.action.target(), conflict = self.message, "conflict: the write's uid or resourceVersion precondition did not hold (the object changed or was recreated since it was read); the call fails and its delta is retried with last-failure conflict");
+        }
         stats.failed.fetch_add(1, Ordering::Relaxed);
         counters.outcome(verb, Outcome::Conflict).inc();
     }
@@ -279,13 +283,15 @@ impl ActionConflict<'_> {
 pub struct PluginLoaded<'a> {
     pub plugin: &'a str,
     pub file: &'a std::path::Path,
-    pub sha256: &'a str,
+    /// The version the plugin sees in its context: the component's SHA-256
+    /// (the file with its sidecar is what reloads compare).
+    pub version: &'a str,
     pub replaced: bool,
 }
 
 impl PluginLoaded<'_> {
     pub fn emit(self, metrics: &Metrics) {
-        tracing::info!(plugin = %self.plugin, file = %self.file.display(), sha256 = self.sha256, "plugin {}", if self.replaced { "replaced" } else { "loaded" });
+        tracing::info!(plugin = %self.plugin, file = %self.file.display(), version = self.version, "plugin {}", if self.replaced { "replaced" } else { "loaded" });
         if self.replaced {
             metrics.plugin_reloaded(self.plugin);
         }
