@@ -14,10 +14,6 @@ use std::path::{Path, PathBuf};
 /// The WIT new plugins target: the newest version this host implements.
 pub const PLUGIN_WIT: &str = include_str!("../../../wit/v0.2.0/plugin.wit");
 
-/// The previous WIT, for a language whose SDK has not moved to
-/// [`PLUGIN_WIT`] yet.
-const PLUGIN_WIT_V0_1: &str = include_str!("../../../wit/v0.1.0/plugin.wit");
-
 /// A language `kubewasm new` can create a plugin project in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum)]
 pub enum Lang {
@@ -40,19 +36,6 @@ impl Lang {
             Lang::Python => "python",
             Lang::C => "c",
             Lang::Go => "go",
-        }
-    }
-}
-
-impl Lang {
-    /// The WIT a new project in this language is created with.
-    pub fn wit(self) -> &'static str {
-        match self {
-            Lang::Rust => PLUGIN_WIT,
-            Lang::Js => PLUGIN_WIT_V0_1,
-            Lang::Python => PLUGIN_WIT_V0_1,
-            Lang::C => PLUGIN_WIT_V0_1,
-            Lang::Go => PLUGIN_WIT_V0_1,
         }
     }
 }
@@ -134,6 +117,11 @@ const JS: &[TemplateFile] = &[
         include_str!("templates/js/package.json"),
         false,
     ),
+    (
+        "package-lock.json",
+        include_str!("templates/js/package-lock.json"),
+        false,
+    ),
     ("index.js", include_str!("templates/js/index.js"), false),
     ("build.sh", include_str!("templates/js/build.sh"), true),
     ("README.md", include_str!("templates/js/README.md"), false),
@@ -143,8 +131,8 @@ const JS: &[TemplateFile] = &[
         false,
     ),
     (
-        "sdk/selector.js",
-        include_str!("../../../plugins/js/sdk/selector.js"),
+        "sdk/kubewasm.d.ts",
+        include_str!("../../../plugins/js/sdk/kubewasm.d.ts"),
         false,
     ),
 ];
@@ -168,8 +156,8 @@ const PYTHON: &[TemplateFile] = &[
         false,
     ),
     (
-        "sdk/kubewasm/selector.py",
-        include_str!("../../../plugins/python/sdk/kubewasm/selector.py"),
+        "sdk/kubewasm/patch.py",
+        include_str!("../../../plugins/python/sdk/kubewasm/patch.py"),
         false,
     ),
 ];
@@ -219,13 +207,38 @@ const GO: &[TemplateFile] = &[
         false,
     ),
     (
+        "sdk/actions.go",
+        include_str!("../../../plugins/go/sdk/actions.go"),
+        false,
+    ),
+    (
+        "sdk/host.go",
+        include_str!("../../../plugins/go/sdk/host.go"),
+        false,
+    ),
+    (
         "sdk/kubewasm.go",
         include_str!("../../../plugins/go/sdk/kubewasm.go"),
         false,
     ),
     (
-        "sdk/selector.go",
-        include_str!("../../../plugins/go/sdk/selector.go"),
+        "sdk/object.go",
+        include_str!("../../../plugins/go/sdk/object.go"),
+        false,
+    ),
+    (
+        "sdk/owners.go",
+        include_str!("../../../plugins/go/sdk/owners.go"),
+        false,
+    ),
+    (
+        "sdk/patch.go",
+        include_str!("../../../plugins/go/sdk/patch.go"),
+        false,
+    ),
+    (
+        "sdk/types.go",
+        include_str!("../../../plugins/go/sdk/types.go"),
         false,
     ),
 ];
@@ -269,7 +282,7 @@ pub fn create(
     }
     let wit = match wit_dir {
         Some(dir) => read_wit(dir)?,
-        None => vec![("plugin.wit".to_owned(), lang.wit().to_owned())],
+        None => vec![("plugin.wit".to_owned(), PLUGIN_WIT.to_owned())],
     };
     let crate_name = name.replace('-', "_");
     for (file, text) in &wit {
@@ -356,7 +369,7 @@ mod tests {
             let root = create(lang, &name, dir.path(), None).unwrap();
             assert_eq!(root, dir.path().join(&name));
             let wit = std::fs::read_to_string(root.join("wit/plugin.wit")).unwrap();
-            assert_eq!(wit, lang.wit());
+            assert_eq!(wit, PLUGIN_WIT);
             assert!(root.join("build.sh").is_file(), "{lang}");
             assert!(root.join("fixtures/cluster.yaml").is_file(), "{lang}");
             // The sidecar parses and grants what the hello plugin does.

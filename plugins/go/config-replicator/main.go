@@ -1,7 +1,10 @@
 //go:build wasip1
 
 // config-replicator in Go: the same config, registration and actions as
-// plugins/config-replicator (see its README.md).
+// plugins/config-replicator (see its README.md): copies source ConfigMaps
+// (matching a label selector) into every namespace matching another
+// selector, keeps the copies in step with their source, and deletes them
+// when the source goes.
 package main
 
 import (
@@ -9,14 +12,24 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 
 	kw "kubewasm/plugins/sdk"
 )
 
 const (
-	replica     = "kubewasm.io/replica"
-	replicaOf   = "kubewasm.io/replica-of"
+	// replica labels every copy; objects carrying it are never replicated.
+	replica = "kubewasm.io/replica"
+	// replicaOf annotates every copy: `<namespace>/<name>` of its source.
+	replicaOf = "kubewasm.io/replica-of"
+	// replicateTo on a source overrides the configured namespace selector.
 	replicateTo = "kubewasm.io/replicate-to"
+)
+
+// Subscription indexes, in registration order.
+const (
+	configMaps = 0
+	namespaces = 1
 )
 
 type config struct {
@@ -25,85 +38,97 @@ type config struct {
 }
 
 type replicator struct {
-	source, namespaces *kw.Selector
+	source *kw.LabelSelector
+	// sourceFilter is source's canonical text, the filter of the cache
+	// lists of sources ("" for the empty selector).
+	sourceFilter string
+	namespaces   *kw.LabelSelector
 }
 
-func newReplicator(text string) (kw.Plugin, error) {
+func newReplicator(ctx kw.Context) (kw.Plugin, error) {
 	c := config{SourceSelector: "kubewasm.io/replicate=true"}
-	if err := kw.ParseConfig(text, &c); err != nil {
+	if err := ctx.ParseConfig(&c); err != nil {
 		return nil, err
 	}
 	source, err := kw.ParseSelector(c.SourceSelector)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("invalid config: sourceSelector: %w", err)
 	}
 	namespaces, err := kw.ParseSelector(c.NamespaceSelector)
 	if err != nil {
-		return nil, err
+		source.Close()
+		return nil, fmt.Errorf("invalid config: namespaceSelector: %w", err)
 	}
-	return &replicator{source: source, namespaces: namespaces}, nil
+	return &replicator{source: source, sourceFilter: source.String(), namespaces: namespaces}, nil
 }
 
 func (r *replicator) Registration() kw.Registration {
-	return kw.Registration{
-		Subscriptions: []kw.Subscription{
-			{Kind: kw.ConfigMap, Deltas: []kw.DeltaType{kw.Added, kw.Updated, kw.Deleted, kw.Resync},
-				Fields: []string{"/data", "/binaryData"}},
-			{Kind: kw.Namespace, Deltas: []kw.DeltaType{kw.Added, kw.Updated},
-				Fields: []string{"/metadata/labels"}},
-		},
-		Writes: []kw.KindRef{kw.ConfigMap},
-	}
+	return kw.Registration{}.
+		Subscribe(
+			kw.Subscribe(kw.ConfigMap).
+				WithDeltas(kw.Added, kw.Updated, kw.Deleted, kw.Resync).
+				WithFields("/data", "/binaryData"),
+			kw.Subscribe(kw.Namespace).
+				WithDeltas(kw.Added, kw.Updated).
+				WithFields("/metadata/labels"),
+		).
+		Write(kw.ConfigMap)
 }
 
-func (r *replicator) Handle(d *kw.Delta) error {
+func (r *replicator) Handle(d *kw.Delta) (kw.Handled, error) {
+	var err error
 	switch {
 	case d.Type == kw.Synced:
-		return nil
-	case d.Is(kw.Namespace):
-		return r.namespaceChanged(d)
-	case d.Is(kw.ConfigMap):
-		return r.configMapChanged(d)
+	case d.Subscription == namespaces:
+		err = r.namespaceChanged(d)
+	case d.Subscription == configMaps:
+		err = r.configMapChanged(d)
 	}
-	return nil
+	return kw.Done, err
 }
 
-func (r *replicator) isSource(m *kw.ObjectMeta) bool {
-	v, ok := m.Label(replica)
-	return !(ok && v == "true") && r.source.Matches(m.Labels)
+func isReplica(o *kw.Object) bool {
+	v, ok := o.Label(replica)
+	return ok && v == "true"
 }
 
-// selectorFor is the namespace selector of a source: its annotation or the config's.
-func (r *replicator) selectorFor(m *kw.ObjectMeta) (*kw.Selector, error) {
-	text, ok := m.Annotation(replicateTo)
+func (r *replicator) isSource(o *kw.Object) bool {
+	return !isReplica(o) && r.source.MatchesObject(o)
+}
+
+// ownSelector is the namespace selector a source names in its annotation,
+// parsed (nil: it names none, the config's applies). Close it after use.
+func ownSelector(source *kw.Object) (*kw.LabelSelector, error) {
+	text, ok := source.Annotation(replicateTo)
 	if !ok {
-		return r.namespaces, nil
+		return nil, nil
 	}
 	s, err := kw.ParseSelector(text)
 	if err != nil {
-		return nil, fmt.Errorf("%s on %s: %w", replicateTo, m.Key(), err)
+		return nil, fmt.Errorf("%s on %s: %w", replicateTo, source.Key(), err)
 	}
 	return s, nil
 }
 
-// copyOf is what a copy is made of: the source's name, key, data and binaryData.
+// copyOf is what a copy is made of: the source's name, key, data and
+// binaryData.
 type copyOf struct {
 	name, of string
 	data     map[string]json.RawMessage
 }
 
-func newCopy(m *kw.ObjectMeta, source *kw.Object) (*copyOf, error) {
-	c := &copyOf{name: m.Name, of: m.Key(), data: map[string]json.RawMessage{}}
+func newCopy(name, key string, source *kw.Object) (*copyOf, error) {
+	c := &copyOf{name: name, of: key, data: map[string]json.RawMessage{}}
 	for _, f := range [][2]string{{"binaryData", "/binaryData"}, {"data", "/data"}} {
 		v, ok := source.Field(f[1])
 		if !ok || v.Kind == kw.FieldNull {
 			continue
 		}
 		// Objects come back as their JSON text: embedded as is, never parsed.
-		if v.Kind != kw.FieldJSON || len(v.Text) == 0 || v.Text[0] != '{' {
-			return nil, kw.Permanent(fmt.Sprintf("%s has a non-object %s", c.of, f[0]))
+		if !v.IsObject() {
+			return nil, kw.Permanentf("%s has a non-object %s", key, f[0])
 		}
-		c.data[f[0]] = json.RawMessage(v.Text)
+		c.data[f[0]] = v.RawJSON()
 	}
 	return c, nil
 }
@@ -122,134 +147,184 @@ func (c *copyOf) applyInto(namespace string) error {
 	for k, v := range c.data {
 		object[k] = v
 	}
-	return kw.Apply(object, true)
+	return kw.Apply(object, true, kw.NoPreconditions)
 }
-
-// deleteCopies deletes every cached copy of source in a namespace keep accepts.
-func deleteCopies(source *kw.ObjectMeta, keep func(string) bool) error {
-	of := source.Key()
-	copies, err := kw.List(kw.ConfigMap, "", replica+"=true")
-	if err != nil {
-		return err
-	}
-	for _, c := range copies {
-		m := c.Meta()
-		if v, ok := m.Annotation(replicaOf); ok && v == of && m.Namespace != "" && keep(m.Namespace) {
-			if err := kw.Delete(kw.RefTo(kw.ConfigMap, &m), kw.Background); err != nil {
-				return err
-			}
-			kw.Info("copy deleted", "copy", m.Key(), "source", of)
-		}
-	}
-	return nil
-}
-
-func all(string) bool { return true }
 
 func (r *replicator) configMapChanged(d *kw.Delta) error {
-	m, object, err := d.Parts()
+	object, err := d.RequireObject()
 	if err != nil {
 		return err
 	}
-	if v, ok := m.Label(replica); ok && v == "true" {
-		return nil
+	if isReplica(object) {
+		return r.copySeen(d, object)
 	}
-	source := r.isSource(m)
+	source := r.isSource(object)
 	switch {
 	case d.Type == kw.Deleted && source:
-		return deleteCopies(m, all)
+		return deleteCopies(d.Key(), all)
 	case (d.Type == kw.Added || d.Type == kw.Resync || d.Type == kw.Updated) && source:
-		return r.replicate(m, object)
-	case d.Type == kw.Updated:
-		if old := d.OldMeta(); old != nil && r.isSource(old) {
-			return deleteCopies(m, all)
-		}
+		return r.replicate(d, object)
+	case d.Type == kw.Updated && d.OldObject != nil && r.isSource(d.OldObject):
+		// No longer a source (labels changed): its copies go.
+		return deleteCopies(d.Key(), all)
 	}
 	return nil
 }
 
-func (r *replicator) replicate(m *kw.ObjectMeta, object *kw.Object) error {
-	selector, err := r.selectorFor(m)
+// copySeen deletes a copy whose source is gone (or no longer a source).
+// Level, not edge: a source deleted while no replica led (a leadership
+// handover, a restart) never arrives as a delete; the next leader's replay
+// of the copies finds the orphans.
+func (r *replicator) copySeen(d *kw.Delta, copy *kw.Object) error {
+	if d.Type == kw.Deleted {
+		return nil
+	}
+	of, ok := copy.Annotation(replicaOf)
+	if !ok {
+		return nil
+	}
+	ns, name, ok := strings.Cut(of, "/")
+	if !ok {
+		return nil
+	}
+	source, err := kw.Get(kw.ConfigMap, ns, name)
+	if err != nil {
+		return err
+	}
+	if source != nil && r.isSource(source) {
+		return nil
+	}
+	if err := kw.Delete(d.Ref(kw.ConfigMap), kw.Background, kw.UIDPrecondition(d.UID)); err != nil {
+		return err
+	}
+	kw.Info("orphan copy deleted", "copy", d.Key(), "source", ns+"/"+name)
+	return nil
+}
+
+// replicate applies the source into each target namespace (by name), then
+// deletes its copies in namespaces that exist, are not terminating and are
+// no longer targets.
+func (r *replicator) replicate(d *kw.Delta, object *kw.Object) error {
+	own, err := ownSelector(object)
 	if err != nil {
 		return kw.Permanent(err.Error())
 	}
-	c, err := newCopy(m, object)
+	defer own.Close()
+	selector := r.namespaces
+	if own != nil {
+		selector = own
+	}
+	c, err := newCopy(d.Name, d.Key(), object)
 	if err != nil {
 		return err
 	}
-	objects, err := kw.List(kw.Namespace, "", "")
+	namespaces, err := kw.List(kw.Namespace, "", "")
 	if err != nil {
 		return err
 	}
-	namespaces := make([]kw.ObjectMeta, len(objects))
-	for i, o := range objects {
-		namespaces[i] = o.Meta()
-	}
-	var targets []string
+	// The live (not terminating) namespaces, by name, and the targets among
+	// them: matching the source's selector, not its own namespace.
+	var live, targets []string
 	for _, ns := range namespaces {
-		if !ns.IsTerminating() && ns.Name != m.Namespace && selector.Matches(ns.Labels) {
-			targets = append(targets, ns.Name)
+		if !ns.IsTerminating() {
+			name := ns.Name()
+			live = append(live, name)
+			if selector.MatchesObject(ns) && name != d.Namespace {
+				targets = append(targets, name)
+			}
 		}
+		ns.Release()
 	}
 	for _, ns := range targets {
 		if err := c.applyInto(ns); err != nil {
 			return err
 		}
 	}
-	stale := func(ns string) bool {
-		return !slices.Contains(targets, ns) && slices.ContainsFunc(namespaces, func(n kw.ObjectMeta) bool {
-			return n.Name == ns && !n.IsTerminating()
-		})
-	}
-	if err := deleteCopies(m, stale); err != nil {
+	stale := func(ns string) bool { return !slices.Contains(targets, ns) && slices.Contains(live, ns) }
+	if err := deleteCopies(c.of, stale); err != nil {
 		return err
 	}
 	kw.Debug("replicated", "source", c.of, "namespaces", strconv.Itoa(len(targets)))
 	return nil
 }
 
+// namespaceChanged: a live namespace appeared or changed labels: copies
+// every source it now matches (and did not before) into it, and deletes the
+// copies of sources it no longer matches. Initial namespaces are covered by
+// the sources' own initial deltas.
 func (r *replicator) namespaceChanged(d *kw.Delta) error {
-	ns, _, err := d.Parts()
+	ns, err := d.RequireObject()
 	if err != nil {
 		return err
 	}
 	if d.Initial || ns.IsTerminating() {
 		return nil
 	}
-	old := d.OldMeta()
-	filter := ""
-	if !r.source.IsEmpty() {
-		filter = r.source.String()
-	}
-	sources, err := kw.List(kw.ConfigMap, "", filter)
+	name := d.Name
+	sources, err := kw.List(kw.ConfigMap, "", r.sourceFilter)
 	if err != nil {
 		return err
 	}
 	for _, source := range sources {
-		m := source.Meta()
-		if !r.isSource(&m) || m.Namespace == ns.Name {
-			continue
+		if err := r.sourceForNamespace(d, ns, name, source); err != nil {
+			return err
 		}
-		selector, err := r.selectorFor(&m)
+		source.Release()
+	}
+	return nil
+}
+
+func (r *replicator) sourceForNamespace(d *kw.Delta, ns *kw.Object, name string, source *kw.Object) error {
+	if !r.isSource(source) || source.Namespace() == name {
+		return nil
+	}
+	own, err := ownSelector(source)
+	if err != nil {
+		kw.Warn("source skipped", "source", source.Key(), "error", err.Error())
+		return nil
+	}
+	defer own.Close()
+	selector := r.namespaces
+	if own != nil {
+		selector = own
+	}
+	now := selector.MatchesObject(ns)
+	before := d.OldObject != nil && selector.MatchesObject(d.OldObject)
+	switch {
+	case now && !before:
+		c, err := newCopy(source.Name(), source.Key(), source)
 		if err != nil {
-			kw.Warn("source skipped", "source", m.Key(), "error", err.Error())
-			continue
+			return err
 		}
-		now := selector.Matches(ns.Labels)
-		before := old != nil && selector.Matches(old.Labels)
-		if now && !before {
-			c, err := newCopy(&m, source)
-			if err != nil {
-				return err
-			}
-			if err := c.applyInto(ns.Name); err != nil {
-				return err
-			}
-		} else if before && !now {
-			if err := deleteCopies(&m, func(n string) bool { return n == ns.Name }); err != nil {
-				return err
+		return c.applyInto(name)
+	case before && !now:
+		key := source.Key()
+		return deleteCopies(key, func(n string) bool { return n == name })
+	}
+	return nil
+}
+
+func all(string) bool { return true }
+
+// deleteCopies deletes (background, guarded by the copy's uid) every cached
+// copy of the source whose key is of in a namespace keep accepts, in
+// namespace order.
+func deleteCopies(of string, keep func(string) bool) error {
+	copies, err := kw.List(kw.ConfigMap, "", replica+"=true")
+	if err != nil {
+		return err
+	}
+	for _, c := range copies {
+		if v, ok := c.Annotation(replicaOf); ok && v == of {
+			if ns := c.Namespace(); ns != "" && keep(ns) {
+				err := kw.Delete(kw.RefToObject(kw.ConfigMap, c), kw.Background, kw.UIDPrecondition(c.UID()))
+				if err != nil {
+					return err
+				}
+				kw.Info("copy deleted", "copy", c.Key(), "source", of)
 			}
 		}
+		c.Release()
 	}
 	return nil
 }

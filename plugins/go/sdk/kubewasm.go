@@ -1,15 +1,40 @@
-//go:build wasip1
-
-// Package kubewasm is the SDK for kubewasm plugins written in Go
-// (GOOS=wasip1, wrapped into a component with the WASI preview1 reactor
-// adapter; see plugins/build-languages.sh).
+// Package kubewasm is the SDK for kubewasm plugins written in Go: WIT
+// kubewasm:plugin@0.2.0 (wit/v0.2.0/plugin.wit), GOOS=wasip1, wrapped into
+// a component with the WASI preview1 reactor adapter (see
+// plugins/build-languages.sh, or build.sh in a `kubewasm new --lang go`
+// project).
 //
 // A plugin calls Export from an init function with a constructor that
-// parses the config; the returned Plugin answers Registration and handles
-// deltas. Cache reads and actions turn refusals into permanent errors.
+// receives the plugin's Context (name, version, config JSON); the Plugin it
+// returns answers Registration once, then Handle once per delta:
 //
-//	func init() { kubewasm.Export(func(config string) (kubewasm.Plugin, error) { ... }) }
+//	func init() { kubewasm.Export(newPlugin) }
 //	func main() {}
+//
+//	func newPlugin(ctx kubewasm.Context) (kubewasm.Plugin, error) { ... }
+//	func (p *myPlugin) Registration() kubewasm.Registration { ... }
+//	func (p *myPlugin) Handle(d *kubewasm.Delta) (kubewasm.Handled, error) { ... }
+//
+// Objects are lazy: a Delta carries the scalars most handlers need
+// (Namespace, Name, UID, ResourceVersion, Attempt, LastFailure) and
+// *Object handles; every Object method (Label, Annotation,
+// OwnerReferences, Field, Meta, ...) is one host call that copies only what
+// it returns. Handles are valid during the Handle call that received them:
+// the SDK drops them all when Handle returns (Object.Release drops one
+// earlier). Label selectors are parsed and matched by the host
+// (ParseSelector), with the API server's grammar.
+//
+// Outcomes: return Done, or RequeueAfter(d) to see the object again as a
+// Requeue delta; return Retry(msg) for a transient failure (retried with
+// backoff), Permanent(msg) for one retrying cannot fix (a dead letter). Any
+// other error, and a panic, is permanent. Cache reads and actions the host
+// refuses (not subscribed, not declared in Writes, not granted by the
+// sidecar, malformed) return permanent errors. Actions are buffered and run
+// in order after Handle returns without an error.
+//
+// Everything but the canonical-ABI glue (abi.go, wasip1 only) also builds
+// on the host, so `go test ./sdk` runs the unit tests and `go doc -all
+// ./sdk` prints this reference.
 package kubewasm
 
 import (
@@ -17,242 +42,57 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"unsafe"
+	"time"
 )
 
-// ---- types -----------------------------------------------------------------
+// ---- the plugin ------------------------------------------------------------
 
-// GVK is a group/version/kind; the core group is "".
-type GVK struct{ Group, Version, Kind string }
-
-// KindRef names a kind by group/version/kind, or by kubectl resource name
-// when Resource is set.
-type KindRef struct {
-	GVK
-	Resource string
+// Plugin is a loaded plugin version, built by the constructor given to
+// Export. The value lives as long as the component instance: keep parsed
+// configuration (label selectors) and state in it.
+type Plugin interface {
+	// Registration is called once, right after the constructor.
+	Registration() Registration
+	// Handle handles one delta. Deltas of one object arrive in order, one
+	// at a time. Actions emitted during the call run after it returns a
+	// nil error and are dropped otherwise.
+	Handle(d *Delta) (Handled, error)
 }
 
-// Kind builds a KindRef from group, version and kind.
-func Kind(group, version, kind string) KindRef { return KindRef{GVK: GVK{group, version, kind}} }
+// Context is who the plugin is, as the host loaded it.
+type Context struct {
+	// Name is the plugin's file name without `.wasm`: the field manager is
+	// `kubewasm/<Name>`, Events carry it as their action.
+	Name string
+	// Version is the first 12 hex digits of the component's SHA-256.
+	Version string
+	// Config is the `config` section of the plugin's sidecar as JSON (`{}`
+	// when absent).
+	Config string
+}
 
-// Resource builds a KindRef from a resource name (`deployments.apps`).
-func Resource(name string) KindRef { return KindRef{Resource: name} }
+// ParseConfig decodes c.Config into v, as ParseConfig does.
+func (c Context) ParseConfig(v any) error { return ParseConfig(c.Config, v) }
 
-// Common kinds.
+// FieldManager is the field manager the host applies and patches with:
+// `kubewasm/<Name>`.
+func (c Context) FieldManager() string { return "kubewasm/" + c.Name }
+
 var (
-	ConfigMap  = Kind("", "v1", "ConfigMap")
-	Namespace  = Kind("", "v1", "Namespace")
-	Node       = Kind("", "v1", "Node")
-	Pod        = Kind("", "v1", "Pod")
-	Secret     = Kind("", "v1", "Secret")
-	Deployment = Kind("apps", "v1", "Deployment")
-	ReplicaSet = Kind("apps", "v1", "ReplicaSet")
+	factory func(ctx Context) (Plugin, error)
+	plugin  Plugin
 )
 
-// DeltaType is what happened to an object.
-type DeltaType uint8
-
-const (
-	Added DeltaType = iota
-	Updated
-	Deleted
-	Resync
-	Synced
-)
-
-func (t DeltaType) String() string {
-	return [...]string{"added", "updated", "deleted", "resync", "synced"}[t]
-}
-
-// OwnerReference is one entry of metadata.ownerReferences.
-type OwnerReference struct {
-	APIVersion, Kind, Name, UID string
-	Controller                  bool
-}
-
-// ObjectMeta is the metadata the host decodes for every object. Namespace
-// is "" for cluster-scoped objects.
-type ObjectMeta struct {
-	APIVersion, Kind, Namespace, Name, UID, ResourceVersion string
-	Generation                                              *int64
-	Labels, Annotations                                     []Pair
-	OwnerReferences                                         []OwnerReference
-	CreationTimestamp, DeletionTimestamp                    *string
-}
-
-// Label returns the value of label key and whether it is set.
-func (m *ObjectMeta) Label(key string) (string, bool) { return lookup(m.Labels, key) }
-
-// Annotation returns the value of annotation key and whether it is set.
-func (m *ObjectMeta) Annotation(key string) (string, bool) { return lookup(m.Annotations, key) }
-
-// IsTerminating reports whether the object has a deletion timestamp.
-func (m *ObjectMeta) IsTerminating() bool { return m.DeletionTimestamp != nil }
-
-// Key is `namespace/name`, or `name` for cluster-scoped objects.
-func (m *ObjectMeta) Key() string {
-	if m.Namespace == "" {
-		return m.Name
-	}
-	return m.Namespace + "/" + m.Name
-}
-
-// Object is a read-only view of an object held by the host; valid during
-// the handle call that received it.
-type Object struct{ handle uint32 }
-
-// Meta returns the object's metadata.
-func (o *Object) Meta() ObjectMeta {
-	r := ret()
-	objectMeta(o.handle, r)
-	return loadMeta(r)
-}
-
-// FieldKind tells which member of a FieldValue is set.
-type FieldKind uint8
-
-const (
-	FieldNull FieldKind = iota
-	FieldBool
-	FieldInt
-	FieldFloat
-	FieldText
-	FieldJSON // arrays and objects, as compact JSON in Text
-)
-
-// FieldValue is the value found at a JSON pointer.
-type FieldValue struct {
-	Kind  FieldKind
-	Bool  bool
-	Int   int64
-	Float float64
-	Text  string
-}
-
-// Field returns the value at an RFC 6901 pointer; ok is false when absent.
-func (o *Object) Field(pointer string) (v FieldValue, ok bool) {
-	p, n := argString(pointer)
-	r := ret()
-	objectField(o.handle, p, n, r)
-	if load8(r) == 0 {
-		return v, false
-	}
-	v.Kind = FieldKind(load8(r + 8))
-	switch v.Kind {
-	case FieldBool:
-		v.Bool = load8(r+16) != 0
-	case FieldInt:
-		v.Int = int64(load64(r + 16))
-	case FieldFloat:
-		bits := load64(r + 16)
-		v.Float = *(*float64)(unsafe.Pointer(&bits))
-	case FieldText, FieldJSON:
-		v.Text = loadString(r + 16)
-	}
-	return v, true
-}
-
-// FieldString returns the string at pointer, if it is one.
-func (o *Object) FieldString(pointer string) (string, bool) {
-	v, ok := o.Field(pointer)
-	if !ok || v.Kind != FieldText {
-		return "", false
-	}
-	return v.Text, true
-}
-
-// ToJSON returns the whole object as compact JSON.
-func (o *Object) ToJSON() string {
-	r := ret()
-	objectToJSON(o.handle, r)
-	return loadString(r)
-}
-
-// Delta is one event delivered to Handle.
-type Delta struct {
-	Type              DeltaType
-	Subscription      uint32
-	Kind              GVK
-	Meta              *ObjectMeta
-	Object, OldObject *Object
-	Initial           bool
-	FinalStateUnknown bool
-}
-
-// Parts returns the metadata and object of a delta that must carry one,
-// or a permanent error.
-func (d *Delta) Parts() (*ObjectMeta, *Object, error) {
-	if d.Meta == nil || d.Object == nil {
-		return nil, nil, Permanent(fmt.Sprintf("%s delta for %s carries no object", d.Type, d.Kind.Kind))
-	}
-	return d.Meta, d.Object, nil
-}
-
-// Is reports whether the delta's object is of k's group and kind.
-func (d *Delta) Is(k KindRef) bool { return d.Kind.Group == k.Group && d.Kind.Kind == k.GVK.Kind }
-
-// OldMeta returns the previous state's metadata (updated deltas only).
-func (d *Delta) OldMeta() *ObjectMeta {
-	if d.OldObject == nil {
-		return nil
-	}
-	m := d.OldObject.Meta()
-	return &m
-}
-
-// ---- registration ----------------------------------------------------------
-
-// Subscription is one stream of deltas; empty strings mean none/all.
-type Subscription struct {
-	Kind                         KindRef
-	Namespace                    string
-	LabelSelector, FieldSelector string
-	Deltas                       []DeltaType
-	Fields                       []string
-	ResyncSeconds                uint32
-}
-
-// Index is a secondary index over the cache.
-type Index struct {
-	Name    string
-	Kind    KindRef
-	Pointer string
-}
-
-// Registration is what Register answers.
-type Registration struct {
-	Subscriptions []Subscription
-	Writes        []KindRef
-	Indexes       []Index
-}
-
-// ---- errors ----------------------------------------------------------------
-
-// HandlerError is returned by Handle: Retry ones are retried with backoff.
-type HandlerError struct {
-	Retry bool
-	Msg   string
-}
-
-func (e *HandlerError) Error() string { return e.Msg }
-
-// Permanent is an error retrying will not fix.
-func Permanent(msg string) error { return &HandlerError{Msg: msg} }
-
-// Retry is a transient error.
-func Retry(msg string) error { return &HandlerError{Retry: true, Msg: msg} }
-
-// IsRetry reports whether err asks for a retry.
-func IsRetry(err error) bool {
-	var h *HandlerError
-	return errors.As(err, &h) && h.Retry
-}
-
-// ---- config ----------------------------------------------------------------
+// Export sets the constructor the host's register calls with the plugin's
+// Context; call it from an init function. An error refuses this version
+// (the host keeps the previous one serving) and becomes the host's error
+// message.
+func Export(newPlugin func(ctx Context) (Plugin, error)) { factory = newPlugin }
 
 // ParseConfig decodes the config JSON into v (a pointer to a struct with
-// json tags and its defaults already set): empty or null keeps the
-// defaults, unknown keys are errors.
+// json tags, its defaults already set): "", whitespace and `null` keep the
+// defaults, unknown keys and wrong types are errors reading
+// `invalid config: ...`.
 func ParseConfig(config string, v any) error {
 	t := strings.TrimSpace(config)
 	if t == "" || t == "null" {
@@ -263,159 +103,130 @@ func ParseConfig(config string, v any) error {
 	if err := dec.Decode(v); err != nil {
 		return fmt.Errorf("invalid config: %w", err)
 	}
+	if dec.More() {
+		return errors.New("invalid config: trailing data after the JSON value")
+	}
 	return nil
 }
 
-// ---- cache -----------------------------------------------------------------
-
-// Get returns one object ("" namespace for cluster-scoped), or nil.
-func Get(kind KindRef, namespace, name string) (*Object, error) {
-	k0, k1, k2, k3, k4, k5, k6 := argKind(kind)
-	n0, n1, n2 := argOptString(namespace)
-	m0, m1 := argString(name)
-	r := ret()
-	cacheGet(k0, k1, k2, k3, k4, k5, k6, n0, n1, n2, m0, m1, r)
-	if load8(r) != 0 {
-		return nil, cacheError(r + 4)
+// register runs the host's register: the constructor, then Registration.
+func register(ctx Context) (reg Registration, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("panic: %v", r)
+		}
+		dropOwned()
+	}()
+	if factory == nil {
+		return Registration{}, errors.New("no plugin exported: call kubewasm.Export from an init function")
 	}
-	if load8(r+4) == 0 {
-		return nil, nil
-	}
-	return own(load32(r + 8)), nil
-}
-
-// List returns the objects of a kind in one namespace (or all: ""),
-// filtered by a label selector (none: ""), sorted by namespace and name.
-func List(kind KindRef, namespace, labelSelector string) ([]*Object, error) {
-	k0, k1, k2, k3, k4, k5, k6 := argKind(kind)
-	n0, n1, n2 := argOptString(namespace)
-	s0, s1, s2 := argOptString(labelSelector)
-	cacheList(k0, k1, k2, k3, k4, k5, k6, n0, n1, n2, s0, s1, s2, ret())
-	return cacheObjects()
-}
-
-// ByIndex returns the objects whose declared index yields value.
-func ByIndex(index, value string) ([]*Object, error) {
-	i0, i1 := argString(index)
-	v0, v1 := argString(value)
-	cacheByIndex(i0, i1, v0, v1, ret())
-	return cacheObjects()
-}
-
-// ---- actions ---------------------------------------------------------------
-
-// ObjectRef names the target of an action; "" namespace or uid is none.
-type ObjectRef struct {
-	Kind                 KindRef
-	Namespace, Name, UID string
-}
-
-// RefTo is a reference to the object meta describes, with its uid.
-func RefTo(kind KindRef, meta *ObjectMeta) ObjectRef {
-	return ObjectRef{Kind: kind, Namespace: meta.Namespace, Name: meta.Name, UID: meta.UID}
-}
-
-// Propagation is a delete propagation policy.
-type Propagation uint32
-
-const (
-	Background Propagation = iota
-	Foreground
-	Orphan
-)
-
-// PatchType is merge (RFC 7386) or json (RFC 6902).
-type PatchType uint32
-
-const (
-	MergePatch PatchType = iota
-	JSONPatch
-)
-
-// EventType is Normal or Warning.
-type EventType uint32
-
-const (
-	Normal EventType = iota
-	Warning
-)
-
-func marshal(v any) (string, error) {
-	if s, ok := v.(string); ok {
-		return s, nil
-	}
-	b, err := json.Marshal(v)
+	p, err := factory(ctx)
 	if err != nil {
-		return "", Permanent("cannot encode action: " + err.Error())
+		return Registration{}, err
 	}
-	return string(b), nil
-}
-
-// Apply server-side applies an object (a JSON string, or a value that
-// encoding/json marshals, with apiVersion, kind and metadata).
-func Apply(object any, force bool) error {
-	text, err := marshal(object)
-	if err != nil {
-		return err
+	if p == nil {
+		return Registration{}, errors.New("the plugin constructor returned no plugin")
 	}
-	p, n := argString(text)
-	f := uint32(0)
-	if force {
-		f = 1
+	plugin = p
+	return p.Registration(), nil
+}
+
+// handle runs the host's handle; every handle received during the call is
+// dropped when it returns.
+func handle(d *Delta) (h Handled, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			h, err = Done, Permanent(fmt.Sprint("panic: ", r))
+		}
+		dropOwned()
+	}()
+	if plugin == nil {
+		return Done, Permanent("handle called before register")
 	}
-	actionApply(p, n, f, ret())
-	return actionResult()
+	return plugin.Handle(d)
 }
 
-// ApplyStatus server-side applies to the status subresource.
-func ApplyStatus(object any) error {
-	text, err := marshal(object)
-	if err != nil {
-		return err
+// ---- outcomes --------------------------------------------------------------
+
+// Handled is how a handled delta ended: Done, or RequeueAfter.
+type Handled struct {
+	requeue bool
+	ms      uint64
+}
+
+// Done: the delta is handled; nothing more until the object changes (or
+// resyncs).
+var Done = Handled{}
+
+// RequeueAfter: done for now; deliver this object again as a Requeue delta
+// after d (in whole milliseconds, rounded down; negative is 0), unless a
+// newer delta of it comes first (it replaces the requeue).
+func RequeueAfter(d time.Duration) Handled {
+	if d < 0 {
+		d = 0
 	}
-	p, n := argString(text)
-	actionApplyStatus(p, n, ret())
-	return actionResult()
+	return Handled{requeue: true, ms: uint64(d / time.Millisecond)}
 }
 
-// Patch patches an object with a merge or JSON patch.
-func Patch(target ObjectRef, t PatchType, patch any) error {
-	text, err := marshal(patch)
-	if err != nil {
-		return err
+// RequeueDelay returns the delay asked for and whether there is one.
+func (h Handled) RequeueDelay() (time.Duration, bool) {
+	if !h.requeue {
+		return 0, false
 	}
-	params := alloc(72, 4)
-	putRef(params, target)
-	store8(params+60, uint8(t))
-	putString(params+64, text)
-	actionPatch(params, ret())
-	return actionResult()
+	if h.ms > uint64(1<<63-1)/uint64(time.Millisecond) {
+		return time.Duration(1<<63 - 1), true
+	}
+	return time.Duration(h.ms) * time.Millisecond, true
 }
 
-// Delete deletes an object; one already gone is not an error.
-func Delete(target ObjectRef, propagation Propagation) error {
-	k, ns, name, uid := argRef(target)
-	actionDelete(k[0], k[1], k[2], k[3], k[4], k[5], k[6], ns[0], ns[1], ns[2], name[0], name[1],
-		uid[0], uid[1], uid[2], uint32(propagation), ret())
-	return actionResult()
+// HandlerError is an error Handle returns: Retry ones are retried with
+// backoff, the others are permanent (dead letters).
+type HandlerError struct {
+	Retry bool
+	Msg   string
+	cause error
 }
 
-// RecordEvent records an Event about regarding.
-func RecordEvent(regarding ObjectRef, t EventType, reason, note string) error {
-	params := alloc(80, 4)
-	putRef(params, regarding)
-	store8(params+60, uint8(t))
-	putString(params+64, reason)
-	putString(params+72, note)
-	actionEvent(params, ret())
-	return actionResult()
+// Error is the message the host records.
+func (e *HandlerError) Error() string { return e.Msg }
+
+// Unwrap is the error the host reported (a *CacheError or *ActionError),
+// if any.
+func (e *HandlerError) Unwrap() error { return e.cause }
+
+// Permanent is an error retrying will not fix: the delta is not retried
+// and is recorded as a dead letter.
+func Permanent(msg string) error { return &HandlerError{Msg: msg} }
+
+// Permanentf is Permanent with fmt.Sprintf.
+func Permanentf(format string, args ...any) error {
+	return &HandlerError{Msg: fmt.Sprintf(format, args...)}
 }
 
-// ---- log and clock ---------------------------------------------------------
+// Retry is a transient error: the delta is retried with backoff; the next
+// attempt's Delta.Attempt is 2, 3, ... and its LastFailure says
+// FailureRetry with msg.
+func Retry(msg string) error { return &HandlerError{Retry: true, Msg: msg} }
+
+// Retryf is Retry with fmt.Sprintf.
+func Retryf(format string, args ...any) error {
+	return &HandlerError{Retry: true, Msg: fmt.Sprintf(format, args...)}
+}
+
+// IsRetry reports whether err asks for a retry (a Retry error anywhere in
+// its chain); every other error is permanent.
+func IsRetry(err error) bool {
+	var h *HandlerError
+	return errors.As(err, &h) && h.Retry
+}
+
+// ---- log -------------------------------------------------------------------
 
 // Level is a log level.
-type Level uint32
+type Level uint8
 
+// The log levels, lowest first; the host's RUST_LOG decides which are
+// written (LogEnabled).
 const (
 	LevelTrace Level = iota
 	LevelDebug
@@ -424,72 +235,57 @@ const (
 	LevelError
 )
 
-// Log writes a record with fields given as key, value, key, value...
+// LogEnabled reports whether a record at level would be written: check
+// before building a costly message.
+func LogEnabled(level Level) bool { return theHost().logEnabled(level) }
+
+// Log writes a record into the host's log (tagged with the plugin's name)
+// with fields given as key, value, key, value... (an odd last key gets an
+// empty value). Nothing is copied to the host when the level is off.
 func Log(level Level, msg string, kv ...string) {
-	if logEnabled(uint32(level)) == 0 {
+	h := theHost()
+	if !h.logEnabled(level) {
 		return
 	}
-	fields := alloc(uint32(8*len(kv)), 4)
-	for i, s := range kv {
-		putString(fields+uint32(8*i), s)
+	fields := make([]Pair, 0, (len(kv)+1)/2)
+	for i := 0; i < len(kv); i += 2 {
+		p := Pair{Key: kv[i]}
+		if i+1 < len(kv) {
+			p.Value = kv[i+1]
+		}
+		fields = append(fields, p)
 	}
-	m0, m1 := argString(msg)
-	logWrite(uint32(level), m0, m1, fields, uint32(len(kv)/2))
+	h.logWrite(level, msg, fields)
 }
 
+// Trace logs at trace level (see Log).
+func Trace(msg string, kv ...string) { Log(LevelTrace, msg, kv...) }
+
+// Debug logs at debug level (see Log).
 func Debug(msg string, kv ...string) { Log(LevelDebug, msg, kv...) }
-func Info(msg string, kv ...string)  { Log(LevelInfo, msg, kv...) }
-func Warn(msg string, kv ...string)  { Log(LevelWarn, msg, kv...) }
+
+// Info logs at info level (see Log).
+func Info(msg string, kv ...string) { Log(LevelInfo, msg, kv...) }
+
+// Warn logs at warn level (see Log).
+func Warn(msg string, kv ...string) { Log(LevelWarn, msg, kv...) }
+
+// Error logs at error level (see Log).
 func Error(msg string, kv ...string) { Log(LevelError, msg, kv...) }
 
-// NowRFC3339 is the host's wall clock as RFC 3339 (seconds precision).
-func NowRFC3339() string {
-	clockNowRFC3339(ret())
-	return loadString(ret())
+// ---- clock -----------------------------------------------------------------
+
+// Now is the host's wall clock (the plugin has no clock of its own: WASI
+// clocks are not granted by default).
+func Now() time.Time {
+	s, ns := theHost().now()
+	return time.Unix(s, int64(ns))
 }
 
-// NowUnix is the host's wall clock as seconds and nanoseconds.
-func NowUnix() (int64, uint32) {
-	clockNow(ret())
-	return int64(load64(ret())), load32(ret() + 8)
-}
+// NowUnix is the host's wall clock as seconds and nanoseconds since the
+// Unix epoch.
+func NowUnix() (int64, uint32) { return theHost().now() }
 
-// ---- the export ------------------------------------------------------------
-
-// Plugin is a loaded plugin version.
-type Plugin interface {
-	Registration() Registration
-	Handle(d *Delta) error
-}
-
-var (
-	factory func(config string) (Plugin, error)
-	plugin  Plugin
-)
-
-// Export sets the constructor called by register with the config JSON.
-func Export(newPlugin func(config string) (Plugin, error)) { factory = newPlugin }
-
-func register(config string) (Registration, error) {
-	if factory == nil {
-		return Registration{}, errors.New("no plugin exported: call kubewasm.Export from init")
-	}
-	p, err := factory(config)
-	if err != nil {
-		return Registration{}, err
-	}
-	plugin = p
-	return p.Registration(), nil
-}
-
-func handle(d *Delta) (err error) {
-	if plugin == nil {
-		return Permanent("handle called before register")
-	}
-	defer func() {
-		if r := recover(); r != nil {
-			err = Permanent(fmt.Sprint("panic: ", r))
-		}
-	}()
-	return plugin.Handle(d)
-}
+// NowRFC3339 is the host's wall clock as RFC 3339 with seconds precision
+// (`2026-11-22T17:00:00Z`), the format Kubernetes timestamps use.
+func NowRFC3339() string { return theHost().nowRFC3339() }

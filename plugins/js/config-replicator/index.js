@@ -1,24 +1,31 @@
 // config-replicator in JavaScript: the same config, registration and
 // actions as plugins/config-replicator (see its README.md).
 import {
-  Selector, actions, annotation, cache, definePlugin, fieldJson, isKind, isTerminating, key, kinds,
-  label, log, objectRef, oldMeta, parseConfig, parts, permanent, registration, subscription,
+  LabelSelector, actions, annotation, cache, definePlugin, fieldJson, isTerminating, key, kinds,
+  label, log, objectOf, objectRef, permanent, preconditions, registration, subscription,
 } from '../sdk/kubewasm.js';
 
+/** Label on every copy; objects carrying it are never replicated. */
 const REPLICA = 'kubewasm.io/replica';
+/** Annotation on every copy: `<namespace>/<name>` of its source. */
 const REPLICA_OF = 'kubewasm.io/replica-of';
+/** Annotation on a source overriding the configured namespace selector. */
 const REPLICATE_TO = 'kubewasm.io/replicate-to';
 
-/** The copy of a source: its name, key, data and binaryData. */
-function copyOf(meta, source) {
+/** Subscription indexes, in registration order. */
+const CONFIG_MAPS = 0;
+const NAMESPACES = 1;
+
+/** The copy of `source` (an object), named `name`, whose key is `of`: its data and binaryData. */
+function copyOf(name, of, source) {
   const data = {};
   for (const [field, pointer] of [['binaryData', '/binaryData'], ['data', '/data']]) {
     const v = fieldJson(source, pointer);
     if (v == null) continue;
-    if (typeof v !== 'object' || Array.isArray(v)) throw permanent(`${key(meta)} has a non-object ${field}`);
+    if (typeof v !== 'object' || Array.isArray(v)) throw permanent(`${of} has a non-object ${field}`);
     data[field] = v;
   }
-  return { name: meta.name, of: key(meta), data };
+  return { name, of, data };
 }
 
 function applyInto(copy, namespace) {
@@ -32,26 +39,40 @@ function applyInto(copy, namespace) {
       annotations: { [REPLICA_OF]: copy.of },
     },
     ...copy.data,
-  }, true);
+  }, true, preconditions.none());
 }
 
-/** Deletes every cached copy of `source` in a namespace `keep` accepts. */
-function deleteCopies(source, keep) {
-  const of = key(source);
+const isReplica = (object) => label(object, REPLICA) === 'true';
+
+/**
+ * Deletes (background, guarded by the copy's uid) every cached copy of the
+ * source whose key is `of` in a namespace `keep` accepts, in namespace order.
+ */
+function deleteCopies(of, keep) {
   for (const copy of cache.list(kinds.ConfigMap, undefined, `${REPLICA}=true`)) {
-    const meta = copy.meta();
-    if (annotation(meta, REPLICA_OF) === of && meta.namespace != null && keep(meta.namespace)) {
-      actions.delete(objectRef(kinds.ConfigMap, meta), 'background');
-      log.info('copy deleted', { copy: key(meta), source: of });
+    const ns = copy.namespace();
+    if (annotation(copy, REPLICA_OF) === of && ns != null && keep(ns)) {
+      actions.delete(objectRef(kinds.ConfigMap, copy), 'background', preconditions.uid(copy.uid()));
+      log.info('copy deleted', { copy: key(copy), source: of });
     }
   }
 }
 
 class ConfigReplicator {
-  constructor(config) {
-    const c = parseConfig(config, { sourceSelector: 'kubewasm.io/replicate=true', namespaceSelector: '' });
-    this.source = Selector.parse(c.sourceSelector);
-    this.namespaces = Selector.parse(c.namespaceSelector);
+  constructor(ctx) {
+    const c = ctx.parseConfig({ sourceSelector: 'kubewasm.io/replicate=true', namespaceSelector: '' });
+    const parse = (name, text) => {
+      try {
+        return LabelSelector.parse(text);
+      } catch (e) {
+        throw new Error(`invalid config: ${name}: ${e.message}`);
+      }
+    };
+    this.source = parse('sourceSelector', c.sourceSelector);
+    this.namespaces = parse('namespaceSelector', c.namespaceSelector);
+    // The filter of the cache lists of sources (undefined: everything).
+    const text = this.source.toString();
+    this.sourceFilter = text === '' ? undefined : text;
   }
 
   registration() {
@@ -66,77 +87,121 @@ class ConfigReplicator {
 
   handle(delta) {
     if (delta.deltaType === 'synced') return;
-    if (isKind(delta, kinds.Namespace)) this.namespaceChanged(delta);
-    else if (isKind(delta, kinds.ConfigMap)) this.configMapChanged(delta);
+    if (delta.subscription === NAMESPACES) this.namespaceChanged(delta);
+    else if (delta.subscription === CONFIG_MAPS) this.configMapChanged(delta);
   }
 
-  isSource(meta) {
-    return label(meta, REPLICA) !== 'true' && this.source.matches(meta.labels);
+  isSource(object) {
+    return !isReplica(object) && this.source.matchesObject(object);
   }
 
-  /** The namespace selector for a source: its annotation or the config's. */
-  selectorFor(source) {
+  /**
+   * The namespace selector a source names in its annotation, parsed
+   * (undefined: it names none, the config's applies); throws an Error.
+   */
+  static ownSelector(source) {
     const text = annotation(source, REPLICATE_TO);
-    if (text === undefined) return this.namespaces;
+    if (text === undefined) return undefined;
     try {
-      return Selector.parse(text);
+      return LabelSelector.parse(text);
     } catch (e) {
       throw new Error(`${REPLICATE_TO} on ${key(source)}: ${e.message}`);
     }
   }
 
   configMapChanged(delta) {
-    const [meta, object] = parts(delta);
-    if (label(meta, REPLICA) === 'true') return;
-    const source = this.isSource(meta);
+    const object = objectOf(delta);
+    if (isReplica(object)) {
+      this.copySeen(delta, object);
+      return;
+    }
+    const source = this.isSource(object);
     const type = delta.deltaType;
     if (type === 'deleted' && source) {
-      deleteCopies(meta, () => true);
+      deleteCopies(key(delta), () => true);
     } else if ((type === 'added' || type === 'resync' || type === 'updated') && source) {
-      this.replicate(meta, object);
-    } else if (type === 'updated') {
-      const old = oldMeta(delta);
-      if (old != null && this.isSource(old)) deleteCopies(meta, () => true);
+      this.replicate(delta, object);
+    } else if (type === 'updated' && delta.oldObject != null && this.isSource(delta.oldObject)) {
+      // No longer a source (labels changed): its copies go.
+      deleteCopies(key(delta), () => true);
     }
   }
 
-  replicate(meta, object) {
-    let selector;
+  /**
+   * A copy whose source is gone (or no longer a source) is deleted. Level,
+   * not edge: a source deleted while no replica led (a leadership handover,
+   * a restart) never arrives as a delete; the next leader's replay of the
+   * copies finds the orphans.
+   */
+  copySeen(delta, copy) {
+    if (delta.deltaType === 'deleted') return;
+    const of = annotation(copy, REPLICA_OF);
+    if (of === undefined) return;
+    const slash = of.indexOf('/');
+    if (slash < 0) return;
+    const ns = of.slice(0, slash);
+    const name = of.slice(slash + 1);
+    const source = cache.get(kinds.ConfigMap, ns, name);
+    const live = source !== undefined && this.isSource(source);
+    if (!live) {
+      actions.delete(objectRef(kinds.ConfigMap, delta), 'background', preconditions.uid(delta.uid));
+      log.info('orphan copy deleted', { copy: key(delta), source: `${ns}/${name}` });
+    }
+  }
+
+  /**
+   * Applies the source into each target namespace (by name), then deletes
+   * its copies in namespaces that exist, are not terminating and are no
+   * longer targets.
+   */
+  replicate(delta, object) {
+    let own;
     try {
-      selector = this.selectorFor(meta);
+      own = ConfigReplicator.ownSelector(object);
     } catch (e) {
       throw permanent(e.message);
     }
-    const copy = copyOf(meta, object);
-    const namespaces = cache.list(kinds.Namespace, undefined, undefined).map((o) => o.meta());
-    const targets = namespaces
-      .filter((ns) => !isTerminating(ns) && ns.name !== meta.namespace && selector.matches(ns.labels))
-      .map((ns) => ns.name);
+    const selector = own ?? this.namespaces;
+    const copy = copyOf(delta.name, key(delta), object);
+    // The live (not terminating) namespaces, by name, and whether each
+    // matches the source's selector.
+    const live = cache.list(kinds.Namespace, undefined, undefined)
+      .filter((ns) => !isTerminating(ns))
+      .map((ns) => [ns.name(), selector.matchesObject(ns)]);
+    const targets = live
+      .filter(([name, matches]) => matches && name !== delta.namespace)
+      .map(([name]) => name);
     for (const ns of targets) applyInto(copy, ns);
-    const stale = (ns) => !targets.includes(ns) && namespaces.some((n) => n.name === ns && !isTerminating(n));
-    deleteCopies(meta, stale);
+    const stale = (ns) => !targets.includes(ns) && live.some(([name]) => name === ns);
+    deleteCopies(copy.of, stale);
     log.debug('replicated', { source: copy.of, namespaces: targets.length });
   }
 
+  /**
+   * A live namespace appeared or changed labels: copies every source it now
+   * matches (and did not before) into it, and deletes the copies of sources
+   * it no longer matches. Initial namespaces are covered by the sources' own
+   * initial deltas.
+   */
   namespaceChanged(delta) {
-    const [ns] = parts(delta);
+    const ns = objectOf(delta);
     if (delta.initial || isTerminating(ns)) return;
-    const old = oldMeta(delta);
-    const filter = this.source.isEmpty() ? undefined : this.source.toString();
-    for (const source of cache.list(kinds.ConfigMap, undefined, filter)) {
-      const meta = source.meta();
-      if (!this.isSource(meta) || meta.namespace === ns.name) continue;
-      let selector;
+    const name = delta.name;
+    for (const source of cache.list(kinds.ConfigMap, undefined, this.sourceFilter)) {
+      if (!this.isSource(source) || source.namespace() === name) continue;
+      let own;
       try {
-        selector = this.selectorFor(meta);
+        own = ConfigReplicator.ownSelector(source);
       } catch (e) {
-        log.warn('source skipped', { source: key(meta), error: e.message });
+        log.warn('source skipped', { source: key(source), error: e.message });
         continue;
       }
-      const now = selector.matches(ns.labels);
-      const before = old != null && selector.matches(old.labels);
-      if (now && !before) applyInto(copyOf(meta, source), ns.name);
-      else if (before && !now) deleteCopies(meta, (n) => n === ns.name);
+      const selector = own ?? this.namespaces;
+      const now = selector.matchesObject(ns);
+      const before = delta.oldObject != null && selector.matchesObject(delta.oldObject);
+      if (own !== undefined) own.dispose();
+      if (now && !before) applyInto(copyOf(source.name(), key(source), source), name);
+      else if (before && !now) deleteCopies(key(source), (n) => n === name);
     }
   }
 }

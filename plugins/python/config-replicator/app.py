@@ -1,15 +1,27 @@
-"""config-replicator in Python: the same config, registration and actions
-as plugins/config-replicator (see its README.md)."""
+"""config-replicator in Python: copies source ConfigMaps (matching a label
+selector) into every namespace matching another selector, keeps the copies
+in step with their source, and deletes them when the source goes. The same
+config, registration and actions as plugins/config-replicator (Rust; see
+its README.md)."""
+
+from typing import Callable, Dict, List, Optional, Tuple
 
 import kubewasm
 from kubewasm import (
-    DeltaType, Permanent, Selector, actions, annotation, cache, field_json, is_kind, is_terminating,
-    key, kinds, label, log, object_ref, old_meta, parse_config, parts, registration, subscription,
+    DeltaType, Delta, Object, Permanent, Selector, actions, cache, field_json, key, kinds, log, object_ref,
+    object_of, parse_config, preconditions, registration, subscription,
 )
 
+#: Label on every copy; objects carrying it are never replicated.
 REPLICA = "kubewasm.io/replica"
+#: Annotation on every copy: ``<namespace>/<name>`` of its source.
 REPLICA_OF = "kubewasm.io/replica-of"
+#: Annotation on a source overriding the configured namespace selector.
 REPLICATE_TO = "kubewasm.io/replicate-to"
+
+#: Subscription indexes, in registration order.
+CONFIG_MAPS = 0
+NAMESPACES = 1
 
 _ABSENT = object()
 
@@ -17,19 +29,19 @@ _ABSENT = object()
 class Copy:
     """What a copy is made of: the source's name, key, data and binaryData."""
 
-    def __init__(self, meta, source):
-        self.name = meta.name
-        self.of = key(meta)
-        self.data = {}
+    def __init__(self, name: str, of: str, source: Object) -> None:
+        self.name = name
+        self.of = of
+        self.data: Dict[str, dict] = {}
         for field, pointer in (("binaryData", "/binaryData"), ("data", "/data")):
             v = field_json(source, pointer, _ABSENT)
             if v is _ABSENT or v is None:
                 continue
             if not isinstance(v, dict):
-                raise Permanent(f"{self.of} has a non-object {field}")
+                raise Permanent(f"{of} has a non-object {field}")
             self.data[field] = v
 
-    def apply_into(self, namespace):
+    def apply_into(self, namespace: str) -> None:
         obj = {
             "apiVersion": "v1",
             "kind": "ConfigMap",
@@ -41,111 +53,151 @@ class Copy:
             },
         }
         obj.update(self.data)
-        actions.apply(obj, True)
+        actions.apply(obj, force=True)
 
 
-def delete_copies(source, keep):
-    """Deletes every cached copy of ``source`` in a namespace ``keep`` accepts."""
-    of = key(source)
+def is_replica(obj: Object) -> bool:
+    return obj.label(REPLICA) == "true"
+
+
+def delete_copies(of: str, keep: Callable[[str], bool]) -> None:
+    """Deletes (background, guarded by the copy's uid) every cached copy of
+    the source whose key is ``of`` in a namespace ``keep`` accepts, in
+    namespace order."""
     for copy in cache.list(kinds.ConfigMap, None, f"{REPLICA}=true"):
-        meta = copy.meta()
-        if annotation(meta, REPLICA_OF) == of and meta.namespace is not None and keep(meta.namespace):
-            actions.delete(object_ref(kinds.ConfigMap, meta))
-            log.info("copy deleted", copy=key(meta), source=of)
+        ns = copy.namespace()
+        if copy.annotation(REPLICA_OF) == of and ns is not None and keep(ns):
+            actions.delete(object_ref(kinds.ConfigMap, copy), "background", preconditions(uid=copy.uid()))
+            log.info("copy deleted", copy=key(copy), source=of)
 
 
 class ConfigReplicator(kubewasm.Plugin):
-    def __init__(self, config):
-        c = parse_config(config, {"sourceSelector": "kubewasm.io/replicate=true", "namespaceSelector": ""})
-        self.source = Selector.parse(c["sourceSelector"])
-        self.namespaces = Selector.parse(c["namespaceSelector"])
+    def __init__(self, ctx: kubewasm.Context) -> None:
+        c = parse_config(ctx, {"sourceSelector": "kubewasm.io/replicate=true", "namespaceSelector": ""})
+        try:
+            self.source = Selector.parse(c["sourceSelector"])
+        except ValueError as e:
+            raise ValueError(f"invalid config: sourceSelector: {e}") from None
+        try:
+            self.namespaces = Selector.parse(c["namespaceSelector"])
+        except ValueError as e:
+            raise ValueError(f"invalid config: namespaceSelector: {e}") from None
+        # The filter of the cache lists of sources (None for the empty selector).
+        self.source_filter: Optional[str] = self.source.to_string() or None
 
-    def registration(self):
+    def registration(self) -> kubewasm.Registration:
         return registration(
             subscriptions=[
-                subscription(kinds.ConfigMap,
-                             deltas=[DeltaType.ADDED, DeltaType.UPDATED, DeltaType.DELETED, DeltaType.RESYNC],
+                subscription(kinds.ConfigMap, deltas=["added", "updated", "deleted", "resync"],
                              fields=["/data", "/binaryData"]),
-                subscription(kinds.Namespace, deltas=[DeltaType.ADDED, DeltaType.UPDATED],
-                             fields=["/metadata/labels"]),
+                subscription(kinds.Namespace, deltas=["added", "updated"], fields=["/metadata/labels"]),
             ],
             writes=[kinds.ConfigMap],
         )
 
-    def handle(self, delta):
+    def handle(self, delta: Delta) -> None:
         if delta.delta_type == DeltaType.SYNCED:
             return
-        if is_kind(delta, kinds.Namespace):
+        if delta.subscription == NAMESPACES:
             self.namespace_changed(delta)
-        elif is_kind(delta, kinds.ConfigMap):
+        elif delta.subscription == CONFIG_MAPS:
             self.config_map_changed(delta)
 
-    def is_source(self, meta):
-        return label(meta, REPLICA) != "true" and self.source.matches(meta.labels)
+    def is_source(self, obj: Object) -> bool:
+        return not is_replica(obj) and self.source.matches_object(obj)
 
-    def selector_for(self, source):
-        """The namespace selector for a source: its annotation or the config's."""
-        text = annotation(source, REPLICATE_TO)
+    @staticmethod
+    def own_selector(source: Object) -> Optional[Selector]:
+        """The namespace selector a source names in its annotation, parsed
+        (``None``: it names none, the config's applies); ValueError when it
+        does not parse."""
+        text = source.annotation(REPLICATE_TO)
         if text is None:
-            return self.namespaces
+            return None
         try:
             return Selector.parse(text)
         except ValueError as e:
             raise ValueError(f"{REPLICATE_TO} on {key(source)}: {e}") from None
 
-    def config_map_changed(self, delta):
-        meta, obj = parts(delta)
-        if label(meta, REPLICA) == "true":
+    def config_map_changed(self, delta: Delta) -> None:
+        obj = object_of(delta)
+        if is_replica(obj):
+            self.copy_seen(delta, obj)
             return
-        source = self.is_source(meta)
+        source = self.is_source(obj)
         t = delta.delta_type
         if t == DeltaType.DELETED and source:
-            delete_copies(meta, lambda _: True)
+            delete_copies(key(delta), lambda _: True)
         elif t in (DeltaType.ADDED, DeltaType.RESYNC, DeltaType.UPDATED) and source:
-            self.replicate(meta, obj)
-        elif t == DeltaType.UPDATED:
-            old = old_meta(delta)
-            if old is not None and self.is_source(old):
-                delete_copies(meta, lambda _: True)
+            self.replicate(delta, obj)
+        elif t == DeltaType.UPDATED and delta.old_object is not None and self.is_source(delta.old_object):
+            # No longer a source (labels changed): its copies go.
+            delete_copies(key(delta), lambda _: True)
 
-    def replicate(self, meta, obj):
+    def copy_seen(self, delta: Delta, copy: Object) -> None:
+        """A copy whose source is gone (or no longer a source) is deleted.
+        Level, not edge: a source deleted while no replica led (a leadership
+        handover, a restart) never arrives as a delete; the next leader's
+        replay of the copies finds the orphans."""
+        if delta.delta_type == DeltaType.DELETED:
+            return
+        of = copy.annotation(REPLICA_OF)
+        if of is None or "/" not in of:
+            return
+        ns, name = of.split("/", 1)
+        source = cache.get(kinds.ConfigMap, ns, name)
+        if source is None or not self.is_source(source):
+            actions.delete(object_ref(kinds.ConfigMap, delta), "background", preconditions(uid=delta.uid))
+            log.info("orphan copy deleted", copy=key(delta), source=f"{ns}/{name}")
+
+    def replicate(self, delta: Delta, obj: Object) -> None:
+        """Applies the source into each target namespace (by name), then
+        deletes its copies in namespaces that exist, are not terminating and
+        are no longer targets."""
         try:
-            selector = self.selector_for(meta)
+            own = self.own_selector(obj)
         except ValueError as e:
             raise Permanent(str(e)) from None
-        copy = Copy(meta, obj)
-        namespaces = [o.meta() for o in cache.list(kinds.Namespace)]
-        targets = [
-            ns.name for ns in namespaces
-            if not is_terminating(ns) and ns.name != meta.namespace and selector.matches(ns.labels)
+        selector = own if own is not None else self.namespaces
+        copy = Copy(delta.name, key(delta), obj)
+        # The live (not terminating) namespaces, by name, and whether each
+        # matches the source's selector.
+        live: List[Tuple[str, bool]] = [
+            (ns.name(), selector.matches_object(ns))
+            for ns in cache.list(kinds.Namespace)
+            if ns.deletion_timestamp() is None
         ]
+        targets = [name for name, matches in live if matches and name != delta.namespace]
         for ns in targets:
             copy.apply_into(ns)
-        live = {n.name for n in namespaces if not is_terminating(n)}
-        delete_copies(meta, lambda ns: ns not in targets and ns in live)
+        live_names = {name for name, _ in live}
+        delete_copies(copy.of, lambda ns: ns not in targets and ns in live_names)
         log.debug("replicated", source=copy.of, namespaces=len(targets))
 
-    def namespace_changed(self, delta):
-        ns, _ = parts(delta)
-        if delta.initial or is_terminating(ns):
+    def namespace_changed(self, delta: Delta) -> None:
+        """A live namespace appeared or changed labels: copies every source
+        it now matches (and did not before) into it, and deletes the copies
+        of sources it no longer matches. Initial namespaces are covered by
+        the sources' own initial deltas."""
+        ns = object_of(delta)
+        if delta.initial or ns.deletion_timestamp() is not None:
             return
-        old = old_meta(delta)
-        selector_text = None if self.source.is_empty() else str(self.source)
-        for source in cache.list(kinds.ConfigMap, None, selector_text):
-            meta = source.meta()
-            if not self.is_source(meta) or meta.namespace == ns.name:
+        name = delta.name
+        for source in cache.list(kinds.ConfigMap, None, self.source_filter):
+            if not self.is_source(source) or source.namespace() == name:
                 continue
             try:
-                selector = self.selector_for(meta)
+                own = self.own_selector(source)
             except ValueError as e:
-                log.warn("source skipped", source=key(meta), error=str(e))
+                log.warn("source skipped", source=key(source), error=str(e))
                 continue
-            now = selector.matches(ns.labels)
-            before = old is not None and selector.matches(old.labels)
+            selector = own if own is not None else self.namespaces
+            now = selector.matches_object(ns)
+            before = delta.old_object is not None and selector.matches_object(delta.old_object)
             if now and not before:
-                Copy(meta, source).apply_into(ns.name)
+                Copy(source.name(), key(source), source).apply_into(name)
             elif before and not now:
-                delete_copies(meta, lambda n: n == ns.name)
+                delete_copies(key(source), lambda n: n == name)
 
 
 Handler = kubewasm.handler(ConfigReplicator)

@@ -9,24 +9,24 @@ import kw "{{name}}/sdk"
 type hello struct{}
 
 func (hello) Registration() kw.Registration {
-	return kw.Registration{
-		Subscriptions: []kw.Subscription{{Kind: kw.ConfigMap, Deltas: []kw.DeltaType{kw.Added}}},
-		Writes:        []kw.KindRef{kw.ConfigMap},
-	}
+	return kw.Registration{}.
+		Subscribe(kw.Subscribe(kw.ConfigMap).WithDeltas(kw.Added)).
+		Write(kw.ConfigMap)
 }
 
-func (hello) Handle(d *kw.Delta) error {
-	meta, _, err := d.Parts()
-	if err != nil {
-		return err
+func (hello) Handle(d *kw.Delta) (kw.Handled, error) {
+	if _, err := d.RequireObject(); err != nil {
+		return kw.Done, err
 	}
-	kw.Info("hello", "name", meta.Name)
-	return kw.Patch(kw.RefTo(kw.ConfigMap, meta), kw.MergePatch,
-		`{"metadata":{"annotations":{"kubewasm.io/hello":"{{name}}"}}}`)
+	kw.Info("hello", "name", d.Name)
+	// One merge patch, guarded by the uid: a namesake created since is left alone.
+	err := kw.Annotate(d.Ref(kw.ConfigMap), map[string]string{"kubewasm.io/hello": "{{name}}"},
+		kw.UIDPrecondition(d.UID))
+	return kw.Done, err
 }
 
 func init() {
-	kw.Export(func(config string) (kw.Plugin, error) { return hello{}, nil })
+	kw.Export(func(ctx kw.Context) (kw.Plugin, error) { return hello{}, nil })
 }
 
 func main() {}

@@ -1,9 +1,13 @@
 // {{name}}: a kubewasm plugin. It subscribes to ConfigMap `added` deltas and
 // annotates each ConfigMap with `kubewasm.io/hello: {{name}}`.
-import { actions, definePlugin, kinds, log, objectRef, parts, registration, subscription } from './sdk/kubewasm.js';
+// SDK reference: sdk/kubewasm.js (JSDoc) and sdk/kubewasm.d.ts.
+import { actions, definePlugin, kinds, log, objectRef, preconditions, registration, subscription } from './sdk/kubewasm.js';
 
 class Hello {
-  constructor(_config) {}
+  // ctx: {name, version, config, fieldManager, parseConfig(defaults)}.
+  constructor(ctx) {
+    this.name = ctx.name;
+  }
 
   registration() {
     return registration({
@@ -12,12 +16,12 @@ class Hello {
     });
   }
 
+  // Return nothing (done) or requeueAfter(ms); throw retry(..) or permanent(..).
   handle(delta) {
-    const [meta] = parts(delta);
-    log.info('hello', { name: meta.name });
-    actions.patchMerge(objectRef(kinds.ConfigMap, meta), {
-      metadata: { annotations: { 'kubewasm.io/hello': '{{name}}' } },
-    });
+    log.info('hello', { name: delta.name });
+    // A merge patch of the ConfigMap, only if it is still the one this delta
+    // is about (its uid).
+    actions.annotate(objectRef(kinds.ConfigMap, delta), { 'kubewasm.io/hello': '{{name}}' }, preconditions.uid(delta.uid));
   }
 }
 
