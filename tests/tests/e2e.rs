@@ -860,13 +860,36 @@ async fn gone_410_relists_and_reports_missed_deletions_as_final_state_unknown() 
     drop(host);
 }
 
+/// The config-replicator in all five languages, each built against WIT
+/// 0.2 (its component exports `kubewasm:plugin/handler@0.2.0`), does its
+/// job on the real server: copies, follows an update, goes with its source.
+/// One host per language in turn: a replicator deletes copies whose source
+/// it does not replicate (its orphan sweep), so two replicators with
+/// different source selectors in one cluster delete each other's copies
+/// (a known limit of the example, see its README).
 #[tokio::test]
-async fn javascript_and_python_plugins_act_on_the_real_server() {
+async fn plugins_in_all_five_languages_act_on_the_real_server() {
     let cp = ControlPlane::shared();
     let client = cp.admin_client().await;
-    let langs = ["js", "python"];
+    let langs = ["rust", "js", "python", "c", "go"];
+    let artifact = |lang: &str| {
+        if lang == "rust" {
+            kubewasm_tests::plugin_artifacts().join("config_replicator.wasm")
+        } else {
+            kubewasm_tests::language_artifacts().join(format!("{lang}-config-replicator.wasm"))
+        }
+    };
+    for lang in langs {
+        let bytes = std::fs::read(artifact(lang)).unwrap();
+        let export = b"kubewasm:plugin/handler@0.2.0";
+        assert!(
+            bytes.windows(export.len()).any(|w| w == export),
+            "the {lang} config-replicator does not export handler@0.2.0"
+        );
+    }
     let src_ns = "e2e-lang-src";
     namespace(&client, src_ns, json!({})).await;
+    let src: Api<ConfigMap> = Api::namespaced(client.clone(), src_ns);
     for lang in langs {
         namespace(
             &client,
@@ -874,24 +897,19 @@ async fn javascript_and_python_plugins_act_on_the_real_server() {
             json!({format!("e2e-lang-{lang}"): "yes"}),
         )
         .await;
-    }
-    let src: Api<ConfigMap> = Api::namespaced(client.clone(), src_ns);
-    for lang in langs {
+        let name = format!("from-{lang}");
         src.create(
             &PostParams::default(),
             &cm(
                 src_ns,
-                &format!("from-{lang}"),
+                &name,
                 json!({format!("e2e-lang-{lang}"): "true"}),
                 json!({"k": "1"}),
             ),
         )
         .await
         .unwrap();
-    }
-    let artifacts = kubewasm_tests::language_artifacts();
-    let host = HostProcess::start_with(cp.admin_kubeconfig(), |dir| {
-        for lang in langs {
+        let host = HostProcess::start_with(cp.admin_kubeconfig(), |dir| {
             let sidecar = format!(
                 "config:\n  sourceSelector: e2e-lang-{lang}=true\n  namespaceSelector: e2e-lang-{lang}=yes\nlimits: {{memory: 256Mi, timeout: 5s}}\n{}",
                 kubewasm_tests::REPLICATOR_ACCESS
@@ -899,14 +917,11 @@ async fn javascript_and_python_plugins_act_on_the_real_server() {
             kubewasm_tests::install_file(
                 dir,
                 &format!("{lang}-config-replicator"),
-                &artifacts.join(format!("{lang}-config-replicator.wasm")),
+                &artifact(lang),
                 Some(&sidecar),
             );
-        }
-    });
-    for lang in langs {
+        });
         let copies: Api<ConfigMap> = Api::namespaced(client.clone(), &format!("e2e-lang-{lang}"));
-        let name = format!("from-{lang}");
         let copy = eventually(
             &format!("the {lang} plugin's copy"),
             Duration::from_secs(180),
@@ -936,8 +951,8 @@ async fn javascript_and_python_plugins_act_on_the_real_server() {
             copies.get_opt(&name).await.unwrap().is_none().then_some(())
         })
         .await;
+        assert!(host.stop().success(), "{lang}: host exit");
     }
-    assert!(host.stop().success(), "{}", "host exit");
 }
 
 /// Probes, metrics and the downward-API identity against a real server:
