@@ -59,7 +59,7 @@ mod python_sdk {
     use kubewasm::scaffold::{self, Lang};
     use kubewasm_tests::{
         Harness, REPLICATOR_CLUSTER, REPLICATOR_SIDECAR, idle, install, install_file,
-        language_artifacts, precompile_into, record_until_idle, repo_root, write_cluster,
+        precompile_into, record_until_idle, repo_root, write_cluster,
     };
 
     /// A plugin whose subscription's delta types and whose delete's
@@ -200,17 +200,7 @@ data: {{x: y}}
             );
         })
         .await;
-        let artifact = language_artifacts().join("python-config-replicator.wasm");
-        let python = replicator_actions(&cluster, |h| {
-            precompile_into(h, &artifact);
-            install_file(
-                h.plugins.path(),
-                "replicator",
-                &artifact,
-                Some(REPLICATOR_SIDECAR),
-            );
-        })
-        .await;
+        let python = replicator_actions(&cluster, super::installer("python")).await;
         assert!(
             rust.iter()
                 .any(|a| a == "replicator: delete Background configmaps team-a/gone"),
