@@ -128,6 +128,10 @@ pub struct DispatchSettings {
     #[serde(default, with = "humantime_serde")]
     pub max_backoff: Option<Duration>,
     pub unhealthy_after: Option<u64>,
+    /// The resync period of subscriptions that set none (WIT 0.2); `0s`
+    /// turns those off.
+    #[serde(default, with = "humantime_serde")]
+    pub default_resync: Option<Duration>,
 }
 
 impl RunSettings {
@@ -194,6 +198,7 @@ impl RunSettings {
                 base_backoff: a.base_backoff.or(b.base_backoff),
                 max_backoff: a.max_backoff.or(b.max_backoff),
                 unhealthy_after: a.unhealthy_after.or(b.unhealthy_after),
+                default_resync: a.default_resync.or(b.default_resync),
             }),
             (a, b) => a.or(b),
         };
@@ -271,6 +276,9 @@ impl RunSettings {
             dispatch.base_backoff = d.base_backoff.unwrap_or(dispatch.base_backoff);
             dispatch.max_backoff = d.max_backoff.unwrap_or(dispatch.max_backoff);
             dispatch.unhealthy_after = d.unhealthy_after.unwrap_or(dispatch.unhealthy_after);
+            if let Some(r) = d.default_resync {
+                dispatch.default_resync = (!r.is_zero()).then_some(r);
+            }
         }
         let until_idle = self.until_idle.unwrap_or(false);
         // A run that ends by itself has no scraper and no probes.
@@ -415,6 +423,11 @@ mod tests {
         assert_eq!(opts.metrics_addr, MetricsAddr::Listen("127.0.0.1:0".into()));
         assert_eq!(opts.dispatch.max_attempts, 3);
         assert_eq!(opts.dispatch.base_backoff, Duration::from_millis(250));
+        assert_eq!(
+            opts.dispatch.default_resync,
+            Some(crate::runtime::DEFAULT_RESYNC),
+            "unset: the documented default"
+        );
         match opts.cluster {
             ClusterTarget::Kube(t) => {
                 assert_eq!(t.context.as_deref(), Some("prod"));
@@ -423,6 +436,39 @@ mod tests {
             }
             other => panic!("expected a kube target, got {other:?}"),
         }
+    }
+
+    /// `dispatch.defaultResync` sets the period of 0.2 subscriptions that
+    /// set none; `0s` turns those resyncs off.
+    #[test]
+    fn default_resync_from_the_host_config() {
+        let resync = |text: &str| {
+            RunSettings::parse(
+                &format!("apiVersion: kubewasm.io/v1alpha1\nkind: HostConfig\nplugins: p\nkubeconfig: k\n{text}"),
+                Path::new("/c.yaml"),
+            )
+            .unwrap()
+            .into_options(false)
+            .unwrap()
+            .dispatch
+            .default_resync
+        };
+        assert_eq!(
+            resync("dispatch: {defaultResync: 90m}\n"),
+            Some(Duration::from_secs(5400))
+        );
+        assert_eq!(resync("dispatch: {defaultResync: 0s}\n"), None);
+        use crate::runtime::Resync;
+        assert_eq!(
+            Resync::HostDefault.period(Some(Duration::from_secs(7))),
+            Some(Duration::from_secs(7))
+        );
+        assert_eq!(Resync::HostDefault.period(None), None);
+        assert_eq!(Resync::Off.period(Some(Duration::from_secs(7))), None);
+        assert_eq!(
+            Resync::Every(Duration::from_secs(3)).period(None),
+            Some(Duration::from_secs(3))
+        );
     }
 
     fn pod() -> Environment {

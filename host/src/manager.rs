@@ -613,7 +613,7 @@ impl PluginHost {
                 kind: kind.gvk.clone(),
                 deltas: sub.deltas.clone(),
                 fields: sub.fields.clone(),
-                resync: sub.resync,
+                resync: sub.resync.period(self.dispatch.default_resync),
             };
             resolved.push((spec, filter));
         }

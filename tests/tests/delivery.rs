@@ -523,3 +523,50 @@ async fn a_swap_hands_over_the_delete_still_queued_behind_a_busy_call() {
     assert!(p.stats().handed_over.load(Ordering::Relaxed) >= 1);
     p.host.shutdown().await;
 }
+
+/// A WIT 0.2 subscription that sets no resync period gets the host's
+/// (`dispatch.defaultResync`), a 0.1 one never resyncs: `realistic`
+/// patches its Pod on every delta (resyncs included), so each resync is
+/// one more patch; `realistic_v0_1`, the same logic on 0.1 with no period,
+/// stays at the one patch of its initial list.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_0_2_subscription_without_a_period_resyncs_at_the_host_default_and_0_1_never() {
+    use kubewasm::actions::executor::RecordingSink;
+    let h = Harness::new();
+    write_cluster(
+        h.cluster.path(),
+        &[(
+            "cluster.yaml",
+            "apiVersion: v1\nkind: Node\nmetadata: {name: n1, labels: {topology.kubernetes.io/zone: z1}}\n---\napiVersion: v1\nkind: Namespace\nmetadata: {name: web}\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: p1, namespace: web, uid: u-p1}\nspec: {nodeName: n1, containers: [{name: app, image: nginx}]}\nstatus: {phase: Running}\n",
+        )],
+    );
+    let sidecar =
+        "access:\n  - {kinds: [nodes, pods], verbs: [read]}\n  - {kinds: [pods], verbs: [patch]}\n";
+    kubewasm_tests::install(h.plugins.path(), "new", "realistic", Some(sidecar));
+    kubewasm_tests::install(h.plugins.path(), "old", "realistic_v0_1", Some(sidecar));
+    let mut opts = h.options();
+    opts.dispatch.default_resync = Some(Duration::from_millis(300));
+    let sink = Arc::new(RecordingSink::default());
+    let _app = kubewasm::app::App::start_with_sink(
+        &opts,
+        Some(sink.clone() as Arc<dyn ActionSink>),
+        CancellationToken::new(),
+    )
+    .await
+    .unwrap();
+    let counts = std::sync::Mutex::new(std::collections::HashMap::<String, usize>::new());
+    let count = |plugin: &str| {
+        let mut counts = counts.lock().unwrap();
+        for (by, _) in sink.take() {
+            *counts.entry(by).or_default() += 1;
+        }
+        counts.get(plugin).copied().unwrap_or(0)
+    };
+    eventually(
+        "the 0.2 plugin's initial patch and three resyncs",
+        Duration::from_secs(60),
+        || async { (count("new") >= 4).then_some(()) },
+    )
+    .await;
+    assert_eq!(count("old"), 1, "the 0.1 plugin resynced");
+}

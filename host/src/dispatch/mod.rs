@@ -105,6 +105,9 @@ pub struct DispatchOptions {
     /// Actions a second the plugin's calls may have executed (the
     /// sidecar's `limits.actionsPerSecond`); 0 is unlimited.
     pub actions_per_second: u32,
+    /// The resync period of subscriptions that ask for the host's default
+    /// (`dispatch.defaultResync`); `None` turns those resyncs off.
+    pub default_resync: Option<Duration>,
 }
 
 impl Default for DispatchOptions {
@@ -118,6 +121,7 @@ impl Default for DispatchOptions {
             quarantine_max: Duration::from_secs(300),
             stop_grace: Duration::from_secs(10),
             actions_per_second: 0,
+            default_resync: Some(crate::runtime::DEFAULT_RESYNC),
         }
     }
 }

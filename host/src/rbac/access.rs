@@ -472,7 +472,7 @@ mod tests {
                 vec![]
             },
             fields: vec![],
-            resync: None,
+            resync: crate::runtime::Resync::Off,
         };
         LoadedPlugin {
             name: "p".into(),

@@ -165,7 +165,29 @@ pub struct SubscriptionSpec {
     pub field_selector: Option<String>,
     pub deltas: Vec<DeltaType>,
     pub fields: Vec<String>,
-    pub resync: Option<Duration>,
+    pub resync: Resync,
+}
+
+/// How often a subscription replays its cached objects as `resync` deltas.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Resync {
+    /// Never (0.1 without a period; 0.2's `some(0)`).
+    Off,
+    /// The host's default period (0.2 without a period):
+    /// `dispatch.defaultResync`, [`DEFAULT_RESYNC`] unless set.
+    HostDefault,
+    Every(Duration),
+}
+
+impl Resync {
+    /// The period, given the host's default (`None`: no resync).
+    pub fn period(self, host_default: Option<Duration>) -> Option<Duration> {
+        match self {
+            Resync::Off => None,
+            Resync::HostDefault => host_default,
+            Resync::Every(d) => Some(d),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -175,7 +197,8 @@ pub struct IndexSpec {
     pub pointer: String,
 }
 
-/// The resync period of a 0.2 subscription that does not set one (0.1
+/// The resync period of a 0.2 subscription that does not set one, unless
+/// the host config's `dispatch.defaultResync` says otherwise (0.1
 /// subscriptions without one never resync): controller-runtime's default
 /// sync period.
 pub const DEFAULT_RESYNC: Duration = Duration::from_secs(10 * 3600);
@@ -197,10 +220,10 @@ impl Registration {
                     field_selector: nonempty(s.field_selector),
                     deltas: s.deltas.into_iter().map(v0_1::from_delta_type).collect(),
                     fields: s.fields,
-                    resync: s
-                        .resync_seconds
-                        .filter(|s| *s > 0)
-                        .map(|s| Duration::from_secs(s.into())),
+                    resync: match s.resync_seconds {
+                        None | Some(0) => Resync::Off,
+                        Some(s) => Resync::Every(Duration::from_secs(s.into())),
+                    },
                 })
                 .collect(),
             writes: r.writes.iter().map(v0_1::kind_ref).collect(),
@@ -233,9 +256,9 @@ impl Registration {
                         .collect(),
                     fields: s.fields,
                     resync: match s.resync_seconds {
-                        None => Some(DEFAULT_RESYNC),
-                        Some(0) => None,
-                        Some(s) => Some(Duration::from_secs(s.into())),
+                        None => Resync::HostDefault,
+                        Some(0) => Resync::Off,
+                        Some(s) => Resync::Every(Duration::from_secs(s.into())),
                     },
                 })
                 .collect(),
