@@ -10,7 +10,8 @@
 //! "source" is an `updated` delta of a source ConfigMap (two namespace
 //! targets: a cache list of namespaces, two applies, a list of replicas),
 //! "ignored" one of a ConfigMap that is not a source (the call, the delta's
-//! metadata and a label check).
+//! metadata and a label check). `-- js python` measures only the plugins
+//! so labelled (`rust`, `c`, `go`, `js`, `js-qjs`, `js-qjs-small`, `python`).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
 
 use std::collections::HashMap;
@@ -124,6 +125,10 @@ fn us(d: Duration) -> String {
 }
 
 fn main() {
+    let only: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with("--"))
+        .collect();
     let rt = tokio::runtime::Runtime::new().unwrap();
     let kinds = KindRegistry::builtin();
     let objects = vec![
@@ -201,6 +206,9 @@ fn main() {
     );
     println!("|---|---:|---:|---:|---:|---:|---:|");
     for (label, path) in plugins() {
+        if !only.is_empty() && !only.iter().any(|o| o == label) {
+            continue;
+        }
         let Ok(bytes) = std::fs::read(&path) else {
             println!(
                 "| {label} | missing: {} (build it first) | | | | | |",
