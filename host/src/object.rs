@@ -253,25 +253,22 @@ impl KObject {
     /// `/status/y` skips the metadata once, not twice); the others, and any
     /// the single scan cannot answer, one by one as [`field`](Self::field).
     pub fn fields<S: AsRef<str>>(&self, pointers: &[S]) -> Vec<Option<FieldValue>> {
-        let keyed: Vec<Option<Vec<String>>> = pointers
-            .iter()
-            .map(|p| {
-                segments(p.as_ref()).filter(|s| !s.is_empty() && s.iter().all(|k| !is_index(k)))
-            })
-            .collect();
         let mut tree = sonic_rs::PointerTree::new();
-        let mut order = Vec::new();
-        for (i, segs) in keyed.iter().enumerate() {
-            if let Some(segs) = segs {
+        let mut keyed = Vec::new();
+        for (i, p) in pointers.iter().enumerate() {
+            let Some(segs) = segments(p.as_ref()) else {
+                continue;
+            };
+            if !segs.is_empty() && segs.iter().all(|k| array_index(k).is_none()) {
                 tree.add_path(segs.iter().map(String::as_str));
-                order.push(i);
+                keyed.push(i);
             }
         }
         let mut out: Vec<Option<Option<FieldValue>>> = vec![None; pointers.len()];
-        if order.len() > 1
+        if keyed.len() > 1
             && let Ok(found) = sonic_rs::get_many(&*self.json, &tree)
         {
-            for (i, v) in order.into_iter().zip(found) {
+            for (i, v) in keyed.into_iter().zip(found) {
                 out[i] = Some(v.map(|v| FieldValue::from_raw(&v.as_raw_cow())));
             }
         }
@@ -355,12 +352,14 @@ fn segments(pointer: &str) -> Option<Vec<String>> {
     )
 }
 
-/// RFC 6901: an array index is digits with no sign and no leading zero.
-fn is_index(segment: &str) -> bool {
-    !segment.is_empty()
-        && segment.bytes().all(|b| b.is_ascii_digit())
-        && (segment == "0" || !segment.starts_with('0'))
-        && segment.parse::<usize>().is_ok()
+/// The array index a pointer segment names, if it is one (RFC 6901:
+/// digits only, no sign, no leading zero).
+fn array_index(segment: &str) -> Option<usize> {
+    let digits = !segment.is_empty() && segment.bytes().all(|b| b.is_ascii_digit());
+    if !digits || (segment.len() > 1 && segment.starts_with('0')) {
+        return None;
+    }
+    segment.parse().ok()
 }
 
 fn raw_at<'a>(json: &'a str, pointer: &str) -> Option<Cow<'a, str>> {
@@ -372,9 +371,9 @@ fn raw_at<'a>(json: &'a str, pointer: &str) -> Option<Cow<'a, str>> {
     // same segment is retried as a key.
     let path: Vec<PointerNode> = segs
         .iter()
-        .map(|s| match s.parse::<usize>() {
-            Ok(i) if is_index(s) => PointerNode::Index(i),
-            _ => PointerNode::Key(s.clone().into()),
+        .map(|s| match array_index(s) {
+            Some(i) => PointerNode::Index(i),
+            None => PointerNode::Key(s.clone().into()),
         })
         .collect();
     match sonic_rs::get_from_str(json, &path) {
