@@ -167,9 +167,15 @@ impl Harness {
 
     /// Starts the host with actions recorded instead of applied.
     pub async fn start_recording(&self) -> (App, Arc<RecordingSink>) {
+        self.start_recording_with(&self.options()).await
+    }
+
+    /// [`start_recording`](Self::start_recording) with options changed from
+    /// [`options`](Self::options).
+    pub async fn start_recording_with(&self, options: &RunOptions) -> (App, Arc<RecordingSink>) {
         let sink = Arc::new(RecordingSink::default());
         let app = App::start_with_sink(
-            &self.options(),
+            options,
             Some(sink.clone() as Arc<dyn ActionSink>),
             CancellationToken::new(),
         )

@@ -531,7 +531,6 @@ async fn a_swap_hands_over_the_delete_still_queued_behind_a_busy_call() {
 /// stays at the one patch of its initial list.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_0_2_subscription_without_a_period_resyncs_at_the_host_default_and_0_1_never() {
-    use kubewasm::actions::executor::RecordingSink;
     let h = Harness::new();
     write_cluster(
         h.cluster.path(),
@@ -546,14 +545,7 @@ async fn a_0_2_subscription_without_a_period_resyncs_at_the_host_default_and_0_1
     kubewasm_tests::install(h.plugins.path(), "old", "realistic_v0_1", Some(sidecar));
     let mut opts = h.options();
     opts.dispatch.default_resync = Some(Duration::from_millis(300));
-    let sink = Arc::new(RecordingSink::default());
-    let _app = kubewasm::app::App::start_with_sink(
-        &opts,
-        Some(sink.clone() as Arc<dyn ActionSink>),
-        CancellationToken::new(),
-    )
-    .await
-    .unwrap();
+    let (_app, sink) = h.start_recording_with(&opts).await;
     let counts = std::sync::Mutex::new(std::collections::HashMap::<String, usize>::new());
     let count = |plugin: &str| {
         let mut counts = counts.lock().unwrap();
