@@ -19,37 +19,15 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
 use kubewasm::dispatch::Activity;
-use kubewasm::informer::{DeltaType, InformerSet, InformerSpec, Source, SourceError, WatchEvent};
+use kubewasm::informer::{DeltaType, InformerSet, InformerSpec};
 use kubewasm::kind::{Gvk, KindRef, KindRegistry};
 use kubewasm::object::{KObject, StripOptions};
 use kubewasm::runtime::host::PluginScope;
-use kubewasm::runtime::{Actor, CallDelta, CompileSource, EngineOptions, Manifest, Runtime};
+use kubewasm::runtime::{Actor, CallDelta, Manifest};
 
-struct Fixed(Vec<KObject>);
-
-impl Source for Fixed {
-    fn watch(
-        &self,
-        spec: &InformerSpec,
-    ) -> futures::stream::BoxStream<'static, Result<WatchEvent, SourceError>> {
-        let objs: Vec<_> = self
-            .0
-            .iter()
-            .filter(|o| o.gvk() == spec.kind.gvk)
-            .map(|o| {
-                Ok(WatchEvent::InitApply(
-                    KObject::from_json(o.json(), StripOptions::default()).unwrap(),
-                ))
-            })
-            .collect();
-        let mut evs = vec![Ok(WatchEvent::Init)];
-        evs.extend(objs);
-        evs.push(Ok(WatchEvent::InitDone));
-        Box::pin(futures::stream::iter(evs).chain(futures::stream::pending()))
-    }
-}
+mod common;
+use common::Fixed;
 
 fn object(v: serde_json::Value) -> KObject {
     KObject::from_value(v, StripOptions::default()).unwrap()
@@ -125,10 +103,7 @@ fn us(d: Duration) -> String {
 }
 
 fn main() {
-    let only: Vec<String> = std::env::args()
-        .skip(1)
-        .filter(|a| !a.starts_with("--"))
-        .collect();
+    let selected = common::selected();
     let rt = tokio::runtime::Runtime::new().unwrap();
     let kinds = KindRegistry::builtin();
     let objects = vec![
@@ -206,7 +181,7 @@ fn main() {
     );
     println!("|---|---:|---:|---:|---:|---:|---:|");
     for (label, path) in plugins() {
-        if !only.is_empty() && !only.iter().any(|o| o == label) {
+        if !selected(label) {
             continue;
         }
         let Ok(bytes) = std::fs::read(&path) else {
@@ -216,26 +191,8 @@ fn main() {
             );
             continue;
         };
-        let dir = tempfile::tempdir().unwrap();
-        let opts = EngineOptions {
-            epoch_deadlines: true,
-            cache_dir: Some(dir.path().to_owned()),
-        };
-        let t0 = Instant::now();
-        let cold = Runtime::new(opts.clone())
-            .unwrap()
-            .prepare(label, &bytes, Manifest::default())
-            .unwrap();
-        let cold_t = t0.elapsed();
-        drop(cold);
-        let t1 = Instant::now();
-        let warm = Runtime::new(opts)
-            .unwrap()
-            .prepare(label, &bytes, Manifest::default())
-            .unwrap();
-        let warm_t = t1.elapsed();
-        assert_eq!(warm.compile_source, CompileSource::Cached);
-        let prepared = Arc::new(warm);
+        let compiled = common::compile_then_load(label, &bytes);
+        let prepared = Arc::new(compiled.prepared);
         // Median of several fresh instances.
         let mut inst: Vec<Duration> = (0..5)
             .map(|_| {
@@ -260,8 +217,8 @@ fn main() {
         println!(
             "| {label} | {} KiB | {} ms | {} ms | {} ms | {} | {} |",
             bytes.len().div_ceil(1024),
-            ms(cold_t),
-            ms(warm_t),
+            ms(compiled.cold),
+            ms(compiled.cached),
             ms(inst[2]),
             t_source,
             t_ignored,

@@ -17,8 +17,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+mod common;
+use common::Fixed;
+
 use kubewasm::dispatch::Activity;
-use kubewasm::informer::{DeltaType, InformerSet, InformerSpec, Source, SourceError, WatchEvent};
+use kubewasm::informer::{DeltaType, InformerSet, InformerSpec};
 use kubewasm::kind::{Gvk, KindRef, KindRegistry};
 use kubewasm::object::{KObject, StripOptions};
 use kubewasm::runtime::host::PluginScope;
@@ -75,30 +78,6 @@ fn sample_pod() -> String {
         "status": {"phase": "Running", "containerStatuses": [{"name": "c0", "restartCount": 2, "ready": true, "image": "x", "imageID": "y"}]}}).to_string()
 }
 
-struct Fixed(Vec<KObject>);
-impl Source for Fixed {
-    fn watch(
-        &self,
-        spec: &InformerSpec,
-    ) -> futures::stream::BoxStream<'static, Result<WatchEvent, SourceError>> {
-        let objs: Vec<_> = self
-            .0
-            .iter()
-            .filter(|o| o.gvk() == spec.kind.gvk)
-            .map(|o| {
-                Ok(WatchEvent::InitApply(
-                    KObject::from_json(o.json(), StripOptions::default()).unwrap(),
-                ))
-            })
-            .collect();
-        let mut evs = vec![Ok(WatchEvent::Init)];
-        evs.extend(objs);
-        evs.push(Ok(WatchEvent::InitDone));
-        Box::pin(futures::stream::iter(evs).chain(futures::stream::pending()))
-    }
-}
-use futures::StreamExt;
-
 fn measure(actor: &Actor, delta: &CallDelta, n: usize) -> Duration {
     for _ in 0..n / 10 {
         let (r, _) = actor.handle_blocking(delta.clone());
@@ -141,11 +120,7 @@ fn measure_batched(
 const BATCH: usize = 64;
 
 fn main() {
-    let only: Vec<String> = std::env::args()
-        .skip(1)
-        .filter(|a| !a.starts_with("--"))
-        .collect();
-    let section = |name: &str| only.is_empty() || only.iter().any(|o| o == name);
+    let section = common::selected();
     let rt = tokio::runtime::Runtime::new().unwrap();
     let pod_json = sample_pod();
     let pod = Arc::new(KObject::from_json(&pod_json, StripOptions::default()).unwrap());
@@ -292,29 +267,8 @@ fn main() {
     if section("compile") {
         for name in ["noop", "config_replicator", "parse_all"] {
             let bytes = plugin(name);
-            let dir = tempfile::tempdir().unwrap();
-            let opts = EngineOptions {
-                epoch_deadlines: true,
-                cache_dir: Some(dir.path().to_owned()),
-            };
-            let t0 = Instant::now();
-            let cold = Runtime::new(opts.clone())
-                .unwrap()
-                .prepare(name, &bytes, Manifest::default())
-                .unwrap();
-            let cold_t = t0.elapsed();
-            let t1 = Instant::now();
-            let warm = Runtime::new(opts)
-                .unwrap()
-                .prepare(name, &bytes, Manifest::default())
-                .unwrap();
-            let warm_t = t1.elapsed();
-            assert_eq!(
-                warm.compile_source,
-                kubewasm::runtime::CompileSource::Cached
-            );
-            drop(cold);
-            let prepared = Arc::new(warm);
+            let compiled = common::compile_then_load(name, &bytes);
+            let prepared = Arc::new(compiled.prepared);
             let t2 = Instant::now();
             let actor = Actor::spawn(prepared, 0).unwrap();
             rt.block_on(actor.register("{}".into())).unwrap();
@@ -322,8 +276,8 @@ fn main() {
             println!(
                 "  {name:<18} {:>7} KiB: cold compile {:>7.1} ms, cached load {:>6.2} ms, instantiate+register {:>6.2} ms",
                 bytes.len() / 1024,
-                cold_t.as_secs_f64() * 1e3,
-                warm_t.as_secs_f64() * 1e3,
+                compiled.cold.as_secs_f64() * 1e3,
+                compiled.cached.as_secs_f64() * 1e3,
                 inst_t.as_secs_f64() * 1e3
             );
         }
