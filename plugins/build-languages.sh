@@ -9,11 +9,7 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 plugins="$PWD"
-# The WIT each language's SDK targets (all move to the newest together).
-wit_js="$plugins/../wit/v0.2.0"
-wit_python="$plugins/../wit/v0.2.0"
-wit_c="$plugins/../wit/v0.2.0"
-wit_go="$plugins/../wit/v0.2.0"
+wit="$plugins/../wit/v0.2.0"
 out="$plugins/target/languages"
 build="$out/build"
 mkdir -p "$build"
@@ -81,7 +77,6 @@ js_deps() {
 }
 
 build_js() {
-  local wit="$wit_js"
   need node
   local stamp
   stamp=$(fingerprint "$(node --version)" js/package.json js/package-lock.json js/sdk js/config-replicator "$wit")
@@ -97,7 +92,6 @@ build_js() {
 # (componentize-qjs, sync ABI), plain and size-optimised with WASI stubbed,
 # for size and speed comparisons (host/benches/languages.rs).
 build_js-variants() {
-  local wit="$wit_js"
   local v stamp args
   js_deps
   for v in qjs qjs-small; do
@@ -112,7 +106,6 @@ build_js-variants() {
 }
 
 build_python() {
-  local wit="$wit_python"
   local cpy="$venv/bin/componentize-py"
   if [[ ! -x "$cpy" ]]; then
     cpy=$(command -v componentize-py || true)
@@ -130,7 +123,6 @@ build_python() {
 }
 
 build_c() {
-  local wit="$wit_c"
   need wit-bindgen
   need wasm-tools
   if [[ -z "$clang" ]]; then
@@ -155,7 +147,6 @@ build_c() {
 }
 
 build_go() {
-  local wit="$wit_go"
   need go
   need wasm-tools
   local stamp
