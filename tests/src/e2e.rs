@@ -202,6 +202,19 @@ impl HostProcess {
 
 impl Drop for HostProcess {
     fn drop(&mut self) {
+        // A failing test's assertion rarely says why the host did not act:
+        // its log does, and it goes with the folder.
+        if std::thread::panicking() {
+            let logs = self.logs();
+            let lines: Vec<&str> = logs.lines().collect();
+            let tail = &lines[lines.len().saturating_sub(200)..];
+            eprintln!(
+                "--- last {} lines of the host log ({}) ---\n{}\n--- end of host log ---",
+                tail.len(),
+                self.log.display(),
+                tail.join("\n")
+            );
+        }
         if let Ok(None) = self.child.try_wait() {
             let _ = Command::new("kill")
                 .arg("-CONT")

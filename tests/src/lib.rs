@@ -382,7 +382,7 @@ pub async fn check_replicator_copies_exactly(install: impl FnOnce(&Harness)) {
     let actions = record_until_idle(&h).await;
     let copy = |ns: &str| {
         format!(
-            r#"replicator: apply force=true configmaps {ns}/ca-bundle {{"apiVersion":"v1","data":{{"ca.crt":"PEM-1"}},"kind":"ConfigMap","metadata":{{"annotations":{{"kubewasm.io/replica-of":"platform/ca-bundle"}},"labels":{{"kubewasm.io/replica":"true"}},"name":"ca-bundle","namespace":"{ns}"}}}}"#
+            r#"replicator: apply force=true configmaps {ns}/ca-bundle {{"apiVersion":"v1","data":{{"ca.crt":"PEM-1"}},"kind":"ConfigMap","metadata":{{"annotations":{{"kubewasm.io/replica-of":"platform/ca-bundle","kubewasm.io/replicated-by":"replicator"}},"labels":{{"kubewasm.io/replica":"true"}},"name":"ca-bundle","namespace":"{ns}"}}}}"#
         )
     };
     assert_eq!(actions, vec![copy("team-a"), copy("team-b")]);

@@ -863,10 +863,10 @@ async fn gone_410_relists_and_reports_missed_deletions_as_final_state_unknown() 
 /// The config-replicator in all five languages, each built against WIT
 /// 0.2 (its component exports `kubewasm:plugin/handler@0.2.0`), does its
 /// job on the real server: copies, follows an update, goes with its source.
-/// One host per language in turn: a replicator deletes copies whose source
-/// it does not replicate (its orphan sweep), so two replicators with
-/// different source selectors in one cluster delete each other's copies
-/// (a known limit of the example, see its README).
+/// One host per language in turn (each compiles a large component; at
+/// once they would only slow each other down). Other tests' replicators
+/// run beside them on the shared server: each sweeps only the copies it
+/// made (`kubewasm.io/replicated-by`).
 #[tokio::test]
 async fn plugins_in_all_five_languages_act_on_the_real_server() {
     let cp = ControlPlane::shared();

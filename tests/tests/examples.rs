@@ -241,12 +241,10 @@ async fn config_replicator_follows_its_source_through_update_new_namespace_and_d
     .await;
 }
 
-/// A copy whose source is gone (deleted while no replica led) is deleted
-/// when the copies are replayed; copies of live sources are kept.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn config_replicator_deletes_orphan_copies_found_in_the_replay() {
-    let h = Harness::new();
-    let orphan = "
+/// Replicas whose sources are gone, as a restart finds them: the one this
+/// replicator made goes; another replicator's and an unmarked one (made
+/// before copies were marked) stay.
+const ORPHANS: &str = "
 ---
 apiVersion: v1
 kind: ConfigMap
@@ -254,14 +252,39 @@ metadata:
   name: gone
   namespace: team-a
   labels: {kubewasm.io/replica: 'true'}
-  annotations: {kubewasm.io/replica-of: platform/gone}
+  annotations: {kubewasm.io/replica-of: platform/gone, kubewasm.io/replicated-by: replicator}
+data: {x: y}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: others
+  namespace: team-a
+  labels: {kubewasm.io/replica: 'true'}
+  annotations: {kubewasm.io/replica-of: platform/others, kubewasm.io/replicated-by: other-replicator}
+data: {x: y}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: unmarked
+  namespace: team-a
+  labels: {kubewasm.io/replica: 'true'}
+  annotations: {kubewasm.io/replica-of: platform/unmarked}
 data: {x: y}
 ";
+
+/// A copy of its own whose source is gone (deleted while no replica led)
+/// is deleted when the copies are replayed; copies of live sources are
+/// kept, and so are other replicators' orphans and unmarked ones.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn config_replicator_deletes_its_own_orphan_copies_found_in_the_replay_and_no_others() {
+    let h = Harness::new();
     write_cluster(
         h.cluster.path(),
         &[(
             "cluster.yaml",
-            &format!("{}{orphan}", kubewasm_tests::REPLICATOR_CLUSTER),
+            &format!("{}{ORPHANS}", kubewasm_tests::REPLICATOR_CLUSTER),
         )],
     );
     install(
@@ -278,7 +301,87 @@ data: {x: y}
         local.get(&cm, Some("team-a"), "gone").is_none(),
         "the orphan stays"
     );
+    for name in ["others", "unmarked"] {
+        assert!(
+            local.get(&cm, Some("team-a"), name).is_some(),
+            "{name} was swept"
+        );
+    }
     assert!(local.get(&cm, Some("team-a"), "ca-bundle").is_some());
     assert!(local.get(&cm, Some("team-b"), "ca-bundle").is_some());
     app.shutdown().await;
+}
+
+/// Two replicators with different source selectors in one cluster: each
+/// copies its own source and sweeps only its own copies, so both sets of
+/// copies live side by side and each goes with its own source only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicators_with_different_selectors_leave_each_others_copies() {
+    let h = Harness::new();
+    let second_source = "
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: proxy-settings, namespace: platform, labels: {team-config: 'true'}}
+data: {proxy: squid}
+";
+    let cluster = format!("{}{second_source}", kubewasm_tests::REPLICATOR_CLUSTER);
+    write_cluster(h.cluster.path(), &[("cluster.yaml", &cluster)]);
+    install(
+        h.plugins.path(),
+        "replicator",
+        "config_replicator",
+        Some(kubewasm_tests::REPLICATOR_SIDECAR),
+    );
+    install(
+        h.plugins.path(),
+        "team-replicator",
+        "config_replicator",
+        Some(
+            &kubewasm_tests::REPLICATOR_SIDECAR
+                .replace("config: {", "config: {sourceSelector: team-config=true, "),
+        ),
+    );
+    let app = h.start().await;
+    idle(&app).await;
+    let cm = kubewasm::kind::Gvk::new("", "v1", "ConfigMap");
+    let local = app.local().unwrap();
+    let by = |ns: &str, name: &str| {
+        local.get(&cm, Some(ns), name).map(|v| {
+            v["metadata"]["annotations"]["kubewasm.io/replicated-by"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned()
+        })
+    };
+    for ns in ["team-a", "team-b"] {
+        assert_eq!(by(ns, "ca-bundle").as_deref(), Some("replicator"), "{ns}");
+        assert_eq!(
+            by(ns, "proxy-settings").as_deref(),
+            Some("team-replicator"),
+            "{ns}"
+        );
+    }
+    // The first source goes: only its copies go with it.
+    let without = cluster
+        .split("---")
+        .filter(|d| !d.contains("ca-bundle"))
+        .collect::<Vec<_>>()
+        .join("---");
+    write_cluster(h.cluster.path(), &[("cluster.yaml", &without)]);
+    local.rescan().unwrap();
+    idle(&app).await;
+    for ns in ["team-a", "team-b"] {
+        assert_eq!(by(ns, "ca-bundle"), None, "{ns}");
+        assert_eq!(
+            by(ns, "proxy-settings").as_deref(),
+            Some("team-replicator"),
+            "{ns}"
+        );
+    }
+    let summary = app.summary();
+    app.shutdown().await;
+    for (name, p) in &summary.plugins {
+        assert_eq!(p.dead, 0, "{name} had dead deltas: {summary}");
+    }
 }

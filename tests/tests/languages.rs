@@ -187,7 +187,16 @@ metadata:
   name: gone
   namespace: team-a
   labels: {{kubewasm.io/replica: 'true'}}
-  annotations: {{kubewasm.io/replica-of: platform/gone}}
+  annotations: {{kubewasm.io/replica-of: platform/gone, kubewasm.io/replicated-by: replicator}}
+data: {{x: y}}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: others
+  namespace: team-a
+  labels: {{kubewasm.io/replica: 'true'}}
+  annotations: {{kubewasm.io/replica-of: platform/others, kubewasm.io/replicated-by: other-replicator}}
 data: {{x: y}}
 "
         );
@@ -205,6 +214,10 @@ data: {{x: y}}
             rust.iter()
                 .any(|a| a == "replicator: delete Background configmaps team-a/gone"),
             "{rust:#?}"
+        );
+        assert!(
+            !rust.iter().any(|a| a.contains("team-a/others")),
+            "another replicator's orphan swept: {rust:#?}"
         );
         assert_eq!(python, rust);
     }

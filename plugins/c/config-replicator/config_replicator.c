@@ -16,6 +16,10 @@
 #define REPLICA "kubewasm.io/replica"
 /* Annotation on every copy: `<namespace>/<name>` of its source. */
 #define REPLICA_OF "kubewasm.io/replica-of"
+/* Annotation on every copy: the name of the plugin that made it. A
+ * replicator deletes only its own copies, so replicators with different
+ * selectors share a cluster. */
+#define REPLICATED_BY "kubewasm.io/replicated-by"
 /* Annotation on a source overriding the configured namespace selector. */
 #define REPLICATE_TO "kubewasm.io/replicate-to"
 
@@ -74,6 +78,15 @@ bool kw_plugin_register(const kw_context *ctx, kw_registration *reg, char **erro
 static bool is_replica(kw_object o) { return kw_label_is(o, REPLICA, "true"); }
 
 static bool is_source(kw_object o) { return !is_replica(o) && kw_selector_matches_object(source_sel, o); }
+
+/* A copy this replicator made (its name in REPLICATED_BY); another
+ * replicator's, or one made before copies were marked, is left alone. */
+static bool is_mine(kw_object copy) {
+  char *by = kw_annotation(copy, REPLICATED_BY);
+  bool mine = by && strcmp(by, kw_plugin_name()) == 0;
+  free(by);
+  return mine;
+}
 
 /* The namespace selector a source names in its annotation, parsed into
  * *own (NULL: it names none, the config's applies). False with *error
@@ -135,6 +148,8 @@ static bool apply_into(const copy_t *c, const char *ns, kw_error *err) {
   kw_buf_json_s(&b, ns);
   kw_buf_s(&b, ",\"labels\":{\"" REPLICA "\":\"true\"},\"annotations\":{\"" REPLICA_OF "\":");
   kw_buf_json(&b, c->of.ptr ? c->of.ptr : "", c->of.len);
+  kw_buf_s(&b, ",\"" REPLICATED_BY "\":");
+  kw_buf_json_s(&b, kw_plugin_name());
   kw_buf_s(&b, "}}");
   kw_buf_n(&b, c->data.ptr ? c->data.ptr : "", c->data.len);
   kw_buf_s(&b, "}");
@@ -154,9 +169,9 @@ static bool keep_all(const char *ns, const void *ctx) {
 
 static bool keep_one(const char *ns, const void *ctx) { return strcmp(ns, (const char *)ctx) == 0; }
 
-/* Deletes (background, guarded by the copy's uid) every cached copy of the
- * source whose key is `of` in a namespace `keep` accepts, in namespace
- * order. */
+/* Deletes (background, guarded by the copy's uid) every cached copy of
+ * ours of the source whose key is `of` in a namespace `keep` accepts, in
+ * namespace order. */
 static bool delete_copies(const char *of, keep_fn keep, const void *ctx, kw_error *err) {
   kw_objects copies;
   if (!kw_cache_list(KW_CONFIGMAP, NULL, REPLICA "=true", &copies, err)) return false;
@@ -164,7 +179,7 @@ static bool delete_copies(const char *of, keep_fn keep, const void *ctx, kw_erro
   for (size_t i = 0; ok && i < copies.len; i++) {
     kw_object copy = kw_objects_at(&copies, i);
     char *a = kw_annotation(copy, REPLICA_OF);
-    bool mine = a && strcmp(a, of) == 0;
+    bool mine = a && strcmp(a, of) == 0 && is_mine(copy);
     free(a);
     if (!mine) continue;
     char *ns = kw_object_namespace(copy);
@@ -189,12 +204,12 @@ static bool delete_copies(const char *of, keep_fn keep, const void *ctx, kw_erro
   return ok;
 }
 
-/* A copy whose source is gone (or no longer a source) is deleted. Level,
- * not edge: a source deleted while no replica led (a leadership handover,
- * a restart) never arrives as a delete; the next leader's replay of the
- * copies finds the orphans. */
+/* A copy of ours whose source is gone (or no longer a source) is deleted.
+ * Level, not edge: a source deleted while no replica led (a leadership
+ * handover, a restart) never arrives as a delete; the next leader's replay
+ * of the copies finds the orphans. */
 static bool copy_seen(const kw_delta *d, kw_object copy, kw_error *err) {
-  if (d->delta_type == KW_DELETED) return true;
+  if (d->delta_type == KW_DELETED || !is_mine(copy)) return true;
   char *of = kw_annotation(copy, REPLICA_OF);
   char *slash = of ? strchr(of, '/') : NULL;
   if (!slash) {

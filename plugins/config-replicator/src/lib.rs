@@ -11,6 +11,10 @@ use serde::Deserialize;
 const REPLICA: &str = "kubewasm.io/replica";
 /// Annotation on every copy: `<namespace>/<name>` of its source.
 const REPLICA_OF: &str = "kubewasm.io/replica-of";
+/// Annotation on every copy: the name of the plugin that made it. A
+/// replicator deletes only its own copies, so replicators with different
+/// selectors share a cluster.
+const REPLICATED_BY: &str = "kubewasm.io/replicated-by";
 /// Annotation on a source overriding the configured namespace selector.
 const REPLICATE_TO: &str = "kubewasm.io/replicate-to";
 
@@ -28,6 +32,8 @@ fn default_source() -> String {
 }
 
 struct ConfigReplicator {
+    /// This plugin's name (from its context), recorded on its copies.
+    me: String,
     source: LabelSelector,
     /// `source`'s canonical text, the filter of the cache lists of sources
     /// (`None` for the empty selector).
@@ -39,16 +45,18 @@ struct ConfigReplicator {
 const CONFIG_MAPS: u32 = 0;
 const NAMESPACES: u32 = 1;
 
-/// What a copy is made of: the source's name, key, data and binaryData.
-struct Copy {
+/// What a copy is made of: the source's name, key, data and binaryData,
+/// and the replicator that makes it.
+struct Copy<'a> {
     name: String,
     of: String,
+    by: &'a str,
     data: Map<String, Value>,
 }
 
-impl Copy {
-    /// The copy of `source`, named `name`, whose key is `key`.
-    fn of(name: String, key: String, source: &Object) -> Result<Self, HandlerError> {
+impl<'a> Copy<'a> {
+    /// `by`'s copy of `source`, named `name`, whose key is `key`.
+    fn of(name: String, key: String, by: &'a str, source: &Object) -> Result<Self, HandlerError> {
         let mut data = Map::new();
         for (field, pointer) in [("binaryData", "/binaryData"), ("data", "/data")] {
             match source.field_json(pointer)? {
@@ -62,6 +70,7 @@ impl Copy {
         Ok(Self {
             name,
             of: key,
+            by,
             data,
         })
     }
@@ -74,7 +83,7 @@ impl Copy {
                 "name": self.name,
                 "namespace": namespace,
                 "labels": {REPLICA: "true"},
-                "annotations": {REPLICA_OF: self.of},
+                "annotations": {REPLICA_OF: self.of, REPLICATED_BY: self.by},
             },
         });
         if let Value::Object(map) = &mut object {
@@ -89,6 +98,12 @@ fn is_replica(object: &Object) -> bool {
 }
 
 impl ConfigReplicator {
+    /// A copy this replicator made (another replicator's, or one made
+    /// before copies were marked, is left alone).
+    fn is_mine(&self, copy: &Object) -> bool {
+        copy.annotation(REPLICATED_BY).as_deref() == Some(self.me.as_str())
+    }
+
     fn is_source(&self, object: &Object) -> bool {
         !is_replica(object) && self.source.matches_object(object)
     }
@@ -112,7 +127,7 @@ impl ConfigReplicator {
         }
         let source = self.is_source(object);
         match delta.delta_type {
-            DeltaType::Deleted if source => delete_copies(&delta.key(), |_| true),
+            DeltaType::Deleted if source => self.delete_copies(&delta.key(), |_| true),
             DeltaType::Added | DeltaType::Resync if source => self.replicate(delta, object),
             DeltaType::Updated if source => self.replicate(delta, object),
             // No longer a source (labels changed): its copies go.
@@ -122,18 +137,18 @@ impl ConfigReplicator {
                     .as_ref()
                     .is_some_and(|old| self.is_source(old)) =>
             {
-                delete_copies(&delta.key(), |_| true)
+                self.delete_copies(&delta.key(), |_| true)
             }
             _ => Ok(()),
         }
     }
 
-    /// A copy whose source is gone (or no longer a source) is deleted. Level,
-    /// not edge: a source deleted while no replica led (a leadership
-    /// handover, a restart) never arrives as a delete; the next leader's
-    /// replay of the copies finds the orphans.
+    /// A copy of ours whose source is gone (or no longer a source) is
+    /// deleted. Level, not edge: a source deleted while no replica led (a
+    /// leadership handover, a restart) never arrives as a delete; the next
+    /// leader's replay of the copies finds the orphans.
     fn copy_seen(&self, delta: &Delta, copy: &Object) -> Result<(), HandlerError> {
-        if delta.delta_type == DeltaType::Deleted {
+        if delta.delta_type == DeltaType::Deleted || !self.is_mine(copy) {
             return Ok(());
         }
         let Some(of) = copy.annotation(REPLICA_OF) else {
@@ -164,7 +179,7 @@ impl ConfigReplicator {
     fn replicate(&self, delta: &Delta, object: &Object) -> Result<(), HandlerError> {
         let own = Self::own_selector(object).map_err(permanent)?;
         let selector = own.as_ref().unwrap_or(&self.namespaces);
-        let copy = Copy::of(delta.name.clone(), delta.key(), object)?;
+        let copy = Copy::of(delta.name.clone(), delta.key(), &self.me, object)?;
         // The live (not terminating) namespaces, by name, and whether each
         // matches the source's selector.
         let live: Vec<(String, bool)> = cache::list::<Namespace>(None, None)?
@@ -181,7 +196,7 @@ impl ConfigReplicator {
             copy.apply_into(ns)?;
         }
         let stale = |ns: &str| !targets.contains(&ns) && live.iter().any(|(name, _)| name == ns);
-        delete_copies(&copy.of, stale)?;
+        self.delete_copies(&copy.of, stale)?;
         let count = targets.len().to_string();
         log::debug(
             "replicated",
@@ -221,31 +236,32 @@ impl ConfigReplicator {
                 .as_ref()
                 .is_some_and(|old| selector.matches_object(old));
             if now && !before {
-                Copy::of(source.name(), source.key(), &source)?.apply_into(name)?;
+                Copy::of(source.name(), source.key(), &self.me, &source)?.apply_into(name)?;
             } else if before && !now {
-                delete_copies(&source.key(), |n| n == name)?;
+                self.delete_copies(&source.key(), |n| n == name)?;
             }
         }
         Ok(())
     }
-}
 
-/// Deletes (background) every cached copy of the source whose key is `of`
-/// in a namespace `keep` accepts, in namespace order.
-fn delete_copies(of: &str, keep: impl Fn(&str) -> bool) -> Result<(), HandlerError> {
-    for copy in cache::list::<ConfigMap>(None, Some(&format!("{REPLICA}=true")))? {
-        if copy.annotation(REPLICA_OF).as_deref() == Some(of)
-            && copy.namespace().as_deref().is_some_and(&keep)
-        {
-            actions::delete(
-                &ObjectRef::for_object::<ConfigMap>(&copy),
-                Propagation::Background,
-                &Preconditions::uid(copy.uid()),
-            )?;
-            log::info("copy deleted", &[("copy", &copy.key()), ("source", of)]);
+    /// Deletes (background) every cached copy of ours of the source whose
+    /// key is `of` in a namespace `keep` accepts, in namespace order.
+    fn delete_copies(&self, of: &str, keep: impl Fn(&str) -> bool) -> Result<(), HandlerError> {
+        for copy in cache::list::<ConfigMap>(None, Some(&format!("{REPLICA}=true")))? {
+            if copy.annotation(REPLICA_OF).as_deref() == Some(of)
+                && self.is_mine(&copy)
+                && copy.namespace().as_deref().is_some_and(&keep)
+            {
+                actions::delete(
+                    &ObjectRef::for_object::<ConfigMap>(&copy),
+                    Propagation::Background,
+                    &Preconditions::uid(copy.uid()),
+                )?;
+                log::info("copy deleted", &[("copy", &copy.key()), ("source", of)]);
+            }
         }
+        Ok(())
     }
-    Ok(())
 }
 
 impl Plugin for ConfigReplicator {
@@ -257,6 +273,7 @@ impl Plugin for ConfigReplicator {
             .map_err(|e| format!("invalid config: namespaceSelector: {e}"))?;
         let text = source.to_string();
         Ok(Self {
+            me: ctx.name.clone(),
             source,
             source_filter: (!text.is_empty()).then_some(text),
             namespaces,

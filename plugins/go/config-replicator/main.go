@@ -22,6 +22,10 @@ const (
 	replica = "kubewasm.io/replica"
 	// replicaOf annotates every copy: `<namespace>/<name>` of its source.
 	replicaOf = "kubewasm.io/replica-of"
+	// replicatedBy annotates every copy: the name of the plugin that made
+	// it. A replicator deletes only its own copies, so replicators with
+	// different selectors share a cluster.
+	replicatedBy = "kubewasm.io/replicated-by"
 	// replicateTo on a source overrides the configured namespace selector.
 	replicateTo = "kubewasm.io/replicate-to"
 )
@@ -38,6 +42,8 @@ type config struct {
 }
 
 type replicator struct {
+	// me is this plugin's name, recorded on its copies.
+	me     string
 	source *kw.LabelSelector
 	// sourceFilter is source's canonical text, the filter of the cache
 	// lists of sources ("" for the empty selector).
@@ -59,7 +65,7 @@ func newReplicator(ctx kw.Context) (kw.Plugin, error) {
 		source.Close()
 		return nil, fmt.Errorf("invalid config: namespaceSelector: %w", err)
 	}
-	return &replicator{source: source, sourceFilter: source.String(), namespaces: namespaces}, nil
+	return &replicator{me: ctx.Name, source: source, sourceFilter: source.String(), namespaces: namespaces}, nil
 }
 
 func (r *replicator) Registration() kw.Registration {
@@ -111,14 +117,14 @@ func ownSelector(source *kw.Object) (*kw.LabelSelector, error) {
 }
 
 // copyOf is what a copy is made of: the source's name, key, data and
-// binaryData.
+// binaryData, and the replicator that makes it.
 type copyOf struct {
-	name, of string
-	data     map[string]json.RawMessage
+	name, of, by string
+	data         map[string]json.RawMessage
 }
 
-func newCopy(name, key string, source *kw.Object) (*copyOf, error) {
-	c := &copyOf{name: name, of: key, data: map[string]json.RawMessage{}}
+func newCopy(name, key, by string, source *kw.Object) (*copyOf, error) {
+	c := &copyOf{name: name, of: key, by: by, data: map[string]json.RawMessage{}}
 	for _, f := range [][2]string{{"binaryData", "/binaryData"}, {"data", "/data"}} {
 		v, ok := source.Field(f[1])
 		if !ok || v.Kind == kw.FieldNull {
@@ -141,7 +147,7 @@ func (c *copyOf) applyInto(namespace string) error {
 			"name":        c.name,
 			"namespace":   namespace,
 			"labels":      map[string]string{replica: "true"},
-			"annotations": map[string]string{replicaOf: c.of},
+			"annotations": map[string]string{replicaOf: c.of, replicatedBy: c.by},
 		},
 	}
 	for k, v := range c.data {
@@ -161,22 +167,23 @@ func (r *replicator) configMapChanged(d *kw.Delta) error {
 	source := r.isSource(object)
 	switch {
 	case d.Type == kw.Deleted && source:
-		return deleteCopies(d.Key(), all)
+		return r.deleteCopies(d.Key(), all)
 	case (d.Type == kw.Added || d.Type == kw.Resync || d.Type == kw.Updated) && source:
 		return r.replicate(d, object)
 	case d.Type == kw.Updated && d.OldObject != nil && r.isSource(d.OldObject):
 		// No longer a source (labels changed): its copies go.
-		return deleteCopies(d.Key(), all)
+		return r.deleteCopies(d.Key(), all)
 	}
 	return nil
 }
 
-// copySeen deletes a copy whose source is gone (or no longer a source).
+// copySeen deletes a copy of ours whose source is gone (or no longer a
+// source).
 // Level, not edge: a source deleted while no replica led (a leadership
 // handover, a restart) never arrives as a delete; the next leader's replay
 // of the copies finds the orphans.
 func (r *replicator) copySeen(d *kw.Delta, copy *kw.Object) error {
-	if d.Type == kw.Deleted {
+	if d.Type == kw.Deleted || !r.isMine(copy) {
 		return nil
 	}
 	of, ok := copy.Annotation(replicaOf)
@@ -214,7 +221,7 @@ func (r *replicator) replicate(d *kw.Delta, object *kw.Object) error {
 	if own != nil {
 		selector = own
 	}
-	c, err := newCopy(d.Name, d.Key(), object)
+	c, err := newCopy(d.Name, d.Key(), r.me, object)
 	if err != nil {
 		return err
 	}
@@ -241,7 +248,7 @@ func (r *replicator) replicate(d *kw.Delta, object *kw.Object) error {
 		}
 	}
 	stale := func(ns string) bool { return !slices.Contains(targets, ns) && slices.Contains(live, ns) }
-	if err := deleteCopies(c.of, stale); err != nil {
+	if err := r.deleteCopies(c.of, stale); err != nil {
 		return err
 	}
 	kw.Debug("replicated", "source", c.of, "namespaces", strconv.Itoa(len(targets)))
@@ -292,30 +299,37 @@ func (r *replicator) sourceForNamespace(d *kw.Delta, ns *kw.Object, name string,
 	before := d.OldObject != nil && selector.MatchesObject(d.OldObject)
 	switch {
 	case now && !before:
-		c, err := newCopy(source.Name(), source.Key(), source)
+		c, err := newCopy(source.Name(), source.Key(), r.me, source)
 		if err != nil {
 			return err
 		}
 		return c.applyInto(name)
 	case before && !now:
 		key := source.Key()
-		return deleteCopies(key, func(n string) bool { return n == name })
+		return r.deleteCopies(key, func(n string) bool { return n == name })
 	}
 	return nil
 }
 
 func all(string) bool { return true }
 
+// isMine says whether this replicator made copy; another replicator's, or
+// one made before copies were marked, is left alone.
+func (r *replicator) isMine(copy *kw.Object) bool {
+	by, ok := copy.Annotation(replicatedBy)
+	return ok && by == r.me
+}
+
 // deleteCopies deletes (background, guarded by the copy's uid) every cached
-// copy of the source whose key is of in a namespace keep accepts, in
+// copy of ours of the source whose key is of in a namespace keep accepts, in
 // namespace order.
-func deleteCopies(of string, keep func(string) bool) error {
+func (r *replicator) deleteCopies(of string, keep func(string) bool) error {
 	copies, err := kw.List(kw.ConfigMap, "", replica+"=true")
 	if err != nil {
 		return err
 	}
 	for _, c := range copies {
-		if v, ok := c.Annotation(replicaOf); ok && v == of {
+		if v, ok := c.Annotation(replicaOf); ok && v == of && r.isMine(c) {
 			if ns := c.Namespace(); ns != "" && keep(ns) {
 				err := kw.Delete(kw.RefToObject(kw.ConfigMap, c), kw.Background, kw.UIDPrecondition(c.UID()))
 				if err != nil {

@@ -9,6 +9,12 @@ import {
 const REPLICA = 'kubewasm.io/replica';
 /** Annotation on every copy: `<namespace>/<name>` of its source. */
 const REPLICA_OF = 'kubewasm.io/replica-of';
+/**
+ * Annotation on every copy: the name of the plugin that made it. A
+ * replicator deletes only its own copies, so replicators with different
+ * selectors share a cluster.
+ */
+const REPLICATED_BY = 'kubewasm.io/replicated-by';
 /** Annotation on a source overriding the configured namespace selector. */
 const REPLICATE_TO = 'kubewasm.io/replicate-to';
 
@@ -16,8 +22,8 @@ const REPLICATE_TO = 'kubewasm.io/replicate-to';
 const CONFIG_MAPS = 0;
 const NAMESPACES = 1;
 
-/** The copy of `source` (an object), named `name`, whose key is `of`: its data and binaryData. */
-function copyOf(name, of, source) {
+/** `by`'s copy of `source` (an object), named `name`, whose key is `of`: its data and binaryData. */
+function copyOf(name, of, by, source) {
   const data = {};
   for (const [field, pointer] of [['binaryData', '/binaryData'], ['data', '/data']]) {
     const v = fieldJson(source, pointer);
@@ -25,7 +31,7 @@ function copyOf(name, of, source) {
     if (typeof v !== 'object' || Array.isArray(v)) throw permanent(`${of} has a non-object ${field}`);
     data[field] = v;
   }
-  return { name, of, data };
+  return { name, of, by, data };
 }
 
 function applyInto(copy, namespace) {
@@ -36,7 +42,7 @@ function applyInto(copy, namespace) {
       name: copy.name,
       namespace,
       labels: { [REPLICA]: 'true' },
-      annotations: { [REPLICA_OF]: copy.of },
+      annotations: { [REPLICA_OF]: copy.of, [REPLICATED_BY]: copy.by },
     },
     ...copy.data,
   }, true, preconditions.none());
@@ -45,13 +51,15 @@ function applyInto(copy, namespace) {
 const isReplica = (object) => label(object, REPLICA) === 'true';
 
 /**
- * Deletes (background, guarded by the copy's uid) every cached copy of the
- * source whose key is `of` in a namespace `keep` accepts, in namespace order.
+ * Deletes (background, guarded by the copy's uid) every cached copy `me`
+ * made of the source whose key is `of` in a namespace `keep` accepts, in
+ * namespace order.
  */
-function deleteCopies(of, keep) {
+function deleteCopies(me, of, keep) {
   for (const copy of cache.list(kinds.ConfigMap, undefined, `${REPLICA}=true`)) {
     const ns = copy.namespace();
-    if (annotation(copy, REPLICA_OF) === of && ns != null && keep(ns)) {
+    if (annotation(copy, REPLICA_OF) === of && annotation(copy, REPLICATED_BY) === me
+      && ns != null && keep(ns)) {
       actions.delete(objectRef(kinds.ConfigMap, copy), 'background', preconditions.uid(copy.uid()));
       log.info('copy deleted', { copy: key(copy), source: of });
     }
@@ -60,6 +68,8 @@ function deleteCopies(of, keep) {
 
 class ConfigReplicator {
   constructor(ctx) {
+    // This plugin's name, recorded on its copies.
+    this.me = ctx.name;
     const c = ctx.parseConfig({ sourceSelector: 'kubewasm.io/replicate=true', namespaceSelector: '' });
     const parse = (name, text) => {
       try {
@@ -118,23 +128,23 @@ class ConfigReplicator {
     const source = this.isSource(object);
     const type = delta.deltaType;
     if (type === 'deleted' && source) {
-      deleteCopies(key(delta), () => true);
+      deleteCopies(this.me, key(delta), () => true);
     } else if ((type === 'added' || type === 'resync' || type === 'updated') && source) {
       this.replicate(delta, object);
     } else if (type === 'updated' && delta.oldObject != null && this.isSource(delta.oldObject)) {
       // No longer a source (labels changed): its copies go.
-      deleteCopies(key(delta), () => true);
+      deleteCopies(this.me, key(delta), () => true);
     }
   }
 
   /**
-   * A copy whose source is gone (or no longer a source) is deleted. Level,
-   * not edge: a source deleted while no replica led (a leadership handover,
-   * a restart) never arrives as a delete; the next leader's replay of the
-   * copies finds the orphans.
+   * A copy of ours whose source is gone (or no longer a source) is deleted.
+   * Level, not edge: a source deleted while no replica led (a leadership
+   * handover, a restart) never arrives as a delete; the next leader's replay
+   * of the copies finds the orphans.
    */
   copySeen(delta, copy) {
-    if (delta.deltaType === 'deleted') return;
+    if (delta.deltaType === 'deleted' || annotation(copy, REPLICATED_BY) !== this.me) return;
     const of = annotation(copy, REPLICA_OF);
     if (of === undefined) return;
     const slash = of.indexOf('/');
@@ -162,7 +172,7 @@ class ConfigReplicator {
       throw permanent(e.message);
     }
     const selector = own ?? this.namespaces;
-    const copy = copyOf(delta.name, key(delta), object);
+    const copy = copyOf(delta.name, key(delta), this.me, object);
     // The live (not terminating) namespaces, by name, and whether each
     // matches the source's selector.
     const live = cache.list(kinds.Namespace, undefined, undefined)
@@ -173,7 +183,7 @@ class ConfigReplicator {
       .map(([name]) => name);
     for (const ns of targets) applyInto(copy, ns);
     const stale = (ns) => !targets.includes(ns) && live.some(([name]) => name === ns);
-    deleteCopies(copy.of, stale);
+    deleteCopies(this.me, copy.of, stale);
     log.debug('replicated', { source: copy.of, namespaces: targets.length });
   }
 
@@ -200,8 +210,8 @@ class ConfigReplicator {
       const now = selector.matchesObject(ns);
       const before = delta.oldObject != null && selector.matchesObject(delta.oldObject);
       if (own !== undefined) own.dispose();
-      if (now && !before) applyInto(copyOf(source.name(), key(source), source), name);
-      else if (before && !now) deleteCopies(key(source), (n) => n === name);
+      if (now && !before) applyInto(copyOf(source.name(), key(source), this.me, source), name);
+      else if (before && !now) deleteCopies(this.me, key(source), (n) => n === name);
     }
   }
 }

@@ -16,6 +16,10 @@ from kubewasm import (
 REPLICA = "kubewasm.io/replica"
 #: Annotation on every copy: ``<namespace>/<name>`` of its source.
 REPLICA_OF = "kubewasm.io/replica-of"
+#: Annotation on every copy: the name of the plugin that made it. A
+#: replicator deletes only its own copies, so replicators with different
+#: selectors share a cluster.
+REPLICATED_BY = "kubewasm.io/replicated-by"
 #: Annotation on a source overriding the configured namespace selector.
 REPLICATE_TO = "kubewasm.io/replicate-to"
 
@@ -27,11 +31,13 @@ _ABSENT = object()
 
 
 class Copy:
-    """What a copy is made of: the source's name, key, data and binaryData."""
+    """What a copy is made of: the source's name, key, data and binaryData,
+    and the replicator that makes it."""
 
-    def __init__(self, name: str, of: str, source: Object) -> None:
+    def __init__(self, name: str, of: str, by: str, source: Object) -> None:
         self.name = name
         self.of = of
+        self.by = by
         self.data: Dict[str, dict] = {}
         for field, pointer in (("binaryData", "/binaryData"), ("data", "/data")):
             v = field_json(source, pointer, _ABSENT)
@@ -49,7 +55,7 @@ class Copy:
                 "name": self.name,
                 "namespace": namespace,
                 "labels": {REPLICA: "true"},
-                "annotations": {REPLICA_OF: self.of},
+                "annotations": {REPLICA_OF: self.of, REPLICATED_BY: self.by},
             },
         }
         obj.update(self.data)
@@ -60,19 +66,22 @@ def is_replica(obj: Object) -> bool:
     return obj.label(REPLICA) == "true"
 
 
-def delete_copies(of: str, keep: Callable[[str], bool]) -> None:
-    """Deletes (background, guarded by the copy's uid) every cached copy of
-    the source whose key is ``of`` in a namespace ``keep`` accepts, in
-    namespace order."""
+def delete_copies(me: str, of: str, keep: Callable[[str], bool]) -> None:
+    """Deletes (background, guarded by the copy's uid) every cached copy
+    ``me`` made of the source whose key is ``of`` in a namespace ``keep``
+    accepts, in namespace order."""
     for copy in cache.list(kinds.ConfigMap, None, f"{REPLICA}=true"):
         ns = copy.namespace()
-        if copy.annotation(REPLICA_OF) == of and ns is not None and keep(ns):
+        if (copy.annotation(REPLICA_OF) == of and copy.annotation(REPLICATED_BY) == me
+                and ns is not None and keep(ns)):
             actions.delete(object_ref(kinds.ConfigMap, copy), "background", preconditions(uid=copy.uid()))
             log.info("copy deleted", copy=key(copy), source=of)
 
 
 class ConfigReplicator(kubewasm.Plugin):
     def __init__(self, ctx: kubewasm.Context) -> None:
+        # This plugin's name, recorded on its copies.
+        self.me = ctx.name
         c = parse_config(ctx, {"sourceSelector": "kubewasm.io/replicate=true", "namespaceSelector": ""})
         try:
             self.source = Selector.parse(c["sourceSelector"])
@@ -127,19 +136,19 @@ class ConfigReplicator(kubewasm.Plugin):
         source = self.is_source(obj)
         t = delta.delta_type
         if t == DeltaType.DELETED and source:
-            delete_copies(key(delta), lambda _: True)
+            delete_copies(self.me, key(delta), lambda _: True)
         elif t in (DeltaType.ADDED, DeltaType.RESYNC, DeltaType.UPDATED) and source:
             self.replicate(delta, obj)
         elif t == DeltaType.UPDATED and delta.old_object is not None and self.is_source(delta.old_object):
             # No longer a source (labels changed): its copies go.
-            delete_copies(key(delta), lambda _: True)
+            delete_copies(self.me, key(delta), lambda _: True)
 
     def copy_seen(self, delta: Delta, copy: Object) -> None:
-        """A copy whose source is gone (or no longer a source) is deleted.
-        Level, not edge: a source deleted while no replica led (a leadership
-        handover, a restart) never arrives as a delete; the next leader's
-        replay of the copies finds the orphans."""
-        if delta.delta_type == DeltaType.DELETED:
+        """A copy of ours whose source is gone (or no longer a source) is
+        deleted. Level, not edge: a source deleted while no replica led (a
+        leadership handover, a restart) never arrives as a delete; the next
+        leader's replay of the copies finds the orphans."""
+        if delta.delta_type == DeltaType.DELETED or copy.annotation(REPLICATED_BY) != self.me:
             return
         of = copy.annotation(REPLICA_OF)
         if of is None or "/" not in of:
@@ -159,7 +168,7 @@ class ConfigReplicator(kubewasm.Plugin):
         except ValueError as e:
             raise Permanent(str(e)) from None
         selector = own if own is not None else self.namespaces
-        copy = Copy(delta.name, key(delta), obj)
+        copy = Copy(delta.name, key(delta), self.me, obj)
         # The live (not terminating) namespaces, by name, and whether each
         # matches the source's selector.
         live: List[Tuple[str, bool]] = [
@@ -171,7 +180,7 @@ class ConfigReplicator(kubewasm.Plugin):
         for ns in targets:
             copy.apply_into(ns)
         live_names = {name for name, _ in live}
-        delete_copies(copy.of, lambda ns: ns not in targets and ns in live_names)
+        delete_copies(self.me, copy.of, lambda ns: ns not in targets and ns in live_names)
         log.debug("replicated", source=copy.of, namespaces=len(targets))
 
     def namespace_changed(self, delta: Delta) -> None:
@@ -195,9 +204,9 @@ class ConfigReplicator(kubewasm.Plugin):
             now = selector.matches_object(ns)
             before = delta.old_object is not None and selector.matches_object(delta.old_object)
             if now and not before:
-                Copy(source.name(), key(source), source).apply_into(name)
+                Copy(source.name(), key(source), self.me, source).apply_into(name)
             elif before and not now:
-                delete_copies(key(source), lambda n: n == name)
+                delete_copies(self.me, key(source), lambda n: n == name)
 
 
 Handler = kubewasm.handler(ConfigReplicator)
