@@ -57,8 +57,8 @@ pub enum Pushed {
     Queued,
     /// Merged into a pending delta of the same object.
     Coalesced,
-    /// An add and a delete both pending cancelled out: the plugin never saw
-    /// the object. Carries the weight settled.
+    /// A live add and its delete both pending cancelled out: the plugin
+    /// never saw the object. Carries the weight settled.
     Cancelled(u64),
     /// A resync dropped because a newer delta is already pending.
     Dropped,
@@ -110,7 +110,16 @@ fn coalesce(last: &mut Item, next: Item) -> Result<Option<u64>, Box<Item>> {
             last.weight = w;
             Ok(None)
         }
-        (Added, Deleted) if last.attempts == 0 => Ok(Some(w)),
+        // A live add and its delete: the plugin never saw the object.
+        (Added, Deleted) if last.attempts == 0 && !last.delta.initial => Ok(Some(w)),
+        // An initial add (a start's list, a new version's replay) stands for
+        // an object the plugin may have acted on before (in a previous run
+        // or version): its delete must arrive.
+        (Added, Deleted) if last.delta.initial => {
+            last.delta = next.delta;
+            last.weight = w;
+            Ok(None)
+        }
         _ => Err(Box::new(next)),
     };
     if matches!(merged, Ok(None)) {
@@ -312,6 +321,26 @@ mod tests {
         );
         let (_, item) = q.pop().unwrap();
         assert_eq!((rv(&item), item.weight), ("5".into(), 2));
+    }
+
+    /// A new version's replay (or a start's initial list) stands for objects
+    /// a plugin may have acted on before: an initial add followed by the
+    /// object's delete, both pending, delivers the delete (a swap during
+    /// churn once lost such deletes for good).
+    #[test]
+    fn initial_add_then_delete_delivers_the_delete() {
+        let mut q = KeyedQueue::default();
+        let mut initial = delta(DeltaType::Added, 1);
+        initial.initial = true;
+        q.push("x", Item::new(initial).seq(3));
+        assert_eq!(
+            q.push("x", Item::new(delta(DeltaType::Deleted, 2)).seq(9)),
+            Pushed::Coalesced
+        );
+        let (_, item) = q.pop().unwrap();
+        assert_eq!(item.delta.dtype, DeltaType::Deleted);
+        assert!(!item.delta.initial);
+        assert_eq!((rv(&item), item.weight, item.seq), ("2".into(), 2, 9));
     }
 
     #[test]
