@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use sonic_rs::PointerNode;
+use sonic_rs::{JsonValueTrait, PointerNode};
 
 use crate::kind::Gvk;
 
@@ -26,6 +26,10 @@ pub enum ObjectError {
     Json(#[from] serde_json::Error),
     #[error("object has no {0}")]
     Missing(&'static str),
+    #[error("object is not valid JSON: {0}")]
+    Scan(#[from] sonic_rs::Error),
+    #[error("object's {0} is not a JSON object")]
+    NotAnObject(&'static str),
 }
 
 /// One `metadata.ownerReferences` entry.
@@ -136,6 +140,76 @@ fn boxed_pairs(
         .collect()
 }
 
+impl RawMeta {
+    fn into_meta(self, api_version: &str, kind: &str) -> Result<Meta, ObjectError> {
+        let name = self.name.ok_or(ObjectError::Missing("metadata.name"))?;
+        Ok(Meta {
+            api_version: api_version.into(),
+            kind: kind.into(),
+            namespace: self.namespace.filter(|n| !n.is_empty()).map(Into::into),
+            name: name.into(),
+            uid: self.uid.unwrap_or_default().into(),
+            resource_version: self.resource_version.unwrap_or_default().into(),
+            generation: self.generation,
+            labels: boxed_pairs(self.labels),
+            annotations: boxed_pairs(self.annotations),
+            owner_references: self.owner_references.unwrap_or_default(),
+            creation_timestamp: self.creation_timestamp.map(Into::into),
+            deletion_timestamp: self.deletion_timestamp.map(Into::into),
+        })
+    }
+}
+
+/// Appends `"key":raw` to a comma-separated member list. `key` is written
+/// as a JSON string (escaped); `raw` is JSON text already.
+fn push_member(out: &mut String, key: &str, raw: &str) -> Result<(), ObjectError> {
+    if !out.is_empty() && !out.ends_with('{') {
+        out.push(',');
+    }
+    out.push_str(&serde_json::to_string(key)?);
+    out.push(':');
+    out.push_str(raw);
+    Ok(())
+}
+
+/// The metadata object's text without what `strip` drops: its members
+/// copied as text, `managedFields` left out, the last-applied annotation
+/// left out of the annotations (and the annotations with it when that was
+/// the only one).
+fn strip_metadata(text: &str, strip: StripOptions) -> Result<String, ObjectError> {
+    if !text.starts_with('{') {
+        return Err(ObjectError::NotAnObject("metadata"));
+    }
+    let mut body = String::with_capacity(text.len());
+    for entry in sonic_rs::to_object_iter(text) {
+        let (key, value) = entry?;
+        match &*key {
+            "managedFields" if strip.managed_fields => {}
+            "annotations" if strip.last_applied => {
+                let raw = value.as_raw_str();
+                // An empty annotations object goes too (as from_value drops it).
+                let empty = raw[1..].trim_start().starts_with('}');
+                if !raw.contains(LAST_APPLIED) && !empty {
+                    push_member(&mut body, &key, raw)?;
+                    continue;
+                }
+                let mut ann = String::with_capacity(raw.len());
+                for a in sonic_rs::to_object_iter(raw) {
+                    let (k, v) = a?;
+                    if k != LAST_APPLIED {
+                        push_member(&mut ann, &k, v.as_raw_str())?;
+                    }
+                }
+                if !ann.is_empty() {
+                    push_member(&mut body, &key, &format!("{{{ann}}}"))?;
+                }
+            }
+            _ => push_member(&mut body, &key, value.as_raw_str())?,
+        }
+    }
+    Ok(format!("{{{body}}}"))
+}
+
 impl KObject {
     /// Builds an object from a decoded value, dropping what `strip` says.
     pub fn from_value(mut value: Value, strip: StripOptions) -> Result<Self, ObjectError> {
@@ -163,23 +237,69 @@ impl KObject {
             }
         }
         let raw: RawMeta = serde_json::from_value(Value::Object(metadata.clone()))?;
-        let name = raw.name.ok_or(ObjectError::Missing("metadata.name"))?;
-        let meta = Meta {
-            api_version: api_version.into(),
-            kind: kind.into(),
-            namespace: raw.namespace.filter(|n| !n.is_empty()).map(Into::into),
-            name: name.into(),
-            uid: raw.uid.unwrap_or_default().into(),
-            resource_version: raw.resource_version.unwrap_or_default().into(),
-            generation: raw.generation,
-            labels: boxed_pairs(raw.labels),
-            annotations: boxed_pairs(raw.annotations),
-            owner_references: raw.owner_references.unwrap_or_default(),
-            creation_timestamp: raw.creation_timestamp.map(Into::into),
-            deletion_timestamp: raw.deletion_timestamp.map(Into::into),
-        };
+        let meta = raw.into_meta(&api_version, &kind)?;
         let json = serde_json::to_string(&value)?.into_boxed_str();
         Ok(Self { json, meta })
+    }
+
+    /// Builds an object from the JSON text of one object as a server sent
+    /// it, in one lazy scan and without a tree: the top-level members are
+    /// copied as text, metadata's `managedFields` (and the last-applied
+    /// annotation, as `strip` says) dropped on the way, and only what is
+    /// left of the metadata is decoded. `types` (apiVersion, kind) fills in
+    /// what list items leave out.
+    pub fn from_json_text(
+        text: &str,
+        types: Option<(&str, &str)>,
+        strip: StripOptions,
+    ) -> Result<Self, ObjectError> {
+        // The members, comma-separated, without the braces.
+        let mut body = String::with_capacity(text.len());
+        let mut api_version: Option<String> = None;
+        let mut kind: Option<String> = None;
+        let mut meta_text: Option<String> = None;
+        for entry in sonic_rs::to_object_iter(text) {
+            let (key, value) = entry?;
+            match &*key {
+                "apiVersion" => api_version = value.as_str().map(str::to_owned),
+                "kind" => kind = value.as_str().map(str::to_owned),
+                "metadata" => {
+                    let m = strip_metadata(value.as_raw_str(), strip)?;
+                    push_member(&mut body, "metadata", &m)?;
+                    meta_text = Some(m);
+                    continue;
+                }
+                _ => {}
+            }
+            push_member(&mut body, &key, value.as_raw_str())?;
+        }
+        // List items carry no apiVersion and kind: the list's type is theirs.
+        let mut json = String::with_capacity(body.len() + 64);
+        json.push('{');
+        if let Some((v, k)) = types {
+            if api_version.is_none() {
+                push_member(&mut json, "apiVersion", &serde_json::to_string(v)?)?;
+                api_version = Some(v.to_owned());
+            }
+            if kind.is_none() {
+                push_member(&mut json, "kind", &serde_json::to_string(k)?)?;
+                kind = Some(k.to_owned());
+            }
+        }
+        if json.len() > 1 && !body.is_empty() {
+            json.push(',');
+        }
+        json.push_str(&body);
+        json.push('}');
+        let api_version = api_version.ok_or(ObjectError::Missing("apiVersion"))?;
+        let kind = kind.ok_or(ObjectError::Missing("kind"))?;
+        let meta_text = meta_text.ok_or(ObjectError::Missing("metadata"))?;
+        let raw: RawMeta = serde_json::from_str(&meta_text)?;
+        let meta = raw.into_meta(&api_version, &kind)?;
+        Ok(Self {
+            json: json.into_boxed_str(),
+            meta,
+        })
     }
 
     pub fn from_json(text: &str, strip: StripOptions) -> Result<Self, ObjectError> {
@@ -461,6 +581,112 @@ impl std::fmt::Display for ObjectKey {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// Both ways in (a decoded value, the server's text) give the same
+    /// object: the same metadata, the same JSON value.
+    fn same_both_ways(value: &Value, types: Option<(&str, &str)>) {
+        let text = serde_json::to_string(value).unwrap();
+        let mut full = value.clone();
+        if let Some((v, k)) = types {
+            full["apiVersion"] = json!(v);
+            full["kind"] = json!(k);
+        }
+        for strip in [
+            StripOptions::default(),
+            StripOptions {
+                managed_fields: false,
+                last_applied: false,
+            },
+        ] {
+            let a = KObject::from_value(full.clone(), strip).unwrap();
+            let b = KObject::from_json_text(&text, types, strip).unwrap();
+            assert_eq!(a.meta, b.meta, "{text}");
+            assert_eq!(a.to_value().unwrap(), b.to_value().unwrap(), "{text}");
+        }
+    }
+
+    #[test]
+    fn server_text_decodes_like_a_value() {
+        same_both_ways(
+            &json!({"apiVersion": "v1", "kind": "Pod",
+              "metadata": {"name": "web-1", "namespace": "shop", "uid": "u1", "resourceVersion": "7",
+                "labels": {"app": "web", "q\"uote": "x"},
+                "annotations": {LAST_APPLIED: "{\"kind\":\"Pod\"}", "keep": "yes"},
+                "managedFields": [{"manager": "kubectl", "fieldsV1": {"f:spec": {}}}],
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-abc", "uid": "rs1", "controller": true}]},
+              "spec": {"containers": [{"name": "c", "image": "i"}]}, "status": {"phase": "Running"}}),
+            None,
+        );
+        // The last-applied annotation alone: the annotations go with it.
+        same_both_ways(
+            &json!({"apiVersion": "v1", "kind": "ConfigMap",
+              "metadata": {"name": "a", "annotations": {LAST_APPLIED: "{}"}}, "data": {"k": "v"}}),
+            None,
+        );
+        // A list item: no apiVersion or kind, the list's are used.
+        same_both_ways(
+            &json!({"metadata": {"name": "n", "resourceVersion": "3"}, "spec": {}}),
+            Some(("v1", "Namespace")),
+        );
+    }
+
+    #[test]
+    fn server_text_that_is_not_an_object_is_refused() {
+        for (text, want) in [
+            (
+                r#"{"apiVersion":"v1","kind":"Pod","metadata":[1]}"#,
+                "metadata",
+            ),
+            (r#"{"apiVersion":"v1","kind":"Pod"}"#, "metadata"),
+            (
+                r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"a"}"#,
+                "JSON",
+            ),
+            (r#"{"kind":"Pod","metadata":{"name":"a"}}"#, "apiVersion"),
+        ] {
+            let err = KObject::from_json_text(text, None, StripOptions::default())
+                .expect_err(text)
+                .to_string();
+            assert!(err.contains(want), "{text}: {err}");
+        }
+    }
+
+    /// Every object of the corpus (../shared/corpus, or KUBEWASM_CORPUS)
+    /// decodes from its text exactly as from its value.
+    #[test]
+    fn corpus_objects_decode_from_text_like_from_a_value() {
+        let corpus = std::env::var("KUBEWASM_CORPUS").map_or_else(
+            |_| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/corpus"),
+            std::path::PathBuf::from,
+        );
+        let Ok(kinds) = std::fs::read_dir(corpus.join("objects")) else {
+            eprintln!(
+                "no corpus at {}: set KUBEWASM_CORPUS; skipping the corpus check (nothing checked)",
+                corpus.display()
+            );
+            return;
+        };
+        let mut checked = 0;
+        for kind in kinds.flatten() {
+            for file in std::fs::read_dir(kind.path())
+                .into_iter()
+                .flatten()
+                .flatten()
+            {
+                let Ok(text) = std::fs::read_to_string(file.path()) else {
+                    continue;
+                };
+                let Ok(value) = serde_json::from_str::<Value>(&text) else {
+                    continue;
+                };
+                if value["metadata"]["name"].is_string() && value["kind"].is_string() {
+                    same_both_ways(&value, None);
+                    checked += 1;
+                }
+            }
+        }
+        assert!(checked > 1000, "only {checked} corpus objects checked");
+    }
 
     fn pod() -> KObject {
         KObject::from_value(

@@ -2,6 +2,7 @@
 //! discovery into the kind registry, the watch source and the action sink.
 
 pub mod discovery;
+pub mod raw;
 pub mod watch;
 pub mod write;
 
@@ -120,12 +121,19 @@ pub(crate) fn api_resource(kind: &crate::kind::KindInfo) -> kube::core::ApiResou
     }
 }
 
-/// A dynamic API handle scoped to `namespace` when the kind is namespaced.
-pub(crate) fn dynamic_api(
+/// A dynamic API handle scoped to `namespace` when the kind is namespaced
+/// (of `DynamicObject`s for writes, of [`raw::RawObject`]s for watches).
+pub(crate) fn dynamic_api<K>(
     client: &Client,
     kind: &crate::kind::KindInfo,
     namespace: Option<&str>,
-) -> kube::Api<kube::core::DynamicObject> {
+) -> kube::Api<K>
+where
+    K: kube::Resource<
+            DynamicType = kube::core::ApiResource,
+            Scope = kube::core::DynamicResourceScope,
+        >,
+{
     let ar = api_resource(kind);
     match namespace {
         Some(ns) if kind.namespaced => kube::Api::namespaced_with(client.clone(), ns, &ar),

@@ -13,11 +13,11 @@ use futures::StreamExt;
 use futures::stream::BoxStream;
 use kube::Client;
 use kube::api::ListParams;
-use kube::core::{DynamicObject, TypeMeta};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher;
 use serde::{Deserialize, Serialize};
 
+use super::raw::RawObject;
 use crate::informer::{InformerSpec, Source, SourceError, WatchEvent};
 use crate::object::{KObject, StripOptions};
 
@@ -100,13 +100,14 @@ impl KubeSource {
 
 /// The per-informer state of the converted stream.
 struct Run {
-    inner: BoxStream<'static, Result<watcher::Event<DynamicObject>, watcher::Error>>,
-    api: kube::Api<DynamicObject>,
+    inner: BoxStream<'static, Result<watcher::Event<RawObject>, watcher::Error>>,
+    api: kube::Api<RawObject>,
     config: watcher::Config,
     streaming: bool,
     auto: bool,
     learned: Arc<AtomicU8>,
-    types: TypeMeta,
+    /// apiVersion and kind, which list items leave out.
+    types: (String, String),
     strip: StripOptions,
     informer: String,
     stall_after: Duration,
@@ -117,10 +118,10 @@ struct Run {
 }
 
 fn start(
-    api: &kube::Api<DynamicObject>,
+    api: &kube::Api<RawObject>,
     config: &watcher::Config,
     streaming: bool,
-) -> BoxStream<'static, Result<watcher::Event<DynamicObject>, watcher::Error>> {
+) -> BoxStream<'static, Result<watcher::Event<RawObject>, watcher::Error>> {
     let config = if streaming {
         config.clone().streaming_lists()
     } else {
@@ -166,7 +167,7 @@ fn source_error(err: watcher::Error) -> SourceError {
 
 /// Lists one item, within a third of the stall window (at most
 /// [`PROBE_TIMEOUT`]).
-async fn probe(api: &kube::Api<DynamicObject>, stall_after: Duration) -> Result<(), String> {
+async fn probe(api: &kube::Api<RawObject>, stall_after: Duration) -> Result<(), String> {
     let limit = (stall_after / 3).min(PROBE_TIMEOUT);
     match tokio::time::timeout(limit, api.list_metadata(&ListParams::default().limit(1))).await {
         Ok(Ok(_)) => Ok(()),
@@ -176,14 +177,10 @@ async fn probe(api: &kube::Api<DynamicObject>, stall_after: Duration) -> Result<
 }
 
 impl Run {
-    fn convert(&self, obj: DynamicObject) -> Result<KObject, SourceError> {
-        let mut obj = obj;
+    fn convert(&self, obj: RawObject) -> Result<KObject, SourceError> {
         // List items usually carry no apiVersion/kind; the informer knows them.
-        obj.types = Some(self.types.clone());
-        let value = serde_json::to_value(&obj).map_err(|e| {
-            SourceError::Other(format!("{}: cannot encode object: {e}", self.informer))
-        })?;
-        KObject::from_value(value, self.strip).map_err(|e| {
+        let types = (self.types.0.as_str(), self.types.1.as_str());
+        KObject::from_json_text(obj.text(), Some(types), self.strip).map_err(|e| {
             SourceError::Other(format!("{}: malformed object skipped: {e}", self.informer))
         })
     }
@@ -257,10 +254,7 @@ impl Source for KubeSource {
             streaming,
             auto: self.initial_list == InitialList::Auto,
             learned: self.streaming.clone(),
-            types: TypeMeta {
-                api_version: spec.kind.gvk.api_version(),
-                kind: spec.kind.gvk.kind.clone(),
-            },
+            types: (spec.kind.gvk.api_version(), spec.kind.gvk.kind.clone()),
             strip: self.strip,
             informer: spec.to_string(),
             stall_after: self.stall_after,
