@@ -7,10 +7,20 @@
 //! 1. Bytes per cached Pod: live heap bytes (a counting allocator) of the
 //!    lister cache holding N Pods, against their compact JSON size with
 //!    and without managedFields.
-//! 2. Throughput: an initial list of N Pods through source -> informer ->
+//! 2. Decode: one watch event line of a served Pod (managedFields
+//!    included) into the cache's form, the way the API-server source did
+//!    it before (a `DynamicObject`, then a `Value`, then text) and the way
+//!    it does now (the object's text, scanned once).
+//! 3. Throughput: an initial list of N Pods through source -> informer ->
 //!    cache -> dispatcher -> plugin (no-op and realistic), deltas/s.
-//! 3. Latency: updates paced at 5k/s (ARCHITECTURE.md's rate); p50/p99 from the
-//!    informer receiving a delta to the plugin call returning.
+//! 4. Latency: updates paced at 5k/s (ARCHITECTURE.md's rate); p50/p99 from the
+//!    informer receiving a delta to the plugin call returning. One instance
+//!    of each plugin is also swept over rates from 500/s up to 80 % of its
+//!    measured throughput (the latency-against-rate plot of
+//!    docs/PERFORMANCE.md).
+//!
+//! Besides the Markdown tables, every figure is printed once more as a
+//! `BENCH-JSON {...}` line, which `scripts/bench.sh`'s report reads.
 #![allow(
     unsafe_code,
     clippy::unwrap_used,
@@ -157,6 +167,10 @@ fn cache_bytes(pods: &[Value]) {
         per / full_avg,
         per / stripped_avg
     );
+    emit(&serde_json::json!({
+        "bench": "cache-bytes", "pods": N, "bytes_per_pod": per,
+        "served_json_avg": full_avg, "stripped_json_avg": stripped_avg,
+    }));
     drop(store);
 }
 
@@ -195,6 +209,66 @@ async fn wait_delivered(host: &PluginHost, name: &str, n: u64) {
     }
 }
 
+/// Watch event lines of `N` served Pods decoded the old way and the
+/// current way; prints microseconds per event and the ratio.
+fn decode(pods: &[Value]) {
+    use kube::core::{DynamicObject, WatchEvent as KubeEvent};
+    use kubewasm::source::kube::raw::RawObject;
+    const N: usize = 5_000;
+    // `type` before `object`, as the API server writes them (a `json!`
+    // map would sort `object` first, which serde can only buffer).
+    let lines: Vec<String> = (0..N)
+        .map(|i| format!(r#"{{"type":"ADDED","object":{}}}"#, clone_pod(pods, i)))
+        .collect();
+    let bytes: usize = lines.iter().map(String::len).sum();
+    let strip = StripOptions::default();
+    let time = |f: &dyn Fn(&str) -> KObject| {
+        // Best of three passes: the machine is shared.
+        (0..3)
+            .map(|_| {
+                let start = Instant::now();
+                for l in &lines {
+                    std::hint::black_box(f(l));
+                }
+                start.elapsed().as_secs_f64() * 1e6 / N as f64
+            })
+            .fold(f64::INFINITY, f64::min)
+    };
+    let before = time(&|l| {
+        let KubeEvent::Added(o) = serde_json::from_str::<KubeEvent<DynamicObject>>(l).unwrap()
+        else {
+            unreachable!()
+        };
+        KObject::from_value(serde_json::to_value(&o).unwrap(), strip).unwrap()
+    });
+    let now = time(&|l| {
+        let KubeEvent::Added(o) = serde_json::from_str::<KubeEvent<RawObject>>(l).unwrap() else {
+            unreachable!()
+        };
+        KObject::from_json_text(o.text(), Some(("v1", "Pod")), strip).unwrap()
+    });
+    println!(
+        "## Decode: a watch event of a served Pod (avg {} B) into the cache's form",
+        bytes / N
+    );
+    println!(
+        "before (DynamicObject -> Value -> text): {before:.1} us; now (text scanned once): {now:.1} us; {:.2}x",
+        before / now
+    );
+    emit(&serde_json::json!({
+        "bench": "decode", "event_bytes": bytes / N, "before_us": before, "now_us": now,
+    }));
+}
+
+/// One machine-readable figure for the report (scripts/bench.sh).
+fn emit(v: &Value) {
+    println!("BENCH-JSON {v}");
+}
+
+fn micros(d: Option<Duration>) -> Value {
+    d.map_or(Value::Null, |d| Value::from(d.as_secs_f64() * 1e6))
+}
+
 fn fmt(d: Option<Duration>) -> String {
     d.map_or_else(
         || "-".into(),
@@ -202,7 +276,10 @@ fn fmt(d: Option<Duration>) -> String {
     )
 }
 
-async fn pipeline(pods: &[Value], plugin_name: &str, concurrency: usize) {
+/// The initial list of `N` Pods through the whole pipeline, then updates
+/// paced at 5k/s (or half the measured rate when that is lower) and, with
+/// `sweep`, at each rate of [`SWEEP`] below 80 % of the measured rate.
+async fn pipeline(pods: &[Value], plugin_name: &str, concurrency: usize, sweep: bool) {
     const N: usize = 20_000;
     let pod_gvk = Gvk::new("", "v1", "Pod");
     let node_gvk = Gvk::new("", "v1", "Node");
@@ -284,18 +361,54 @@ async fn pipeline(pods: &[Value], plugin_name: &str, concurrency: usize) {
         fmt(stats.latency.quantile(0.99)),
         fmt(stats.call_time.quantile(0.5)),
     );
+    emit(&serde_json::json!({
+        "bench": "pipeline", "plugin": plugin_name, "instances": concurrency,
+        "phase": "initial-list", "throughput": rate,
+        "p50_us": micros(stats.latency.quantile(0.5)),
+        "p99_us": micros(stats.latency.quantile(0.99)),
+        "call_p50_us": micros(stats.call_time.quantile(0.5)),
+    }));
 
-    // Updates paced at the goal's 5k/s (or half the measured rate when
-    // that is lower), spread over all objects.
+    let mut rates = vec![(rate / 2.0).clamp(100.0, 5_000.0)];
+    if sweep {
+        rates.extend(SWEEP.iter().copied().filter(|r| *r <= rate * 0.8));
+        rates.sort_by(f64::total_cmp);
+        rates.dedup();
+    }
+    let mut seq = 0usize;
+    for paced in rates {
+        seq = paced_updates(pods, &pod_tx, &host, plugin_name, concurrency, paced, seq).await;
+    }
+    host.shutdown().await;
+    informers.shutdown().await;
+    cancel.cancel();
+}
+
+/// Delta rates of the latency sweep.
+const SWEEP: [f64; 6] = [500.0, 1_000.0, 2_000.0, 5_000.0, 10_000.0, 20_000.0];
+
+/// About two seconds of updates paced at `paced`/s, spread over all
+/// objects; prints and emits the latency percentiles. Returns the next
+/// update sequence number (resourceVersions keep growing across phases).
+async fn paced_updates(
+    pods: &[Value],
+    pod_tx: &mpsc::UnboundedSender<Result<WatchEvent, SourceError>>,
+    host: &PluginHost,
+    plugin_name: &str,
+    concurrency: usize,
+    paced: f64,
+    seq: usize,
+) -> usize {
+    const N: usize = 20_000;
+    let stats = host.stats().get("bench").cloned().unwrap();
     stats.latency.reset();
     stats.call_time.reset();
-    let paced = (rate / 2.0).clamp(100.0, 5_000.0);
     let updates = (paced * 2.0) as usize; // about two seconds
     // Batches every millisecond (a spinning pacer would take one of the
     // two cores from the pipeline).
     let per_ms = (paced / 1000.0).max(1.0);
     let delivered_before = stats.delivered.load(Ordering::Relaxed);
-    let updated: Vec<KObject> = (0..updates)
+    let updated: Vec<KObject> = (seq..seq + updates)
         .map(|u| {
             let i = (u * 7919) % N;
             let mut v = clone_pod(pods, i);
@@ -319,16 +432,21 @@ async fn pipeline(pods: &[Value], plugin_name: &str, concurrency: usize) {
             sent += 1;
         }
     }
-    wait_delivered(&host, "bench", delivered_before + updates as u64).await;
+    wait_delivered(host, "bench", delivered_before + updates as u64).await;
     println!(
         "| {plugin_name} | {concurrency} | updates paced at {paced:.0}/s | - | {} | {} | {} |",
         fmt(stats.latency.quantile(0.5)),
         fmt(stats.latency.quantile(0.99)),
         fmt(stats.call_time.quantile(0.5)),
     );
-    host.shutdown().await;
-    informers.shutdown().await;
-    cancel.cancel();
+    emit(&serde_json::json!({
+        "bench": "pipeline", "plugin": plugin_name, "instances": concurrency,
+        "phase": "paced", "rate": paced,
+        "p50_us": micros(stats.latency.quantile(0.5)),
+        "p99_us": micros(stats.latency.quantile(0.99)),
+        "call_p50_us": micros(stats.call_time.quantile(0.5)),
+    }));
+    seq + updates
 }
 
 fn main() {
@@ -342,6 +460,8 @@ fn main() {
     }
     cache_bytes(&pods);
     println!();
+    decode(&pods);
+    println!();
     println!("## Pipeline: source -> informer -> cache -> dispatcher -> plugin (2-core machine)");
     println!("| plugin | instances | phase | throughput | latency p50 | latency p99 | call p50 |");
     println!("|---|---|---|---|---|---|---|");
@@ -350,6 +470,6 @@ fn main() {
         .build()
         .unwrap();
     for (name, conc) in [("noop", 1), ("noop", 2), ("realistic", 1), ("realistic", 2)] {
-        rt.block_on(pipeline(&pods, name, conc));
+        rt.block_on(pipeline(&pods, name, conc, conc == 1));
     }
 }

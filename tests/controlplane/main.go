@@ -49,6 +49,7 @@ const (
 type options struct {
 	dir                string
 	compactionInterval time.Duration
+	etcdQuota          int64
 	watchCache         bool
 	exitOnStdinEOF     bool
 	removeDir          bool
@@ -98,6 +99,8 @@ func parseFlags() options {
 	fs.StringVar(&o.dir, "dir", "", "directory for all state: etcd data, certificates, tokens, kubeconfigs, logs (required)")
 	fs.DurationVar(&o.compactionInterval, "etcd-compaction-interval", 5*time.Minute,
 		"the apiserver's --etcd-compaction-interval; short values (2s) make old resourceVersions expire (410 Gone)")
+	fs.Int64Var(&o.etcdQuota, "etcd-quota-bytes", 0,
+		"etcd's backend quota in bytes (0: etcd's default, 2 GiB); scripts/bench.sh's 100k Pods need more")
 	fs.BoolVar(&o.watchCache, "watch-cache", true,
 		"the apiserver's --watch-cache; with the cache on, 410 Gone comes from the cache's window, with it off from etcd compaction")
 	fs.BoolVar(&o.exitOnStdinEOF, "exit-on-stdin-eof", false, "shut down when stdin reaches EOF (the parent process went away)")
@@ -201,7 +204,7 @@ func serve(o options, hup <-chan struct{}, stopping <-chan struct{}) int {
 	peerURL := fmt.Sprintf("http://127.0.0.1:%d", ports[1])
 	server := fmt.Sprintf("https://127.0.0.1:%d", ports[2])
 
-	etcd, err := startEtcd(dir, etcdURL, peerURL, stopping)
+	etcd, err := startEtcd(dir, etcdURL, peerURL, o.etcdQuota, stopping)
 	if err != nil {
 		logf("etcd: %v", err)
 		if errors.Is(err, errStopping) {
@@ -366,7 +369,7 @@ func serve(o options, hup <-chan struct{}, stopping <-chan struct{}) int {
 	}
 }
 
-func startEtcd(dir, clientURL, peerURL string, stopping <-chan struct{}) (*embed.Etcd, error) {
+func startEtcd(dir, clientURL, peerURL string, quota int64, stopping <-chan struct{}) (*embed.Etcd, error) {
 	cu, err := url.Parse(clientURL)
 	if err != nil {
 		return nil, err
@@ -388,6 +391,7 @@ func startEtcd(dir, clientURL, peerURL string, stopping <-chan struct{}) (*embed
 	cfg.LogOutputs = []string{filepath.Join(dir, "etcd.log")}
 	// A throwaway test store: skipping fsync makes writes much cheaper.
 	cfg.UnsafeNoFsync = true
+	cfg.QuotaBackendBytes = quota
 
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {

@@ -1,0 +1,1106 @@
+//! sync-bench: the side-by-side initial-sync benchmark of issue 13 and the
+//! report it writes (docs/PERFORMANCE.md). `scripts/bench.sh` drives it.
+//!
+//! `run`: for each Pod count, has `load-pods` make the server hold that
+//! many Pods, then starts the client-go informer, the kube-rs reflector
+//! and kubewasm (a no-op plugin subscribed to every Pod) in turn, each in
+//! both initial-list modes, for several rounds (interleaved, so a noisy
+//! minute hits every program alike). Every program is measured the same
+//! way, from outside: time from spawn to its "synced" line, then CPU
+//! (user + system) and RSS from /proc once the process has gone quiet
+//! (the work a synced cache leaves queued, e.g. kubewasm's plugin calls
+//! for the initial list, counts). One JSON line per run.
+//!
+//! `report`: medians and ranges, ratios against client-go and kube-rs
+//! measured in the same run, the pipeline and runtime benchmarks' figures
+//! (their `BENCH-JSON` lines), and PNG plots.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use clap::{Parser, Subcommand};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+#[derive(Parser)]
+#[command(about = "Side-by-side initial-sync benchmark and its report")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Load Pods and measure the three programs' initial sync.
+    Run(RunArgs),
+    /// Write docs/PERFORMANCE.md and its plots from the measurements.
+    Report(ReportArgs),
+}
+
+#[derive(Parser)]
+struct RunArgs {
+    #[arg(long)]
+    kubeconfig: PathBuf,
+    /// Pod counts, ascending (the loader only adds Pods).
+    #[arg(long, value_delimiter = ',', default_value = "1000,10000,30000,100000")]
+    counts: Vec<usize>,
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
+    /// `client-go` speaks its default, protobuf; `client-go-json` the JSON
+    /// that kube-rs and kubewasm speak.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "client-go,client-go-json,kube-rs,kubewasm"
+    )]
+    programs: Vec<String>,
+    #[arg(long, value_delimiter = ',', default_value = "streaming,paged")]
+    modes: Vec<String>,
+    /// Where the binaries are: client-go-informer, kube-rs-informer, load-pods.
+    #[arg(long)]
+    bin_dir: PathBuf,
+    /// The kubewasm binary to measure.
+    #[arg(long)]
+    kubewasm: PathBuf,
+    /// The no-op plugin (subscribes to every Pod delta).
+    #[arg(long)]
+    noop_plugin: PathBuf,
+    #[arg(long)]
+    corpus: PathBuf,
+    /// JSON lines, one per run (appended).
+    #[arg(long)]
+    out: PathBuf,
+    /// Give up on a program that has not synced after this long.
+    #[arg(long, default_value = "600s", value_parser = humantime_secs)]
+    timeout: Duration,
+}
+
+#[derive(Parser)]
+struct ReportArgs {
+    /// `run`'s output.
+    #[arg(long)]
+    sync: PathBuf,
+    /// `cargo bench --bench pipeline` output.
+    #[arg(long)]
+    pipeline: Option<PathBuf>,
+    /// `cargo bench --bench runtime` output.
+    #[arg(long)]
+    runtime: Option<PathBuf>,
+    /// Machine and versions (JSON object of strings), written by bench.sh.
+    #[arg(long)]
+    meta: Option<PathBuf>,
+    #[arg(long)]
+    out: PathBuf,
+    /// Folder for the PNG plots (linked from `out` relatively).
+    #[arg(long)]
+    plots: PathBuf,
+    /// A TrueType font for the plots' text.
+    #[arg(
+        long,
+        default_value = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf"
+    )]
+    font: PathBuf,
+}
+
+fn humantime_secs(s: &str) -> Result<Duration, String> {
+    let n = s.strip_suffix('s').unwrap_or(s);
+    n.parse::<f64>()
+        .map(Duration::from_secs_f64)
+        .map_err(|e| format!("{s:?}: {e} (use seconds, e.g. 600s)"))
+}
+
+/// One measured start of one program.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct RunRecord {
+    program: String,
+    mode: String,
+    count: usize,
+    /// 0 is the discarded warm-up.
+    round: usize,
+    objects: usize,
+    synced_s: f64,
+    cpu_at_sync_s: f64,
+    cpu_s: f64,
+    rss_at_sync_bytes: u64,
+    rss_bytes: u64,
+    peak_rss_bytes: u64,
+    /// Go's live heap at sync (client-go only).
+    heap_bytes: Option<u64>,
+    /// Whether the process went quiet before the settle limit.
+    settled: bool,
+    /// The loader's average served size of a Pod at this count.
+    served_bytes_avg: Option<f64>,
+}
+
+fn main() -> Result<()> {
+    match Cli::parse().cmd {
+        Cmd::Run(a) => run(&a),
+        Cmd::Report(a) => report(&a),
+    }
+}
+
+// ---------------------------------------------------------------- run
+
+fn run(a: &RunArgs) -> Result<()> {
+    for p in &a.programs {
+        if !PROGRAMS.contains(&p.as_str()) {
+            bail!("unknown program {p:?}: use {}", PROGRAMS.join(", "));
+        }
+    }
+    for m in &a.modes {
+        if !["streaming", "paged"].contains(&m.as_str()) {
+            bail!("unknown mode {m:?}: use streaming, paged");
+        }
+    }
+    let mut out = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&a.out)
+        .with_context(|| format!("opening {}", a.out.display()))?;
+    let work = tempfile::tempdir()?;
+    let plugins = work.path().join("plugins");
+    std::fs::create_dir_all(&plugins)?;
+    std::fs::copy(&a.noop_plugin, plugins.join("noop.wasm"))
+        .with_context(|| format!("copying {}", a.noop_plugin.display()))?;
+    std::fs::write(
+        plugins.join("noop.yaml"),
+        "access:\n  - {kinds: [pods], verbs: [read]}\n",
+    )?;
+    // One compile cache for every kubewasm start: the warm-up compiles.
+    let cache = work.path().join("cache");
+    let mut first = true;
+    for &count in &a.counts {
+        let served = load(a, count)?;
+        let warmup = usize::from(first);
+        first = false;
+        for round in (1 - warmup)..=a.rounds {
+            for program in &a.programs {
+                for mode in &a.modes {
+                    let mut rec = measure(a, program, mode, count, &plugins, &cache)
+                        .with_context(|| format!("{program} ({mode}) at {count} Pods"))?;
+                    rec.round = round;
+                    rec.served_bytes_avg = served;
+                    eprintln!(
+                        "sync-bench: {count} Pods, round {round}, {program} {mode}: synced {:.2} s, CPU {:.2} s, RSS {:.0} MiB{}",
+                        rec.synced_s,
+                        rec.cpu_s,
+                        rec.rss_bytes as f64 / 1048576.0,
+                        if rec.settled { "" } else { " (did not settle)" }
+                    );
+                    if rec.objects != count {
+                        bail!(
+                            "{program} ({mode}) synced {} objects where the server holds {count} Pods: is something else creating Pods?",
+                            rec.objects
+                        );
+                    }
+                    writeln!(out, "{}", serde_json::to_string(&rec)?)?;
+                    out.flush()?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Has the loader make the server hold `count` Pods; returns their
+/// average served size.
+fn load(a: &RunArgs, count: usize) -> Result<Option<f64>> {
+    eprintln!("sync-bench: loading {count} Pods");
+    let output = Command::new(a.bin_dir.join("load-pods"))
+        .arg("--kubeconfig")
+        .arg(&a.kubeconfig)
+        .arg("--count")
+        .arg(count.to_string())
+        .arg("--corpus")
+        .arg(&a.corpus)
+        .stderr(Stdio::inherit())
+        .output()
+        .context("running load-pods")?;
+    if !output.status.success() {
+        bail!("load-pods --count {count} failed ({})", output.status);
+    }
+    let text = String::from_utf8_lossy(&output.stdout);
+    let loaded = text
+        .lines()
+        .find_map(|l| l.strip_prefix("LOADED "))
+        .and_then(|j| serde_json::from_str::<Value>(j).ok());
+    Ok(loaded.and_then(|v| v["served_bytes_avg"].as_f64()))
+}
+
+/// Starts one program, waits for it to sync and go quiet, reads its
+/// figures and stops it.
+fn measure(
+    a: &RunArgs,
+    program: &str,
+    mode: &str,
+    count: usize,
+    plugins: &Path,
+    cache: &Path,
+) -> Result<RunRecord> {
+    let mut cmd = match program {
+        "client-go" | "client-go-json" => {
+            let mut c = Command::new(a.bin_dir.join("client-go-informer"));
+            let format = if program == "client-go" {
+                "protobuf"
+            } else {
+                "json"
+            };
+            c.args(["--content-type", format]);
+            c
+        }
+        "kube-rs" => Command::new(a.bin_dir.join("kube-rs-informer")),
+        _ => {
+            let mut c = Command::new(&a.kubewasm);
+            c.arg("run")
+                .arg("--plugins")
+                .arg(plugins)
+                .arg("--cache-dir")
+                .arg(cache)
+                .args(["--log-format", "text", "--metrics-addr", "127.0.0.1:0"])
+                .env("RUST_LOG", "info");
+            c
+        }
+    };
+    // kubewasm spells the streaming mode `stream` (`--initial-list`).
+    let mode_arg = if program == "kubewasm" && mode == "streaming" {
+        "stream"
+    } else {
+        mode
+    };
+    cmd.arg("--kubeconfig")
+        .arg(&a.kubeconfig)
+        .arg("--initial-list")
+        .arg(mode_arg)
+        .env_remove("KUBECONFIG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let start = Instant::now();
+    let mut child = Guard(cmd.spawn().with_context(|| format!("starting {program}"))?);
+    let (tx, rx) = mpsc::channel::<(Instant, String)>();
+    let stdout = child.0.stdout.take().context("no stdout")?;
+    let stderr = child.0.stderr.take().context("no stderr")?;
+    // The line that says "synced": client-go and kube-rs print SYNCED on
+    // stdout; kubewasm logs `cache synced informer=pods objects=N`.
+    let tail = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    for (stream, is_err) in [
+        (Box::new(stdout) as Box<dyn std::io::Read + Send>, false),
+        (Box::new(stderr), true),
+    ] {
+        let tx = tx.clone();
+        let tail = tail.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stream).lines().map_while(Result::ok) {
+                let synced = if is_err {
+                    line.contains("cache synced") && line.contains("informer=pods ")
+                } else {
+                    line.starts_with("SYNCED ")
+                };
+                if synced {
+                    let _ = tx.send((Instant::now(), line));
+                } else if let Ok(mut t) = tail.lock() {
+                    t.push(line);
+                    if t.len() > 40 {
+                        t.remove(0);
+                    }
+                }
+            }
+        });
+    }
+    drop(tx);
+    let pid = child.0.id();
+    let (at, line) = match rx.recv_timeout(a.timeout) {
+        Ok(v) => v,
+        Err(_) => {
+            let status = child.0.try_wait()?;
+            let tail = tail.lock().map(|t| t.join("\n")).unwrap_or_default();
+            bail!(
+                "{program} did not sync within {:?} (exit {status:?}); its last output:\n{tail}",
+                a.timeout
+            );
+        }
+    };
+    let synced_s = at.duration_since(start).as_secs_f64();
+    let at_sync = ProcStat::read(pid)?;
+    let (objects, heap) = if let Some(json) = line.strip_prefix("SYNCED ") {
+        let v: Value = serde_json::from_str(json).context("parsing the SYNCED line")?;
+        (
+            v["objects"].as_u64().unwrap_or(0) as usize,
+            v["heap_alloc_bytes"].as_u64(),
+        )
+    } else {
+        let objects = line
+            .split("objects=")
+            .nth(1)
+            .and_then(|r| r.split_whitespace().next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0);
+        (objects, None)
+    };
+    let (settled, last) = settle(pid)?;
+    child.stop();
+    Ok(RunRecord {
+        program: program.to_owned(),
+        mode: mode.to_owned(),
+        count,
+        round: 0,
+        objects,
+        synced_s,
+        cpu_at_sync_s: at_sync.cpu_s,
+        cpu_s: last.cpu_s,
+        rss_at_sync_bytes: at_sync.rss,
+        rss_bytes: last.rss,
+        peak_rss_bytes: last.hwm,
+        heap_bytes: heap,
+        settled,
+        served_bytes_avg: None,
+    })
+}
+
+/// Waits until the process has used under 2 % of a core over the last
+/// second (at most 60 s); returns whether it did and its last figures.
+fn settle(pid: u32) -> Result<(bool, ProcStat)> {
+    let start = Instant::now();
+    let mut window: Vec<(Instant, f64)> = Vec::new();
+    loop {
+        let s = ProcStat::read(pid)?;
+        let now = Instant::now();
+        window.push((now, s.cpu_s));
+        window.retain(|(t, _)| now.duration_since(*t) <= Duration::from_millis(1100));
+        if let Some((t0, c0)) = window.first()
+            && now.duration_since(*t0) >= Duration::from_millis(1000)
+            && (s.cpu_s - c0) < 0.02
+        {
+            return Ok((true, s));
+        }
+        if start.elapsed() > Duration::from_secs(60) {
+            return Ok((false, s));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+struct ProcStat {
+    cpu_s: f64,
+    rss: u64,
+    hwm: u64,
+}
+
+impl ProcStat {
+    fn read(pid: u32) -> Result<Self> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .with_context(|| format!("reading /proc/{pid}/stat (did the program exit?)"))?;
+        // Fields after the parenthesised command name; utime and stime
+        // are the 14th and 15th fields of the whole line.
+        let rest = stat
+            .rsplit_once(')')
+            .map(|(_, r)| r)
+            .context("malformed /proc stat")?;
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        let ticks: f64 = f.get(11).and_then(|v| v.parse().ok()).unwrap_or(0.0)
+            + f.get(12).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+        // SAFETY: sysconf has no preconditions.
+        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+        let kib = |key: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(key))
+                .and_then(|v| v.split_whitespace().next())
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(0)
+                * 1024
+        };
+        Ok(Self {
+            cpu_s: ticks / hz,
+            rss: kib("VmRSS:"),
+            hwm: kib("VmHWM:"),
+        })
+    }
+}
+
+/// SIGTERM on drop (then SIGKILL after 20 s): no program outlives its run.
+struct Guard(Child);
+
+impl Guard {
+    fn stop(&mut self) {
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe {
+            libc::kill(self.0.id() as i32, libc::SIGTERM);
+        }
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(20) {
+            if let Ok(Some(_)) = self.0.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            self.stop();
+        }
+    }
+}
+
+// ---------------------------------------------------------------- report
+
+/// Median, minimum and maximum of a group of runs.
+#[derive(Clone, Copy)]
+struct Stat {
+    median: f64,
+    min: f64,
+    max: f64,
+}
+
+impl Stat {
+    fn of(mut v: Vec<f64>) -> Option<Self> {
+        if v.is_empty() {
+            return None;
+        }
+        v.sort_by(f64::total_cmp);
+        let n = v.len();
+        let median = if n % 2 == 1 {
+            v[n / 2]
+        } else {
+            (v[n / 2 - 1] + v[n / 2]) / 2.0
+        };
+        Some(Self {
+            median,
+            min: v[0],
+            max: v[n - 1],
+        })
+    }
+
+    fn show(&self, unit: &str, digits: usize) -> String {
+        format!(
+            "{:.d$} {unit} ({:.d$}-{:.d$})",
+            self.median,
+            self.min,
+            self.max,
+            d = digits
+        )
+    }
+}
+
+type Key = (usize, String, String);
+
+struct Groups {
+    runs: BTreeMap<Key, Vec<RunRecord>>,
+    counts: Vec<usize>,
+}
+
+impl Groups {
+    fn stat(
+        &self,
+        count: usize,
+        program: &str,
+        mode: &str,
+        f: fn(&RunRecord) -> f64,
+    ) -> Option<Stat> {
+        let runs = self
+            .runs
+            .get(&(count, program.to_owned(), mode.to_owned()))?;
+        Stat::of(runs.iter().map(f).collect())
+    }
+}
+
+const PROGRAMS: [&str; 4] = ["client-go", "client-go-json", "kube-rs", "kubewasm"];
+const MODES: [&str; 2] = ["streaming", "paged"];
+
+fn cpu(r: &RunRecord) -> f64 {
+    r.cpu_s
+}
+fn rss_mib(r: &RunRecord) -> f64 {
+    r.rss_bytes as f64 / 1048576.0
+}
+fn synced(r: &RunRecord) -> f64 {
+    r.synced_s
+}
+
+fn report(a: &ReportArgs) -> Result<()> {
+    let text = std::fs::read_to_string(&a.sync)
+        .with_context(|| format!("reading {}", a.sync.display()))?;
+    let mut runs: BTreeMap<Key, Vec<RunRecord>> = BTreeMap::new();
+    let mut served: BTreeMap<usize, f64> = BTreeMap::new();
+    let mut unsettled = 0;
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let r: RunRecord = serde_json::from_str(line).context("a line of the sync results")?;
+        if let Some(s) = r.served_bytes_avg {
+            served.insert(r.count, s);
+        }
+        if r.round == 0 {
+            continue;
+        }
+        unsettled += usize::from(!r.settled);
+        runs.entry((r.count, r.program.clone(), r.mode.clone()))
+            .or_default()
+            .push(r);
+    }
+    let mut counts: Vec<usize> = runs.keys().map(|k| k.0).collect();
+    counts.dedup();
+    let g = Groups { runs, counts };
+    let meta: BTreeMap<String, String> = match &a.meta {
+        Some(p) => serde_json::from_str(&std::fs::read_to_string(p)?)?,
+        None => BTreeMap::new(),
+    };
+    let bench_lines = |p: &Option<PathBuf>| -> Result<Vec<Value>> {
+        let Some(p) = p else { return Ok(Vec::new()) };
+        let text =
+            std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+        Ok(text
+            .lines()
+            .filter_map(|l| l.strip_prefix("BENCH-JSON "))
+            .filter_map(|j| serde_json::from_str(j).ok())
+            .collect())
+    };
+    let pipeline = bench_lines(&a.pipeline)?;
+    let runtime = bench_lines(&a.runtime)?;
+
+    std::fs::create_dir_all(&a.plots)?;
+    let font: &'static [u8] = Box::leak(
+        std::fs::read(&a.font)
+            .with_context(|| {
+                format!(
+                    "reading the plot font {} (Debian: apt-get install fonts-dejavu-core, or pass --font)",
+                    a.font.display()
+                )
+            })?
+            .into_boxed_slice(),
+    );
+    plotters::style::register_font("sans-serif", plotters::style::FontStyle::Normal, font)
+        .map_err(|_| anyhow::anyhow!("{} is not a usable TrueType font", a.font.display()))?;
+    let rel = relative(&a.plots, a.out.parent().unwrap_or(Path::new(".")));
+    let mut plots = Vec::new();
+    for (file, title, y, f) in [
+        (
+            "sync-cpu.png",
+            "CPU (user+sys) to synced and settled",
+            "seconds",
+            cpu as fn(&RunRecord) -> f64,
+        ),
+        ("sync-rss.png", "RSS after sync", "MiB", rss_mib),
+        ("sync-time.png", "Wall time to synced", "seconds", synced),
+    ] {
+        plot_sync(&g, &a.plots.join(file), title, y, f)?;
+        plots.push(format!("![{title}]({rel}/{file})"));
+    }
+    let latency = pipeline
+        .iter()
+        .filter(|v| v["phase"] == "paced" && v["instances"] == 1)
+        .cloned()
+        .collect::<Vec<_>>();
+    if !latency.is_empty() {
+        plot_latency(&latency, &a.plots.join("pipeline-latency.png"))?;
+        plots.push(format!(
+            "![Pipeline latency against delta rate]({rel}/pipeline-latency.png)"
+        ));
+    }
+
+    let mut md = String::new();
+    let w = &mut md;
+    use std::fmt::Write as _;
+    writeln!(w, "# Performance")?;
+    writeln!(w)?;
+    writeln!(
+        w,
+        "Written by `bash scripts/bench.sh` (do not edit by hand; rerun it). Initial sync of Pods of real-world shapes (from the corpus, server fields stripped, status set through the subresource, 50 namespaces) on one real kube-apiserver, measured for a client-go SharedInformer (`client-go`: its default wire format, protobuf; `client-go-json`: JSON, what kube-rs and kubewasm speak), a kube-rs reflector and kubewasm with a no-op plugin subscribed to every Pod, in both initial-list modes (`streaming`: one watch with `sendInitialEvents=true`; `paged`: LIST, then WATCH. The informers' first LIST asks for `resourceVersion=0`, which the API server's watch cache answers in one response whatever the page size, so `paged` is one LIST here, as on a real cluster)."
+    )?;
+    writeln!(w)?;
+    writeln!(w, "## Machine and versions")?;
+    writeln!(w)?;
+    writeln!(w, "| | |")?;
+    writeln!(w, "|---|---|")?;
+    for (k, v) in &meta {
+        writeln!(w, "| {k} | {v} |")?;
+    }
+    writeln!(w)?;
+    writeln!(w, "## How it is measured")?;
+    writeln!(w)?;
+    writeln!(
+        w,
+        "- Each program is started fresh for each measurement, against the same server holding the Pods. **Synced**: wall time from spawn to the program's own \"synced\" signal (client-go `WaitForCacheSync`, kube-rs `Store::wait_until_ready`, kubewasm's `cache synced informer=pods` log line). **CPU** (user + system) and **RSS** are read from `/proc` once the process has used under 2 % of a core for a second after syncing, so work a synced cache leaves queued (kubewasm's plugin calls for the initial list) counts."
+    )?;
+    writeln!(
+        w,
+        "- {} rounds after one discarded warm-up round; rounds interleave the programs so a noisy minute hits them alike. Figures are medians with the range (min-max) in brackets.",
+        g.runs.values().map(Vec::len).max().unwrap_or(0)
+    )?;
+    writeln!(
+        w,
+        "- Ratios compare kubewasm's CPU with client-go's cheapest variant and mode at that count, and its time to synced and RSS with client-go (protobuf) in the same mode; the goals are issue 13's."
+    )?;
+    writeln!(
+        w,
+        "- kubewasm is its release build with jemalloc (the image's allocator); kube-rs and client-go use their defaults (glibc malloc; Go's runtime). client-go and kube-rs keep whole typed Pods (with managedFields), as their users' informers do; kubewasm keeps compact JSON without managedFields."
+    )?;
+    if unsettled > 0 {
+        writeln!(
+            w,
+            "- {unsettled} runs never went quiet within 60 s after syncing; their CPU is what they had used by then."
+        )?;
+    }
+    writeln!(w)?;
+    writeln!(w, "## Initial sync")?;
+    writeln!(w)?;
+    for &count in &g.counts {
+        let served_note = served
+            .get(&count)
+            .map(|b| format!(", {:.1} KB served per Pod on average", b / 1000.0))
+            .unwrap_or_default();
+        writeln!(w, "### {count} Pods{served_note}")?;
+        writeln!(w)?;
+        writeln!(
+            w,
+            "| program | list mode | synced | CPU | RSS after sync | peak RSS | Go heap |"
+        )?;
+        writeln!(w, "|---|---|---|---|---|---|---|")?;
+        for p in PROGRAMS {
+            for m in MODES {
+                let Some(runs) = g.runs.get(&(count, p.to_owned(), m.to_owned())) else {
+                    continue;
+                };
+                let s = |f: fn(&RunRecord) -> f64| Stat::of(runs.iter().map(f).collect());
+                let show = |st: Option<Stat>, unit: &str, d: usize| {
+                    st.map_or_else(|| "-".to_owned(), |st| st.show(unit, d))
+                };
+                writeln!(
+                    w,
+                    "| {p} | {m} | {} | {} | {} | {} | {} |",
+                    show(s(synced), "s", 2),
+                    show(s(cpu), "s", 2),
+                    show(s(rss_mib), "MiB", 0),
+                    show(s(|r| r.peak_rss_bytes as f64 / 1048576.0), "MiB", 0),
+                    show(
+                        Stat::of(
+                            runs.iter()
+                                .filter_map(|r| r.heap_bytes)
+                                .map(|b| b as f64 / 1048576.0)
+                                .collect()
+                        ),
+                        "MiB",
+                        0
+                    ),
+                )?;
+            }
+        }
+        writeln!(w)?;
+        // Ratios and goals (issue 13): kubewasm against client-go's
+        // cheapest mode (CPU), the same mode (wall time, RSS) and kube-rs.
+        let cheapest = ["client-go", "client-go-json"]
+            .iter()
+            .flat_map(|p| MODES.iter().map(move |m| (*p, *m)))
+            .filter_map(|(p, m)| {
+                g.stat(count, p, m, cpu)
+                    .map(|s| (format!("{p} {m}"), s.median))
+            })
+            .min_by(|a, b| a.1.total_cmp(&b.1));
+        writeln!(
+            w,
+            "| kubewasm mode | CPU / client-go's cheapest | CPU / kube-rs | synced / client-go | RSS / client-go | RSS / kube-rs | goals met |"
+        )?;
+        writeln!(w, "|---|---|---|---|---|---|---|")?;
+        for m in MODES {
+            let Some(kw_cpu) = g.stat(count, "kubewasm", m, cpu) else {
+                continue;
+            };
+            let ratio =
+                |a: Option<Stat>, b: Option<Stat>| a.zip(b).map(|(a, b)| a.median / b.median);
+            let cpu_cg = cheapest.as_ref().map(|(_, c)| kw_cpu.median / c);
+            let cpu_kr = ratio(Some(kw_cpu), g.stat(count, "kube-rs", m, cpu));
+            let sync_cg = ratio(
+                g.stat(count, "kubewasm", m, synced),
+                g.stat(count, "client-go", m, synced),
+            );
+            let rss_cg = ratio(
+                g.stat(count, "kubewasm", m, rss_mib),
+                g.stat(count, "client-go", m, rss_mib),
+            );
+            let rss_kr = ratio(
+                g.stat(count, "kubewasm", m, rss_mib),
+                g.stat(count, "kube-rs", m, rss_mib),
+            );
+            let x = |r: Option<f64>| r.map_or_else(|| "-".to_owned(), |r| format!("{r:.2}x"));
+            let mut goals = Vec::new();
+            for (name, r, goal) in [
+                ("CPU <= 0.25x", cpu_cg, 0.25),
+                ("synced <= 1x", sync_cg, 1.0),
+                ("RSS <= 0.4x", rss_cg, 0.4),
+            ] {
+                if let Some(r) = r {
+                    goals.push(format!(
+                        "{name}: {}",
+                        if r <= goal { "yes" } else { "**no**" }
+                    ));
+                }
+            }
+            writeln!(
+                w,
+                "| {m} | {}{} | {} | {} | {} | {} | {} |",
+                x(cpu_cg),
+                cheapest
+                    .as_ref()
+                    .map(|(cm, _)| format!(" ({cm})"))
+                    .unwrap_or_default(),
+                x(cpu_kr),
+                x(sync_cg),
+                x(rss_cg),
+                x(rss_kr),
+                goals.join("; ")
+            )?;
+        }
+        writeln!(w)?;
+    }
+    // RSS growth: a least-squares line through kubewasm's medians.
+    writeln!(w, "### RSS growth")?;
+    writeln!(w)?;
+    writeln!(
+        w,
+        "Least-squares slope of the median RSS after sync against the Pod count, and the worst relative deviation of a point from that line (small means linear)."
+    )?;
+    writeln!(w)?;
+    writeln!(
+        w,
+        "| program | list mode | slope | intercept | worst deviation |"
+    )?;
+    writeln!(w, "|---|---|---|---|---|")?;
+    for p in PROGRAMS {
+        for m in MODES {
+            let pts: Vec<(f64, f64)> = g
+                .counts
+                .iter()
+                .filter_map(|&c| g.stat(c, p, m, rss_mib).map(|s| (c as f64, s.median)))
+                .collect();
+            if pts.len() < 2 {
+                continue;
+            }
+            let (slope, icpt) = fit(&pts);
+            let dev = pts
+                .iter()
+                .map(|(x, y)| ((slope * x + icpt) - y).abs() / y)
+                .fold(0.0, f64::max);
+            writeln!(
+                w,
+                "| {p} | {m} | {:.2} KiB per Pod | {icpt:.0} MiB | {:.0} % |",
+                slope * 1024.0,
+                dev * 100.0
+            )?;
+        }
+    }
+    writeln!(w)?;
+    writeln!(w, "## Plots")?;
+    writeln!(w)?;
+    for p in &plots {
+        writeln!(w, "{p}")?;
+        writeln!(w)?;
+    }
+    if !pipeline.is_empty() {
+        writeln!(w, "## Pipeline (cargo bench --bench pipeline)")?;
+        writeln!(w)?;
+        writeln!(
+            w,
+            "Source -> informer -> cache -> dispatcher -> plugin on this machine, 20k corpus Pods fed in-process (no API server), actions discarded. Latency: from the informer receiving a delta to the plugin call returning. Goals (issue 13): >= 200k deltas/s no-op, >= 100k/s realistic on one instance, p50 <= 100 us and p99 <= 1 ms at 5k deltas/s."
+        )?;
+        writeln!(w)?;
+        writeln!(
+            w,
+            "| plugin | instances | phase | throughput | p50 | p99 | call p50 |"
+        )?;
+        writeln!(w, "|---|---|---|---|---|---|---|")?;
+        for v in pipeline.iter().filter(|v| v["bench"] == "pipeline") {
+            let us = |k: &str| {
+                v[k].as_f64()
+                    .map_or_else(|| "-".to_owned(), |u| format!("{u:.1} us"))
+            };
+            let phase = if v["phase"] == "paced" {
+                format!("updates at {:.0}/s", v["rate"].as_f64().unwrap_or(0.0))
+            } else {
+                "initial list".to_owned()
+            };
+            writeln!(
+                w,
+                "| {} | {} | {phase} | {} | {} | {} | {} |",
+                v["plugin"].as_str().unwrap_or("?"),
+                v["instances"],
+                v["throughput"]
+                    .as_f64()
+                    .map_or_else(|| "-".to_owned(), |t| format!("{t:.0}/s")),
+                us("p50_us"),
+                us("p99_us"),
+                us("call_p50_us")
+            )?;
+        }
+        if let Some(d) = pipeline.iter().find(|v| v["bench"] == "decode") {
+            let (before, now) = (
+                d["before_us"].as_f64().unwrap_or(0.0),
+                d["now_us"].as_f64().unwrap_or(f64::INFINITY),
+            );
+            writeln!(w)?;
+            writeln!(
+                w,
+                "Decode: one watch event of a served Pod ({} B) into the cache's form takes {now:.1} us (the object's text scanned once), against {before:.1} us the way it was decoded before (a `DynamicObject`, then a `Value`, then text): {:.2}x.",
+                d["event_bytes"],
+                before / now
+            )?;
+        }
+        if let Some(c) = pipeline.iter().find(|v| v["bench"] == "cache-bytes") {
+            let per = c["bytes_per_pod"].as_f64().unwrap_or(0.0);
+            let stripped = c["stripped_json_avg"].as_f64().unwrap_or(1.0);
+            writeln!(w)?;
+            writeln!(
+                w,
+                "Cache: {per:.0} bytes per cached Pod = {:.2}x its stripped compact JSON ({stripped:.0} B; goal <= 1.0x), {:.2}x the served JSON.",
+                per / stripped,
+                per / c["served_json_avg"].as_f64().unwrap_or(1.0)
+            )?;
+        }
+        writeln!(w)?;
+    }
+    if !runtime.is_empty() {
+        writeln!(w, "## Plugin calls (cargo bench --bench runtime)")?;
+        writeln!(w)?;
+        writeln!(
+            w,
+            "Per delta, one plugin instance, one delta per hand-off and a batch per hand-off. Goals (issue 12): no-op host overhead <= 1 us, realistic >= 100k/s, whole-object parse within 1.2x of native, epoch deadlines <= 10 %."
+        )?;
+        writeln!(w)?;
+        writeln!(w, "| plugin | WIT | one per hand-off | batched |")?;
+        writeln!(w, "|---|---|---|---|")?;
+        for v in runtime.iter().filter(|v| v["wit"].is_string()) {
+            writeln!(
+                w,
+                "| {} | {} | {:.2} us | {:.2} us ({:.0}/s) |",
+                v["plugin"].as_str().unwrap_or("?"),
+                v["wit"].as_str().unwrap_or("?"),
+                v["us"].as_f64().unwrap_or(0.0),
+                v["batched_us"].as_f64().unwrap_or(0.0),
+                1e6 / v["batched_us"].as_f64().unwrap_or(f64::INFINITY)
+            )?;
+        }
+        if let Some(n) = runtime.iter().find(|v| v["plugin"] == "parse-all-native") {
+            writeln!(
+                w,
+                "| parse-all, same logic natively | - | {:.2} us | - |",
+                n["us"].as_f64().unwrap_or(0.0)
+            )?;
+        }
+        if let Some(e) = runtime.iter().find(|v| v["plugin"] == "epoch-cost") {
+            writeln!(w)?;
+            writeln!(
+                w,
+                "Epoch deadlines cost {:+.1} % on the realistic plugin.",
+                e["percent"].as_f64().unwrap_or(0.0)
+            )?;
+        }
+        writeln!(w)?;
+    }
+    if let Some(dir) = a.out.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    std::fs::write(&a.out, md).with_context(|| format!("writing {}", a.out.display()))?;
+    eprintln!(
+        "sync-bench: wrote {} and {} plots",
+        a.out.display(),
+        plots.len()
+    );
+    Ok(())
+}
+
+/// `path` as seen from `from` (both under the same root; good enough for
+/// docs/ and docs/performance/).
+fn relative(path: &Path, from: &Path) -> String {
+    let abs = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_owned());
+    let (path, from) = (abs(path), abs(from));
+    path.strip_prefix(&from)
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|_| path.display().to_string())
+}
+
+/// Least squares: (slope, intercept).
+fn fit(pts: &[(f64, f64)]) -> (f64, f64) {
+    let n = pts.len() as f64;
+    let (sx, sy) = pts.iter().fold((0.0, 0.0), |(a, b), (x, y)| (a + x, b + y));
+    let (mx, my) = (sx / n, sy / n);
+    let (num, den) = pts.iter().fold((0.0, 0.0), |(a, b), (x, y)| {
+        (a + (x - mx) * (y - my), b + (x - mx) * (x - mx))
+    });
+    let slope = if den == 0.0 { 0.0 } else { num / den };
+    (slope, my - slope * mx)
+}
+
+fn color(i: usize) -> plotters::style::RGBColor {
+    use plotters::style::RGBColor;
+    [
+        RGBColor(0, 114, 178),
+        RGBColor(86, 180, 233),
+        RGBColor(213, 94, 0),
+        RGBColor(230, 159, 0),
+        RGBColor(0, 158, 115),
+        RGBColor(120, 200, 160),
+    ][i % 6]
+}
+
+/// One line per program and mode: the median against the Pod count (log
+/// x), with the range as error bars.
+fn plot_sync(
+    g: &Groups,
+    file: &Path,
+    title: &str,
+    y: &str,
+    f: fn(&RunRecord) -> f64,
+) -> Result<()> {
+    use plotters::prelude::*;
+    let root = BitMapBackend::new(file, (900, 560)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| anyhow::anyhow!("{e:?}"))?;
+    let xmin = *g.counts.first().unwrap_or(&1) as f64 * 0.8;
+    let xmax = *g.counts.last().unwrap_or(&1) as f64 * 1.25;
+    let ymax = g.runs.values().flatten().map(f).fold(0.0, f64::max) * 1.1;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 22))
+        .margin(12)
+        .x_label_area_size(44)
+        .y_label_area_size(64)
+        .build_cartesian_2d((xmin..xmax).log_scale(), 0.0..ymax.max(1e-9))
+        .map_err(|e| anyhow::anyhow!("{e:?}"))?;
+    chart
+        .configure_mesh()
+        .x_desc("Pods")
+        .y_desc(y)
+        .x_label_formatter(&|x| format!("{:.0}k", x / 1000.0))
+        .draw()
+        .map_err(|e| anyhow::anyhow!("{e:?}"))?;
+    let mut i = 0;
+    for p in PROGRAMS {
+        for m in MODES {
+            let pts: Vec<(f64, Stat)> = g
+                .counts
+                .iter()
+                .filter_map(|&c| g.stat(c, p, m, f).map(|s| (c as f64, s)))
+                .collect();
+            let c = color(i);
+            i += 1;
+            if pts.is_empty() {
+                continue;
+            }
+            let style = if m == "paged" {
+                ShapeStyle::from(&c).stroke_width(2)
+            } else {
+                ShapeStyle::from(&c).stroke_width(3)
+            };
+            chart
+                .draw_series(LineSeries::new(
+                    pts.iter().map(|(x, s)| (*x, s.median)),
+                    style,
+                ))
+                .map_err(|e| anyhow::anyhow!("{e:?}"))?
+                .label(format!("{p} ({m})"))
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(3))
+                });
+            chart
+                .draw_series(pts.iter().map(|(x, s)| {
+                    ErrorBar::new_vertical(*x, s.min, s.median, s.max, c.filled(), 6)
+                }))
+                .map_err(|e| anyhow::anyhow!("{e:?}"))?;
+        }
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|e| anyhow::anyhow!("{e:?}"))?;
+    root.present().map_err(|e| anyhow::anyhow!("{e:?}"))?;
+    Ok(())
+}
+
+/// p50 and p99 against the paced delta rate, per plugin (one instance).
+fn plot_latency(points: &[Value], file: &Path) -> Result<()> {
+    use plotters::prelude::*;
+    let root = BitMapBackend::new(file, (900, 560)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| anyhow::anyhow!("{e:?}"))?;
+    let rate = |v: &Value| v["rate"].as_f64().unwrap_or(1.0);
+    let us = |v: &Value, k: &str| v[k].as_f64().unwrap_or(1.0).max(1.0);
+    let xmin = points.iter().map(rate).fold(f64::INFINITY, f64::min) * 0.8;
+    let xmax = points.iter().map(rate).fold(0.0, f64::max) * 1.25;
+    let ymax = points
+        .iter()
+        .map(|v| us(v, "p99_us"))
+        .fold(1000.0, f64::max)
+        * 1.5;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            "Pipeline latency (watch event to plugin returned)",
+            ("sans-serif", 22),
+        )
+        .margin(12)
+        .x_label_area_size(44)
+        .y_label_area_size(64)
+        .build_cartesian_2d((xmin..xmax).log_scale(), (5.0..ymax).log_scale())
+        .map_err(|e| anyhow::anyhow!("{e:?}"))?;
+    chart
+        .configure_mesh()
+        .x_desc("deltas per second")
+        .y_desc("microseconds")
+        .draw()
+        .map_err(|e| anyhow::anyhow!("{e:?}"))?;
+    let mut plugins: Vec<String> = points
+        .iter()
+        .filter_map(|v| v["plugin"].as_str().map(str::to_owned))
+        .collect();
+    plugins.sort();
+    plugins.dedup();
+    let mut i = 0;
+    for p in &plugins {
+        for (k, width) in [("p50_us", 3), ("p99_us", 2)] {
+            let mut pts: Vec<(f64, f64)> = points
+                .iter()
+                .filter(|v| v["plugin"] == p.as_str())
+                .map(|v| (rate(v), us(v, k)))
+                .collect();
+            pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+            let c = color(i);
+            i += 1;
+            chart
+                .draw_series(LineSeries::new(pts.clone(), c.stroke_width(width)))
+                .map_err(|e| anyhow::anyhow!("{e:?}"))?
+                .label(format!("{p} {}", &k[..3]))
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(3))
+                });
+            chart
+                .draw_series(pts.iter().map(|p| Circle::new(*p, 4, c.filled())))
+                .map_err(|e| anyhow::anyhow!("{e:?}"))?;
+        }
+    }
+    for (goal, label) in [(100.0, "p50 goal 100 us"), (1000.0, "p99 goal 1 ms")] {
+        chart
+            .draw_series(LineSeries::new(
+                vec![(xmin, goal), (xmax, goal)],
+                BLACK.mix(0.4).stroke_width(1),
+            ))
+            .map_err(|e| anyhow::anyhow!("{e:?}"))?
+            .label(label)
+            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], BLACK.mix(0.4)));
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|e| anyhow::anyhow!("{e:?}"))?;
+    root.present().map_err(|e| anyhow::anyhow!("{e:?}"))?;
+    Ok(())
+}

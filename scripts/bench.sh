@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# The performance benchmark, one command (not part of the test command):
+# builds kubewasm (release, jemalloc), the no-op plugin, the client-go and
+# kube-rs baselines, the Pod loader and the test control plane; starts a
+# real kube-apiserver + etcd; loads 1k, 10k, 30k and 100k Pods of the
+# corpus's shapes in turn and measures the initial sync of client-go,
+# kube-rs and kubewasm on it (both list modes, 3 rounds each); then runs
+# the pipeline and runtime benchmarks; and writes docs/PERFORMANCE.md with
+# plots under docs/performance/.
+#
+#   bash scripts/bench.sh                         # everything (about 1-2 h on 2 cores)
+#   bash scripts/bench.sh --counts 1000,10000 --rounds 1 --no-micro   # a quick look
+#
+# Options: --counts N,N,...  --rounds R  --no-micro (skip the pipeline and
+# runtime benchmarks)  --out FILE (default docs/PERFORMANCE.md).
+# KUBEWASM_CORPUS names the corpus (default ../shared/corpus).
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$root"
+export PATH="$PATH:$HOME/.cargo/bin:/usr/local/go/bin"
+
+counts=1000,10000,30000,100000
+rounds=3
+micro=1
+report=docs/PERFORMANCE.md
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --counts) counts="$2"; shift 2 ;;
+    --rounds) rounds="$2"; shift 2 ;;
+    --no-micro) micro=0; shift ;;
+    --out) report="$2"; shift 2 ;;
+    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    *) echo "bench.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
+  esac
+done
+
+corpus="${KUBEWASM_CORPUS:-$root/../shared/corpus}"
+if ! ls "$corpus"/objects/Pod/*.json >/dev/null 2>&1; then
+  echo "bench.sh: no corpus Pods under $corpus/objects/Pod: set KUBEWASM_CORPUS to the corpus folder" >&2
+  exit 1
+fi
+command -v cargo >/dev/null || { echo "bench.sh: Rust is required: https://rustup.rs" >&2; exit 1; }
+command -v go >/dev/null || { echo "bench.sh: Go is required (the client-go baseline, the control plane)" >&2; exit 1; }
+font=/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf
+if [ ! -f "$font" ]; then
+  apt-get update -qq && apt-get install -y -qq fonts-dejavu-core
+fi
+
+target="${CARGO_TARGET_DIR:-$root/target}"
+case "$target" in /*) ;; *) target="$root/$target" ;; esac
+out="$target/bench"
+mkdir -p "$out"
+
+echo "bench.sh: building" >&2
+rustup target add wasm32-wasip2 >/dev/null
+bash plugins/build.sh >/dev/null
+cargo build --release -p kubewasm --bin kubewasm --features jemalloc
+(cd bench/client-go && go build -o "$out/client-go-informer" .)
+(cd bench && CARGO_TARGET_DIR="$target/bench-build" cargo build --release)
+for b in kube-rs-informer load-pods sync-bench; do
+  cp "$target/bench-build/release/$b" "$out/$b"
+done
+bash tests/controlplane/build.sh
+
+cp_dir="$(mktemp -d)"
+cp_pid=""
+cleanup() {
+  if [ -n "$cp_pid" ]; then
+    kill -TERM "$cp_pid" 2>/dev/null || true
+    wait "$cp_pid" 2>/dev/null || true
+  fi
+  rm -rf "$cp_dir"
+}
+trap cleanup EXIT
+# etcd holds 100k Pods of about 7 KB, twice (create, then status) until
+# compaction: more than its default 2 GiB quota.
+tests/controlplane/bin/kubewasm-controlplane --dir "$cp_dir/cp" --etcd-quota-bytes $((8 << 30)) --apiserver-arg=--allow-privileged=true \
+  >"$cp_dir/ready" 2>"$cp_dir/controlplane.log" &
+cp_pid=$!
+for _ in $(seq 1 300); do
+  grep -q "KUBEWASM-CONTROLPLANE READY" "$cp_dir/ready" 2>/dev/null && break
+  kill -0 "$cp_pid" 2>/dev/null || { cat "$cp_dir/controlplane.log" >&2; echo "bench.sh: the control plane exited" >&2; exit 1; }
+  sleep 0.5
+done
+kubeconfig="$(sed -n 's/.*"adminKubeconfig":"\([^"]*\)".*/\1/p' "$cp_dir/ready")"
+[ -n "$kubeconfig" ] || { echo "bench.sh: the control plane never became ready" >&2; exit 1; }
+
+rm -f "$out/sync.jsonl"
+"$out/sync-bench" run \
+  --kubeconfig "$kubeconfig" \
+  --counts "$counts" \
+  --rounds "$rounds" \
+  --bin-dir "$out" \
+  --kubewasm "$target/release/kubewasm" \
+  --noop-plugin plugins/target/wasm32-wasip2/release/noop.wasm \
+  --corpus "$corpus" \
+  --out "$out/sync.jsonl"
+# The micro benchmarks get the machine to themselves.
+cleanup
+cp_pid=""
+trap - EXIT
+
+micro_args=()
+if [ "$micro" = 1 ]; then
+  cargo bench -p kubewasm --bench pipeline | tee "$out/pipeline.txt"
+  cargo bench -p kubewasm --bench runtime | tee "$out/runtime.txt"
+  micro_args=(--pipeline "$out/pipeline.txt" --runtime "$out/runtime.txt")
+fi
+
+version_of() { sed -n "s/^[[:space:]]*$1 v\{0,1\}\([0-9][^ ]*\).*/\1/p" "$2" | head -1; }
+python3 - "$out/meta.json" <<EOF
+import json, os, platform, subprocess, sys, datetime
+def sh(*c):
+    try:
+        return subprocess.run(c, capture_output=True, text=True, check=True).stdout.strip()
+    except Exception as e:
+        return f"unknown ({e})"
+cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "unknown")
+mem = next((l.split()[1] for l in open("/proc/meminfo") if l.startswith("MemTotal")), "0")
+meta = {
+    "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+    "machine": f"{os.cpu_count()} CPUs ({cpu}), {int(mem) / 1048576:.1f} GiB, Linux {platform.release()}",
+    "kubewasm": sh("git", "describe", "--always", "--dirty"),
+    "kube-apiserver": "v1.35.8 and etcd v3.6.5 (tests/controlplane)",
+    "client-go": "$(version_of k8s.io/client-go bench/client-go/go.mod)",
+    "kube-rs": "kube $(sed -n '/^name = "kube"$/{n;s/version = "\(.*\)"/\1/p}' bench/Cargo.lock)",
+    "rustc": sh("rustc", "-V"),
+    "go": sh("go", "version"),
+    "Pod counts and rounds": "$counts; $rounds rounds",
+}
+json.dump(meta, open(sys.argv[1], "w"), indent=1)
+EOF
+
+"$out/sync-bench" report \
+  --sync "$out/sync.jsonl" \
+  "${micro_args[@]}" \
+  --meta "$out/meta.json" \
+  --out "$report" \
+  --plots "$(dirname "$report")/performance" \
+  --font "$font"
+echo "bench.sh: wrote $report" >&2
