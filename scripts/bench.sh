@@ -86,6 +86,8 @@ kubeconfig="$(sed -n 's/.*"adminKubeconfig":"\([^"]*\)".*/\1/p' "$cp_dir/ready")
 [ -n "$kubeconfig" ] || { echo "bench.sh: the control plane never became ready" >&2; exit 1; }
 
 rm -f "$out/sync.jsonl"
+# The machine's load when each part starts (a shared machine is noisy).
+load_sync="$(cut -d' ' -f1-3 /proc/loadavg)"
 "$out/sync-bench" run \
   --kubeconfig "$kubeconfig" \
   --counts "$counts" \
@@ -101,13 +103,15 @@ cp_pid=""
 trap - EXIT
 
 micro_args=()
+load_micro="not run"
 if [ "$micro" = 1 ]; then
+  load_micro="$(cut -d' ' -f1-3 /proc/loadavg)"
   cargo bench -p kubewasm --bench pipeline | tee "$out/pipeline.txt"
   cargo bench -p kubewasm --bench runtime | tee "$out/runtime.txt"
   micro_args=(--pipeline "$out/pipeline.txt" --runtime "$out/runtime.txt")
 fi
 
-version_of() { sed -n "s/^[[:space:]]*$1 v\{0,1\}\([0-9][^ ]*\).*/\1/p" "$2" | head -1; }
+client_go="$(awk '$1 == "k8s.io/client-go" {print $2}' bench/client-go/go.mod)"
 python3 - "$out/meta.json" <<EOF
 import json, os, platform, subprocess, sys, datetime
 def sh(*c):
@@ -122,11 +126,12 @@ meta = {
     "machine": f"{os.cpu_count()} CPUs ({cpu}), {int(mem) / 1048576:.1f} GiB, Linux {platform.release()}",
     "kubewasm": sh("git", "describe", "--always", "--dirty"),
     "kube-apiserver": "v1.35.8 and etcd v3.6.5 (tests/controlplane)",
-    "client-go": "$(version_of k8s.io/client-go bench/client-go/go.mod)",
+    "client-go": "$client_go",
     "kube-rs": "kube $(sed -n '/^name = "kube"$/{n;s/version = "\(.*\)"/\1/p}' bench/Cargo.lock)",
     "rustc": sh("rustc", "-V"),
     "go": sh("go", "version"),
-    "Pod counts and rounds": "$counts; $rounds rounds",
+    "Pod counts and rounds": "$counts; $rounds round(s)",
+    "load average (1, 5, 15 min) at the start": "sync: $load_sync; micro benchmarks: $load_micro",
 }
 json.dump(meta, open(sys.argv[1], "w"), indent=1)
 EOF

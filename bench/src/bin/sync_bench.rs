@@ -633,7 +633,7 @@ fn report(a: &ReportArgs) -> Result<()> {
     )?;
     writeln!(
         w,
-        "- {} rounds after one discarded warm-up round; rounds interleave the programs so a noisy minute hits them alike. Figures are medians with the range (min-max) in brackets.",
+        "- {} round(s) after one discarded warm-up round; rounds interleave the programs so a noisy minute hits them alike. Figures are medians with the range (min-max) in brackets.",
         g.runs.values().map(Vec::len).max().unwrap_or(0)
     )?;
     writeln!(
@@ -947,7 +947,9 @@ fn color(i: usize) -> plotters::style::RGBColor {
         RGBColor(230, 159, 0),
         RGBColor(0, 158, 115),
         RGBColor(120, 200, 160),
-    ][i % 6]
+        RGBColor(204, 0, 0),
+        RGBColor(240, 120, 160),
+    ][i % 8]
 }
 
 /// One line per program and mode: the median against the Pod count (log
@@ -1053,6 +1055,9 @@ fn plot_latency(points: &[Value], file: &Path) -> Result<()> {
         .configure_mesh()
         .x_desc("deltas per second")
         .y_desc("microseconds")
+        .x_labels(6)
+        .x_label_formatter(&|x| format!("{x:.0}"))
+        .y_label_formatter(&|y| format!("{y:.0}"))
         .draw()
         .map_err(|e| anyhow::anyhow!("{e:?}"))?;
     let mut plugins: Vec<String> = points
@@ -1084,15 +1089,20 @@ fn plot_latency(points: &[Value], file: &Path) -> Result<()> {
                 .map_err(|e| anyhow::anyhow!("{e:?}"))?;
         }
     }
+    let grey = RGBColor(110, 110, 110);
     for (goal, label) in [(100.0, "p50 goal 100 us"), (1000.0, "p99 goal 1 ms")] {
         chart
-            .draw_series(LineSeries::new(
+            .draw_series(DashedLineSeries::new(
                 vec![(xmin, goal), (xmax, goal)],
-                BLACK.mix(0.4).stroke_width(1),
+                8,
+                5,
+                grey.stroke_width(2),
             ))
             .map_err(|e| anyhow::anyhow!("{e:?}"))?
             .label(label)
-            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], BLACK.mix(0.4)));
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 18, y)], grey.stroke_width(2))
+            });
     }
     chart
         .configure_series_labels()
