@@ -166,7 +166,14 @@ fn push_member(out: &mut String, key: &str, raw: &str) -> Result<(), ObjectError
     if !out.is_empty() && !out.ends_with('{') {
         out.push(',');
     }
-    out.push_str(&serde_json::to_string(key)?);
+    // Keys are plain in practice: written as they are, escaped otherwise.
+    if key.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+        out.push('"');
+        out.push_str(key);
+        out.push('"');
+    } else {
+        out.push_str(&serde_json::to_string(key)?);
+    }
     out.push(':');
     out.push_str(raw);
     Ok(())
