@@ -40,7 +40,7 @@ use futures::future::BoxFuture;
 use futures::stream::BoxStream;
 use kubewasm::actions::Action;
 use kubewasm::actions::executor::{ActionError, ActionSink, Executor, ExecutorOptions};
-use kubewasm::dispatch::{Activity, DispatchOptions};
+use kubewasm::dispatch::{Activity, DispatchOptions, PluginStats};
 use kubewasm::informer::{InformerSet, InformerSpec, Source, SourceError, Store, WatchEvent};
 use kubewasm::kind::{Gvk, KindRegistry};
 use kubewasm::manager::PluginHost;
@@ -260,6 +260,40 @@ fn decode(pods: &[Value]) {
     }));
 }
 
+/// One table row of a pipeline phase (`phase`: `initial-list` with its
+/// `throughput`, or `paced` at `rate`), printed and emitted.
+fn row(stats: &PluginStats, plugin: &str, instances: usize, mut phase: Value) {
+    let label = match phase["rate"].as_f64() {
+        Some(rate) => format!("updates paced at {rate:.0}/s"),
+        None => "initial list".to_owned(),
+    };
+    let throughput = phase["throughput"]
+        .as_f64()
+        .map_or_else(|| "-".to_owned(), |t| format!("{t:.0}/s"));
+    let (p50, p99, call) = (
+        stats.latency.quantile(0.5),
+        stats.latency.quantile(0.99),
+        stats.call_time.quantile(0.5),
+    );
+    println!(
+        "| {plugin} | {instances} | {label} | {throughput} | {} | {} | {} |",
+        fmt(p50),
+        fmt(p99),
+        fmt(call)
+    );
+    if let Value::Object(m) = &mut phase {
+        m.extend([
+            ("bench".to_owned(), Value::from("pipeline")),
+            ("plugin".to_owned(), Value::from(plugin)),
+            ("instances".to_owned(), Value::from(instances)),
+            ("p50_us".to_owned(), micros(p50)),
+            ("p99_us".to_owned(), micros(p99)),
+            ("call_p50_us".to_owned(), micros(call)),
+        ]);
+    }
+    emit(&phase);
+}
+
 /// One machine-readable figure for the report (scripts/bench.sh).
 fn emit(v: &Value) {
     println!("BENCH-JSON {v}");
@@ -355,19 +389,12 @@ async fn pipeline(pods: &[Value], plugin_name: &str, concurrency: usize, sweep: 
     wait_delivered(&host, "bench", N as u64).await;
     let elapsed = start.elapsed();
     let rate = N as f64 / elapsed.as_secs_f64();
-    println!(
-        "| {plugin_name} | {concurrency} | initial list | {rate:.0}/s | {} | {} | {} |",
-        fmt(stats.latency.quantile(0.5)),
-        fmt(stats.latency.quantile(0.99)),
-        fmt(stats.call_time.quantile(0.5)),
+    row(
+        &stats,
+        plugin_name,
+        concurrency,
+        serde_json::json!({"phase": "initial-list", "throughput": rate}),
     );
-    emit(&serde_json::json!({
-        "bench": "pipeline", "plugin": plugin_name, "instances": concurrency,
-        "phase": "initial-list", "throughput": rate,
-        "p50_us": micros(stats.latency.quantile(0.5)),
-        "p99_us": micros(stats.latency.quantile(0.99)),
-        "call_p50_us": micros(stats.call_time.quantile(0.5)),
-    }));
 
     let mut rates = vec![(rate / 2.0).clamp(100.0, 5_000.0)];
     if sweep {
@@ -433,19 +460,12 @@ async fn paced_updates(
         }
     }
     wait_delivered(host, "bench", delivered_before + updates as u64).await;
-    println!(
-        "| {plugin_name} | {concurrency} | updates paced at {paced:.0}/s | - | {} | {} | {} |",
-        fmt(stats.latency.quantile(0.5)),
-        fmt(stats.latency.quantile(0.99)),
-        fmt(stats.call_time.quantile(0.5)),
+    row(
+        &stats,
+        plugin_name,
+        concurrency,
+        serde_json::json!({"phase": "paced", "rate": paced}),
     );
-    emit(&serde_json::json!({
-        "bench": "pipeline", "plugin": plugin_name, "instances": concurrency,
-        "phase": "paced", "rate": paced,
-        "p50_us": micros(stats.latency.quantile(0.5)),
-        "p99_us": micros(stats.latency.quantile(0.99)),
-        "call_p50_us": micros(stats.call_time.quantile(0.5)),
-    }));
     seq + updates
 }
 

@@ -350,6 +350,39 @@ metadata: {name: local-only, namespace: platform}
 data: {x: y}
 ";
 
+/// Replicas whose sources are gone, as a restart finds them: the one this
+/// replicator made goes; another replicator's and an unmarked one (made
+/// before copies were marked) stay.
+pub const REPLICATOR_ORPHANS: &str = "
+---
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: gone
+  namespace: team-a
+  labels: {kubewasm.io/replica: 'true'}
+  annotations: {kubewasm.io/replica-of: platform/gone, kubewasm.io/replicated-by: replicator}
+data: {x: y}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: others
+  namespace: team-a
+  labels: {kubewasm.io/replica: 'true'}
+  annotations: {kubewasm.io/replica-of: platform/others, kubewasm.io/replicated-by: other-replicator}
+data: {x: y}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: unmarked
+  namespace: team-a
+  labels: {kubewasm.io/replica: 'true'}
+  annotations: {kubewasm.io/replica-of: platform/unmarked}
+data: {x: y}
+";
+
 /// The access list the config-replicators need (every language): read the
 /// sources and namespaces, apply and delete copies.
 pub const REPLICATOR_ACCESS: &str = "access:\n  - {kinds: [configmaps, namespaces], verbs: [read]}\n  - {kinds: [configmaps], verbs: [apply, delete]}\n";

@@ -241,39 +241,6 @@ async fn config_replicator_follows_its_source_through_update_new_namespace_and_d
     .await;
 }
 
-/// Replicas whose sources are gone, as a restart finds them: the one this
-/// replicator made goes; another replicator's and an unmarked one (made
-/// before copies were marked) stay.
-const ORPHANS: &str = "
----
-apiVersion: v1
-kind: ConfigMap
-metadata:
-  name: gone
-  namespace: team-a
-  labels: {kubewasm.io/replica: 'true'}
-  annotations: {kubewasm.io/replica-of: platform/gone, kubewasm.io/replicated-by: replicator}
-data: {x: y}
----
-apiVersion: v1
-kind: ConfigMap
-metadata:
-  name: others
-  namespace: team-a
-  labels: {kubewasm.io/replica: 'true'}
-  annotations: {kubewasm.io/replica-of: platform/others, kubewasm.io/replicated-by: other-replicator}
-data: {x: y}
----
-apiVersion: v1
-kind: ConfigMap
-metadata:
-  name: unmarked
-  namespace: team-a
-  labels: {kubewasm.io/replica: 'true'}
-  annotations: {kubewasm.io/replica-of: platform/unmarked}
-data: {x: y}
-";
-
 /// A copy of its own whose source is gone (deleted while no replica led)
 /// is deleted when the copies are replayed; copies of live sources are
 /// kept, and so are other replicators' orphans and unmarked ones.
@@ -284,7 +251,11 @@ async fn config_replicator_deletes_its_own_orphan_copies_found_in_the_replay_and
         h.cluster.path(),
         &[(
             "cluster.yaml",
-            &format!("{}{ORPHANS}", kubewasm_tests::REPLICATOR_CLUSTER),
+            &format!(
+                "{}{}",
+                kubewasm_tests::REPLICATOR_CLUSTER,
+                kubewasm_tests::REPLICATOR_ORPHANS
+            ),
         )],
     );
     install(
