@@ -55,6 +55,9 @@ echo "bench.sh: building" >&2
 rustup target add wasm32-wasip2 >/dev/null
 bash plugins/build.sh >/dev/null
 cargo build --release -p kubewasm --bin kubewasm --features jemalloc
+# A copy: `cargo bench` below rebuilds target/release/kubewasm without the
+# feature.
+cp "$target/release/kubewasm" "$out/kubewasm"
 (cd bench/client-go && go build -o "$out/client-go-informer" .)
 (cd bench && CARGO_TARGET_DIR="$target/bench-build" cargo build --release)
 for b in kube-rs-informer load-pods sync-bench; do
@@ -93,7 +96,7 @@ load_sync="$(cut -d' ' -f1-3 /proc/loadavg)"
   --counts "$counts" \
   --rounds "$rounds" \
   --bin-dir "$out" \
-  --kubewasm "$target/release/kubewasm" \
+  --kubewasm "$out/kubewasm" \
   --noop-plugin plugins/target/wasm32-wasip2/release/noop.wasm \
   --corpus "$corpus" \
   --out "$out/sync.jsonl"
