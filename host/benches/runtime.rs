@@ -119,12 +119,15 @@ fn measure_batched(
 /// Batch size of the batched figures: the dispatcher's largest hand-off.
 const BATCH: usize = 64;
 
-/// A machine-readable figure for scripts/bench.sh's report: per-delta
-/// microseconds with one delta per hand-off and with a batch.
-fn emit(plugin: &str, wit: &str, one_us: f64, batched_us: f64) {
-    println!(
-        "BENCH-JSON {}",
-        serde_json::json!({"bench": "runtime", "plugin": plugin, "wit": wit, "us": one_us, "batched_us": batched_us})
+/// A machine-readable figure for scripts/bench.sh's report.
+fn emit(v: &serde_json::Value) {
+    println!("BENCH-JSON {v}");
+}
+
+/// Per-delta microseconds with one delta per hand-off and with a batch.
+fn emit_per_delta(plugin: &str, wit: &str, one_us: f64, batched_us: f64) {
+    emit(
+        &serde_json::json!({"bench": "runtime", "plugin": plugin, "wit": wit, "us": one_us, "batched_us": batched_us}),
     );
 }
 
@@ -226,7 +229,7 @@ fn main() {
             println!(
                 "  noop plugin (host overhead), WIT {v}:   {us:>8.2} us ({rate:>7.0}/s) | {bus:>6.2} us ({brate:>7.0}/s)  goal <= 1 us"
             );
-            emit("noop", v, us, bus);
+            emit_per_delta("noop", v, us, bus);
         }
     }
     if section("realistic") {
@@ -245,7 +248,7 @@ fn main() {
             println!(
                 "  realistic (labels + 2 fields + get + 1 action), WIT {v}: {us:>6.2} us ({rate:>7.0}/s) | {bus:>6.2} us ({brate:>7.0}/s)  goal >= 100000/s"
             );
-            emit("realistic", v, us, bus);
+            emit_per_delta("realistic", v, us, bus);
         }
         let realistic_noepoch = start_actor("realistic", false);
         let b_real_ne = measure_batched(&rt, &realistic_noepoch, &delta, n, BATCH);
@@ -253,10 +256,7 @@ fn main() {
         println!(
             "  epoch deadlines cost on realistic (0.2, batched): {epoch:>+6.1} %  (goal <= 10 %)"
         );
-        println!(
-            "BENCH-JSON {}",
-            serde_json::json!({"bench": "runtime", "plugin": "epoch-cost", "percent": epoch})
-        );
+        emit(&serde_json::json!({"bench": "runtime", "plugin": "epoch-cost", "percent": epoch}));
     }
     if section("parse") {
         let parse = start_actor("parse_all", true);
@@ -278,15 +278,14 @@ fn main() {
             t_parse.as_secs_f64() / t_native.as_secs_f64(),
             b_parse.as_secs_f64() / t_native.as_secs_f64()
         );
-        emit(
+        emit_per_delta(
             "parse-all",
             "0.2",
             t_parse.as_secs_f64() * 1e6,
             b_parse.as_secs_f64() * 1e6,
         );
-        println!(
-            "BENCH-JSON {}",
-            serde_json::json!({"bench": "runtime", "plugin": "parse-all-native", "us": t_native.as_secs_f64() * 1e6})
+        emit(
+            &serde_json::json!({"bench": "runtime", "plugin": "parse-all-native", "us": t_native.as_secs_f64() * 1e6}),
         );
     }
     if section("compile") {

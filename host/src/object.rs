@@ -268,8 +268,20 @@ impl KObject {
         for entry in sonic_rs::to_object_iter(text) {
             let (key, value) = entry?;
             match &*key {
-                "apiVersion" => api_version = value.as_str().map(str::to_owned),
-                "kind" => kind = value.as_str().map(str::to_owned),
+                // Present but not a string: malformed, whatever `types` says
+                // (filling it in would write the member twice).
+                "apiVersion" => {
+                    let v = value.as_str().ok_or(ObjectError::Missing("apiVersion"))?;
+                    api_version = Some(v.to_owned());
+                }
+                "kind" => {
+                    kind = Some(
+                        value
+                            .as_str()
+                            .ok_or(ObjectError::Missing("kind"))?
+                            .to_owned(),
+                    )
+                }
                 "metadata" => {
                     let m = strip_metadata(value.as_raw_str(), strip)?;
                     push_member(&mut body, "metadata", &m)?;
@@ -656,6 +668,12 @@ mod tests {
                 .to_string();
             assert!(err.contains(want), "{text}: {err}");
         }
+        // A list's type fills in a missing apiVersion, never a malformed one.
+        let text = r#"{"apiVersion":1,"kind":"Pod","metadata":{"name":"a"}}"#;
+        let err = KObject::from_json_text(text, Some(("v1", "Pod")), StripOptions::default())
+            .expect_err(text)
+            .to_string();
+        assert!(err.contains("apiVersion"), "{err}");
     }
 
     /// Every object of the corpus (../shared/corpus, or KUBEWASM_CORPUS)

@@ -59,55 +59,41 @@ impl<'de> Visitor<'de> for TextVisitor {
     }
 }
 
-/// The metadata fields kube reads, decoded from the metadata text alone.
-#[derive(Deserialize, Default)]
-#[serde(rename_all = "camelCase")]
-struct Head {
-    name: Option<String>,
-    namespace: Option<String>,
-    uid: Option<String>,
-    resource_version: Option<String>,
-}
+/// The metadata fields kube's watcher reads, as pointers into the metadata.
+static HEAD: std::sync::LazyLock<sonic_rs::PointerTree> = std::sync::LazyLock::new(|| {
+    let mut fields = sonic_rs::PointerTree::new();
+    for key in ["name", "namespace", "uid", "resourceVersion"] {
+        fields.add_path([key]);
+    }
+    fields
+});
 
 impl<'de> Deserialize<'de> for RawObject {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let text = d.deserialize_newtype_struct(RAW_TOKEN, TextVisitor)?;
-        let head: Head = match sonic_rs::get_from_str(&text, ["metadata"]) {
-            Ok(meta) => {
-                let mut fields = sonic_rs::PointerTree::new();
-                for key in ["name", "namespace", "uid", "resourceVersion"] {
-                    fields.add_path([key]);
-                }
-                let found = sonic_rs::get_many(meta.as_raw_str(), &fields)
+        let mut meta = ObjectMeta::default();
+        match sonic_rs::get_from_str(&text, ["metadata"]) {
+            Ok(m) => {
+                // Only these four are decoded, from the metadata alone.
+                let found = sonic_rs::get_many(m.as_raw_str(), &HEAD)
                     .map_err(|e| D::Error::custom(format!("object metadata: {e}")))?;
-                let text = |i: usize| -> Result<Option<String>, D::Error> {
+                let field = |i: usize| -> Result<Option<String>, D::Error> {
                     match found.get(i).and_then(Option::as_ref) {
                         None => Ok(None),
                         Some(v) => serde_json::from_str::<Option<String>>(v.as_raw_str())
                             .map_err(|e| D::Error::custom(format!("object metadata: {e}"))),
                     }
                 };
-                Head {
-                    name: text(0)?,
-                    namespace: text(1)?,
-                    uid: text(2)?,
-                    resource_version: text(3)?,
-                }
+                meta.name = field(0)?;
+                meta.namespace = field(1)?;
+                meta.uid = field(2)?;
+                meta.resource_version = field(3)?;
             }
             // No metadata (a malformed object): the informer reports it.
-            Err(e) if e.is_not_found() => Head::default(),
+            Err(e) if e.is_not_found() => {}
             Err(e) => return Err(D::Error::custom(format!("object: {e}"))),
-        };
-        Ok(Self {
-            meta: ObjectMeta {
-                name: head.name,
-                namespace: head.namespace,
-                uid: head.uid,
-                resource_version: head.resource_version,
-                ..ObjectMeta::default()
-            },
-            text,
-        })
+        }
+        Ok(Self { meta, text })
     }
 }
 
