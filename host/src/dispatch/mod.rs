@@ -37,7 +37,7 @@ use crate::informer::{Delta, DeltaType, Informer};
 use crate::kind::Gvk;
 use crate::leader::Leadership;
 use crate::object::{KObject, ObjectKey};
-use crate::runtime::{Actor, CallDelta, CallError, Handled, LastFailure};
+use crate::runtime::{Actor, CallDelta, CallError, Caller, Handled, LastFailure};
 use crate::telemetry::events::{DeltaDead, DeltaRetrying, PluginUnhealthy};
 use crate::telemetry::{PluginCounters, PluginTelemetry, Telemetry};
 pub use dead::{DeadLetterRecord, DeadLetters};
@@ -100,7 +100,7 @@ pub struct DispatchOptions {
     /// The longest quarantine period.
     pub quarantine_max: Duration,
     /// How long stopping a version (a swap, an unload) waits for its calls
-    /// in flight; a batch stops between deltas at once.
+    /// in flight; no further delta is called once stopping.
     pub stop_grace: Duration,
     /// Actions a second the plugin's calls may have executed (the
     /// sidecar's `limits.actionsPerSecond`); 0 is unlimited.
@@ -183,7 +183,7 @@ struct Shared {
     /// client-go controller, no delta is handed out before the caches the
     /// handler reads are complete.
     ready: tokio::sync::watch::Sender<bool>,
-    /// Workers (one per instance), for fair batch sizes.
+    /// Workers (one per instance): a worker that leaves more ready wakes a sibling.
     workers: usize,
     quarantine: Mutex<Quarantine>,
     /// Set while a successor subscribes: per subscription, the last
@@ -205,6 +205,16 @@ pub struct Dispatcher {
     tasks: TaskTracker,
     intake_cancel: CancellationToken,
     worker_cancel: CancellationToken,
+}
+
+/// A dispatcher dropped without [`stop`](Dispatcher::stop) (a version that
+/// failed to start) still ends its workers, which run on the instances'
+/// threads rather than as runtime tasks.
+impl Drop for Dispatcher {
+    fn drop(&mut self) {
+        self.intake_cancel.cancel();
+        self.worker_cancel.cancel();
+    }
 }
 
 impl std::fmt::Debug for Dispatcher {
@@ -262,13 +272,27 @@ impl Dispatcher {
         shared.stats.queues.lock().push(Arc::downgrade(&shared));
         let tasks = TaskTracker::new();
         let worker_cancel = CancellationToken::new();
+        let runtime = tokio::runtime::Handle::current();
         for actor in actors {
             let guard = shared
                 .telemetry
                 .task(format!("dispatcher worker of plugin {}", shared.plugin));
-            let run = worker(shared.clone(), actor, worker_cancel.clone(), tasks.clone());
+            let (shared, cancel, tracker, runtime) = (
+                shared.clone(),
+                worker_cancel.clone(),
+                tasks.clone(),
+                runtime.clone(),
+            );
+            // The worker runs on the instance's own thread and calls it
+            // inline: a delta costs no thread hand-off, and a slow call
+            // blocks only this instance.
             tasks.spawn(async move {
-                run.await;
+                let served = actor
+                    .serve(move |caller| worker(&runtime, shared, caller, cancel, tracker))
+                    .await;
+                if let Err(e) = served {
+                    tracing::error!(plugin = %actor.name(), error = %e, "dispatcher worker could not start");
+                }
                 guard.done();
             });
         }
@@ -354,7 +378,7 @@ impl Dispatcher {
         self.shared.wake.notify_waiters();
     }
 
-    /// Stops taking deltas and calls (a batch stops between deltas), waits
+    /// Stops taking deltas and calls (no further delta is called), waits
     /// for the calls in flight (at most the stop grace), and returns what
     /// was not handled: waiting, held back by the cut, and retrying, each
     /// object's deltas oldest first. Their weight is still unsettled: the
@@ -572,100 +596,129 @@ fn pop_deliverable(shared: &Shared, q: &mut KeyedQueue<Key>) -> Option<(Key, Ite
     }
 }
 
-async fn worker(
+/// One instance's delivery loop, on the instance's thread. The waits and
+/// the settling are async and run in `rt`'s context; the call itself runs
+/// outside it, as on any plain thread (WASI's blocking host functions enter
+/// the runtime themselves, which they cannot do from inside it).
+fn worker(
+    rt: &tokio::runtime::Handle,
     shared: Arc<Shared>,
-    actor: Arc<Actor>,
+    caller: &mut Caller,
     cancel: CancellationToken,
     tasks: TaskTracker,
 ) {
-    let mut ready = shared.ready.subscribe();
-    tokio::select! {
-        () = cancel.cancelled() => return,
-        () = shared.stopping.cancelled() => return,
-        _ = ready.wait_for(|r| *r) => {}
+    let started = rt.block_on(async {
+        let mut ready = shared.ready.subscribe();
+        tokio::select! {
+            () = cancel.cancelled() => false,
+            () = shared.stopping.cancelled() => false,
+            r = ready.wait_for(|r| *r) => r.is_ok(),
+        }
+    });
+    if !started {
+        return;
     }
     let mut gate = shared.leadership.subscribe();
     loop {
-        if shared.stopping.is_cancelled() {
-            return;
-        }
-        if !gate.borrow_and_update().leading {
-            tokio::select! {
-                () = cancel.cancelled() => return,
-                () = shared.stopping.cancelled() => return,
-                r = gate.wait_for(|s| s.leading) => if r.is_err() { return },
-            }
-        }
-        // Quarantined: no call, so no new instance; deltas stay queued.
-        let until = shared.quarantine.lock().until;
-        if let Some(until) = until
-            && until > tokio::time::Instant::now()
-        {
-            tokio::select! {
-                () = cancel.cancelled() => return,
-                () = shared.stopping.cancelled() => return,
-                () = tokio::time::sleep_until(until) => {}
-            }
-            tracing::info!(plugin = %shared.plugin, "quarantine over: trying the plugin again");
-            continue;
-        }
-        let next = {
-            let wake = shared.wake.notified();
-            let popped = pop_deliverable(&shared, &mut shared.queue.lock());
-            match popped {
-                Some(v) => v,
-                None => {
-                    tokio::select! {
-                        () = cancel.cancelled() => return,
-                        () = shared.stopping.cancelled() => return,
-                        () = wake => continue,
-                    }
+        let next = match next_delta(&shared) {
+            Next::Delta(key, item) => (key, item),
+            Next::Stop => return,
+            Next::Wait(what) => {
+                let go_on = rt.block_on(wait(&shared, &cancel, &mut gate, what));
+                if !go_on {
+                    return;
                 }
+                continue;
             }
         };
-        // Take a fair share of what else is ready (the other workers get
-        // the rest), so a backlog costs one thread hand-off per batch.
-        let mut batch = vec![next];
-        // A plugin that has just failed gets one delta at a time.
-        if shared.stats.consecutive_traps.load(Ordering::Relaxed) == 0 {
-            let mut q = shared.queue.lock();
-            let share = q
-                .ready_len()
-                .div_ceil(shared.workers.max(1))
-                .min(MAX_BATCH - 1);
-            for _ in 0..share {
-                match pop_deliverable(&shared, &mut q) {
-                    Some(v) => batch.push(v),
-                    None => break,
-                }
-            }
-            if q.has_ready() {
-                // More is ready: let a sibling worker take it.
+        let (key, item) = next;
+        let (result, elapsed) = caller.handle(&item.delta);
+        shared.stats.call_time.record(elapsed);
+        rt.block_on(settle(&shared, &tasks, key, item, result));
+    }
+}
+
+/// What a worker does next.
+// Moved once per delta; boxing the delta would allocate per delta.
+#[allow(clippy::large_enum_variant)]
+enum Next {
+    Delta(Key, Item),
+    Wait(Blocked),
+    Stop,
+}
+
+/// Why a worker cannot call now.
+#[derive(Debug, Clone, Copy)]
+enum Blocked {
+    NotLeading,
+    Quarantined(tokio::time::Instant),
+    Empty,
+}
+
+/// The next delta to call, or why there is none; checked without waiting,
+/// so a backlog is served without entering the runtime per delta.
+fn next_delta(shared: &Shared) -> Next {
+    if shared.stopping.is_cancelled() {
+        return Next::Stop;
+    }
+    if !shared.leadership.is_leader() {
+        return Next::Wait(Blocked::NotLeading);
+    }
+    // Quarantined: no call, so no new instance; deltas stay queued.
+    if let Some(until) = shared.quarantine.lock().until
+        && until > tokio::time::Instant::now()
+    {
+        return Next::Wait(Blocked::Quarantined(until));
+    }
+    let mut q = shared.queue.lock();
+    match pop_deliverable(shared, &mut q) {
+        Some((key, item)) => {
+            if shared.workers > 1 && q.has_ready() {
+                // More is ready: let a sibling instance take it.
                 shared.wake.notify_one();
             }
+            Next::Delta(key, item)
         }
-        let outcomes = if batch.len() == 1 {
-            vec![actor.handle(batch[0].1.delta.clone()).await]
-        } else {
-            // Stops between deltas once the version is stopping.
-            actor
-                .handle_batch_until(
-                    batch.iter().map(|(_, i)| i.delta.clone()).collect(),
-                    shared.stopping.clone(),
-                )
-                .await
-        };
-        let mut outcomes = outcomes.into_iter();
-        for (key, item) in batch {
-            match outcomes.next() {
-                Some((result, elapsed)) => {
-                    shared.stats.call_time.record(elapsed);
-                    settle(&shared, &tasks, key, item, result).await;
-                }
-                // Not run: an earlier call of the batch broke the instance,
-                // or the version is stopping. Back to the queue, no attempt
-                // counted.
-                None => back_to_queue(&shared, &key, item),
+        None => Next::Wait(Blocked::Empty),
+    }
+}
+
+/// Waits until `blocked` may have changed; false when the worker is to end.
+async fn wait(
+    shared: &Shared,
+    cancel: &CancellationToken,
+    gate: &mut tokio::sync::watch::Receiver<crate::leader::LeaderState>,
+    blocked: Blocked,
+) -> bool {
+    match blocked {
+        Blocked::NotLeading => tokio::select! {
+            () = cancel.cancelled() => false,
+            () = shared.stopping.cancelled() => false,
+            r = gate.wait_for(|s| s.leading) => r.is_ok(),
+        },
+        Blocked::Quarantined(until) => {
+            let over = tokio::select! {
+                () = cancel.cancelled() => false,
+                () = shared.stopping.cancelled() => false,
+                () = tokio::time::sleep_until(until) => true,
+            };
+            if over {
+                tracing::info!(plugin = %shared.plugin, "quarantine over: trying the plugin again");
+            }
+            over
+        }
+        Blocked::Empty => {
+            let wake = shared.wake.notified();
+            tokio::pin!(wake);
+            // Registered before the re-check: a push in between is not missed.
+            wake.as_mut().enable();
+            if shared.queue.lock().has_ready() {
+                return true;
+            }
+            tokio::select! {
+                () = cancel.cancelled() => false,
+                () = shared.stopping.cancelled() => false,
+                () = wake => true,
             }
         }
     }
@@ -683,9 +736,6 @@ fn back_to_queue(shared: &Shared, key: &Key, item: Item) {
         shared.idle.notify_waiters();
     }
 }
-
-/// Most deltas handed to an instance at once.
-const MAX_BATCH: usize = 64;
 
 /// Why a delta failed: its handler call, or one of the call's actions.
 #[derive(Debug, Clone, thiserror::Error)]

@@ -116,36 +116,28 @@ pub struct Handled {
     pub requeue_after: Option<Duration>,
 }
 
-enum Request {
-    Register {
-        config: String,
-        reply: oneshot::Sender<Result<Registration, CallError>>,
-    },
-    SetScope(Arc<PluginScope>),
-    Handle {
-        delta: CallDelta,
-        reply: oneshot::Sender<CallOutcome>,
-    },
-    /// Several deltas (of different objects) in one hand-off: the thread
-    /// switch costs more than a no-op call, so a backlog is drained in batches.
-    HandleBatch {
-        deltas: Vec<CallDelta>,
-        /// Cancelled: the rest of the batch is not run (the version is
-        /// stopping; the dispatcher requeues it for the next version).
-        stop: Option<tokio_util::sync::CancellationToken>,
-        reply: oneshot::Sender<Vec<CallOutcome>>,
-    },
-}
+/// Work run on an instance's thread, with its caller.
+type Job = Box<dyn FnOnce(&mut Caller) + Send>;
 
 /// A call's result and duration.
 pub type CallOutcome = (Result<Handled, CallError>, Duration);
 
 /// Handle on one instance's thread. Dropping it ends the thread after the
-/// call in progress.
+/// job in progress.
 #[derive(Debug)]
 pub struct Actor {
-    tx: std_mpsc::Sender<Request>,
+    tx: std_mpsc::Sender<Job>,
     name: Arc<str>,
+    scope: Arc<ScopeSlot>,
+}
+
+/// The scope the next call runs with: set by the manager once the
+/// version's subscriptions are resolved, read by the caller on its thread
+/// (which may be running the dispatcher's worker by then).
+#[derive(Debug, Default)]
+struct ScopeSlot {
+    scope: parking_lot::Mutex<Option<Arc<PluginScope>>>,
+    changed: std::sync::atomic::AtomicBool,
 }
 
 struct Instance {
@@ -159,19 +151,33 @@ enum Bound {
     V0_2(v0_2::Plugin),
 }
 
-struct ActorThread {
+/// One plugin instance and what it needs to call it, to replace it after a
+/// trap and to re-register the replacement. Calls are synchronous: whoever
+/// holds the caller (the instance's thread, running the dispatcher's worker)
+/// runs them inline, so a delta costs no thread hand-off.
+pub struct Caller {
     prepared: Arc<Prepared>,
     instance: Option<Instance>,
     config: Option<String>,
     scope: Option<Arc<PluginScope>>,
+    slot: Arc<ScopeSlot>,
 }
 
-/// The 0.2 delta record: scalars and handles, nothing else lowered.
-fn delta_v0_2(
-    delta: &CallDelta,
+impl std::fmt::Debug for Caller {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Caller")
+            .field("plugin", &self.prepared.name)
+            .finish()
+    }
+}
+
+/// The 0.2 delta record: scalars and handles, nothing else lowered; its
+/// strings borrow the cached object's.
+fn delta_v0_2<'a>(
+    delta: &'a CallDelta,
     object: Option<Resource<ObjectHandle>>,
     old_object: Option<Resource<ObjectHandle>>,
-) -> v0_2::kubewasm::plugin::types::Delta {
+) -> v0_2::kubewasm::plugin::types::Delta<'a> {
     use v0_2::kubewasm::plugin::types as t;
     let delta_type = match delta.dtype {
         _ if delta.requeued => t::DeltaType::Requeue,
@@ -185,18 +191,16 @@ fn delta_v0_2(
     t::Delta {
         delta_type,
         subscription: delta.subscription,
-        namespace: meta.and_then(|m| m.namespace.as_ref().map(|n| n.to_string())),
-        name: meta.map(|m| m.name.to_string()).unwrap_or_default(),
-        uid: meta.map(|m| m.uid.to_string()).unwrap_or_default(),
-        resource_version: meta
-            .map(|m| m.resource_version.to_string())
-            .unwrap_or_default(),
+        namespace: meta.and_then(|m| m.namespace.as_deref()),
+        name: meta.map_or("", |m| &m.name),
+        uid: meta.map_or("", |m| &m.uid),
+        resource_version: meta.map_or("", |m| &m.resource_version),
         object,
         old_object,
         initial: delta.initial,
         final_state_unknown: delta.final_state_unknown,
         attempt: delta.attempt,
-        last_failure: delta.last_failure.clone().map(|f| match f {
+        last_failure: delta.last_failure.as_ref().map(|f| match f {
             LastFailure::Retry(m) => t::Failure::Retry(m),
             LastFailure::Trapped(m) => t::Failure::Trapped(m),
             LastFailure::Conflict(m) => t::Failure::Conflict(m),
@@ -294,7 +298,7 @@ fn with_output<T>(
     }
 }
 
-impl ActorThread {
+impl Caller {
     fn instantiate(&mut self) -> Result<&mut Instance, CallError> {
         if self.instance.is_none() {
             let p = &self.prepared;
@@ -371,12 +375,12 @@ impl ActorThread {
                 .map(|r| r.map(Registration::from_v0_1)),
             Bound::V0_2(p) => {
                 let context = v0_2::exports::kubewasm::plugin::handler::Context {
-                    name: prepared.name.to_string(),
-                    version: prepared.version.to_string(),
-                    config: config.to_owned(),
+                    name: &prepared.name,
+                    version: &prepared.version,
+                    config,
                 };
                 p.kubewasm_plugin_handler()
-                    .call_register(&mut inst.store, &context)
+                    .call_register(&mut inst.store, context)
                     .map(|r| r.map(Registration::from_v0_2))
             }
         };
@@ -389,7 +393,9 @@ impl ActorThread {
         }
     }
 
-    fn register(&mut self, config: String) -> Result<Registration, CallError> {
+    /// Instantiates (if needed) and registers with `config`: the
+    /// registration is what the plugin subscribes to.
+    pub fn register(&mut self, config: String) -> Result<Registration, CallError> {
         let ticks = self.deadline_ticks();
         let epochs = self.prepared.engine.epoch_deadlines();
         let name = self.prepared.name.clone();
@@ -404,7 +410,25 @@ impl ActorThread {
         result
     }
 
-    fn handle(&mut self, delta: CallDelta) -> Result<Handled, CallError> {
+    /// Runs one handler call; returns what it left and the call's duration.
+    pub fn handle(&mut self, delta: &CallDelta) -> CallOutcome {
+        let start = Instant::now();
+        let result = self.call(delta, start);
+        (result, start.elapsed())
+    }
+
+    fn call(&mut self, delta: &CallDelta, start: Instant) -> Result<Handled, CallError> {
+        if self
+            .slot
+            .changed
+            .swap(false, std::sync::atomic::Ordering::Acquire)
+        {
+            let scope = self.slot.scope.lock().clone();
+            if let Some(inst) = self.instance.as_mut() {
+                inst.store.data_mut().scope = scope.clone();
+            }
+            self.scope = scope;
+        }
         let ticks = self.deadline_ticks();
         let epochs = self.prepared.engine.epoch_deadlines();
         let timeout = self.prepared.manifest.limits.timeout;
@@ -413,7 +437,7 @@ impl ActorThread {
         let inst = self.instantiate()?;
         let store = &mut inst.store;
         store.data_mut().begin_call();
-        store.data_mut().deadline = Some(Instant::now() + timeout);
+        store.data_mut().deadline = Some(start + timeout);
         if epochs {
             store.set_epoch_deadline(ticks);
         }
@@ -440,7 +464,7 @@ impl ActorThread {
         let result = match &inst.plugin {
             Bound::V0_1(p) => p
                 .kubewasm_plugin_handler()
-                .call_handle(&mut inst.store, &delta_v0_1(&delta, object, old_object))
+                .call_handle(&mut inst.store, &delta_v0_1(delta, object, old_object))
                 .map(|r| {
                     r.map(|()| None).map_err(|e| match e {
                         v0_1::exports::kubewasm::plugin::handler::HandlerError::Retry(m) => {
@@ -453,7 +477,7 @@ impl ActorThread {
                 }),
             Bound::V0_2(p) => p
                 .kubewasm_plugin_handler()
-                .call_handle(&mut inst.store, &delta_v0_2(&delta, object, old_object))
+                .call_handle(&mut inst.store, delta_v0_2(delta, object, old_object))
                 .map(|r| {
                     r.map(|h| match h {
                         H2::Done => None,
@@ -495,46 +519,9 @@ impl ActorThread {
         result
     }
 
-    fn run(mut self, rx: std_mpsc::Receiver<Request>) {
-        while let Ok(req) = rx.recv() {
-            match req {
-                Request::Register { config, reply } => {
-                    let _ = reply.send(self.register(config));
-                }
-                Request::SetScope(scope) => {
-                    if let Some(inst) = self.instance.as_mut() {
-                        inst.store.data_mut().scope = Some(scope.clone());
-                    }
-                    self.scope = Some(scope);
-                }
-                Request::Handle { delta, reply } => {
-                    let start = Instant::now();
-                    let result = self.handle(delta);
-                    let _ = reply.send((result, start.elapsed()));
-                }
-                Request::HandleBatch {
-                    deltas,
-                    stop,
-                    reply,
-                } => {
-                    let mut out = Vec::with_capacity(deltas.len());
-                    for delta in deltas {
-                        if stop.as_ref().is_some_and(|s| s.is_cancelled()) {
-                            break;
-                        }
-                        let start = Instant::now();
-                        let result = self.handle(delta);
-                        let broken = matches!(&result, Err(e) if e.is_trap() || matches!(e, CallError::Unavailable(_)));
-                        out.push((result, start.elapsed()));
-                        // The rest is not run on a fresh instance: the
-                        // dispatcher requeues it and may quarantine the plugin.
-                        if broken {
-                            break;
-                        }
-                    }
-                    let _ = reply.send(out);
-                }
-            }
+    fn run(mut self, rx: std_mpsc::Receiver<Job>) {
+        while let Ok(job) = rx.recv() {
+            job(&mut self);
         }
     }
 }
@@ -544,17 +531,23 @@ impl Actor {
     pub fn spawn(prepared: Arc<Prepared>, index: usize) -> Result<Self, CallError> {
         let (tx, rx) = std_mpsc::channel();
         let name = prepared.name.clone();
-        let thread = ActorThread {
+        let slot = Arc::new(ScopeSlot::default());
+        let caller = Caller {
             prepared,
             instance: None,
             config: None,
             scope: None,
+            slot: slot.clone(),
         };
         std::thread::Builder::new()
             .name(format!("plugin-{name}-{index}"))
-            .spawn(move || thread.run(rx))
+            .spawn(move || caller.run(rx))
             .map_err(|e| CallError::Unavailable(format!("cannot start plugin thread: {e}")))?;
-        Ok(Self { tx, name })
+        Ok(Self {
+            tx,
+            name,
+            scope: slot,
+        })
     }
 
     pub fn name(&self) -> &str {
@@ -565,73 +558,60 @@ impl Actor {
         CallError::Unavailable(format!("plugin {} thread has stopped", self.name))
     }
 
+    fn submit<R: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Caller) -> R + Send + 'static,
+    ) -> Result<oneshot::Receiver<R>, CallError> {
+        let (reply, rx) = oneshot::channel();
+        let job: Job = Box::new(move |caller| {
+            let _ = reply.send(f(caller));
+        });
+        self.tx.send(job).map_err(|_| self.gone())?;
+        Ok(rx)
+    }
+
+    /// Runs `f` on the instance's thread with its caller, after the jobs
+    /// before it. The dispatcher's worker runs its whole loop this way, so
+    /// its calls are inline; an error means the thread has stopped.
+    pub async fn serve<R: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Caller) -> R + Send + 'static,
+    ) -> Result<R, CallError> {
+        self.submit(f)?.await.map_err(|_| self.gone())
+    }
+
+    /// [`serve`](Self::serve) for benchmarks and tools without a runtime.
+    pub fn serve_blocking<R: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Caller) -> R + Send + 'static,
+    ) -> Result<R, CallError> {
+        self.submit(f)?.blocking_recv().map_err(|_| self.gone())
+    }
+
     pub async fn register(&self, config: String) -> Result<Registration, CallError> {
-        let (reply, rx) = oneshot::channel();
-        self.tx
-            .send(Request::Register { config, reply })
-            .map_err(|_| self.gone())?;
-        rx.await.map_err(|_| self.gone())?
+        self.serve(move |c| c.register(config)).await?
     }
 
+    /// The scope (kinds, reads, indexes, writes, grant) the calls from now
+    /// on run with.
     pub fn set_scope(&self, scope: Arc<PluginScope>) {
-        let _ = self.tx.send(Request::SetScope(scope));
+        *self.scope.scope.lock() = Some(scope);
+        self.scope
+            .changed
+            .store(true, std::sync::atomic::Ordering::Release);
     }
 
-    /// Runs one handler call; returns what it left and the call's duration.
+    /// Runs one handler call on the instance's thread; returns what it left
+    /// and the call's duration.
     pub async fn handle(&self, delta: CallDelta) -> CallOutcome {
-        let (reply, rx) = oneshot::channel();
-        if self.tx.send(Request::Handle { delta, reply }).is_err() {
-            return (Err(self.gone()), Duration::ZERO);
-        }
-        rx.await
-            .unwrap_or_else(|_| (Err(self.gone()), Duration::ZERO))
-    }
-
-    /// Runs several calls in order in one hand-off: one outcome per delta
-    /// run, in order; the batch stops after a call that broke the instance.
-    pub async fn handle_batch(&self, deltas: Vec<CallDelta>) -> Vec<CallOutcome> {
-        self.batch(deltas, None).await
-    }
-
-    /// [`handle_batch`](Self::handle_batch) that runs no further delta once
-    /// `stop` is cancelled (the outcomes are then fewer than the deltas).
-    pub async fn handle_batch_until(
-        &self,
-        deltas: Vec<CallDelta>,
-        stop: tokio_util::sync::CancellationToken,
-    ) -> Vec<CallOutcome> {
-        self.batch(deltas, Some(stop)).await
-    }
-
-    async fn batch(
-        &self,
-        deltas: Vec<CallDelta>,
-        stop: Option<tokio_util::sync::CancellationToken>,
-    ) -> Vec<CallOutcome> {
-        let n = deltas.len();
-        let (reply, rx) = oneshot::channel();
-        if self
-            .tx
-            .send(Request::HandleBatch {
-                deltas,
-                stop,
-                reply,
-            })
-            .is_err()
-        {
-            return (0..n).map(|_| (Err(self.gone()), Duration::ZERO)).collect();
-        }
-        rx.await
-            .unwrap_or_else(|_| (0..n).map(|_| (Err(self.gone()), Duration::ZERO)).collect())
+        self.serve(move |c| c.handle(&delta))
+            .await
+            .unwrap_or_else(|e| (Err(e), Duration::ZERO))
     }
 
     /// Blocking variant for benchmarks and tools without a runtime.
     pub fn handle_blocking(&self, delta: CallDelta) -> CallOutcome {
-        let (reply, rx) = oneshot::channel();
-        if self.tx.send(Request::Handle { delta, reply }).is_err() {
-            return (Err(self.gone()), Duration::ZERO);
-        }
-        rx.blocking_recv()
-            .unwrap_or_else(|_| (Err(self.gone()), Duration::ZERO))
+        self.serve_blocking(move |c| c.handle(&delta))
+            .unwrap_or_else(|e| (Err(e), Duration::ZERO))
     }
 }

@@ -21,6 +21,9 @@ pub mod v0_2 {
         path: "../wit/v0.2.0",
         world: "plugin",
         imports: { default: trappable },
+        // The delta's strings are lowered from the host's own text, not
+        // from copies made per call.
+        ownership: Borrowing { duplicate_if_necessary: true },
         with: {
             "kubewasm:plugin/types.object": crate::object::ObjectHandle,
             "kubewasm:plugin/selectors.label-selector": crate::informer::selector::LabelSelector,

@@ -87,6 +87,10 @@ impl WasmEngine {
         config.wasm_component_model(true);
         config.epoch_interruption(options.epoch_deadlines);
         config.parallel_compilation(true);
+        // No plugin uses the component model's async ABI; with concurrency
+        // support on (wasmtime's default) every call pays for its
+        // bookkeeping.
+        config.concurrency_support(false);
         let engine = Engine::new(&config).map_err(|e| EngineError::Config(format!("{e:#}")))?;
         let mut hasher = std::collections::hash_map::DefaultHasher::new();
         engine.precompile_compatibility_hash().hash(&mut hasher);

@@ -23,7 +23,7 @@ use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder};
 
 use crate::informer::DeltaType;
 use crate::kind::KindRef;
-pub use actor::{Actor, CallDelta, CallError, Handled, LastFailure};
+pub use actor::{Actor, CallDelta, CallError, CallOutcome, Caller, Handled, LastFailure};
 use bindings::{Contract, HANDLER_INTERFACE};
 pub use engine::{CompileSource, EngineOptions, WasmEngine};
 use host::HostState;
