@@ -79,30 +79,35 @@ js_deps() {
 build_js() {
   need node
   local stamp
-  stamp=$(fingerprint "$(node --version)" js/package.json js/package-lock.json js/sdk js/config-replicator "$wit")
+  stamp=$(fingerprint "$(node --version) qjs" js/package.json js/package-lock.json js/sdk js/config-replicator "$wit")
   fresh js "$stamp" && return 0
   js_deps
-  # No WASI features: the host grants none by default and links no wasi:http.
-  (cd js && node_modules/.bin/componentize-js config-replicator/index.js -w "$wit" -n plugin \
-    -d stdio random clocks http fetch-event -o "$out/js-config-replicator.wasm")
+  # jco's QuickJS backend (componentize-qjs), sync ABI: the default engine
+  # (docs/languages.md says why); it imports no WASI the host does not grant.
+  (cd js && node_modules/.bin/componentize-qjs --wit "$wit" -n plugin --js "$plugins/js/config-replicator/index.js" \
+    --module-root "$plugins/js" --sync -o "$out/js-config-replicator.wasm" >/dev/null)
   done_lang js "$stamp"
 }
 
-# Not built by default: the same JS plugin with jco's QuickJS backend
-# (componentize-qjs, sync ABI), plain and size-optimised with WASI stubbed,
-# for size and speed comparisons (host/benches/languages.rs).
+# Not built by default: the same JS plugin with componentize-js
+# (StarlingMonkey), and with QuickJS size-optimised and WASI stubbed, for
+# size and speed comparisons (host/benches/languages.rs).
 build_js-variants() {
-  local v stamp args
+  local stamp
   js_deps
-  for v in qjs qjs-small; do
-    stamp=$(fingerprint "$(node --version) $v" js/package.json js/package-lock.json js/sdk js/config-replicator "$wit")
-    fresh "js-$v" "$stamp" && continue
-    args=(--sync)
-    [[ $v == qjs-small ]] && args+=(--opt-size --stub-wasi)
+  stamp=$(fingerprint "$(node --version) sm" js/package.json js/package-lock.json js/sdk js/config-replicator "$wit")
+  if ! fresh js-sm "$stamp"; then
+    # No WASI features: the host grants none by default and links no wasi:http.
+    (cd js && node_modules/.bin/componentize-js config-replicator/index.js -w "$wit" -n plugin \
+      -d stdio random clocks http fetch-event -o "$out/js-sm-config-replicator.wasm")
+    done_lang js-sm "$stamp"
+  fi
+  stamp=$(fingerprint "$(node --version) qjs-small" js/package.json js/package-lock.json js/sdk js/config-replicator "$wit")
+  if ! fresh js-qjs-small "$stamp"; then
     (cd js && node_modules/.bin/componentize-qjs --wit "$wit" -n plugin --js "$plugins/js/config-replicator/index.js" \
-      --module-root "$plugins/js" "${args[@]}" -o "$out/js-$v-config-replicator.wasm" >/dev/null)
-    done_lang "js-$v" "$stamp"
-  done
+      --module-root "$plugins/js" --sync --opt-size --stub-wasi -o "$out/js-qjs-small-config-replicator.wasm" >/dev/null)
+    done_lang js-qjs-small "$stamp"
+  fi
 }
 
 build_python() {

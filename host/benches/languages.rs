@@ -4,14 +4,15 @@
 //!
 //! Run: `bash plugins/build.sh && bash plugins/build-languages.sh js-variants
 //! js python c go && cargo bench -p kubewasm --bench languages`
-//! (`js-qjs*`: the JS plugin built with jco's QuickJS backend). A missing
+//! (`js`: jco's QuickJS backend, the default; `js-sm`: componentize-js,
+//! StarlingMonkey; `js-qjs-small`: QuickJS size-optimised). A missing
 //! artifact is reported as such and skipped. Per-delta times are the median of
 //! several rounds, each the mean of many calls on one long-lived instance:
 //! "source" is an `updated` delta of a source ConfigMap (two namespace
 //! targets: a cache list of namespaces, two applies, a list of replicas),
 //! "ignored" one of a ConfigMap that is not a source (the call, the delta's
 //! metadata and a label check). `-- js python` measures only the plugins
-//! so labelled (`rust`, `c`, `go`, `js`, `js-qjs`, `js-qjs-small`, `python`).
+//! so labelled (`rust`, `c`, `go`, `js`, `js-sm`, `js-qjs-small`, `python`).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
 
 use std::collections::HashMap;
@@ -62,7 +63,7 @@ fn plugins() -> Vec<(&'static str, PathBuf)> {
         "rust",
         root.join("wasm32-wasip2/release/config_replicator.wasm"),
     )];
-    for lang in ["c", "go", "js", "js-qjs", "js-qjs-small", "python"] {
+    for lang in ["c", "go", "js", "js-sm", "js-qjs-small", "python"] {
         v.push((
             lang,
             root.join(format!("languages/{lang}-config-replicator.wasm")),
