@@ -13,6 +13,7 @@ pub mod leader;
 pub mod manager;
 pub mod names;
 pub mod object;
+pub mod pointer;
 pub mod rbac;
 pub mod reload;
 pub mod runtime;

@@ -8,12 +8,12 @@
 //! answers field reads with a lazy JSON-pointer scan that skips everything not
 //! on the path.
 
+use sonic_rs::JsonValueTrait;
 use std::borrow::Cow;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use sonic_rs::{JsonValueTrait, PointerNode};
 
 use crate::kind::Gvk;
 
@@ -387,33 +387,22 @@ impl KObject {
         Some(FieldValue::from_raw(&raw))
     }
 
-    /// The values at several pointers, in order. Pointers made of keys only
-    /// are found in one scan of the text (a handler reading `/spec/x` and
-    /// `/status/y` skips the metadata once, not twice); the others, and any
-    /// the single scan cannot answer, one by one as [`field`](Self::field).
+    /// The values at several pointers, in order, as [`field`](Self::field)
+    /// finds each, in one pass over the text that ends at the last of them
+    /// (a handler reading `/spec/x` and `/status/y` skips the metadata once).
     pub fn fields<S: AsRef<str>>(&self, pointers: &[S]) -> Vec<Option<FieldValue>> {
-        let mut tree = sonic_rs::PointerTree::new();
-        let mut keyed = Vec::new();
-        for (i, p) in pointers.iter().enumerate() {
-            let Some(segs) = segments(p.as_ref()) else {
-                continue;
-            };
-            if !segs.is_empty() && segs.iter().all(|k| array_index(k).is_none()) {
-                tree.add_path(segs.iter().map(String::as_str));
-                keyed.push(i);
-            }
-        }
-        let mut out: Vec<Option<Option<FieldValue>>> = vec![None; pointers.len()];
-        if keyed.len() > 1
-            && let Ok(found) = sonic_rs::get_many(&*self.json, &tree)
-        {
-            for (i, v) in keyed.into_iter().zip(found) {
-                out[i] = Some(v.map(|v| FieldValue::from_raw(&v.as_raw_cow())));
-            }
-        }
-        out.into_iter()
-            .zip(pointers)
-            .map(|(v, p)| v.unwrap_or_else(|| self.field(p.as_ref())))
+        let parsed: Vec<Option<Vec<String>>> = pointers
+            .iter()
+            .map(|p| crate::pointer::segments(p.as_ref()))
+            .collect();
+        let valid: Vec<Vec<String>> = parsed.iter().flatten().cloned().collect();
+        let mut found = crate::pointer::raw_at_many(&self.json, &valid).into_iter();
+        parsed
+            .iter()
+            .map(|p| {
+                p.as_ref()?;
+                found.next().flatten().map(FieldValue::from_raw)
+            })
             .collect()
     }
 
@@ -478,56 +467,9 @@ fn collect_wildcard(value: &Value, pointer: &str, out: &mut Vec<String>) {
     }
 }
 
-/// Splits an RFC 6901 pointer into unescaped segments; `None` if malformed.
-fn segments(pointer: &str) -> Option<Vec<String>> {
-    if pointer.is_empty() {
-        return Some(Vec::new());
-    }
-    let rest = pointer.strip_prefix('/')?;
-    Some(
-        rest.split('/')
-            .map(|s| s.replace("~1", "/").replace("~0", "~"))
-            .collect(),
-    )
-}
-
-/// The array index a pointer segment names, if it is one (RFC 6901:
-/// digits only, no sign, no leading zero).
-fn array_index(segment: &str) -> Option<usize> {
-    let digits = !segment.is_empty() && segment.bytes().all(|b| b.is_ascii_digit());
-    if !digits || (segment.len() > 1 && segment.starts_with('0')) {
-        return None;
-    }
-    segment.parse().ok()
-}
-
 fn raw_at<'a>(json: &'a str, pointer: &str) -> Option<Cow<'a, str>> {
-    let segs = segments(pointer)?;
-    if segs.is_empty() {
-        return Some(Cow::Borrowed(json));
-    }
-    // Numeric segments index arrays; if the value there is an object, the
-    // same segment is retried as a key.
-    let path: Vec<PointerNode> = segs
-        .iter()
-        .map(|s| match array_index(s) {
-            Some(i) => PointerNode::Index(i),
-            None => PointerNode::Key(s.clone().into()),
-        })
-        .collect();
-    match sonic_rs::get_from_str(json, &path) {
-        Ok(v) => Some(v.as_raw_cow()),
-        Err(_) if path.iter().any(|p| matches!(p, PointerNode::Index(_))) => {
-            let keys: Vec<PointerNode> = segs
-                .into_iter()
-                .map(|s| PointerNode::Key(s.into()))
-                .collect();
-            sonic_rs::get_from_str(json, &keys)
-                .ok()
-                .map(|v| v.as_raw_cow())
-        }
-        Err(_) => None,
-    }
+    let segs = crate::pointer::segments(pointer)?;
+    crate::pointer::raw_at(json, &segs).map(Cow::Borrowed)
 }
 
 /// A scalar (or compact JSON text for arrays and objects) read from an object.

@@ -291,7 +291,7 @@ impl Dispatcher {
                     .serve(move |caller| worker(&runtime, shared, caller, cancel, tracker))
                     .await;
                 if let Err(e) = served {
-                    tracing::error!(plugin = %actor.name(), error = %e, "dispatcher worker could not start");
+                    tracing::error!(plugin = %actor.name(), error = %e, "dispatcher worker ended abnormally: the instance thread stopped");
                 }
                 guard.done();
             });
