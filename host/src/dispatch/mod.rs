@@ -21,7 +21,7 @@ pub mod dead;
 pub mod latency;
 pub mod queue;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -619,30 +619,55 @@ fn worker(
         return;
     }
     let mut gate = shared.leadership.subscribe();
+    // Taken from the queue in one lock, called one by one: a backlog costs
+    // one lock and one sibling wake per batch, not per delta.
+    let mut batch: VecDeque<(Key, Item)> = VecDeque::new();
     loop {
-        let next = match next_delta(&shared) {
-            Next::Delta(key, item) => (key, item),
-            Next::Stop => return,
-            Next::Wait(what) => {
-                let go_on = rt.block_on(wait(&shared, &cancel, &mut gate, what));
-                if !go_on {
-                    return;
+        if batch.is_empty() {
+            match next_batch(&shared, &mut batch) {
+                Next::Ready => {}
+                Next::Stop => return,
+                Next::Wait(what) => {
+                    if !rt.block_on(wait(&shared, &cancel, &mut gate, what)) {
+                        return;
+                    }
+                    continue;
                 }
-                continue;
             }
+        }
+        if shared.stopping.is_cancelled() {
+            // Stopping between deltas: the rest goes back to the queue (for
+            // the next version), no attempt counted.
+            requeue(&shared, &mut batch);
+            return;
+        }
+        let Some((key, item)) = batch.pop_front() else {
+            continue;
         };
-        let (key, item) = next;
         let (result, elapsed) = caller.handle(&item.delta);
+        let broken =
+            matches!(&result, Err(e) if e.is_trap() || matches!(e, CallError::Unavailable(_)));
         shared.stats.call_time.record(elapsed);
         rt.block_on(settle(&shared, &tasks, key, item, result));
+        if broken {
+            // Not run on the fresh instance in one go: back to the queue,
+            // where quarantine may hold them.
+            requeue(&shared, &mut batch);
+        }
+    }
+}
+
+/// Puts a worker's untaken batch back at the front of the queue.
+fn requeue(shared: &Shared, batch: &mut VecDeque<(Key, Item)>) {
+    for (key, item) in batch.drain(..).rev() {
+        back_to_queue(shared, &key, item);
     }
 }
 
 /// What a worker does next.
-// Moved once per delta; boxing the delta would allocate per delta.
-#[allow(clippy::large_enum_variant)]
 enum Next {
-    Delta(Key, Item),
+    /// The batch holds deltas to call.
+    Ready,
     Wait(Blocked),
     Stop,
 }
@@ -655,9 +680,11 @@ enum Blocked {
     Empty,
 }
 
-/// The next delta to call, or why there is none; checked without waiting,
-/// so a backlog is served without entering the runtime per delta.
-fn next_delta(shared: &Shared) -> Next {
+/// Fills `batch` with the next deltas to call (the first ready one and a
+/// fair share of the rest, the other instances' workers getting theirs), or
+/// says why there are none; checked without waiting, so a backlog is served
+/// without entering the runtime.
+fn next_batch(shared: &Shared, batch: &mut VecDeque<(Key, Item)>) -> Next {
     if shared.stopping.is_cancelled() {
         return Next::Stop;
     }
@@ -671,17 +698,32 @@ fn next_delta(shared: &Shared) -> Next {
         return Next::Wait(Blocked::Quarantined(until));
     }
     let mut q = shared.queue.lock();
-    match pop_deliverable(shared, &mut q) {
-        Some((key, item)) => {
-            if shared.workers > 1 && q.has_ready() {
-                // More is ready: let a sibling instance take it.
-                shared.wake.notify_one();
+    let Some(first) = pop_deliverable(shared, &mut q) else {
+        return Next::Wait(Blocked::Empty);
+    };
+    batch.push_back(first);
+    // A plugin that has just failed gets one delta at a time.
+    if shared.stats.consecutive_traps.load(Ordering::Relaxed) == 0 {
+        let share = q
+            .ready_len()
+            .div_ceil(shared.workers.max(1))
+            .min(MAX_BATCH - 1);
+        for _ in 0..share {
+            match pop_deliverable(shared, &mut q) {
+                Some(v) => batch.push_back(v),
+                None => break,
             }
-            Next::Delta(key, item)
         }
-        None => Next::Wait(Blocked::Empty),
     }
+    if shared.workers > 1 && q.has_ready() {
+        // More is ready: let a sibling instance take it.
+        shared.wake.notify_one();
+    }
+    Next::Ready
 }
+
+/// Most deltas a worker takes from the queue at once.
+const MAX_BATCH: usize = 64;
 
 /// Waits until `blocked` may have changed; false when the worker is to end.
 async fn wait(
