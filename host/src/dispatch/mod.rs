@@ -183,7 +183,7 @@ struct Shared {
     /// client-go controller, no delta is handed out before the caches the
     /// handler reads are complete.
     ready: tokio::sync::watch::Sender<bool>,
-    /// Workers (one per instance): a worker that leaves more ready wakes a sibling.
+    /// Workers (one per instance), for fair batch sizes and sibling wakes.
     workers: usize,
     quarantine: Mutex<Quarantine>,
     /// Set while a successor subscribes: per subscription, the last
@@ -645,8 +645,7 @@ fn worker(
             continue;
         };
         let (result, elapsed) = caller.handle(&item.delta);
-        let broken =
-            matches!(&result, Err(e) if e.is_trap() || matches!(e, CallError::Unavailable(_)));
+        let broken = matches!(&result, Err(e) if e.breaks_instance());
         shared.stats.call_time.record(elapsed);
         rt.block_on(settle(&shared, &tasks, key, item, result));
         if broken {
@@ -882,7 +881,7 @@ async fn settle(
             }
         }
         Err(err) => {
-            if err.is_trap() || matches!(err, CallError::Unavailable(_)) {
+            if err.breaks_instance() {
                 let n = shared
                     .stats
                     .consecutive_traps

@@ -48,6 +48,12 @@ impl CallError {
         !matches!(self, CallError::Permanent(_))
     }
 
+    /// Whether the instance is gone after this call: torn down by a trap
+    /// of any kind, or unavailable.
+    pub fn breaks_instance(&self) -> bool {
+        self.is_trap() || matches!(self, CallError::Unavailable(_))
+    }
+
     /// Whether the instance was torn down (a trap of any kind).
     pub fn is_trap(&self) -> bool {
         matches!(
