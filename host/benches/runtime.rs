@@ -91,27 +91,31 @@ fn measure(actor: &Actor, delta: &CallDelta, n: usize) -> Duration {
     start.elapsed() / n as u32
 }
 
+/// Per-iteration time of `run(count)` over `n` iterations: a tenth to warm
+/// up, then the best of five rounds (a shared machine only ever adds time).
+fn best_of_five(n: usize, mut run: impl FnMut(usize)) -> Duration {
+    run(n / 10);
+    (0..5)
+        .map(|_| {
+            let start = Instant::now();
+            run(n / 5);
+            start.elapsed() / (n / 5) as u32
+        })
+        .min()
+        .unwrap_or_default()
+}
+
 /// Per-delta cost of calls made inline on the instance's thread, as the
 /// dispatcher's worker makes them: no thread hand-off, only the call.
 fn measure_inline(actor: &Actor, delta: &CallDelta, n: usize) -> Duration {
     let delta = delta.clone();
     actor
         .serve_blocking(move |caller| {
-            let run = |caller: &mut kubewasm::runtime::Caller, count: usize| {
+            best_of_five(n, |count| {
                 for _ in 0..count {
                     caller.handle(&delta).0.unwrap();
                 }
-            };
-            run(caller, n / 10);
-            // The best of five rounds: a shared machine only ever adds time.
-            (0..5)
-                .map(|_| {
-                    let start = Instant::now();
-                    run(caller, n / 5);
-                    start.elapsed() / (n / 5) as u32
-                })
-                .min()
-                .unwrap_or_default()
+            })
         })
         .unwrap()
 }
@@ -276,24 +280,13 @@ fn main() {
         let parse = start_actor("parse_all", true);
         let t_parse = measure_inline(&parse, &delta, n / 2);
         let handoff = measure(&parse, &delta, n / 4);
-        let t_native = {
-            let run = |count: usize| {
-                for _ in 0..count {
-                    std::hint::black_box(
-                        bench_logic::evaluate(std::hint::black_box(&pod_json)).unwrap(),
-                    );
-                }
-            };
-            run(n / 20);
-            (0..5)
-                .map(|_| {
-                    let start = Instant::now();
-                    run(n / 10);
-                    start.elapsed() / (n / 10) as u32
-                })
-                .min()
-                .unwrap_or_default()
-        };
+        let t_native = best_of_five(n / 2, |count| {
+            for _ in 0..count {
+                std::hint::black_box(
+                    bench_logic::evaluate(std::hint::black_box(&pod_json)).unwrap(),
+                );
+            }
+        });
         row(
             "parse whole pod in plugin",
             "parse-all",
