@@ -619,9 +619,9 @@ mod tests {
     }
 
     /// Every object of the corpus (../shared/corpus, or KUBEWASM_CORPUS)
-    /// decodes from its text exactly as from its value.
-    #[test]
-    fn corpus_objects_decode_from_text_like_from_a_value() {
+    /// with an identity, as a value; `None` (and a message saying nothing
+    /// was checked) where there is no corpus.
+    fn corpus_values() -> Option<Vec<Value>> {
         let corpus = std::env::var("KUBEWASM_CORPUS").map_or_else(
             |_| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/corpus"),
             std::path::PathBuf::from,
@@ -631,9 +631,9 @@ mod tests {
                 "no corpus at {}: set KUBEWASM_CORPUS; skipping the corpus check (nothing checked)",
                 corpus.display()
             );
-            return;
+            return None;
         };
-        let mut checked = 0;
+        let mut out = Vec::new();
         for kind in kinds.flatten() {
             for file in std::fs::read_dir(kind.path())
                 .into_iter()
@@ -647,12 +647,82 @@ mod tests {
                     continue;
                 };
                 if value["metadata"]["name"].is_string() && value["kind"].is_string() {
-                    same_both_ways(&value, None);
-                    checked += 1;
+                    out.push(value);
                 }
             }
         }
-        assert!(checked > 1000, "only {checked} corpus objects checked");
+        assert!(out.len() > 1000, "only {} corpus objects read", out.len());
+        Some(out)
+    }
+
+    /// Every object of the corpus decodes from its text exactly as from its
+    /// value.
+    #[test]
+    fn corpus_objects_decode_from_text_like_from_a_value() {
+        for value in corpus_values().into_iter().flatten() {
+            same_both_ways(&value, None);
+        }
+    }
+
+    /// Pointers to the nodes of every corpus object (and to an absent
+    /// member and index below each container; up to 60 per object) read what serde_json's
+    /// `Value::pointer` reads, alone and in one pass with its neighbours.
+    #[test]
+    fn corpus_fields_read_what_serde_json_pointer_reads() {
+        fn pointers(v: &Value, at: String, out: &mut Vec<String>) {
+            match v {
+                Value::Object(m) => {
+                    out.push(format!("{at}/absent~1key"));
+                    for (k, v) in m {
+                        let k = k.replace('~', "~0").replace('/', "~1");
+                        pointers(v, format!("{at}/{k}"), out);
+                    }
+                }
+                Value::Array(a) => {
+                    out.push(format!("{at}/{}", a.len()));
+                    for (i, v) in a.iter().enumerate() {
+                        pointers(v, format!("{at}/{i}"), out);
+                    }
+                }
+                _ => {}
+            }
+            out.push(at);
+        }
+        let mut checked = 0usize;
+        for value in corpus_values().into_iter().flatten() {
+            let Ok(obj) = KObject::from_value(value, StripOptions::default()) else {
+                continue;
+            };
+            let stored: Value = serde_json::from_str(obj.json()).unwrap();
+            let mut all = Vec::new();
+            pointers(&stored, String::new(), &mut all);
+            // Bounded for a debug build: up to ~60 evenly spread pointers.
+            let step = all.len().div_ceil(60);
+            let all: Vec<String> = all.into_iter().step_by(step).collect();
+            let want: Vec<Option<Value>> = all.iter().map(|p| stored.pointer(p).cloned()).collect();
+            let parse = |raw: &str| serde_json::from_str::<Value>(raw).unwrap();
+            for (p, w) in all.iter().zip(&want) {
+                let got = raw_at(obj.json(), p).map(|r| parse(&r));
+                assert_eq!(got.as_ref(), w.as_ref(), "{p}");
+            }
+            // Windows of neighbours in one pass (shared parents, prefixes).
+            for window in all.chunks(3) {
+                let paths: Vec<Vec<String>> = window
+                    .iter()
+                    .map(|p| crate::pointer::segments(p).unwrap())
+                    .collect();
+                let got = crate::pointer::raw_at_many(obj.json(), &paths);
+                for (raw, p) in got.iter().zip(window) {
+                    assert_eq!(
+                        raw.map(parse),
+                        stored.pointer(p).cloned(),
+                        "{p} in {window:?}"
+                    );
+                }
+            }
+            checked += all.len();
+        }
+        eprintln!("{checked} pointers checked");
     }
 
     fn pod() -> KObject {
