@@ -427,8 +427,9 @@ pub struct KindRegistry {
     /// Group -> preferred version (from discovery), used when a resource
     /// name matches several versions of one group.
     preferred: Arc<RwLock<BTreeMap<String, String>>>,
-    /// Bumped whenever a kind is learned: plugins refused for an unknown
-    /// kind are retried when it moves (a CRD was installed).
+    /// Bumped whenever a kind is learned or a preferred version changes:
+    /// plugins refused for an unknown kind are retried when it moves (a CRD
+    /// was installed), and memos of resolved kinds are dropped.
     generation: Arc<std::sync::atomic::AtomicU64>,
     /// The verbs discovery reported per kind; kinds learned otherwise
     /// (the local cluster, CRD objects) have none recorded.
@@ -455,10 +456,22 @@ impl KindRegistry {
     }
 
     /// Records a group's preferred version (discovery's `preferredVersion`).
+    /// A change moves [`Self::generation`]: resource names may now resolve
+    /// to another version.
     pub fn set_preferred(&self, group: &str, version: &str) {
-        self.preferred
+        let old = self
+            .preferred
             .write()
             .insert(group.to_owned(), version.to_owned());
+        if old.as_deref() != Some(version) {
+            self.generation
+                .fetch_add(1, std::sync::atomic::Ordering::Release);
+        }
+    }
+
+    /// Whether two handles share one registry.
+    pub fn same(&self, other: &KindRegistry) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
     }
 
     pub fn len(&self) -> usize {

@@ -18,7 +18,7 @@ use serde_json::json;
 
 fn deployment() -> Target {
     Target {
-        kind: KindInfo::new("apps", "v1", "Deployment", "deployments", true),
+        kind: KindInfo::new("apps", "v1", "Deployment", "deployments", true).into(),
         namespace: Some("shop".into()),
         name: "web".into(),
         uid: Some("uid-web".into()),
@@ -156,7 +156,7 @@ async fn patches_and_deletes_use_the_right_content_type_and_options() {
 #[tokio::test]
 async fn events_are_events_k8s_io_v1_reported_by_kubewasm() {
     let pod = Target {
-        kind: KindInfo::new("", "v1", "Pod", "pods", true),
+        kind: KindInfo::new("", "v1", "Pod", "pods", true).into(),
         namespace: Some("shop".into()),
         name: "web-1".into(),
         uid: Some("uid-pod".into()),
@@ -421,7 +421,7 @@ async fn a_repeated_event_counts_in_its_series_instead_of_a_new_object() {
     let sink = KubeSink::new(client);
     let event = |note: &str| Action::Event {
         regarding: Target {
-            kind: KindInfo::new("", "v1", "Pod", "pods", true),
+            kind: KindInfo::new("", "v1", "Pod", "pods", true).into(),
             namespace: Some("shop".into()),
             name: "web-1".into(),
             uid: Some("uid-pod".into()),

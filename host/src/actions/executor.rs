@@ -396,7 +396,7 @@ mod tests {
     fn event(reason: &str) -> Action {
         Action::Event {
             regarding: Target {
-                kind: KindInfo::new("", "v1", "ConfigMap", "configmaps", true),
+                kind: KindInfo::new("", "v1", "ConfigMap", "configmaps", true).into(),
                 namespace: Some("n".into()),
                 name: "c".into(),
                 uid: None,

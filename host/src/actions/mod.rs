@@ -4,6 +4,8 @@
 pub mod executor;
 pub mod rate;
 
+use std::sync::Arc;
+
 use serde_json::Value;
 
 use crate::kind::KindInfo;
@@ -11,7 +13,8 @@ use crate::kind::KindInfo;
 /// The object an action targets.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Target {
-    pub kind: KindInfo,
+    /// Shared: resolved once per plugin instance, not per action.
+    pub kind: Arc<KindInfo>,
     pub namespace: Option<String>,
     pub name: String,
     /// The object's uid when the plugin gave it: an Event's regarding uid.
@@ -79,9 +82,13 @@ impl Preconditions {
 
 impl Target {
     /// A target with no uid and no preconditions.
-    pub fn new(kind: KindInfo, namespace: Option<String>, name: impl Into<String>) -> Self {
+    pub fn new(
+        kind: impl Into<Arc<KindInfo>>,
+        namespace: Option<String>,
+        name: impl Into<String>,
+    ) -> Self {
         Self {
-            kind,
+            kind: kind.into(),
             namespace,
             name: name.into(),
             uid: None,

@@ -113,6 +113,11 @@ pub struct HostState {
     /// Snapshots taken during the current call: one consistent state per
     /// cache for the whole call (keyed by the informer's address).
     snapshots: HashMap<usize, Snapshot>,
+    /// Kinds this instance resolved, valid for the registry and generation
+    /// in `kinds_for`: a plugin names the same few kinds on every call, and
+    /// resolving one walks the registry under a lock and copies its strings.
+    kinds: Vec<(KindRef, Arc<KindInfo>)>,
+    kinds_for: Option<(KindRegistry, u64)>,
     pub actions: Vec<Action>,
     /// The guest's captured stdout/stderr (no stdio grant).
     pub output: Option<super::stdio::GuestOutput>,
@@ -153,6 +158,8 @@ impl HostState {
             },
             scope: None,
             snapshots: HashMap::new(),
+            kinds: Vec::new(),
+            kinds_for: None,
             actions: Vec::new(),
             output: None,
             caps: CallCaps::default(),
@@ -237,6 +244,29 @@ impl HostState {
             .ok_or_else(|| "the cache and actions are not available during register".to_owned())
     }
 
+    /// `kind` resolved in `scope`'s registry, remembered until the registry
+    /// changes.
+    fn resolve(&mut self, scope: &PluginScope, kind: &KindRef) -> Result<Arc<KindInfo>, String> {
+        let generation = scope.kinds.generation();
+        let valid = self
+            .kinds_for
+            .as_ref()
+            .is_some_and(|(reg, g)| reg.same(&scope.kinds) && *g == generation);
+        if !valid {
+            self.kinds.clear();
+            self.kinds_for = Some((scope.kinds.clone(), generation));
+        }
+        if let Some((_, info)) = self.kinds.iter().find(|(k, _)| k == kind) {
+            return Ok(info.clone());
+        }
+        let info = Arc::new(scope.kinds.resolve(kind).map_err(|e| e.to_string())?);
+        // Bounded: a plugin naming kinds without end resolves the rest anew.
+        if self.kinds.len() < 64 {
+            self.kinds.push((kind.clone(), info.clone()));
+        }
+        Ok(info)
+    }
+
     /// The call's snapshot of a cache (one per cache per call).
     fn snapshot_of(&mut self, cache: &CacheView) -> Snapshot {
         self.snapshots
@@ -252,19 +282,17 @@ impl HostState {
         &mut self,
         kind: &KindRef,
         namespace: Option<&str>,
-    ) -> Result<(KindInfo, Vec<Snapshot>), ReadError> {
+    ) -> Result<(Arc<KindInfo>, Vec<Snapshot>), ReadError> {
         let scope = self.scope().map_err(ReadError::NotSubscribed)?;
-        let info = scope
-            .kinds
-            .resolve(kind)
-            .map_err(|e| ReadError::NotSubscribed(e.to_string()))?;
+        let info = self
+            .resolve(&scope, kind)
+            .map_err(ReadError::NotSubscribed)?;
         let informers = scope.reads.get(&info.gvk).ok_or_else(|| {
             ReadError::NotSubscribed(format!(
                 "{} is not among this plugin's subscriptions; add a subscription (with no delta types for read-only access)",
                 info.resource_name()
             ))
         })?;
-        let informers = informers.clone();
         let namespace = namespace.filter(|_| info.namespaced);
         if namespace.is_some() || !info.namespaced {
             self.granted(&scope, &info, Verb::Read, namespace)
@@ -328,10 +356,7 @@ impl HostState {
         preconditions: Preconditions,
     ) -> Result<Target, WriteError> {
         let scope = self.scope().map_err(WriteError::Invalid)?;
-        let kind = scope
-            .kinds
-            .resolve(&r.kind)
-            .map_err(|e| WriteError::Invalid(e.to_string()))?;
+        let kind = self.resolve(&scope, &r.kind).map_err(WriteError::Invalid)?;
         if verb != Verb::Events && !scope.writes.contains(&kind.gvk) {
             return Err(WriteError::NotDeclared(format!(
                 "{} is not in this plugin's registration writes",
@@ -632,4 +657,49 @@ fn merge(lists: impl IntoIterator<Item = Vec<ObjectHandle>>) -> Vec<ObjectHandle
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn widgets_crd(versions: &[&str]) -> Value {
+        let versions: Vec<Value> = versions
+            .iter()
+            .map(|v| serde_json::json!({"name": v}))
+            .collect();
+        serde_json::json!({"spec": {"group": "example.com", "scope": "Namespaced",
+            "names": {"kind": "Widget", "plural": "widgets"}, "versions": versions}})
+    }
+
+    /// The memo of resolved kinds never answers for a registry that has
+    /// changed: a kind learned, a preferred version moved, another registry.
+    #[test]
+    fn resolved_kinds_follow_the_registry() {
+        let kinds = KindRegistry::builtin();
+        let scope = |kinds: &KindRegistry| PluginScope {
+            kinds: kinds.clone(),
+            reads: HashMap::new(),
+            indexes: HashMap::new(),
+            writes: HashSet::new(),
+            grant: super::super::Manifest::default().grant("t"),
+        };
+        let mut host = HostState::new("t".into(), "v", WasiCtx::builder().build(), 1 << 20);
+        let widgets = KindRef::Resource("widgets".into());
+        let pods = KindRef::Resource("pods".into());
+        assert!(host.resolve(&scope(&kinds), &widgets).is_err());
+        assert!(host.resolve(&scope(&kinds), &pods).unwrap().namespaced);
+
+        kinds.learn_crd(&widgets_crd(&["v1", "v2"]));
+        let got = host.resolve(&scope(&kinds), &widgets).unwrap();
+        assert_eq!(got.gvk, Gvk::new("example.com", "v1", "Widget"));
+        kinds.set_preferred("example.com", "v2");
+        let got = host.resolve(&scope(&kinds), &widgets).unwrap();
+        assert_eq!(got.gvk, Gvk::new("example.com", "v2", "Widget"));
+
+        // Another registry (nothing known) at whatever generation.
+        let empty = KindRegistry::default();
+        assert!(host.resolve(&scope(&empty), &pods).is_err());
+    }
 }

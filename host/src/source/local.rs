@@ -797,7 +797,7 @@ mod tests {
         ] {
             let action = Action::Apply {
                 target: Target {
-                    kind: kind.clone(),
+                    kind: kind.clone().into(),
                     namespace: Some(ns.into()),
                     name: name.into(),
                     uid: None,
