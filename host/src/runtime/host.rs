@@ -111,8 +111,9 @@ pub struct HostState {
     pub limiter: MemoryLimiter,
     pub scope: Option<Arc<PluginScope>>,
     /// Snapshots taken during the current call: one consistent state per
-    /// cache for the whole call (keyed by the informer's address).
-    snapshots: HashMap<usize, Snapshot>,
+    /// cache for the whole call (keyed by the informer's address; a call
+    /// reads a few caches, so a list beats a hash map).
+    snapshots: Vec<(usize, Snapshot)>,
     /// Kinds this instance resolved, valid for the registry and generation
     /// in `kinds_for`: a plugin names the same few kinds on every call, and
     /// resolving one walks the registry under a lock and copies its strings.
@@ -157,7 +158,7 @@ impl HostState {
                 exceeded: false,
             },
             scope: None,
-            snapshots: HashMap::new(),
+            snapshots: Vec::new(),
             kinds: Vec::new(),
             kinds_for: None,
             actions: Vec::new(),
@@ -269,10 +270,13 @@ impl HostState {
 
     /// The call's snapshot of a cache (one per cache per call).
     fn snapshot_of(&mut self, cache: &CacheView) -> Snapshot {
-        self.snapshots
-            .entry(cache.id())
-            .or_insert_with(|| cache.snapshot())
-            .clone()
+        let id = cache.id();
+        if let Some((_, s)) = self.snapshots.iter().find(|(i, _)| *i == id) {
+            return s.clone();
+        }
+        let s = cache.snapshot();
+        self.snapshots.push((id, s.clone()));
+        s
     }
 
     /// The call's snapshots of every cache of `kind`, after checking that
