@@ -76,6 +76,20 @@ impl PluginVersion {
         self.dispatcher.stats()
     }
 
+    /// The source language, when the component says (see
+    /// [`crate::runtime::language`]).
+    pub fn language(&self) -> Option<&str> {
+        self.prepared.language.as_deref()
+    }
+
+    /// What each subscription watches, as its informer describes it.
+    pub fn subscription_specs(&self) -> Vec<String> {
+        self.subscriptions
+            .iter()
+            .map(|(spec, _)| spec.to_string())
+            .collect()
+    }
+
     pub fn is_idle(&self) -> bool {
         self.dispatcher.is_idle()
     }
@@ -410,6 +424,11 @@ impl PluginHost {
 
     pub async fn get(&self, name: &str) -> Option<Arc<PluginVersion>> {
         self.plugins.lock().await.get(name).cloned()
+    }
+
+    /// The running versions, by plugin name.
+    pub async fn versions(&self) -> Vec<Arc<PluginVersion>> {
+        self.plugins.lock().await.values().cloned().collect()
     }
 
     pub async fn names(&self) -> Vec<String> {

@@ -161,6 +161,23 @@ impl PluginDir {
         }
     }
 
+    /// Each plugin file's state: `loading` (no version runs yet),
+    /// `loaded`, or `broken` (it could not be loaded and no version runs).
+    pub fn file_states(&self) -> BTreeMap<String, &'static str> {
+        self.states
+            .lock()
+            .iter()
+            .map(|(name, state)| {
+                let s = match state {
+                    FileState::Loading => "loading",
+                    FileState::Loaded => "loaded",
+                    FileState::Broken => "broken",
+                };
+                (name.clone(), s)
+            })
+            .collect()
+    }
+
     /// Plugins whose current file failed to load, with the error (a previous
     /// version may still be serving).
     pub fn failures(&self) -> BTreeMap<String, String> {

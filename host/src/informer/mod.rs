@@ -156,6 +156,9 @@ struct Fanout {
     names: Vec<(u64, Arc<str>)>,
     /// The last live delta's sequence number.
     seq: u64,
+    /// The object of the last delta emitted (its resourceVersion is the
+    /// informer's last seen one; kept as the handle: an Arc clone per delta).
+    last: Option<ObjectHandle>,
 }
 
 /// An informer the API server refuses to serve (403): its subscribers
@@ -201,6 +204,9 @@ pub struct Informer {
     counters: InformerCounters,
     /// Set while the source answers 403; cleared by the next data.
     forbidden: Mutex<Option<Forbidden>>,
+    /// This informer's own counts (the metrics sum them per kind).
+    watch_restarts: AtomicU64,
+    relists: AtomicU64,
 }
 
 impl std::fmt::Debug for Informer {
@@ -275,6 +281,25 @@ impl Informer {
         let _ = rx.wait_for(|s| *s).await;
     }
 
+    /// The resourceVersion of the object of the last delta emitted.
+    pub fn last_resource_version(&self) -> Option<String> {
+        self.fanout
+            .lock()
+            .last
+            .as_ref()
+            .map(|o| o.meta().resource_version.to_string())
+    }
+
+    /// Watch streams that failed and were restarted (with backoff).
+    pub fn watch_restarts(&self) -> u64 {
+        self.watch_restarts.load(Ordering::Relaxed)
+    }
+
+    /// Lists after the initial one.
+    pub fn relists(&self) -> u64 {
+        self.relists.load(Ordering::Relaxed)
+    }
+
     /// The last live delta's sequence number: deltas numbered above it
     /// are yet to come.
     pub fn seq(&self) -> u64 {
@@ -284,6 +309,9 @@ impl Informer {
     fn emit(&self, fanout: &mut Fanout, mut delta: Delta) {
         fanout.seq += 1;
         delta.seq = fanout.seq;
+        if delta.object.is_some() {
+            fanout.last.clone_from(&delta.object);
+        }
         self.counters.delta(delta.dtype);
         // Count before sending, so the total can never lag what was handled.
         self.activity.emit(fanout.subscribers.len() as u64);
@@ -389,14 +417,18 @@ impl Informer {
                     first: new_stall,
                 }
                 .emit(&self.counters),
-                Err(err) => WatchFailed {
-                    informer: &self.spec,
-                    error: &err,
+                Err(err) => {
+                    self.watch_restarts.fetch_add(1, Ordering::Relaxed);
+                    WatchFailed {
+                        informer: &self.spec,
+                        error: &err,
+                    }
+                    .emit(&self.counters)
                 }
-                .emit(&self.counters),
                 Ok(WatchEvent::Progress) => {}
                 Ok(WatchEvent::Init) => {
                     if lists > 0 {
+                        self.relists.fetch_add(1, Ordering::Relaxed);
                         Relisted {
                             informer: &self.spec,
                         }
@@ -579,8 +611,11 @@ impl InformerSet {
                             synced: false,
                             seq: 0,
                             names: Vec::new(),
+                            last: None,
                         }),
                         forbidden: Mutex::new(None),
+                        watch_restarts: AtomicU64::new(0),
+                        relists: AtomicU64::new(0),
                         synced_tx,
                         cancel: self.cancel.child_token(),
                         activity: self.activity.clone(),

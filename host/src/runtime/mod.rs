@@ -8,6 +8,7 @@ mod common;
 pub mod deadline;
 pub mod engine;
 pub mod host;
+pub mod language;
 pub mod limits;
 pub mod manifest;
 pub mod network;
@@ -100,6 +101,8 @@ pub struct Prepared {
     /// The first 12 hex digits of the component's SHA-256: what the plugin
     /// and its Events are told its version is.
     pub version: Arc<str>,
+    /// The source language, when the component's producers say.
+    pub language: Option<Arc<str>>,
     pub engine: WasmEngine,
     pub pre: Pre,
     pub manifest: Manifest,
@@ -396,6 +399,7 @@ impl Runtime {
         Ok(Prepared {
             name: Arc::from(name),
             version: Arc::from(version),
+            language: language::detect(bytes).map(Arc::from),
             engine: self.engine.clone(),
             pre,
             manifest,
