@@ -69,6 +69,8 @@ pub struct RunOptions {
     /// Listen address of `/healthz`, `/readyz` and `/metrics` (`main`
     /// serves it; an `App` alone never binds).
     pub metrics_addr: MetricsAddr,
+    /// Serve the web view under `/ui` on the metrics listener.
+    pub ui: bool,
     /// The host-wide ceiling on sidecar limits.
     pub limits: crate::runtime::limits::Ceiling,
 }
@@ -324,7 +326,9 @@ impl App {
         let plugin_dir = Arc::new(
             PluginDir::new(opts.plugins.clone(), host.clone()).with_telemetry(telemetry.clone()),
         );
-        telemetry.attach(Arc::new(AppView::new(host.clone(), plugin_dir.clone())));
+        let view = Arc::new(AppView::new(host.clone(), plugin_dir.clone()));
+        telemetry.attach(view.clone());
+        telemetry.attach_ui(view);
         plugin_dir.scan().await?;
         let election = match (&opts.election, client) {
             (None, _) => None,

@@ -112,6 +112,10 @@ pub struct RunSettings {
     /// `/healthz`, `/readyz` and `/metrics` listen address (`HOST:PORT`,
     /// `:PORT` or `off`); default `0.0.0.0:9090`, off for `untilIdle` runs.
     pub metrics_addr: Option<MetricsAddr>,
+    /// Serve the live web view under `/ui` on the metrics listener
+    /// (read-only; default off). Needs the listener: not with
+    /// `metricsAddr: off`.
+    pub ui: Option<bool>,
     /// The ceiling on every sidecar's `limits` (memory, timeout, handles,
     /// actionsPerCall, logBytesPerCall): a sidecar asking for more does
     /// not load.
@@ -231,6 +235,7 @@ impl RunSettings {
             leader_elect_namespace: self.leader_elect_namespace.or(file.leader_elect_namespace),
             shutdown_grace: self.shutdown_grace.or(file.shutdown_grace),
             metrics_addr: self.metrics_addr.or(file.metrics_addr),
+            ui: self.ui.or(file.ui),
             limits: self.limits.or(file.limits),
         }
     }
@@ -287,6 +292,12 @@ impl RunSettings {
             None if until_idle => MetricsAddr::Off,
             None => MetricsAddr::default(),
         };
+        let ui = self.ui.unwrap_or(false);
+        if ui && metrics_addr == MetricsAddr::Off {
+            return Err(ConfigError::Conflict(
+                "--ui is served by the metrics listener, which is off: pass --metrics-addr HOST:PORT (e.g. 127.0.0.1:9090) with --ui".into(),
+            ));
+        }
         Ok(RunOptions {
             plugins,
             cluster,
@@ -302,6 +313,7 @@ impl RunSettings {
             election,
             shutdown_grace: self.shutdown_grace.unwrap_or(DEFAULT_SHUTDOWN_GRACE),
             metrics_addr,
+            ui,
             limits: self.limits.unwrap_or_default(),
         })
     }
@@ -683,6 +695,27 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(e.contains("invalid metrics address \"nine\""), "{e}");
+        // The web view: off by default, a file key, and refused without
+        // the listener it is served by.
+        assert!(!none.clone().into_options(true).unwrap().ui);
+        let ui = RunSettings::parse(
+            "apiVersion: kubewasm.io/v1alpha1\nkind: HostConfig\nplugins: p\nlocal: l\nui: true\n",
+            p,
+        )
+        .unwrap();
+        assert!(ui.clone().into_options(false).unwrap().ui);
+        let off = RunSettings {
+            metrics_addr: Some(MetricsAddr::Off),
+            ..ui.clone()
+        };
+        let e = off.into_options(false).unwrap_err().to_string();
+        assert!(e.contains("--ui") && e.contains("--metrics-addr"), "{e}");
+        // A run until idle has the listener off unless given.
+        let idle_ui = RunSettings {
+            until_idle: Some(true),
+            ..ui
+        };
+        assert!(idle_ui.into_options(false).is_err());
     }
 
     #[test]

@@ -271,6 +271,11 @@ struct RunArgs {
     /// on free ports).
     #[arg(long, env = "KUBEWASM_METRICS_ADDR_FILE")]
     metrics_addr_file: Option<PathBuf>,
+    /// Serve a live, read-only web view of the host under /ui on the
+    /// metrics listener (plugins, informers, a feed of deltas and actions,
+    /// the cache, dead letters); off by default.
+    #[arg(long, env = "KUBEWASM_UI")]
+    ui: bool,
     #[command(flatten)]
     election: ElectionArgs,
     /// How long SIGTERM waits for in-flight calls and actions [default: 20s].
@@ -325,6 +330,7 @@ impl RunArgs {
             cache_dir: self.cache_dir,
             keep_managed_fields: self.keep_managed_fields.then_some(true),
             metrics_addr: self.metrics_addr,
+            ui: self.ui.then_some(true),
             initial_list: self.initial_list.map(|i| match i {
                 InitialListArg::Auto => InitialList::Auto,
                 InitialListArg::Stream => InitialList::Stream,
@@ -371,7 +377,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     let cancel = CancellationToken::new();
     let telemetry = Telemetry::new(Identity::from_env());
     // Listening first: probes answer (not ready) while plugins compile.
-    let server = MetricsServer::start(&opts.metrics_addr, telemetry.clone()).await?;
+    let server = MetricsServer::start_with(&opts.metrics_addr, telemetry.clone(), opts.ui).await?;
     if let (Some(file), Some(server)) = (&metrics_addr_file, &server) {
         kubewasm::telemetry::probe::write_addr_file(file, server.local_addr())
             .with_context(|| format!("writing the listener address to {}", file.display()))?;

@@ -134,6 +134,7 @@ pub fn options(plugins: &Path, local: &Path, cache: &Path) -> RunOptions {
         election: None,
         shutdown_grace: Duration::from_secs(20),
         metrics_addr: kubewasm::telemetry::server::MetricsAddr::Off,
+        ui: false,
         limits: Default::default(),
     }
 }

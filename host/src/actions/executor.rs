@@ -19,6 +19,7 @@ use super::Action;
 use super::rate::ActionRate;
 use crate::leader::Leadership;
 use crate::telemetry::events::{ActionApplied, ActionConflict, ActionFailed, ActionRetrying};
+use crate::telemetry::feed::FeedRecord;
 use crate::telemetry::metrics::Outcome;
 use crate::telemetry::{ActionCounters, Telemetry};
 use futures::future::BoxFuture;
@@ -219,11 +220,20 @@ impl Executor {
     ) -> Result<(), ActionFailure> {
         let total = actions.len();
         for (i, action) in actions.iter().enumerate() {
+            // Timed only for the web view's feed, when a page is open.
+            let started = self
+                .telemetry
+                .feed()
+                .enabled()
+                .then(std::time::Instant::now);
             let result = if self.options.dry_run || rate.acquire(plugin, stop).await.is_ok() {
                 self.run(plugin, counters, action, stop).await
             } else {
                 Err((ActionError::Stopping, 0))
             };
+            if let Some(started) = started {
+                self.to_feed(plugin, action, &result, started.elapsed());
+            }
             if let Err((error, attempts)) = result {
                 for rest in &actions[i + 1..] {
                     self.stats.skipped.fetch_add(1, Ordering::Relaxed);
@@ -239,6 +249,37 @@ impl Executor {
             }
         }
         Ok(())
+    }
+
+    /// Shows one action's outcome in the web view's feed.
+    fn to_feed(
+        &self,
+        plugin: &str,
+        action: &Action,
+        result: &Result<(), (ActionError, u32)>,
+        took: Duration,
+    ) {
+        let target = action.target();
+        let (outcome, error) = match result {
+            Ok(()) if self.options.dry_run => ("dry_run", None),
+            Ok(()) => ("applied", None),
+            Err((e @ ActionError::Conflict(_), _)) => ("conflict", Some(e.to_string())),
+            Err((ActionError::NotLeader, _)) => ("fenced", None),
+            Err((ActionError::Stopping, _)) => ("stopping", None),
+            Err((e, _)) => ("failed", Some(e.to_string())),
+        };
+        self.telemetry.feed().publish(FeedRecord {
+            t: FeedRecord::now_ms(),
+            row: "action",
+            plugin: Arc::from(plugin),
+            kind: target.kind.gvk.kind.clone(),
+            namespace: target.namespace.clone(),
+            name: target.name.clone(),
+            what: action.verb(),
+            outcome,
+            us: FeedRecord::micros(took),
+            error,
+        });
     }
 
     /// Executes one action (its own retries included).

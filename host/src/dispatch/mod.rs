@@ -39,6 +39,7 @@ use crate::leader::Leadership;
 use crate::object::{KObject, ObjectKey};
 use crate::runtime::{Actor, CallDelta, CallError, Caller, Handled, LastFailure};
 use crate::telemetry::events::{DeltaDead, DeltaRetrying, PluginUnhealthy};
+use crate::telemetry::feed::FeedRecord;
 use crate::telemetry::{PluginCounters, PluginTelemetry, Telemetry};
 pub use dead::{DeadLetterRecord, DeadLetters};
 pub use latency::LatencyHistogram;
@@ -647,7 +648,7 @@ fn worker(
         let (result, elapsed) = caller.handle(&item.delta);
         let broken = matches!(&result, Err(e) if e.breaks_instance());
         shared.stats.call_time.record(elapsed);
-        rt.block_on(settle(&shared, &tasks, key, item, result));
+        rt.block_on(settle(&shared, &tasks, key, item, result, elapsed));
         if broken {
             // Not run on the fresh instance in one go: back to the queue,
             // where quarantine may hold them.
@@ -823,6 +824,35 @@ impl Failure {
     }
 }
 
+/// Shows one handled delta in the web view's feed, when a page is open
+/// (one relaxed load otherwise).
+#[inline]
+fn to_feed(
+    shared: &Shared,
+    key: &Key,
+    item: &Item,
+    outcome: &'static str,
+    call: Duration,
+    error: Option<&Failure>,
+) {
+    let feed = shared.telemetry.feed();
+    if !feed.enabled() {
+        return;
+    }
+    feed.publish(FeedRecord {
+        t: FeedRecord::now_ms(),
+        row: "delta",
+        plugin: shared.plugin.clone(),
+        kind: item.delta.kind.kind.clone(),
+        namespace: key.1.namespace.as_deref().map(str::to_owned),
+        name: key.1.name.to_string(),
+        what: dead::delta_name(item.delta.dtype),
+        outcome,
+        us: FeedRecord::micros(call),
+        error: error.map(ToString::to_string),
+    });
+}
+
 /// Acts on one call's outcome: run its actions, or retry, or give up.
 async fn settle(
     shared: &Arc<Shared>,
@@ -830,6 +860,7 @@ async fn settle(
     key: Key,
     mut item: Item,
     result: Result<Handled, CallError>,
+    call: Duration,
 ) {
     let plugin = &*shared.plugin;
     let failure = match result {
@@ -856,6 +887,7 @@ async fn settle(
                 .await
             {
                 Ok(()) => {
+                    to_feed(shared, &key, &item, "ok", call, None);
                     shared.stats.latency.record(item.received.elapsed());
                     shared.stats.delivered.fetch_add(1, Ordering::Relaxed);
                     shared.counters.delivered(item.delta.subscription);
@@ -912,6 +944,7 @@ async fn settle(
     item.delta.attempt = item.attempts + 1;
     item.delta.last_failure = Some(failure.last_failure());
     if failure.retryable() && item.attempts < shared.options.max_attempts {
+        to_feed(shared, &key, &item, "retry", call, Some(&failure));
         let wait = backoff(&shared.options, item.attempts);
         DeltaRetrying {
             plugin,
@@ -944,6 +977,7 @@ async fn settle(
             back_to_queue(&shared2, &key, item);
         });
     } else {
+        to_feed(shared, &key, &item, "dead", call, Some(&failure));
         DeltaDead {
             plugin,
             kind: &kind,

@@ -345,10 +345,15 @@ impl TaskDied<'_> {
 #[derive(Debug)]
 pub struct MetricsListening {
     pub addr: std::net::SocketAddr,
+    /// The web view is served under `/ui`.
+    pub ui: bool,
 }
 
 impl MetricsListening {
     pub fn emit(self) {
         tracing::info!(addr = %self.addr, "metrics listening");
+        if self.ui {
+            tracing::info!(url = %format!("http://{}/ui", self.addr), "web view serving");
+        }
     }
 }

@@ -1,17 +1,20 @@
 //! Telemetry: log setup, Prometheus metrics, typed events, health and
-//! readiness, the replica's identity, and the HTTP listener serving
-//! `/healthz`, `/readyz` and `/metrics`.
+//! readiness, the replica's identity, the HTTP listener serving
+//! `/healthz`, `/readyz` and `/metrics`, and the live web view (`/ui`)
+//! with its feed.
 //!
 //! One [`Telemetry`] handle (cheap to clone) is shared by every part of a
 //! running host; parts built without one get a private handle, so
 //! benchmarks and unit tests need no wiring.
 
 pub mod events;
+pub mod feed;
 pub mod identity;
 pub mod logging;
 pub mod metrics;
 pub mod probe;
 pub mod server;
+pub mod ui;
 pub mod view;
 
 use std::sync::Arc;
@@ -28,6 +31,8 @@ struct Inner {
     view: metrics::ViewSlot,
     leader: LeaderFlag,
     identity: Identity,
+    feed: feed::Feed,
+    ui: RwLock<Option<Arc<dyn ui::UiSource>>>,
     /// Core tasks that ended unexpectedly.
     dead: Mutex<Vec<String>>,
 }
@@ -62,6 +67,8 @@ impl Telemetry {
                 view,
                 leader,
                 identity,
+                feed: feed::Feed::default(),
+                ui: RwLock::new(None),
                 dead: Mutex::new(Vec::new()),
             }),
         }
@@ -83,6 +90,20 @@ impl Telemetry {
     /// Lets readiness and the scrape-time collector read the running host.
     pub fn attach(&self, view: Arc<dyn HostView>) {
         *self.inner.view.write() = Some(view);
+    }
+
+    /// What the web view reads (plugins, informers, caches).
+    pub fn attach_ui(&self, source: Arc<dyn ui::UiSource>) {
+        *self.inner.ui.write() = Some(source);
+    }
+
+    pub(crate) fn ui_source(&self) -> Option<Arc<dyn ui::UiSource>> {
+        self.inner.ui.read().clone()
+    }
+
+    /// The web view's live feed of handled deltas and actions.
+    pub fn feed(&self) -> &feed::Feed {
+        &self.inner.feed
     }
 
     /// `Ok` when ready to serve: a host is attached, every informer has

@@ -3,7 +3,8 @@
 //! informer synced, every plugin file loaded or reported broken; leadership
 //! plays no part), `/metrics` (Prometheus, OpenMetrics text) and
 //! `/dead-letters` (JSON: the deltas plugins gave up on, for `kubewasm
-//! dead-letters`).
+//! dead-letters`); with `--ui`, the live web view under `/ui` (see
+//! [`super::ui`]).
 
 use std::net::SocketAddr;
 use std::str::FromStr;
@@ -91,6 +92,15 @@ impl MetricsServer {
         addr: &MetricsAddr,
         telemetry: Telemetry,
     ) -> Result<Option<Self>, ServerError> {
+        Self::start_with(addr, telemetry, false).await
+    }
+
+    /// [`start`](Self::start), serving the web view under `/ui` when `ui`.
+    pub async fn start_with(
+        addr: &MetricsAddr,
+        telemetry: Telemetry,
+        ui: bool,
+    ) -> Result<Option<Self>, ServerError> {
         let MetricsAddr::Listen(addr) = addr else {
             return Ok(None);
         };
@@ -104,7 +114,10 @@ impl MetricsServer {
         let local = listener.local_addr().map_err(bind_error)?;
         let cancel = CancellationToken::new();
         let shutdown = cancel.clone().cancelled_owned();
-        let app = router(telemetry);
+        let mut app = router(telemetry.clone());
+        if ui {
+            app = app.merge(super::ui::router(telemetry, cancel.clone()));
+        }
         let task = tokio::spawn(async move {
             if let Err(e) = axum::serve(listener, app)
                 .with_graceful_shutdown(shutdown)
@@ -113,7 +126,7 @@ impl MetricsServer {
                 tracing::error!(error = %e, "metrics listener failed");
             }
         });
-        MetricsListening { addr: local }.emit();
+        MetricsListening { addr: local, ui }.emit();
         Ok(Some(Self {
             addr: local,
             cancel,
@@ -281,5 +294,57 @@ mod tests {
         );
         server.stop().await;
         assert!(tokio::net::TcpStream::connect(addr).await.is_err());
+    }
+
+    #[tokio::test]
+    async fn the_web_view_is_served_only_when_asked_and_its_streams_end_on_stop() {
+        let t = Telemetry::new(Identity::new(None, None, None));
+        let addr = "127.0.0.1:0".parse().unwrap();
+        let plain = MetricsServer::start(&addr, t.clone())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(get(plain.local_addr(), "/ui").await.0, 404);
+        plain.stop().await;
+
+        let server = MetricsServer::start_with(&addr, t.clone(), true)
+            .await
+            .unwrap()
+            .unwrap();
+        let addr = server.local_addr();
+        let (code, head, body) = get(addr, "/ui").await;
+        assert_eq!(code, 200);
+        assert!(head.to_lowercase().contains("text/html"), "{head}");
+        assert!(body.contains("/ui/app.js"), "{body}");
+        assert_eq!(get(addr, "/ui/app.js").await.0, 200);
+        assert_eq!(get(addr, "/ui/api/objects").await.0, 400);
+        let (code, _, body) = get(addr, "/ui/api/state").await;
+        assert_eq!(code, 200, "{body}");
+        assert!(body.contains("\"plugins\":[]"), "{body}");
+
+        // An open page: the first event is the state; the feed counts it.
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        s.write_all(b"GET /ui/events?plugin=p HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let mut buf = vec![0u8; 4096];
+        let mut got = String::new();
+        while !got.contains("event: state") {
+            let n = s.read(&mut buf).await.unwrap();
+            assert!(n > 0, "{got}");
+            got.push_str(&String::from_utf8_lossy(&buf[..n]));
+        }
+        assert!(got.contains("text/event-stream"), "{got}");
+        assert_eq!(t.feed().watchers(), 1);
+        // Stopping ends the stream at once (not after the 5 s cutoff).
+        let started = std::time::Instant::now();
+        server.stop().await;
+        assert!(
+            started.elapsed() < Duration::from_secs(3),
+            "{:?}",
+            started.elapsed()
+        );
+        while s.read(&mut buf).await.unwrap() > 0 {}
+        assert_eq!(t.feed().watchers(), 0);
     }
 }

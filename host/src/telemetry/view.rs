@@ -1,15 +1,21 @@
 //! The running host as telemetry sees it: readiness from the informers and
 //! the plugin folder, scrape-time figures from the plugins' stats and the
-//! caches. Read only when probed or scraped.
+//! caches, and the web view's tables and cache browser. Read only when
+//! probed, scraped or shown.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use futures::future::BoxFuture;
 
 use crate::dispatch::PluginStats;
+use crate::informer::CacheView;
 use crate::manager::PluginHost;
 use crate::reload::PluginDir;
 
 use super::metrics::{CacheSample, HostView};
+use super::ui::{InformerRow, PluginRow, UiSource};
 
 /// A [`HostView`] over a plugin host and its folder.
 #[derive(Debug)]
@@ -73,5 +79,128 @@ impl HostView for AppView {
                 bytes,
             })
             .collect()
+    }
+}
+
+fn micros(d: Option<std::time::Duration>) -> Option<f64> {
+    d.map(|d| d.as_secs_f64() * 1e6)
+}
+
+impl AppView {
+    /// Plugins broken by an informer the API server refuses, with why.
+    fn refused(&self) -> BTreeMap<String, String> {
+        let mut out = BTreeMap::new();
+        for i in self.host.informers().informers() {
+            if let Some(f) = i.forbidden() {
+                let why = super::events::forbidden_reason(i.spec(), f.verb);
+                for p in i.subscriber_names() {
+                    out.entry(p).or_insert_with(|| why.clone());
+                }
+            }
+        }
+        out
+    }
+}
+
+impl UiSource for AppView {
+    fn plugins(&self) -> BoxFuture<'_, Vec<PluginRow>> {
+        Box::pin(async move {
+            let versions: BTreeMap<String, _> = self
+                .host
+                .versions()
+                .await
+                .into_iter()
+                .map(|v| (v.name.to_string(), v))
+                .collect();
+            let files = self.dir.file_states();
+            let failures = self.dir.failures();
+            let refused = self.refused();
+            let stats = self.host.stats();
+            let names: BTreeSet<&String> = versions.keys().chain(files.keys()).collect();
+            names
+                .into_iter()
+                .map(|name| {
+                    let running = versions.get(name);
+                    let s = stats.get(name);
+                    let failing =
+                        s.is_some_and(|s| s.consecutive_traps.load(Ordering::Relaxed) > 0);
+                    let state = match (running, files.get(name).copied()) {
+                        (Some(_), _) if refused.contains_key(name) => "broken",
+                        (Some(_), _) if failing => "unhealthy",
+                        (Some(_), _) => "serving",
+                        (None, Some("broken")) => "broken",
+                        (None, _) => "loading",
+                    };
+                    let mut row = PluginRow {
+                        name: name.clone(),
+                        state,
+                        error: refused.get(name).or(failures.get(name)).cloned(),
+                        ..PluginRow::default()
+                    };
+                    if let Some(v) = running {
+                        row.version = Some(v.version().to_owned());
+                        row.language = v.language().map(str::to_owned);
+                        row.subscriptions = v.subscription_specs();
+                    }
+                    if let Some(s) = s {
+                        row.delivered = s.delivered.load(Ordering::Relaxed);
+                        row.errors = s.failed_calls.load(Ordering::Relaxed);
+                        row.retries = s.retries.load(Ordering::Relaxed);
+                        row.queue = s.queue_depth();
+                        row.dead_letters = s.dead_letters.lock().len() as u64;
+                        row.call_p50_us = micros(s.call_time.quantile(0.5));
+                        row.call_p99_us = micros(s.call_time.quantile(0.99));
+                    }
+                    row
+                })
+                .collect()
+        })
+    }
+
+    fn informers(&self) -> Vec<InformerRow> {
+        let mut rows: Vec<InformerRow> = self
+            .host
+            .informers()
+            .informers()
+            .iter()
+            .map(|i| {
+                let spec = i.spec();
+                let mut scope = match &spec.namespace {
+                    Some(ns) => format!("namespace {ns}"),
+                    None if spec.kind.namespaced => "all namespaces".to_owned(),
+                    None => "cluster".to_owned(),
+                };
+                if let Some(l) = &spec.label_selector {
+                    scope.push_str(&format!(", labels {l}"));
+                }
+                if let Some(f) = &spec.field_selector {
+                    scope.push_str(&format!(", fields {f}"));
+                }
+                InformerRow {
+                    id: spec.to_string(),
+                    kind: spec.kind.resource_name(),
+                    scope,
+                    objects: i.store().len() as u64,
+                    bytes: i.store().object_bytes() as u64,
+                    synced: i.has_synced(),
+                    resource_version: i.last_resource_version(),
+                    watch_restarts: i.watch_restarts(),
+                    relists: i.relists(),
+                    plugins: i.subscriber_names(),
+                    forbidden: i.forbidden().map(|f| f.message),
+                }
+            })
+            .collect();
+        rows.sort_by(|a, b| a.id.cmp(&b.id));
+        rows
+    }
+
+    fn cache(&self, id: &str) -> Option<CacheView> {
+        self.host
+            .informers()
+            .informers()
+            .into_iter()
+            .find(|i| i.spec().to_string() == id)
+            .map(|i| i.view())
     }
 }
