@@ -19,6 +19,11 @@
 //!    measured throughput (the latency-against-rate plot of
 //!    docs/PERFORMANCE.md).
 //!
+//! `KUBEWASM_BENCH_UI=open` attaches one web-view page (`--ui`) to the
+//! pipeline: the same event stream an open browser tab reads (its feed
+//! subscription, sampling and JSON encoding; no socket), so the figures
+//! compare with a run without it (the default: no page open).
+//!
 //! Besides the Markdown tables, every figure is printed once more as a
 //! `BENCH-JSON {...}` line, which `scripts/bench.sh`'s report reads.
 #![allow(
@@ -47,6 +52,7 @@ use kubewasm::manager::PluginHost;
 use kubewasm::object::{KObject, StripOptions};
 use kubewasm::runtime::limits::Ceiling;
 use kubewasm::runtime::{EngineOptions, Manifest, Runtime};
+use kubewasm::telemetry::Telemetry;
 use parking_lot::Mutex;
 use serde_json::Value;
 use tokio::sync::mpsc;
@@ -289,6 +295,7 @@ fn row(stats: &PluginStats, plugin: &str, instances: usize, mut phase: Value) {
             ("p50_us".to_owned(), micros(p50)),
             ("p99_us".to_owned(), micros(p99)),
             ("call_p50_us".to_owned(), micros(call)),
+            ("ui_page".to_owned(), Value::from(ui_page_open())),
         ]);
     }
     emit(&phase);
@@ -337,13 +344,31 @@ async fn pipeline(pods: &[Value], plugin_name: &str, concurrency: usize, sweep: 
 
     let cancel = CancellationToken::new();
     let activity = Arc::new(Activity::default());
-    let informers = Arc::new(InformerSet::new(
-        feed.clone(),
-        activity.clone(),
-        cancel.child_token(),
-    ));
+    // One telemetry for the whole pipeline, as `kubewasm run` wires it.
+    let telemetry = Telemetry::default();
+    let page = ui_page_open().then(|| {
+        let events = kubewasm::telemetry::ui::stream(
+            telemetry.clone(),
+            kubewasm::telemetry::feed::Filter::default(),
+            cancel.clone(),
+        );
+        tokio::spawn(async move {
+            let mut events = std::pin::pin!(events);
+            let mut n = 0u64;
+            while futures::StreamExt::next(&mut events).await.is_some() {
+                n += 1;
+            }
+            n
+        })
+    });
+    let informers = Arc::new(
+        InformerSet::new(feed.clone(), activity.clone(), cancel.child_token())
+            .with_telemetry(telemetry.clone()),
+    );
     let sink = Arc::new(NullSink::default());
-    let executor = Arc::new(Executor::new(sink.clone(), ExecutorOptions::default()));
+    let executor = Arc::new(
+        Executor::new(sink.clone(), ExecutorOptions::default()).with_telemetry(telemetry.clone()),
+    );
     let cache = tempfile::tempdir().unwrap();
     let runtime = Runtime::new(EngineOptions {
         epoch_deadlines: true,
@@ -362,7 +387,8 @@ async fn pipeline(pods: &[Value], plugin_name: &str, concurrency: usize, sweep: 
         executor,
         activity.clone(),
         DispatchOptions::default(),
-    );
+    )
+    .with_telemetry(telemetry.clone());
     // What the bench plugins do: read pods and nodes, write pods.
     let mut manifest = Manifest::parse(
         std::path::Path::new("bench.yaml"),
@@ -409,6 +435,15 @@ async fn pipeline(pods: &[Value], plugin_name: &str, concurrency: usize, sweep: 
     host.shutdown().await;
     informers.shutdown().await;
     cancel.cancel();
+    if let Some(page) = page {
+        let events = page.await.unwrap();
+        println!("<!-- the open page received {events} events -->");
+    }
+}
+
+/// Whether a web-view page watches the pipeline (`KUBEWASM_BENCH_UI=open`).
+fn ui_page_open() -> bool {
+    std::env::var("KUBEWASM_BENCH_UI").is_ok_and(|v| v == "open")
 }
 
 /// Delta rates of the latency sweep.
@@ -482,7 +517,10 @@ fn main() {
     println!();
     decode(&pods);
     println!();
-    println!("## Pipeline: source -> informer -> cache -> dispatcher -> plugin (2-core machine)");
+    println!(
+        "## Pipeline: source -> informer -> cache -> dispatcher -> plugin (2-core machine; web-view page {})",
+        if ui_page_open() { "open" } else { "closed" }
+    );
     println!("| plugin | instances | phase | throughput | latency p50 | latency p99 | call p50 |");
     println!("|---|---|---|---|---|---|---|");
     let rt = tokio::runtime::Builder::new_multi_thread()
