@@ -18,6 +18,17 @@ rustup component add rustfmt clippy
 if ! kubectl version --client >/dev/null 2>&1 && ! command -v kustomize >/dev/null; then
   GOBIN=/usr/local/bin go install sigs.k8s.io/kustomize/kustomize/v5@v5.5.0
 fi
+# The web view's browser tests (tests/tests/ui.rs): Debian's chromium, and
+# playwright-core from tests/ui's lock file (no browser download).
+if ! dpkg-query -W -f='${Status}' chromium 2>/dev/null | grep -q "install ok installed"; then
+  sudo=()
+  [[ $(id -u) -eq 0 ]] || sudo=(sudo)
+  "${sudo[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends chromium >/dev/null
+fi
+if [[ ! -d tests/ui/node_modules/playwright-core || tests/ui/package-lock.json -nt tests/ui/node_modules/.package-lock.json ]]; then
+  (cd tests/ui && npm ci --no-audit --no-fund --loglevel=error)
+fi
 # Pinned toolchains of the JavaScript, Python, C and Go plugins (apt,
 # npm from the lock file, pip into plugins/python/.venv, cargo install --locked).
 bash plugins/install-toolchains.sh

@@ -1,0 +1,252 @@
+//! The web view (`kubewasm run --ui`) in a real browser: Debian's
+//! chromium driven by Playwright (tests/ui/web-view.mjs) against the
+//! `kubewasm` binary over the embedded local cluster and over the test
+//! control plane's kube-apiserver. The page loads without console errors,
+//! a plugin dropped into the folder appears, a broken one shows its error,
+//! a created object shows in the feed and the cache browser within a
+//! second, and the feed's filter and pause work. Screenshots go to
+//! `<target>/ui-artifacts` (the path is printed).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use kubewasm_tests::controlplane::ControlPlane;
+use kubewasm_tests::e2e::{HostProcess, kubewasm_bin, namespace};
+use kubewasm_tests::{install, plugin_artifacts, repo_root};
+use serde_json::{Value, json};
+
+const WAIT: Duration = Duration::from_secs(60);
+
+/// Where screenshots are kept: `<target>/ui-artifacts`.
+fn artifacts() -> PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .map_or_else(|| repo_root().join("target"), |t| repo_root().join(t));
+    target.join("ui-artifacts")
+}
+
+fn chromium() -> PathBuf {
+    let path =
+        std::env::var_os("CHROMIUM").map_or_else(|| "/usr/bin/chromium".into(), PathBuf::from);
+    assert!(
+        path.exists(),
+        "{} is missing: scripts/setup.sh installs Debian's chromium (or set CHROMIUM)",
+        path.display()
+    );
+    path
+}
+
+/// tests/ui with playwright-core installed from its lock file (setup.sh
+/// does it; done here too when missing, e.g. a clone set up before).
+fn ui_dir() -> PathBuf {
+    let dir = repo_root().join("tests/ui");
+    if !dir.join("node_modules/playwright-core").is_dir() {
+        let status = Command::new("npm")
+            .args(["ci", "--no-audit", "--no-fund"])
+            .current_dir(&dir)
+            .status()
+            .expect("run npm ci in tests/ui");
+        assert!(status.success(), "npm ci in tests/ui failed");
+    }
+    dir
+}
+
+/// The config-replicator example: it watches every ConfigMap.
+fn install_replicator(dir: &Path) {
+    let sidecar =
+        std::fs::read_to_string(repo_root().join("examples/plugins/config-replicator.yaml"))
+            .unwrap();
+    install(
+        dir,
+        "config-replicator",
+        "config_replicator",
+        Some(&sidecar),
+    );
+}
+
+/// Runs the browser test against `url` with `env`; returns its result line.
+fn browse(name: &str, url: &str, plugins: &Path, env: &[(&str, &str)]) -> Value {
+    let out_dir = artifacts();
+    let noop = plugin_artifacts().join("noop.wasm");
+    let output = Command::new("node")
+        .arg("web-view.mjs")
+        .current_dir(ui_dir())
+        .env("CHROMIUM", chromium())
+        .env("UI_URL", url)
+        .env("UI_NAME", name)
+        .env("UI_PLUGINS", plugins)
+        .env("UI_NOOP_WASM", &noop)
+        .env("UI_ARTIFACTS", &out_dir)
+        .envs(env.iter().copied())
+        .output()
+        .expect("run node tests/ui/web-view.mjs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    println!("{stdout}{stderr}");
+    println!("screenshots: {}", out_dir.display());
+    let result: Value = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("UI-RESULT "))
+        .map(|j| serde_json::from_str(j).unwrap())
+        .unwrap_or_else(|| panic!("no UI-RESULT line:\n{stdout}\n{stderr}"));
+    assert!(
+        output.status.success(),
+        "the browser test failed: {}\n(screenshots in {})",
+        result["problems"],
+        out_dir.display()
+    );
+    assert!(
+        result["feedMs"].as_u64().unwrap() <= 1000 && result["cacheMs"].as_u64().unwrap() <= 1000,
+        "{result}"
+    );
+    result
+}
+
+/// `kubewasm run --local` with `--ui` on a free port; killed on drop.
+struct LocalHost {
+    child: Child,
+    log: PathBuf,
+}
+
+impl LocalHost {
+    fn start(cluster: &Path, plugins: &Path, cache: &Path, log: PathBuf) -> Self {
+        let child = Command::new(kubewasm_bin())
+            .args([
+                "--log-format",
+                "text",
+                "run",
+                "--ui",
+                "--metrics-addr",
+                "127.0.0.1:0",
+                "--local",
+            ])
+            .arg(cluster)
+            .arg("--plugins")
+            .arg(plugins)
+            .arg("--cache-dir")
+            .arg(cache)
+            .env_remove("KUBECONFIG")
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("start kubewasm");
+        Self { child, log }
+    }
+
+    fn logs(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// The web view's address, from the `web view serving url=...` line.
+    fn url(&self) -> String {
+        let start = Instant::now();
+        loop {
+            let logs = self.logs();
+            if let Some(url) = logs
+                .lines()
+                .find_map(|l| l.split("web view serving url=").nth(1))
+                .and_then(|rest| rest.split_whitespace().next())
+            {
+                return url.to_owned();
+            }
+            assert!(start.elapsed() < WAIT, "no web view address in:\n{logs}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for LocalHost {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn the_web_view_over_the_local_cluster() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cluster, plugins, cache) = (
+        dir.path().join("cluster"),
+        dir.path().join("plugins"),
+        dir.path().join("cache"),
+    );
+    for d in [&cluster, &plugins, &cache] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    for ns in ["ui-a", "ui-b"] {
+        std::fs::write(
+            cluster.join(format!("{ns}.json")),
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}).to_string(),
+        )
+        .unwrap();
+    }
+    install_replicator(&plugins);
+    let host = LocalHost::start(&cluster, &plugins, &cache, dir.path().join("host.log"));
+    let url = host.url();
+    let cluster_dir = cluster.to_str().unwrap();
+    let result = browse(
+        "local",
+        &url,
+        &plugins,
+        &[
+            ("UI_CLUSTER_DIR", cluster_dir),
+            ("UI_NAMESPACE", "ui-a"),
+            ("UI_OTHER_NS", "ui-b"),
+        ],
+    );
+    println!("local cluster: {result}");
+    drop(host);
+}
+
+#[tokio::test]
+async fn the_web_view_over_the_real_api_server() {
+    let cp = ControlPlane::shared();
+    let client = cp.admin_client().await;
+    namespace(&client, "ui-a", json!({})).await;
+    namespace(&client, "ui-b", json!({})).await;
+    let host = HostProcess::start_args(cp.admin_kubeconfig(), &["--ui"], &[], install_replicator);
+    let addr = host.metrics_addr(WAIT).await;
+    let url = format!("http://{addr}/ui");
+    let kubeconfig = cp.admin_kubeconfig().to_str().unwrap().to_owned();
+    let plugins = host.plugins.path().to_owned();
+    let result = tokio::task::spawn_blocking(move || {
+        browse(
+            "apiserver",
+            &url,
+            &plugins,
+            &[
+                ("UI_KUBECONFIG", kubeconfig.as_str()),
+                ("UI_NAMESPACE", "ui-a"),
+                ("UI_OTHER_NS", "ui-b"),
+            ],
+        )
+    })
+    .await
+    .unwrap();
+    println!("real API server: {result}");
+    assert!(host.stop().success(), "the host exits 0 on SIGTERM");
+}
+
+/// `--ui` needs the listener: with `--metrics-addr off` the run refuses
+/// to start and says why.
+#[test]
+fn ui_without_the_listener_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(kubewasm_bin())
+        .args(["run", "--ui", "--metrics-addr", "off", "--local"])
+        .arg(dir.path())
+        .arg("--plugins")
+        .arg(dir.path())
+        .env_remove("KUBECONFIG")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("--ui") && stderr.contains("--metrics-addr"),
+        "{stderr}"
+    );
+}
