@@ -88,8 +88,23 @@ for o in "resourcequotas default-quota team-a" "networkpolicies.networking.k8s.i
   set -- $o
   echo "$1/$2 in $3: managers $(get "$1" "$2" "$3" '{.metadata.managedFields[*].manager}')"
 done
+
+step "the web view (--ui) of the leader"
+# hostNetwork: each replica's listener is on a free port of this machine,
+# logged as `web view serving url=...` (elsewhere: kubectl port-forward -n
+# kubewasm deploy/kubewasm 9090, then http://127.0.0.1:9090/ui).
+leader=$(get leases.coordination.k8s.io kubewasm kubewasm '{.spec.holderIdentity}')
+leader_pod=${leader%_*}
+ui_url=$(grep -rhoE '"url":"http://[^"]+/ui"' "$dir/node/pod-logs/" 2>/dev/null |
+  sed 's/.*"url":"//; s/"$//' | head -1)
+for log in "$dir/node/pod-logs/kubewasm_${leader_pod}_"*/; do
+  found=$(grep -rhoE '"url":"http://[^"]+/ui"' "$log" 2>/dev/null | sed 's/.*"url":"//; s/"$//' | tail -1)
+  [[ -n "$found" ]] && ui_url=$found
+done
 echo
 echo "demo done in $((SECONDS - start))s"
+echo "web view of ${leader_pod:-the leader}: ${ui_url:-(not found in the pod logs)}"
+[[ "${KEEP:-}" == 1 ]] || echo "(KEEP=1 bash scripts/demo-cluster.sh keeps the cluster, and the page, running)"
 if [[ "${KEEP:-}" == 1 ]]; then
   echo "the cluster keeps running (KUBECONFIG=$kc); Ctrl-C stops it"
   wait "$cp_pid"

@@ -8,6 +8,8 @@ cd "$root"
 command -v cargo >/dev/null || { echo "Rust is required: https://rustup.rs" >&2; exit 1; }
 bash plugins/build.sh >/dev/null
 cargo build --release -p kubewasm
+target_dir="${CARGO_TARGET_DIR:-$root/target}"
+kubewasm="$target_dir/release/kubewasm"
 demo="$root/target/demo"
 rm -rf "$demo" && mkdir -p "$demo/plugins"
 cp -r examples/cluster "$demo/cluster"
@@ -15,7 +17,7 @@ for p in namespace-defaults crashloop-watcher config-replicator; do
   cp "plugins/target/wasm32-wasip2/release/${p//-/_}.wasm" "$demo/plugins/$p.wasm"
   cp "examples/plugins/$p.yaml" "$demo/plugins/$p.yaml"
 done
-"$root/target/release/kubewasm" run --local "$demo/cluster" --plugins "$demo/plugins" --until-idle
+"$kubewasm" run --local "$demo/cluster" --plugins "$demo/plugins" --until-idle
 echo
 echo "== objects the plugins created (new files in the cluster folder)"
 (cd "$demo/cluster" && find . -name '*.yaml' -newer "$demo/plugins/config-replicator.yaml" | sort)
@@ -25,3 +27,13 @@ cat "$demo/cluster/events.log" 2>/dev/null || echo "(none)"
 echo
 echo "== annotations on Deployment team-a/shop"
 grep -A3 'annotations:' "$demo/cluster/team-a/shop.yaml" | head -4
+echo
+# The same run, live, with the web view (kubewasm run --ui): KEEP=1 keeps it.
+ui="127.0.0.1:${UI_PORT:-9090}"
+live=("$kubewasm" run --local "$demo/cluster" --plugins "$demo/plugins" --ui --metrics-addr "$ui")
+if [[ "${KEEP:-}" == 1 ]]; then
+  echo "== the host keeps running (edit files in $demo/cluster, drop plugins into $demo/plugins); Ctrl-C stops it"
+  echo "== web view: http://$ui/ui"
+  exec "${live[@]}"
+fi
+echo "== web view: KEEP=1 bash scripts/demo.sh (or ${live[*]}), then open http://$ui/ui"
