@@ -3,7 +3,12 @@
 # into plugins/target/languages/<lang>-config-replicator.wasm (components).
 # Toolchains: plugins/install-toolchains.sh. Arguments pick languages
 # (`bash build-languages.sh js c`; default: all four, or $KUBEWASM_LANGUAGES).
-# A language whose sources, lock files, WIT and tool versions are unchanged
+# `bench` builds instead the benchmark plugins of all four (twins of
+# plugins/testing/{noop,realistic,parse-all}, for host/benches/languages.rs)
+# into <lang>-noop.wasm, <lang>-realistic.wasm and <lang>-parse-all.wasm;
+# `js-bench`, `python-bench`, `c-bench`, `go-bench` one language's. Not part
+# of the default (the test command does not build them).
+# A build whose sources, lock files, WIT and tool versions are unchanged
 # since its last build is skipped (stamp files under target/languages/build).
 # Generated bindings and intermediates go to target/languages/build/<lang>.
 set -euo pipefail
@@ -41,22 +46,45 @@ fingerprint() {
   } | sha256sum | cut -d' ' -f1
 }
 
-# fresh LANG FINGERPRINT: true when the artifact exists and was built from it.
+# fresh NAME FINGERPRINT [WASM...]: true when the artifacts (default
+# NAME-config-replicator.wasm) exist and were built from it.
 fresh() {
-  [[ -f "$out/$1-config-replicator.wasm" && -f "$build/$1.stamp" && "$(cat "$build/$1.stamp")" == "$2" ]]
+  local name="$1" stamp="$2"
+  shift 2
+  [[ $# -gt 0 ]] || set -- "$name-config-replicator.wasm"
+  for wasm in "$@"; do
+    [[ -f "$out/$wasm" ]] || return 1
+  done
+  [[ -f "$build/$name.stamp" && "$(cat "$build/$name.stamp")" == "$stamp" ]]
 }
 
 is_component() {
   [[ "$(head -c 8 "$1" | od -An -tx1)" == " 00 61 73 6d 0d 00 01 00" ]]
 }
 
+# done_lang NAME FINGERPRINT [WASM...]: checks the artifacts (default
+# NAME-config-replicator.wasm) and records what they were built from.
 done_lang() {
-  local lang="$1" stamp="$2" wasm="$out/$1-config-replicator.wasm"
-  if ! is_component "$wasm"; then
-    echo "error: $wasm is not a WebAssembly component" >&2
-    exit 1
-  fi
-  echo "$stamp" >"$build/$lang.stamp"
+  local name="$1" stamp="$2"
+  shift 2
+  [[ $# -gt 0 ]] || set -- "$name-config-replicator.wasm"
+  for wasm in "$@"; do
+    if ! is_component "$out/$wasm"; then
+      echo "error: $out/$wasm is not a WebAssembly component" >&2
+      exit 1
+    fi
+  done
+  echo "$stamp" >"$build/$name.stamp"
+}
+
+# The benchmark plugins' names (plugins/testing/<name> in Rust).
+bench_names=(noop realistic parse-all)
+# bench_wasm LANG: their artifacts' file names.
+bench_wasm() {
+  local name
+  for name in "${bench_names[@]}"; do
+    echo "$1-$name.wasm"
+  done
 }
 
 # The WASI preview1 reactor adapter (C and Go), from a crates.io crate.
@@ -76,6 +104,15 @@ js_deps() {
   fi
 }
 
+# qjs SOURCE OUT.wasm [OPTIONS...]: a JS module (importing ../sdk) as a
+# component with jco's QuickJS backend (componentize-qjs), sync ABI.
+qjs() {
+  local src="$1" wasm="$2"
+  shift 2
+  (cd js && node_modules/.bin/componentize-qjs --wit "$wit" -n plugin --js "$plugins/js/$src" \
+    --module-root "$plugins/js" --sync "$@" -o "$wasm" >/dev/null)
+}
+
 build_js() {
   need node
   local stamp
@@ -84,9 +121,20 @@ build_js() {
   js_deps
   # jco's QuickJS backend (componentize-qjs), sync ABI: the default engine
   # (docs/languages.md says why); it imports no WASI the host does not grant.
-  (cd js && node_modules/.bin/componentize-qjs --wit "$wit" -n plugin --js "$plugins/js/config-replicator/index.js" \
-    --module-root "$plugins/js" --sync -o "$out/js-config-replicator.wasm" >/dev/null)
+  qjs config-replicator/index.js "$out/js-config-replicator.wasm"
   done_lang js "$stamp"
+}
+
+build_js-bench() {
+  need node
+  local stamp name
+  stamp=$(fingerprint "$(node --version) qjs" js/package.json js/package-lock.json js/sdk js/bench "$wit")
+  fresh js-bench "$stamp" $(bench_wasm js) && return 0
+  js_deps
+  for name in "${bench_names[@]}"; do
+    qjs "bench/$name.js" "$out/js-$name.wasm"
+  done
+  done_lang js-bench "$stamp" $(bench_wasm js)
 }
 
 # Not built by default: the same JS plugin with componentize-js
@@ -104,13 +152,12 @@ build_js-variants() {
   fi
   stamp=$(fingerprint "$(node --version) qjs-small" js/package.json js/package-lock.json js/sdk js/config-replicator "$wit")
   if ! fresh js-qjs-small "$stamp"; then
-    (cd js && node_modules/.bin/componentize-qjs --wit "$wit" -n plugin --js "$plugins/js/config-replicator/index.js" \
-      --module-root "$plugins/js" --sync --opt-size --stub-wasi -o "$out/js-qjs-small-config-replicator.wasm" >/dev/null)
+    qjs config-replicator/index.js "$out/js-qjs-small-config-replicator.wasm" --opt-size --stub-wasi
     done_lang js-qjs-small "$stamp"
   fi
 }
 
-build_python() {
+componentize_py() {
   local cpy="$venv/bin/componentize-py"
   if [[ ! -x "$cpy" ]]; then
     cpy=$(command -v componentize-py || true)
@@ -119,7 +166,12 @@ build_python() {
     echo "error: componentize-py not found: run plugins/install-toolchains.sh" >&2
     exit 1
   fi
-  local stamp
+  echo "$cpy"
+}
+
+build_python() {
+  local cpy stamp
+  cpy=$(componentize_py)
   stamp=$(fingerprint "$("$cpy" --version)" python/requirements.txt python/sdk python/config-replicator "$wit")
   fresh python "$stamp" && return 0
   (cd python && "$cpy" -d "$wit" -w plugin componentize app -p config-replicator -p sdk \
@@ -127,35 +179,94 @@ build_python() {
   done_lang python "$stamp"
 }
 
-build_c() {
+build_python-bench() {
+  local cpy stamp name
+  cpy=$(componentize_py)
+  stamp=$(fingerprint "$("$cpy" --version)" python/requirements.txt python/sdk python/bench "$wit")
+  fresh python-bench "$stamp" $(bench_wasm python) && return 0
+  for name in "${bench_names[@]}"; do
+    (cd python && "$cpy" -d "$wit" -w plugin componentize "${name//-/_}" -p bench -p sdk \
+      -o "$out/python-$name.wasm" >/dev/null)
+  done
+  done_lang python-bench "$stamp" $(bench_wasm python)
+}
+
+c_tools() {
   need wit-bindgen
   need wasm-tools
   if [[ -z "$clang" ]]; then
     echo "error: clang-19 not found: run plugins/install-toolchains.sh" >&2
     exit 1
   fi
-  local stamp
-  stamp=$(fingerprint "$("$clang" --version | head -1) $(wit-bindgen --version) $(wasm-tools --version)" \
-    c/sdk c/config-replicator c/wasi-adapter/Cargo.lock "$wit")
-  fresh c "$stamp" && return 0
-  local dir="$build/c"
+}
+
+c_fingerprint() {
+  fingerprint "$("$clang" --version | head -1) $(wit-bindgen --version) $(wasm-tools --version)" \
+    c/sdk c/wasi-adapter/Cargo.lock "$wit" "$@"
+}
+
+# c_bindings DIR: generates the C bindings into DIR/gen (DIR emptied first).
+c_bindings() {
+  local dir="$1"
   rm -rf "$dir" && mkdir -p "$dir/gen"
   wit-bindgen c "$wit" --world plugin --out-dir "$dir/gen" >"$dir/wit-bindgen.log" 2>&1 ||
     { cat "$dir/wit-bindgen.log" >&2; exit 1; }
+}
+
+# c_component DIR OUT.wasm CFLAGS_AND_SOURCES...: a reactor with the SDK and
+# DIR/gen's bindings, made a component with the reactor adapter.
+c_component() {
+  local dir="$1" wasm="$2"
+  shift 2
   "$clang" --target=wasm32-wasi -mexec-model=reactor -O2 -Wall -Wextra -Werror \
     -Wno-unused-parameter -I "$dir/gen" -I c/sdk \
-    c/config-replicator/config_replicator.c c/sdk/kubewasm.c "$dir/gen/plugin.c" \
+    "$@" c/sdk/kubewasm.c "$dir/gen/plugin.c" \
     "$dir/gen/plugin_component_type.o" -Wl,--strip-all -o "$dir/core.wasm"
-  wasm-tools component new "$dir/core.wasm" --adapt "wasi_snapshot_preview1=$(adapter)" \
-    -o "$out/c-config-replicator.wasm"
+  wasm-tools component new "$dir/core.wasm" --adapt "wasi_snapshot_preview1=$(adapter)" -o "$wasm"
+}
+
+build_c() {
+  c_tools
+  local stamp
+  stamp=$(c_fingerprint c/config-replicator)
+  fresh c "$stamp" && return 0
+  c_bindings "$build/c"
+  c_component "$build/c" "$out/c-config-replicator.wasm" c/config-replicator/config_replicator.c
   done_lang c "$stamp"
+}
+
+build_c-bench() {
+  c_tools
+  local stamp name extra
+  stamp=$(c_fingerprint c/bench c/vendor)
+  fresh c-bench "$stamp" $(bench_wasm c) && return 0
+  c_bindings "$build/c-bench"
+  for name in "${bench_names[@]}"; do
+    extra=()
+    # parse-all parses with cJSON (vendored; the SDK has no JSON parser).
+    [[ "$name" == parse-all ]] && extra=(-I c/vendor/cjson c/vendor/cjson/cJSON.c)
+    c_component "$build/c-bench" "$out/c-$name.wasm" "${extra[@]}" "c/bench/${name//-/_}.c"
+  done
+  done_lang c-bench "$stamp" $(bench_wasm c)
+}
+
+# go_component DIR PACKAGE OUT.wasm: a wasip1 c-shared build of PACKAGE
+# (under plugins/go), embedded and made a component with the reactor adapter.
+go_component() {
+  local dir="$1" pkg="$2" wasm="$3"
+  mkdir -p "$dir"
+  (cd go && GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -trimpath -ldflags=-s \
+    -o "$dir/core.wasm" "$pkg")
+  wasm-tools component embed "$wit" --world plugin "$dir/core.wasm" -o "$dir/embedded.wasm"
+  wasm-tools component new "$dir/embedded.wasm" --adapt "wasi_snapshot_preview1=$(adapter)" -o "$wasm"
 }
 
 build_go() {
   need go
   need wasm-tools
   local stamp
-  stamp=$(fingerprint "$(go version) $(wasm-tools --version)" go c/wasi-adapter/Cargo.lock "$wit")
+  stamp=$(fingerprint "$(go version) $(wasm-tools --version)" go/go.mod go/sdk go/config-replicator \
+    c/wasi-adapter/Cargo.lock "$wit")
   fresh go "$stamp" && return 0
   local dir="$build/go"
   mkdir -p "$dir"
@@ -165,25 +276,48 @@ build_go() {
   # addresses into pointers by design).
   (cd go && go vet ./sdk)
   (cd go && go test -count=1 ./sdk >"$dir/go-test.log" 2>&1) || { cat "$dir/go-test.log" >&2; exit 1; }
-  (cd go && GOOS=wasip1 GOARCH=wasm go vet -unsafeptr=false ./...)
-  (cd go && GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -trimpath -ldflags=-s \
-    -o "$dir/core.wasm" ./config-replicator)
-  wasm-tools component embed "$wit" --world plugin "$dir/core.wasm" -o "$dir/embedded.wasm"
-  wasm-tools component new "$dir/embedded.wasm" --adapt "wasi_snapshot_preview1=$(adapter)" \
-    -o "$out/go-config-replicator.wasm"
+  (cd go && GOOS=wasip1 GOARCH=wasm go vet -unsafeptr=false ./sdk ./config-replicator)
+  go_component "$dir" ./config-replicator "$out/go-config-replicator.wasm"
   done_lang go "$stamp"
 }
 
+build_go-bench() {
+  need go
+  need wasm-tools
+  local stamp name
+  stamp=$(fingerprint "$(go version) $(wasm-tools --version)" go/go.mod go/sdk go/bench \
+    c/wasi-adapter/Cargo.lock "$wit")
+  fresh go-bench "$stamp" $(bench_wasm go) && return 0
+  (cd go && GOOS=wasip1 GOARCH=wasm go vet -unsafeptr=false ./bench/...)
+  for name in "${bench_names[@]}"; do
+    go_component "$build/go-bench/$name" "./bench/$name" "$out/go-$name.wasm"
+  done
+  done_lang go-bench "$stamp" $(bench_wasm go)
+}
+
+if [[ " ${langs[*]} " == *" bench "* ]]; then
+  rest=()
+  for lang in "${langs[@]}"; do
+    if [[ "$lang" == bench ]]; then rest+=(js-bench python-bench c-bench go-bench); else rest+=("$lang"); fi
+  done
+  langs=("${rest[@]}")
+fi
 for lang in "${langs[@]}"; do
   case "$lang" in
-    js | python | c | go | js-variants) "build_$lang" ;;
+    js | python | c | go | js-variants | js-bench | python-bench | c-bench | go-bench) "build_$lang" ;;
     *)
-      echo "error: unknown language $lang (js, python, c, go; js-variants)" >&2
+      echo "error: unknown language $lang (js, python, c, go; js-variants; bench or <lang>-bench)" >&2
       exit 2
       ;;
   esac
-  for wasm in "$out/$lang"-*config-replicator.wasm "$out/${lang%-variants}"-*-config-replicator.wasm; do
-    [[ -f "$wasm" && ( "$lang" == js-variants || "$wasm" == "$out/$lang-config-replicator.wasm" ) ]] || continue
+  if [[ "$lang" == *-bench ]]; then
+    wasms=()
+    for wasm in $(bench_wasm "${lang%-bench}"); do wasms+=("$out/$wasm"); done
+  else
+    wasms=("$out/$lang"-*config-replicator.wasm "$out/${lang%-variants}"-*-config-replicator.wasm)
+  fi
+  for wasm in "${wasms[@]}"; do
+    [[ -f "$wasm" && ( "$lang" == js-variants || "$lang" == *-bench || "$wasm" == "$out/$lang-config-replicator.wasm" ) ]] || continue
     printf '%9d  %s\n' "$(stat -c %s "$wasm")" "$wasm"
   done
 done
