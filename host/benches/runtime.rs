@@ -12,70 +12,21 @@
     clippy::collapsible_if
 )]
 
-use std::collections::HashMap;
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 mod common;
-use common::Fixed;
+use common::{PodBench, best_of_five, emit};
 
-use kubewasm::dispatch::Activity;
-use kubewasm::informer::{DeltaType, InformerSet, InformerSpec};
-use kubewasm::kind::{Gvk, KindRef, KindRegistry};
-use kubewasm::object::{KObject, StripOptions};
-use kubewasm::runtime::host::PluginScope;
-use kubewasm::runtime::{Actor, CallDelta, EngineOptions, Manifest, Runtime};
+use kubewasm::informer::DeltaType;
+use kubewasm::kind::Gvk;
+use kubewasm::runtime::{Actor, CallDelta, Manifest};
 
 fn plugin(name: &str) -> Vec<u8> {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!(
+    let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(format!(
         "../plugins/target/wasm32-wasip2/release/{name}.wasm"
     ));
     std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}; run plugins/build.sh first", p.display()))
-}
-
-fn sample_pod() -> String {
-    let corpus = std::env::var("KUBEWASM_CORPUS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/corpus"));
-    let dir = corpus.join("objects/Pod");
-    if let Ok(entries) = std::fs::read_dir(&dir) {
-        let mut best: Option<(usize, String)> = None;
-        for e in entries.flatten() {
-            if let Ok(text) = std::fs::read_to_string(e.path()) {
-                if let Ok(mut v) = serde_json::from_str::<serde_json::Value>(&text) {
-                    if let Some(m) = v["metadata"].as_object_mut() {
-                        m.remove("managedFields");
-                    }
-                    if v["spec"]["nodeName"].is_string() {
-                        let s = serde_json::to_string(&v).unwrap();
-                        let d = s.len().abs_diff(4096);
-                        if best.as_ref().is_none_or(|(bd, _)| d < *bd) {
-                            best = Some((d, s));
-                        }
-                    }
-                }
-            }
-        }
-        if let Some((_, s)) = best {
-            println!(
-                "pod: from corpus {}, {} bytes compact",
-                dir.display(),
-                s.len()
-            );
-            return s;
-        }
-    }
-    println!(
-        "pod: corpus not found at {}; using a built-in pod",
-        dir.display()
-    );
-    let containers: Vec<_> = (0..4).map(|i| serde_json::json!({"name": format!("c{i}"), "image": "registry.example/app:1.2.3",
-        "env": (0..6).map(|j| serde_json::json!({"name": format!("VAR_{j}"), "value": "some-value-here"})).collect::<Vec<_>>(),
-        "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}}})).collect();
-    serde_json::json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web-1", "namespace": "shop", "uid": "u", "resourceVersion": "1",
-        "labels": {"app": "web"}}, "spec": {"nodeName": "node-1", "containers": containers},
-        "status": {"phase": "Running", "containerStatuses": [{"name": "c0", "restartCount": 2, "ready": true, "image": "x", "imageID": "y"}]}}).to_string()
 }
 
 fn measure(actor: &Actor, delta: &CallDelta, n: usize) -> Duration {
@@ -89,20 +40,6 @@ fn measure(actor: &Actor, delta: &CallDelta, n: usize) -> Duration {
         r.unwrap();
     }
     start.elapsed() / n as u32
-}
-
-/// Per-iteration time of `run(count)` over `n` iterations: a tenth to warm
-/// up, then the best of five rounds (a shared machine only ever adds time).
-fn best_of_five(n: usize, mut run: impl FnMut(usize)) -> Duration {
-    run(n / 10);
-    (0..5)
-        .map(|_| {
-            let start = Instant::now();
-            run(n / 5);
-            start.elapsed() / (n / 5) as u32
-        })
-        .min()
-        .unwrap_or_default()
 }
 
 /// Per-delta cost of calls made inline on the instance's thread, as the
@@ -120,11 +57,6 @@ fn measure_inline(actor: &Actor, delta: &CallDelta, n: usize) -> Duration {
         .unwrap()
 }
 
-/// A machine-readable figure for scripts/bench.sh's report.
-fn emit(v: &serde_json::Value) {
-    println!("BENCH-JSON {v}");
-}
-
 /// Per-delta microseconds inline (the dispatcher's path) and with a thread
 /// round trip per delta (what each delta cost before the worker moved onto
 /// the instance's thread).
@@ -135,72 +67,14 @@ fn emit_per_delta(plugin: &str, wit: &str, inline_us: f64, handoff_us: f64) {
 }
 
 fn main() {
-    let section = common::selected();
+    let section = common::selected(&common::names(), &["noop", "realistic", "parse", "compile"]);
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let pod_json = sample_pod();
-    let pod = Arc::new(KObject::from_json(&pod_json, StripOptions::default()).unwrap());
-    let node_name = match pod.field("/spec/nodeName") {
-        Some(kubewasm::object::FieldValue::Text(n)) => n,
-        _ => "node-1".into(),
-    };
-    let node = KObject::from_value(
-        serde_json::json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node_name,
-        "labels": {"topology.kubernetes.io/zone": "eu-1a"}}}),
-        StripOptions::default(),
-    )
-    .unwrap();
-    let kinds = KindRegistry::builtin();
-    let informers = InformerSet::new(
-        Arc::new(Fixed(vec![node])),
-        Arc::new(Activity::default()),
-        Default::default(),
-    );
-    let node_kind = kinds.resolve(&KindRef::Resource("nodes".into())).unwrap();
-    let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
-    let handle = rt.block_on(async {
-        let h = informers.subscribe(
-            InformerSpec {
-                kind: node_kind.clone(),
-                namespace: None,
-                label_selector: None,
-                field_selector: None,
-            },
-            tx,
-        );
-        h.informer.wait_synced().await;
-        h
-    });
-    let scope = Arc::new(PluginScope {
-        kinds: kinds.clone(),
-        reads: HashMap::from([(node_kind.gvk.clone(), vec![handle.informer.view()])]),
-        indexes: HashMap::new(),
-        writes: [Gvk::new("", "v1", "Pod")].into_iter().collect(),
-        // What the realistic plugin does: read nodes, apply and patch pods.
-        grant: Manifest::parse(
-            std::path::Path::new("bench.yaml"),
-            "access:\n  - {kinds: [nodes], verbs: [read]}\n  - {kinds: [pods], verbs: [apply, patch, delete, status, events]}\n",
-        )
-        .unwrap()
-        .grant("bench"),
-    });
-    let delta = CallDelta {
-        dtype: DeltaType::Updated,
-        subscription: 0,
-        kind: Gvk::new("", "v1", "Pod"),
-        object: Some(pod.clone()),
-        old: None,
-        initial: false,
-        final_state_unknown: false,
-        ..CallDelta::new(DeltaType::Updated, 0, Gvk::new("", "v1", "Pod"))
-    };
+    let bench = PodBench::new(&rt);
+    let (pod_json, delta, scope) = (&bench.pod_json, &bench.delta, &bench.scope);
     let n = 20_000;
     let cache = tempfile::tempdir().unwrap();
     let start_configured = |name: &str, epochs: bool, config: &str| {
-        let runtime = Runtime::new(EngineOptions {
-            epoch_deadlines: epochs,
-            cache_dir: Some(cache.path().to_owned()),
-        })
-        .unwrap();
+        let runtime = common::runtime(cache.path(), epochs);
         let prepared = Arc::new(
             runtime
                 .prepare(name, &plugin(name), Manifest::default())
@@ -229,8 +103,8 @@ fn main() {
     if section("noop") {
         for (v, name) in [("0.1", "noop_v0_1"), ("0.2", "noop")] {
             let actor = start_actor(name, true);
-            let inline = measure_inline(&actor, &delta, n * 10);
-            let handoff = measure(&actor, &delta, n);
+            let inline = measure_inline(&actor, delta, n * 10);
+            let handoff = measure(&actor, delta, n);
             row(
                 "noop plugin (host overhead)",
                 "noop",
@@ -256,8 +130,8 @@ fn main() {
         let mut inline_02 = Duration::ZERO;
         for (v, name) in [("0.1", "realistic_v0_1"), ("0.2", "realistic")] {
             let actor = start_actor(name, true);
-            let inline = measure_inline(&actor, &delta, n * 2);
-            let handoff = measure(&actor, &delta, n);
+            let inline = measure_inline(&actor, delta, n * 2);
+            let handoff = measure(&actor, delta, n);
             row(
                 "realistic (labels + 2 fields + get + 1 action)",
                 "realistic",
@@ -269,7 +143,7 @@ fn main() {
             inline_02 = inline;
         }
         let realistic_noepoch = start_actor("realistic", false);
-        let ne = measure_inline(&realistic_noepoch, &delta, n * 2);
+        let ne = measure_inline(&realistic_noepoch, delta, n * 2);
         let epoch = (inline_02.as_secs_f64() / ne.as_secs_f64() - 1.0) * 100.0;
         println!(
             "  epoch deadlines cost on realistic (0.2, inline): {epoch:>+6.1} %  (goal <= 10 %)"
@@ -278,12 +152,12 @@ fn main() {
     }
     if section("parse") {
         let parse = start_actor("parse_all", true);
-        let t_parse = measure_inline(&parse, &delta, n / 2);
-        let handoff = measure(&parse, &delta, n / 4);
+        let t_parse = measure_inline(&parse, delta, n / 2);
+        let handoff = measure(&parse, delta, n / 4);
         let t_native = best_of_five(n / 2, |count| {
             for _ in 0..count {
                 std::hint::black_box(
-                    bench_logic::evaluate(std::hint::black_box(&pod_json)).unwrap(),
+                    bench_logic::evaluate(std::hint::black_box(pod_json)).unwrap(),
                 );
             }
         });
@@ -308,18 +182,18 @@ fn main() {
         // difference between 11 runs and 1 per delta, over 10).
         let copy_only = measure_inline(
             &start_configured("parse_all", true, r#"{"repeat":0}"#),
-            &delta,
+            delta,
             n / 2,
         );
         let repeat = 11;
         let eleven = |epochs: bool| {
             let actor = start_configured("parse_all", epochs, &format!(r#"{{"repeat":{repeat}}}"#));
-            measure_inline(&actor, &delta, n / 10)
+            measure_inline(&actor, delta, n / 10)
         };
         let guest = eleven(true).saturating_sub(t_parse) / (repeat - 1);
         let guest_no_epoch = eleven(false).saturating_sub(measure_inline(
             &start_actor("parse_all", false),
-            &delta,
+            delta,
             n / 2,
         )) / (repeat - 1);
         let us = |d: Duration| d.as_secs_f64() * 1e6;
