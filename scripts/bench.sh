@@ -5,14 +5,18 @@
 # real kube-apiserver + etcd; loads 1k, 10k, 30k and 100k Pods of the
 # corpus's shapes in turn and measures the initial sync of client-go,
 # kube-rs and kubewasm on it (both list modes, 3 rounds each); then runs
-# the pipeline and runtime benchmarks; and writes docs/PERFORMANCE.md with
-# plots under docs/performance/.
+# the pipeline and runtime benchmarks and the per-delta cost of each guest
+# language (the languages benchmark's per-delta table; its plugins are
+# built by plugins/build-languages.sh bench, which needs the toolchains of
+# plugins/install-toolchains.sh: a language that does not build is reported
+# missing); and writes docs/PERFORMANCE.md with plots under
+# docs/performance/.
 #
 #   bash scripts/bench.sh                         # everything (about 1-2 h on 2 cores)
 #   bash scripts/bench.sh --counts 1000,10000 --rounds 1 --no-micro   # a quick look
 #
-# Options: --counts N,N,...  --rounds R  --no-micro (skip the pipeline and
-# runtime benchmarks)  --out FILE (default docs/PERFORMANCE.md).
+# Options: --counts N,N,...  --rounds R  --no-micro (skip the pipeline,
+# runtime and languages benchmarks)  --out FILE (default docs/PERFORMANCE.md).
 # KUBEWASM_CORPUS names the corpus (default ../shared/corpus).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -29,7 +33,7 @@ while [ $# -gt 0 ]; do
     --rounds) rounds="$2"; shift 2 ;;
     --no-micro) micro=0; shift ;;
     --out) report="$2"; shift 2 ;;
-    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
     *) echo "bench.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -54,6 +58,10 @@ mkdir -p "$out"
 echo "bench.sh: building" >&2
 rustup target add wasm32-wasip2 >/dev/null
 bash plugins/build.sh >/dev/null
+if [ "$micro" = 1 ]; then
+  bash plugins/build-languages.sh bench >/dev/null ||
+    echo "bench.sh: some language plugins did not build (plugins/install-toolchains.sh); the languages table reports them missing" >&2
+fi
 cargo build --release -p kubewasm --bin kubewasm --features jemalloc
 # A copy: `cargo bench` below rebuilds target/release/kubewasm without the
 # feature.
@@ -111,7 +119,8 @@ if [ "$micro" = 1 ]; then
   load_micro="$(cut -d' ' -f1-3 /proc/loadavg)"
   cargo bench -p kubewasm --bench pipeline | tee "$out/pipeline.txt"
   cargo bench -p kubewasm --bench runtime | tee "$out/runtime.txt"
-  micro_args=(--pipeline "$out/pipeline.txt" --runtime "$out/runtime.txt")
+  cargo bench -p kubewasm --bench languages -- per-delta | tee "$out/languages.txt"
+  micro_args=(--pipeline "$out/pipeline.txt" --runtime "$out/runtime.txt" --languages "$out/languages.txt")
 fi
 
 client_go="$(awk '$1 == "k8s.io/client-go" {print $2}' bench/client-go/go.mod)"

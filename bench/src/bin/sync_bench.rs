@@ -91,6 +91,10 @@ struct ReportArgs {
     /// `cargo bench --bench runtime` output.
     #[arg(long)]
     runtime: Option<PathBuf>,
+    /// `cargo bench --bench languages -- per-delta` output (may come from
+    /// another run than the rest: the section says which).
+    #[arg(long)]
+    languages: Option<PathBuf>,
     /// Machine and versions (JSON object of strings), written by bench.sh.
     #[arg(long)]
     meta: Option<PathBuf>,
@@ -566,6 +570,7 @@ fn report(a: &ReportArgs) -> Result<()> {
     };
     let pipeline = bench_lines(&a.pipeline)?;
     let runtime = bench_lines(&a.runtime)?;
+    let languages = bench_lines(&a.languages)?;
 
     std::fs::create_dir_all(&a.plots)?;
     let font: &'static [u8] = Box::leak(
@@ -929,6 +934,9 @@ fn report(a: &ReportArgs) -> Result<()> {
         }
         writeln!(w)?;
     }
+    if !languages.is_empty() {
+        languages_section(w, &languages)?;
+    }
     if let Some(dir) = a.out.parent() {
         std::fs::create_dir_all(dir)?;
     }
@@ -938,6 +946,111 @@ fn report(a: &ReportArgs) -> Result<()> {
         a.out.display(),
         plots.len()
     );
+    Ok(())
+}
+
+/// "Cost per delta by guest language": the benchmark plugins in every
+/// guest language next to native Rust, from the languages benchmark's
+/// `BENCH-JSON` lines.
+fn languages_section(w: &mut String, lines: &[Value]) -> Result<()> {
+    use std::fmt::Write as _;
+    let run = lines.iter().find(|v| v["bench"] == "languages-run");
+    let cells: Vec<&Value> = lines.iter().filter(|v| v["bench"] == "languages").collect();
+    let time = |lang: &str, plugin: &str| {
+        cells
+            .iter()
+            .find(|v| v["lang"] == lang && v["plugin"] == plugin)
+            .and_then(|v| v["us"].as_f64())
+    };
+    let text = |v: Option<&Value>, k: &str| {
+        v.and_then(|v| v[k].as_str())
+            .unwrap_or("unknown")
+            .to_owned()
+    };
+    writeln!(
+        w,
+        "## Cost per delta by guest language (cargo bench --bench languages)"
+    )?;
+    writeln!(w)?;
+    writeln!(
+        w,
+        "The benchmark plugins written in each guest language (`plugins/testing/{{noop,realistic,parse-all}}` in Rust, their twins in `plugins/<lang>/bench`, built by `plugins/build-languages.sh bench`; see docs/languages.md), on the runtime benchmark's delta (an `updated` corpus Pod of {} bytes, its Node cached), one instance each, calls made inline on the instance's thread as the dispatcher's worker makes them, epoch deadlines on, best of five rounds of about a second. noop: the call alone; realistic: label `app`, two fields in one call, one cache get, one merge patch (no JSON parsed in the guest); parse-all: the whole Pod as JSON text (`to-json`) parsed by the language's own parser (Rust: serde_json into k8s-openapi's typed Pod; JS: `JSON.parse` in QuickJS; Python: `json.loads`; Go: `encoding/json` into a `map[string]any`; C: cJSON 1.7.19, vendored), then the decision of `plugins/bench-logic` and its patch. Before a plugin is timed its actions are compared with the Rust guest's on {} deltas (every scheduled corpus Pod that k8s-openapi accepts as a Pod, {} left out, an unscheduled one, a `synced` delta); a mismatch is reported instead of a figure. Native Rust is the same logic without a component: `bench_logic::evaluate` for parse-all, and for realistic the same reads on the host's own objects and the patch's text (without the action's validation that a guest's call includes).",
+        run.and_then(|r| r["pod_bytes"].as_u64()).unwrap_or(0),
+        run.and_then(|r| r["checked"].as_u64()).unwrap_or(0),
+        run.and_then(|r| r["invalid_pods"].as_u64()).unwrap_or(0),
+    )?;
+    writeln!(w)?;
+    writeln!(
+        w,
+        "Measured {} at {}; load average (1, 5, 15 min) {} at the start, {} at the end. This section may come from another run than the sections above (it is said so in the table of versions when it does); compare within its table.",
+        text(run, "date"),
+        text(run, "commit"),
+        text(run, "load_start"),
+        text(run, "load_end"),
+    )?;
+    writeln!(w)?;
+    writeln!(
+        w,
+        "| language | noop | realistic | parse-all | parse-all / native Rust | the parse alone (x native) |"
+    )?;
+    writeln!(w, "|---|---:|---:|---:|---:|---:|")?;
+    let native = time("native", "parse-all");
+    let fmt = |t: Option<f64>, base: Option<f64>| match (t, base) {
+        (Some(t), Some(b)) => format!("{t:.2} us ({:.2}x)", t / b),
+        (Some(t), None) => format!("{t:.2} us"),
+        (None, _) => "-".to_owned(),
+    };
+    writeln!(
+        w,
+        "| native Rust (no component) | - | {} | {} | 1.00x | {} |",
+        fmt(time("native", "realistic"), None),
+        fmt(native, None),
+        fmt(native, None),
+    )?;
+    let mut langs: Vec<&str> = Vec::new();
+    for v in &cells {
+        if let Some(l) = v["lang"].as_str() {
+            if l != "native" && !langs.contains(&l) {
+                langs.push(l);
+            }
+        }
+    }
+    let mut problems = Vec::new();
+    for lang in &langs {
+        let mut line = format!("| {lang} |");
+        for plugin in ["noop", "realistic", "parse-all"] {
+            let cell = match time(lang, plugin) {
+                Some(t) => fmt(Some(t), time("rust", plugin)),
+                None => {
+                    if let Some(e) = cells
+                        .iter()
+                        .find(|v| v["lang"] == *lang && v["plugin"] == plugin)
+                        .and_then(|v| v["error"].as_str())
+                    {
+                        problems.push(format!("{lang} {plugin}: {e}"));
+                    }
+                    "-".to_owned()
+                }
+            };
+            write!(line, " {cell} |")?;
+        }
+        match (time(lang, "parse-all"), native) {
+            (Some(t), Some(n)) => write!(line, " {:.2}x |", t / n)?,
+            _ => line.push_str(" - |"),
+        }
+        write!(line, " {} |", fmt(time(lang, "parse-alone"), native))?;
+        writeln!(w, "{line}")?;
+    }
+    writeln!(w)?;
+    writeln!(
+        w,
+        "In a language's row, (x) is the ratio to the Rust guest's time for the same plugin. The parse alone: parse-all configured to decide 11 times per delta instead of once, the difference over 10 (the guest's parse and decision without the call, the copy of the text and the patch)."
+    )?;
+    for p in &problems {
+        writeln!(w)?;
+        writeln!(w, "- not measured: {p}")?;
+    }
+    writeln!(w)?;
     Ok(())
 }
 
