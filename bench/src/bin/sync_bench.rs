@@ -1009,10 +1009,11 @@ fn languages_section(w: &mut String, lines: &[Value]) -> Result<()> {
     )?;
     let mut langs: Vec<&str> = Vec::new();
     for v in &cells {
-        if let Some(l) = v["lang"].as_str() {
-            if l != "native" && !langs.contains(&l) {
-                langs.push(l);
-            }
+        if let Some(l) = v["lang"].as_str()
+            && l != "native"
+            && !langs.contains(&l)
+        {
+            langs.push(l);
         }
     }
     let mut problems = Vec::new();
