@@ -373,6 +373,7 @@ async fn pipeline(pods: &[Value], plugin_name: &str, concurrency: usize, sweep: 
     let runtime = Runtime::new(EngineOptions {
         epoch_deadlines: true,
         cache_dir: Some(cache.path().to_owned()),
+        ..Default::default()
     })
     .unwrap()
     // The pipeline's own speed: no action rate.

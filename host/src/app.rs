@@ -308,6 +308,7 @@ impl App {
             .with_telemetry(telemetry.clone()),
         );
         let runtime = Runtime::new(opts.engine.clone())?
+            .with_shutdown(cancel.child_token())
             .with_ceiling(opts.limits.clone())
             .with_telemetry(telemetry.clone());
         let mut host = PluginHost::new(

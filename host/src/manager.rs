@@ -306,6 +306,10 @@ impl PluginHost {
         &self.informers
     }
 
+    pub fn runtime(&self) -> &Runtime {
+        &self.runtime
+    }
+
     pub fn executor(&self) -> &Arc<Executor> {
         &self.executor
     }
@@ -542,21 +546,16 @@ impl PluginHost {
         })
     }
 
-    /// Compiles the component (off the async threads), starts its
-    /// instances and registers each; the kinds it names are learnt.
+    /// Obtains the component (from the cache, else compiled by the
+    /// runtime's compiler, off the async threads), starts its instances
+    /// and registers each; the kinds it names are learnt.
     async fn instantiate(
         &self,
         name: &str,
         bytes: Vec<u8>,
         manifest: Manifest,
     ) -> Result<Instances, LoadError> {
-        let runtime = self.runtime.clone();
-        let owned_name = name.to_owned();
-        let prepared =
-            tokio::task::spawn_blocking(move || runtime.prepare(&owned_name, &bytes, manifest))
-                .await
-                .map_err(|e| LoadError::Start(e.to_string()))??;
-        let prepared = Arc::new(prepared);
+        let prepared = Arc::new(self.runtime.prepare_async(name, bytes, manifest).await?);
         let started = Instant::now();
         let config = prepared.manifest.config_json();
         let mut actors = Vec::new();

@@ -243,6 +243,14 @@ impl PluginDir {
                     .map(|v| v.version().to_owned()),
                 Err(e) => Err(e),
             };
+            if let Err(e) = &result
+                && e.is_cancelled()
+            {
+                // Shutting down: not the file's fault, and the rest waits
+                // for the next start.
+                tracing::info!(plugin = %name, "shutting down; plugin load abandoned");
+                break;
+            }
             if let Err(LoadError::UnknownKind(_)) = &result {
                 self.awaiting_kinds
                     .lock()

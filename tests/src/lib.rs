@@ -124,6 +124,7 @@ pub fn options(plugins: &Path, local: &Path, cache: &Path) -> RunOptions {
         engine: EngineOptions {
             epoch_deadlines: true,
             cache_dir: Some(cache.to_owned()),
+            ..Default::default()
         },
         strip: StripOptions::default(),
         dispatch: DispatchOptions {

@@ -137,6 +137,7 @@ fn bad_files_get_errors_that_name_the_cause() {
     let rt = Runtime::new(kubewasm::runtime::EngineOptions {
         epoch_deadlines: true,
         cache_dir: Some(cache.path().to_owned()),
+        ..Default::default()
     })
     .unwrap();
     let prep = |bytes: &[u8]| {
@@ -172,6 +173,7 @@ fn compiled_components_are_cached_on_disk() {
     let opts = kubewasm::runtime::EngineOptions {
         epoch_deadlines: true,
         cache_dir: Some(cache.path().to_owned()),
+        ..Default::default()
     };
     let bytes = wasm("noop");
     let first = Runtime::new(opts.clone())

@@ -81,6 +81,7 @@ impl Pipeline {
         let runtime = Runtime::new(EngineOptions {
             epoch_deadlines: true,
             cache_dir: Some(h.cache.path().to_owned()),
+            ..Default::default()
         })
         .unwrap();
         let host = Arc::new(

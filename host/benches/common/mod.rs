@@ -228,6 +228,7 @@ pub fn runtime(cache: &Path, epoch_deadlines: bool) -> Runtime {
     Runtime::new(EngineOptions {
         epoch_deadlines,
         cache_dir: Some(cache.to_owned()),
+        ..Default::default()
     })
     .unwrap()
 }
@@ -247,6 +248,7 @@ pub fn compile_then_load(name: &str, bytes: &[u8]) -> Compiled {
     let opts = EngineOptions {
         epoch_deadlines: true,
         cache_dir: Some(dir.path().to_owned()),
+        ..Default::default()
     };
     let t0 = Instant::now();
     let cold = Runtime::new(opts.clone())

@@ -100,6 +100,7 @@ pub async fn policy(opts: &RbacOptions) -> Result<(Vec<Access>, Policy), RbacErr
     let runtime = Runtime::new(EngineOptions {
         epoch_deadlines: true,
         cache_dir: opts.cache_dir.clone(),
+        ..EngineOptions::default()
     })?;
     let plugins = load::load_folder(&opts.plugins, &runtime).await?;
     let accesses = plugins

@@ -1,15 +1,21 @@
-//! The one shared wasmtime Engine, its epoch ticker, and the on-disk cache
-//! of compiled components.
+//! The one shared wasmtime Engine, its epoch ticker, and how a plugin's
+//! component is obtained: from the compile cache when an artifact of its
+//! content is there (a mmap, well under a millisecond), else compiled off
+//! the hot path (see [`super::compiler`]) and cached.
 
 use std::hash::{Hash, Hasher};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
+use tokio_util::sync::CancellationToken;
 use wasmtime::component::Component;
 use wasmtime::{Config, Engine};
+
+use super::cache::{self, CompileCache, Pin};
+use super::compiler::{self, ChildError, ChildRequest, CompileError, Compiler};
 
 /// How often the epoch advances: the granularity of call deadlines.
 pub const EPOCH_TICK: Duration = Duration::from_millis(10);
@@ -29,6 +35,11 @@ pub struct EngineOptions {
     pub epoch_deadlines: bool,
     /// Where compiled components are cached; `None` disables the cache.
     pub cache_dir: Option<PathBuf>,
+    /// The cache's size cap in bytes: after each new artifact the least
+    /// recently used others are evicted down to it.
+    pub cache_max_bytes: u64,
+    /// Where components are compiled (the `run` command: a child process).
+    pub compiler: Compiler,
 }
 
 impl Default for EngineOptions {
@@ -36,6 +47,8 @@ impl Default for EngineOptions {
         Self {
             epoch_deadlines: true,
             cache_dir: default_cache_dir(),
+            cache_max_bytes: cache::DEFAULT_MAX_BYTES,
+            compiler: Compiler::InProcess,
         }
     }
 }
@@ -48,12 +61,44 @@ pub fn default_cache_dir() -> Option<PathBuf> {
         .map(|d| d.join("kubewasm").join("components"))
 }
 
+/// The engine configuration: one function, so that the host, its compiler
+/// child and `kubewasm compile` produce artifacts each other can load.
+pub fn engine_config(epoch_deadlines: bool) -> Config {
+    let mut config = Config::new();
+    config.wasm_component_model(true);
+    config.epoch_interruption(epoch_deadlines);
+    config.parallel_compilation(true);
+    // No plugin uses the component model's async ABI; with concurrency
+    // support on (wasmtime's default) every call pays for its
+    // bookkeeping.
+    config.concurrency_support(false);
+    config
+}
+
+/// The part of an artifact's name that says which engine it is for.
+pub fn compat_key(engine: &Engine) -> String {
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    engine.precompile_compatibility_hash().hash(&mut hasher);
+    format!("{:016x}", hasher.finish())
+}
+
+/// A plugin content's SHA-256 (hex): the cache key and the plugin's version.
+pub fn content_digest(bytes: &[u8]) -> String {
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
 /// The shared engine plus the ticker that drives epoch deadlines.
 #[derive(Clone)]
 pub struct WasmEngine {
     engine: Engine,
     options: EngineOptions,
     compat: String,
+    cache: Option<CompileCache>,
+    /// Cancelled when the host shuts down: kills compiler children.
+    shutdown: CancellationToken,
     stop: Arc<AtomicBool>,
 }
 
@@ -81,20 +126,26 @@ pub enum CompileSource {
     Cached,
 }
 
+/// A component ready to check and pre-instantiate.
+#[derive(Debug)]
+pub struct Obtained {
+    pub component: Component,
+    pub source: CompileSource,
+    /// The content's SHA-256 (hex).
+    pub digest: String,
+    /// Keeps its cache artifact from eviction while the plugin runs.
+    pub pin: Option<Pin>,
+}
+
 impl WasmEngine {
     pub fn new(options: EngineOptions) -> Result<Self, EngineError> {
-        let mut config = Config::new();
-        config.wasm_component_model(true);
-        config.epoch_interruption(options.epoch_deadlines);
-        config.parallel_compilation(true);
-        // No plugin uses the component model's async ABI; with concurrency
-        // support on (wasmtime's default) every call pays for its
-        // bookkeeping.
-        config.concurrency_support(false);
+        let config = engine_config(options.epoch_deadlines);
         let engine = Engine::new(&config).map_err(|e| EngineError::Config(format!("{e:#}")))?;
-        let mut hasher = std::collections::hash_map::DefaultHasher::new();
-        engine.precompile_compatibility_hash().hash(&mut hasher);
-        let compat = format!("{:016x}", hasher.finish());
+        let compat = compat_key(&engine);
+        let cache = options
+            .cache_dir
+            .clone()
+            .map(|dir| CompileCache::new(dir, options.cache_max_bytes, compat.clone()));
         let stop = Arc::new(AtomicBool::new(false));
         if options.epoch_deadlines {
             let weak = engine.weak();
@@ -116,8 +167,18 @@ impl WasmEngine {
             engine,
             options,
             compat,
+            cache,
+            shutdown: CancellationToken::new(),
             stop,
         })
+    }
+
+    /// Abandons compiles (killing compiler children) once `shutdown` is
+    /// cancelled.
+    #[must_use]
+    pub fn with_shutdown(mut self, shutdown: CancellationToken) -> Self {
+        self.shutdown = shutdown;
+        self
     }
 
     pub fn engine(&self) -> &Engine {
@@ -128,60 +189,220 @@ impl WasmEngine {
         self.options.epoch_deadlines
     }
 
-    /// Compiles `bytes` (plugin `name`), or loads the artifact a previous run
-    /// cached for the same content and engine; also returns the content's
-    /// SHA-256 (hex), the cache key and the plugin's version. Cache failures
-    /// only cost a recompile. A compile logs its start (with the size), its end (with
-    /// the time) and, when it is slow, progress every [`COMPILE_PROGRESS`].
-    pub fn component(
-        &self,
-        name: &str,
-        bytes: &[u8],
-    ) -> Result<(Component, CompileSource, String), wasmtime::Error> {
-        let digest = Sha256::digest(bytes);
-        let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
-        let cached = self
-            .options
-            .cache_dir
-            .as_ref()
-            .map(|dir| dir.join(format!("{hex}-{}.cwasm", self.compat)));
-        if let Some(path) = &cached
-            && path.exists()
-        {
-            match load_cached(&self.engine, path) {
-                Ok(c) => return Ok((c, CompileSource::Cached, hex)),
-                Err(e) => {
-                    tracing::warn!(path = %path.display(), error = %e, "ignoring unusable compile cache entry")
+    /// The compile cache, if enabled.
+    pub fn cache(&self) -> Option<&CompileCache> {
+        self.cache.as_ref()
+    }
+
+    /// The component of `digest` from the cache, pinned, if one loads.
+    pub fn cached(&self, digest: &str) -> Option<Obtained> {
+        let cache = self.cache.as_ref()?;
+        let (component, path) = cache.load(&self.engine, digest)?;
+        Some(Obtained {
+            component,
+            source: CompileSource::Cached,
+            digest: digest.to_owned(),
+            pin: Some(cache.pin(&path)),
+        })
+    }
+
+    /// [`obtain`](Self::obtain) on the calling thread, compiling in this
+    /// process whatever the configured compiler (`kubewasm compile`,
+    /// `kubewasm rbac`, tests and benches).
+    pub fn obtain_blocking(&self, name: &str, bytes: &[u8]) -> Result<Obtained, CompileError> {
+        let digest = content_digest(bytes);
+        if let Some(hit) = self.cached(&digest) {
+            return Ok(hit);
+        }
+        self.compile_here(name, bytes, digest)
+    }
+
+    /// The component of `bytes` (plugin `name`): from the cache when an
+    /// artifact of the same content and engine loads, else compiled by the
+    /// configured [`Compiler`] (a child that cannot be started falls back
+    /// to compiling in process, with a warning) and cached. Never blocks
+    /// the calling async thread. A compile logs its start (with the size),
+    /// its end (with the time) and, when slow, progress every
+    /// [`COMPILE_PROGRESS`].
+    pub async fn obtain(&self, name: &str, bytes: Vec<u8>) -> Result<Obtained, CompileError> {
+        let bytes = Arc::new(bytes);
+        let (digest, hit) = {
+            let (me, bytes) = (self.clone(), bytes.clone());
+            tokio::task::spawn_blocking(move || {
+                let digest = content_digest(&bytes);
+                let hit = me.cached(&digest);
+                (digest, hit)
+            })
+            .await
+            .map_err(joined)?
+        };
+        if let Some(hit) = hit {
+            return Ok(hit);
+        }
+        if let Compiler::Child { program } = &self.options.compiler {
+            match self.compile_in_child(program, name, &bytes, &digest).await {
+                Err(ChildError::Spawn { program, source }) => {
+                    tracing::warn!(plugin = name, program = %program.display(), error = %source, "cannot start the compiler process; compiling in this process");
                 }
+                Err(ChildError::Failed(CompileError::Mismatch { expected, found })) => {
+                    tracing::warn!(
+                        plugin = name,
+                        expected,
+                        found,
+                        "the compiler process is another build; compiling in this process"
+                    );
+                }
+                Err(ChildError::Failed(e @ CompileError::Store { .. })) => {
+                    tracing::warn!(plugin = name, error = %e, "the compiler process cannot write the cache; compiling in this process");
+                }
+                Err(ChildError::Failed(e)) => return Err(e),
+                Ok(obtained) => return Ok(obtained),
             }
         }
-        tracing::info!(plugin = name, bytes = bytes.len(), "compiling component");
-        let started = std::time::Instant::now();
-        let progress = {
-            let (name, size) = (name.to_owned(), bytes.len());
-            spawn_progress(COMPILE_PROGRESS, move |elapsed| {
-                tracing::info!(
-                    plugin = %name,
-                    bytes = size,
-                    elapsed_s = elapsed.as_secs(),
-                    "still compiling component"
-                );
-            })
+        let (me, name) = (self.clone(), name.to_owned());
+        tokio::task::spawn_blocking(move || me.compile_here(&name, &bytes, digest))
+            .await
+            .map_err(joined)?
+    }
+
+    /// Compiles in a child that writes the artifact into the cache (or a
+    /// temp file without one), then maps it.
+    async fn compile_in_child(
+        &self,
+        program: &std::path::Path,
+        name: &str,
+        bytes: &[u8],
+        digest: &str,
+    ) -> Result<Obtained, ChildError> {
+        let cache = self.cache.clone();
+        let out = match &cache {
+            Some(c) => c.artifact(digest),
+            None => std::env::temp_dir().join(format!(
+                "kubewasm-{}-{digest}-{}.cwasm",
+                std::process::id(),
+                self.compat
+            )),
         };
-        let compiled = Component::new(&self.engine, bytes);
+        let request = ChildRequest {
+            out: out.clone(),
+            compat: self.compat.clone(),
+            epoch_deadlines: self.options.epoch_deadlines,
+            parent: Some(std::process::id()),
+        };
+        let started = Instant::now();
+        tracing::info!(
+            plugin = name,
+            bytes = bytes.len(),
+            compiler = "child",
+            "compiling component"
+        );
+        let progress = self.progress(name, bytes.len());
+        let compiled = compiler::compile_in_child(program, &request, bytes, &self.shutdown).await;
         drop(progress);
-        let component = compiled?;
+        let compiled = compiled?;
+        let (engine, digest) = (self.engine.clone(), digest.to_owned());
+        let obtained = tokio::task::spawn_blocking(move || {
+            let loaded = cache::load_artifact(&engine, &out).map_err(|e| CompileError::Artifact {
+                path: out.clone(),
+                message: format!("{e:#}"),
+            });
+            match &cache {
+                // Mapped: the file can go (the mapping keeps its pages).
+                None => {
+                    let _ = std::fs::remove_file(&out);
+                    loaded.map(|component| (component, None))
+                }
+                Some(c) => {
+                    let pin = c.pin(&out);
+                    c.evict(&[out.as_path()]);
+                    loaded.map(|component| (component, Some(pin)))
+                }
+            }
+            .map(|(component, pin)| Obtained {
+                component,
+                source: CompileSource::Compiled,
+                digest,
+                pin,
+            })
+        })
+        .await
+        .map_err(joined)??;
         tracing::info!(
             plugin = name,
             elapsed_ms = started.elapsed().as_millis() as u64,
+            compile_ms = compiled.elapsed_ms,
+            artifact_bytes = compiled.artifact_bytes,
+            compiler = "child",
             "component compiled"
         );
-        if let Some(path) = &cached
-            && let Err(e) = store_cached(&component, path)
-        {
-            tracing::warn!(path = %path.display(), error = %e, "cannot write compile cache entry");
+        Ok(obtained)
+    }
+
+    /// Compiles on this thread and caches the artifact (a failed write
+    /// only costs the next start a compile).
+    fn compile_here(
+        &self,
+        name: &str,
+        bytes: &[u8],
+        digest: String,
+    ) -> Result<Obtained, CompileError> {
+        tracing::info!(
+            plugin = name,
+            bytes = bytes.len(),
+            compiler = "in-process",
+            "compiling component"
+        );
+        let started = Instant::now();
+        let progress = self.progress(name, bytes.len());
+        let compiled = Component::new(&self.engine, bytes);
+        drop(progress);
+        let component = compiled.map_err(|e| CompileError::from_wasmtime(&e))?;
+        tracing::info!(
+            plugin = name,
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            compiler = "in-process",
+            "component compiled"
+        );
+        let mut pin = None;
+        if let Some(cache) = &self.cache {
+            let stored = component
+                .serialize()
+                .map_err(|e| cache::CacheError::Serialize(format!("{e:#}")))
+                .and_then(|bytes| cache.store(&digest, &bytes));
+            match stored {
+                Ok(path) => {
+                    pin = Some(cache.pin(&path));
+                    cache.evict(&[path.as_path()]);
+                }
+                Err(e) => {
+                    tracing::warn!(plugin = name, error = %e, "cannot write compile cache entry")
+                }
+            }
         }
-        Ok((component, CompileSource::Compiled, hex))
+        Ok(Obtained {
+            component,
+            source: CompileSource::Compiled,
+            digest,
+            pin,
+        })
+    }
+
+    fn progress(&self, name: &str, size: usize) -> Option<tokio_util::sync::DropGuard> {
+        let name = name.to_owned();
+        spawn_progress(COMPILE_PROGRESS, move |elapsed| {
+            tracing::info!(
+                plugin = %name,
+                bytes = size,
+                elapsed_s = elapsed.as_secs(),
+                "still compiling component"
+            );
+        })
+    }
+}
+
+fn joined(e: tokio::task::JoinError) -> CompileError {
+    CompileError::Process {
+        message: format!("the compile task failed: {e}"),
     }
 }
 
@@ -211,30 +432,116 @@ pub fn spawn_progress(
     Some(cancel.drop_guard())
 }
 
-#[allow(unsafe_code)]
-fn load_cached(engine: &Engine, path: &Path) -> Result<Component, wasmtime::Error> {
-    // SAFETY: the file was written by `store_cached` from `Component::serialize`
-    // of this very engine configuration (its compatibility hash is in the file
-    // name) into a directory only this host writes; wasmtime additionally
-    // checks the header and engine settings and refuses mismatches.
-    unsafe { Component::deserialize_file(engine, path) }
-}
-
-fn store_cached(component: &Component, path: &Path) -> Result<(), Box<dyn std::error::Error>> {
-    let bytes = component.serialize()?;
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
-    // Write then rename, so a crash never leaves a half-written artifact.
-    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-    std::fs::write(&tmp, bytes)?;
-    std::fs::rename(&tmp, path)?;
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The smallest valid component: just the header.
+    const EMPTY_COMPONENT: &[u8] = b"\0asm\x0d\0\x01\0";
+
+    fn engine_with(compiler: Compiler, cache: &std::path::Path) -> WasmEngine {
+        WasmEngine::new(EngineOptions {
+            epoch_deadlines: false,
+            cache_dir: Some(cache.to_owned()),
+            cache_max_bytes: cache::DEFAULT_MAX_BYTES,
+            compiler,
+        })
+        .unwrap()
+    }
+
+    /// A stand-in compiler child: a shell script (its pid in `pid`).
+    fn script(dir: &std::path::Path, body: &str) -> Compiler {
+        use std::os::unix::fs::PermissionsExt;
+        let path = dir.join("fake-kubewasm");
+        std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        Compiler::Child { program: path }
+    }
+
+    #[tokio::test]
+    async fn a_compiler_child_that_cannot_start_falls_back_to_this_process() {
+        let cache = tempfile::tempdir().unwrap();
+        let engine = engine_with(
+            Compiler::Child {
+                program: "/nonexistent/kubewasm".into(),
+            },
+            cache.path(),
+        );
+        let got = engine.obtain("x", EMPTY_COMPONENT.to_vec()).await.unwrap();
+        assert_eq!(got.source, CompileSource::Compiled);
+        assert!(engine.cache().unwrap().contains(&got.digest));
+        // The next load maps what the fallback cached.
+        let again = engine.obtain("x", EMPTY_COMPONENT.to_vec()).await.unwrap();
+        assert_eq!(again.source, CompileSource::Cached);
+    }
+
+    #[tokio::test]
+    async fn a_compiler_child_that_dies_is_a_process_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let engine = engine_with(script(dir.path(), "cat >/dev/null; kill -9 $$"), dir.path());
+        match engine.obtain("x", EMPTY_COMPONENT.to_vec()).await {
+            Err(CompileError::Process { message }) => {
+                assert!(message.contains("SIGKILL"), "{message}")
+            }
+            other => panic!("expected a process error, got {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn shutdown_kills_the_compiler_child() {
+        let dir = tempfile::tempdir().unwrap();
+        let pid_file = dir.path().join("pid");
+        let shutdown = CancellationToken::new();
+        let engine = engine_with(
+            script(
+                dir.path(),
+                &format!("echo $$ > {}; exec sleep 600", pid_file.display()),
+            ),
+            dir.path(),
+        )
+        .with_shutdown(shutdown.clone());
+        let compiling = tokio::spawn({
+            let engine = engine.clone();
+            async move { engine.obtain("x", EMPTY_COMPONENT.to_vec()).await }
+        });
+        let pid = tokio::time::timeout(Duration::from_secs(30), async {
+            loop {
+                if let Ok(text) = std::fs::read_to_string(&pid_file)
+                    && let Ok(pid) = text.trim().parse::<u32>()
+                {
+                    return pid;
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .await
+        .expect("the child started");
+        shutdown.cancel();
+        let result = compiling.await.unwrap();
+        assert!(matches!(result, Err(CompileError::Cancelled)), "{result:?}");
+        // Killed: gone, or a zombie until tokio reaps it.
+        let dead = tokio::time::timeout(Duration::from_secs(30), async {
+            loop {
+                match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+                    Err(_) => return,
+                    Ok(stat)
+                        if stat
+                            .rsplit(')')
+                            .next()
+                            .is_some_and(|r| r.trim_start().starts_with('Z')) =>
+                    {
+                        return;
+                    }
+                    Ok(_) => tokio::time::sleep(Duration::from_millis(5)).await,
+                }
+            }
+        })
+        .await;
+        assert!(
+            dead.is_ok(),
+            "the compiler child {pid} outlived the shutdown"
+        );
+    }
 
     #[tokio::test]
     async fn progress_ticks_until_its_guard_is_dropped() {

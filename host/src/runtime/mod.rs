@@ -4,7 +4,9 @@
 pub mod access;
 pub mod actor;
 pub mod bindings;
+pub mod cache;
 mod common;
+pub mod compiler;
 pub mod deadline;
 pub mod engine;
 pub mod host;
@@ -26,7 +28,8 @@ use crate::informer::DeltaType;
 use crate::kind::KindRef;
 pub use actor::{Actor, CallDelta, CallError, CallOutcome, Caller, Handled, LastFailure};
 use bindings::{Contract, HANDLER_INTERFACE};
-pub use engine::{CompileSource, EngineOptions, WasmEngine};
+pub use compiler::{CompileError, Compiler};
+pub use engine::{CompileSource, EngineOptions, Obtained, WasmEngine};
 use host::HostState;
 pub use manifest::Manifest;
 
@@ -69,6 +72,28 @@ pub enum LoadError {
     Start(String),
     #[error("{0}")]
     OverCeiling(String),
+    /// Compiling failed for a reason other than the component itself.
+    #[error("{0}")]
+    Compile(CompileError),
+}
+
+impl From<CompileError> for LoadError {
+    /// The component's own faults keep the errors they always had; the
+    /// compiler's are their own.
+    fn from(e: CompileError) -> Self {
+        match e {
+            CompileError::Truncated => LoadError::Truncated,
+            CompileError::Invalid { message } => LoadError::Invalid(message),
+            other => LoadError::Compile(other),
+        }
+    }
+}
+
+impl LoadError {
+    /// The host is shutting down: not the plugin's fault.
+    pub fn is_cancelled(&self) -> bool {
+        matches!(self, LoadError::Compile(CompileError::Cancelled))
+    }
 }
 
 /// The shared engine and linker.
@@ -112,6 +137,8 @@ pub struct Prepared {
     pub instantiations: std::sync::atomic::AtomicU64,
     /// Calls failed on each cap of the sidecar's limits.
     pub cap_counters: limits::CapCounters,
+    /// Keeps the compiled artifact this version maps from eviction.
+    _pin: Option<cache::Pin>,
 }
 
 impl std::fmt::Debug for Prepared {
@@ -316,17 +343,61 @@ impl Runtime {
         self
     }
 
+    /// Abandons compiles (killing compiler children) once `shutdown` is
+    /// cancelled.
+    #[must_use]
+    pub fn with_shutdown(mut self, shutdown: tokio_util::sync::CancellationToken) -> Self {
+        self.engine = self.engine.with_shutdown(shutdown);
+        self
+    }
+
     pub fn engine(&self) -> &WasmEngine {
         &self.engine
     }
 
-    /// Checks, compiles (or loads from cache) and pre-instantiates a plugin.
+    /// Whether the compile cache holds an artifact of `bytes` (it loads in
+    /// well under a millisecond, unless it turns out corrupt).
+    pub fn is_compiled(&self, bytes: &[u8]) -> bool {
+        self.engine
+            .cache()
+            .is_some_and(|c| c.contains(&engine::content_digest(bytes)))
+    }
+
+    /// Checks, compiles (or loads from cache) and pre-instantiates a
+    /// plugin on the calling thread, compiling in this process.
     pub fn prepare(
         &self,
         name: &str,
         bytes: &[u8],
         manifest: Manifest,
     ) -> Result<Prepared, LoadError> {
+        self.check_file(bytes, &manifest)?;
+        let start = Instant::now();
+        let obtained = self.engine.obtain_blocking(name, bytes)?;
+        self.finish(name, obtained, start.elapsed(), manifest)
+    }
+
+    /// [`prepare`](Self::prepare) off the async threads, compiling with
+    /// the configured compiler (a child process for `run`).
+    pub async fn prepare_async(
+        &self,
+        name: &str,
+        bytes: Vec<u8>,
+        manifest: Manifest,
+    ) -> Result<Prepared, LoadError> {
+        self.check_file(&bytes, &manifest)?;
+        let start = Instant::now();
+        let obtained = self.engine.obtain(name, bytes).await?;
+        let compile_time = start.elapsed();
+        let (runtime, name) = (self.clone(), name.to_owned());
+        tokio::task::spawn_blocking(move || runtime.finish(&name, obtained, compile_time, manifest))
+            .await
+            .map_err(|e| LoadError::Start(e.to_string()))?
+    }
+
+    /// What can be refused before compiling: the sidecar's limits and the
+    /// file's header.
+    pub fn check_file(&self, bytes: &[u8], manifest: &Manifest) -> Result<(), LoadError> {
         self.ceiling
             .check(&manifest.limits)
             .map_err(LoadError::OverCeiling)?;
@@ -345,17 +416,18 @@ impl Runtime {
                 &bytes[4..8]
             )));
         }
-        let start = Instant::now();
-        let (component, compile_source, digest) =
-            self.engine.component(name, bytes).map_err(|e| {
-                let msg = format!("{e:#}");
-                if msg.contains("unexpected end") || msg.contains("out of bounds") {
-                    LoadError::Truncated
-                } else {
-                    LoadError::Invalid(msg)
-                }
-            })?;
-        let compile_time = start.elapsed();
+        Ok(())
+    }
+
+    /// Checks that a compiled component is a plugin this host runs (what
+    /// `kubewasm compile` asks before shipping its artifact).
+    pub fn check(&self, component: &wasmtime::component::Component) -> Result<Contract, LoadError> {
+        self.pre(component).map(|(contract, _)| contract)
+    }
+
+    /// The first version of the handler interface the component exports
+    /// that the host knows.
+    fn contract(&self, component: &wasmtime::component::Component) -> Result<Contract, LoadError> {
         let ty = component.component_type();
         let exports: Vec<String> = ty
             .exports(self.engine.engine())
@@ -380,15 +452,43 @@ impl Runtime {
                 },
             });
         };
+        Ok(contract)
+    }
+
+    /// The component pre-instantiated for its contract: every import
+    /// linked, the exports typed.
+    fn pre(
+        &self,
+        component: &wasmtime::component::Component,
+    ) -> Result<(Contract, Pre), LoadError> {
+        let contract = self.contract(component)?;
         let pre = self
             .linker
-            .instantiate_pre(&component)
+            .instantiate_pre(component)
             .map_err(|e| LoadError::Imports(format!("{e:#}")))?;
         let imports = |e: wasmtime::Error| LoadError::Imports(format!("{e:#}"));
         let pre = match contract {
             Contract::V0_1 => Pre::V0_1(bindings::v0_1::PluginPre::new(pre).map_err(imports)?),
             Contract::V0_2 => Pre::V0_2(bindings::v0_2::PluginPre::new(pre).map_err(imports)?),
         };
+        Ok((contract, pre))
+    }
+
+    /// Type-checks and pre-instantiates an obtained component.
+    fn finish(
+        &self,
+        name: &str,
+        obtained: Obtained,
+        compile_time: Duration,
+        manifest: Manifest,
+    ) -> Result<Prepared, LoadError> {
+        let Obtained {
+            component,
+            source: compile_source,
+            digest,
+            pin,
+        } = obtained;
+        let (contract, pre) = self.pre(&component)?;
         let version = digest.get(..12).unwrap_or(&digest).to_owned();
         tracing::debug!(
             plugin = name,
@@ -411,6 +511,7 @@ impl Runtime {
                 .as_ref()
                 .map(|t| t.metrics().plugin_caps(name))
                 .unwrap_or_default(),
+            _pin: pin,
         })
     }
 }

@@ -1,0 +1,382 @@
+//! The on-disk cache of compiled components: one artifact per plugin
+//! content and engine configuration, named `<sha256>-<compat>.cwasm`, so
+//! that `kubewasm compile`, a compiler child process and the host all
+//! compute the same name before compiling. Artifacts are written
+//! atomically (a hidden temp file, synced, renamed), loaded by mmap, and
+//! kept under a size cap by evicting the least recently used (a load
+//! touches the file's mtime). An artifact that does not load is deleted
+//! and recompiled.
+//!
+//! Not wasmtime's own cache (`Config::cache`): its entries are keyed
+//! inside `Component::new` and stored compressed, so a hit still reads the
+//! plugin and decompresses tens of MB, and another process (the compiler
+//! child, `kubewasm compile` in CI) cannot write an entry the host finds
+//! without compiling.
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime};
+
+use wasmtime::Engine;
+use wasmtime::component::Component;
+
+/// The default size cap: a few builds' worth of the JavaScript and Python
+/// plugins (30-60 MB each) plus every Rust one.
+pub const DEFAULT_MAX_BYTES: u64 = 1 << 30;
+
+const EXTENSION: &str = "cwasm";
+/// Temp files older than this are a crashed writer's leftovers.
+const STALE_TMP: Duration = Duration::from_secs(3600);
+
+#[derive(Debug, thiserror::Error)]
+pub enum CacheError {
+    #[error("cannot write compile cache entry {path}: {source}")]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot serialize the compiled component: {0}")]
+    Serialize(String),
+}
+
+/// The cache folder, its cap, and the artifacts in use.
+#[derive(Clone)]
+pub struct CompileCache {
+    dir: PathBuf,
+    max_bytes: u64,
+    compat: String,
+    /// Artifacts loaded by a running plugin version (with a count: two
+    /// plugins may run the same content); eviction skips them.
+    pinned: Arc<parking_lot::Mutex<HashMap<PathBuf, usize>>>,
+}
+
+impl std::fmt::Debug for CompileCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CompileCache")
+            .field("dir", &self.dir)
+            .field("max_bytes", &self.max_bytes)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Keeps an artifact from eviction while held.
+#[derive(Debug)]
+pub struct Pin {
+    path: PathBuf,
+    pinned: Arc<parking_lot::Mutex<HashMap<PathBuf, usize>>>,
+}
+
+impl Drop for Pin {
+    fn drop(&mut self) {
+        let mut pinned = self.pinned.lock();
+        if let Some(n) = pinned.get_mut(&self.path) {
+            *n -= 1;
+            if *n == 0 {
+                pinned.remove(&self.path);
+            }
+        }
+    }
+}
+
+/// What an eviction pass found and did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Eviction {
+    /// Artifacts deleted.
+    pub removed: usize,
+    /// Their bytes.
+    pub freed: u64,
+    /// Bytes of artifacts left (over the cap only when those in use or just
+    /// written exceed it).
+    pub kept: u64,
+}
+
+impl CompileCache {
+    /// `compat` is the engine's compatibility key (see
+    /// [`super::engine::compat_key`]).
+    pub fn new(dir: PathBuf, max_bytes: u64, compat: String) -> Self {
+        Self {
+            dir,
+            max_bytes,
+            compat,
+            pinned: Arc::default(),
+        }
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn max_bytes(&self) -> u64 {
+        self.max_bytes
+    }
+
+    /// Where the artifact of content `digest` (SHA-256, hex) lives.
+    pub fn artifact(&self, digest: &str) -> PathBuf {
+        self.dir
+            .join(format!("{digest}-{}.{EXTENSION}", self.compat))
+    }
+
+    /// Whether content `digest` has an artifact (it may still fail to load).
+    pub fn contains(&self, digest: &str) -> bool {
+        self.artifact(digest).is_file()
+    }
+
+    /// Loads the artifact of `digest`, if there is one that loads; touches
+    /// it (its mtime is the eviction order). An artifact that exists but
+    /// does not load (truncated, corrupt, another engine's) is deleted so
+    /// that the caller's recompile replaces it.
+    pub fn load(&self, engine: &Engine, digest: &str) -> Option<(Component, PathBuf)> {
+        let path = self.artifact(digest);
+        if !path.is_file() {
+            return None;
+        }
+        match load_artifact(engine, &path) {
+            Ok(component) => {
+                touch(&path);
+                Some((component, path))
+            }
+            Err(e) => {
+                let removed = std::fs::remove_file(&path).is_ok();
+                tracing::warn!(
+                    path = %path.display(),
+                    error = %format!("{e:#}"),
+                    removed,
+                    "compile cache entry does not load; recompiling"
+                );
+                None
+            }
+        }
+    }
+
+    /// Writes `bytes` (a serialized component) as the artifact of `digest`:
+    /// to a hidden temp file, synced, then renamed, so no reader ever sees
+    /// half of it.
+    pub fn store(&self, digest: &str, bytes: &[u8]) -> Result<PathBuf, CacheError> {
+        let path = self.artifact(digest);
+        write_atomically(&path, bytes).map_err(|source| CacheError::Write {
+            path: path.clone(),
+            source,
+        })?;
+        Ok(path)
+    }
+
+    /// Keeps `path` from eviction until the returned guard drops.
+    pub fn pin(&self, path: &Path) -> Pin {
+        *self.pinned.lock().entry(path.to_owned()).or_insert(0) += 1;
+        Pin {
+            path: path.to_owned(),
+            pinned: self.pinned.clone(),
+        }
+    }
+
+    /// Deletes the least recently used artifacts until the cache is under
+    /// its cap, never one in use or `fresh` (just written); also deletes
+    /// temp files a crashed writer left. Errors only cost space (logged).
+    pub fn evict(&self, fresh: &[&Path]) -> Eviction {
+        let Ok(entries) = std::fs::read_dir(&self.dir) else {
+            return Eviction::default();
+        };
+        let now = SystemTime::now();
+        let mut artifacts = Vec::new();
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let Ok(meta) = entry.metadata() else { continue };
+            if !meta.is_file() {
+                continue;
+            }
+            let modified = meta.modified().unwrap_or(SystemTime::UNIX_EPOCH);
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            if name.starts_with('.') && name.ends_with(".tmp") {
+                if now.duration_since(modified).unwrap_or_default() > STALE_TMP {
+                    let _ = std::fs::remove_file(&path);
+                }
+                continue;
+            }
+            if path.extension().is_some_and(|e| e == EXTENSION) {
+                artifacts.push((modified, meta.len(), path));
+            }
+        }
+        let mut total: u64 = artifacts.iter().map(|(_, len, _)| len).sum();
+        let mut report = Eviction::default();
+        if total > self.max_bytes {
+            // Oldest first; ties by name, so the order is stable.
+            artifacts.sort();
+            let pinned = self.pinned.lock().clone();
+            for (_, len, path) in artifacts {
+                if total <= self.max_bytes {
+                    break;
+                }
+                if pinned.contains_key(&path) || fresh.contains(&path.as_path()) {
+                    continue;
+                }
+                match std::fs::remove_file(&path) {
+                    Ok(()) => {
+                        total -= len;
+                        report.removed += 1;
+                        report.freed += len;
+                    }
+                    Err(e) => {
+                        tracing::warn!(path = %path.display(), error = %e, "cannot evict compile cache entry")
+                    }
+                }
+            }
+        }
+        report.kept = total;
+        if report.removed > 0 {
+            tracing::info!(
+                dir = %self.dir.display(),
+                removed = report.removed,
+                freed_bytes = report.freed,
+                kept_bytes = report.kept,
+                max_bytes = self.max_bytes,
+                "compile cache over its cap: least recently used artifacts evicted"
+            );
+        }
+        if report.kept > self.max_bytes {
+            tracing::warn!(
+                dir = %self.dir.display(),
+                kept_bytes = report.kept,
+                max_bytes = self.max_bytes,
+                "compile cache stays over its cap: the artifacts in use are bigger than it (raise --compile-cache-max)"
+            );
+        }
+        report
+    }
+}
+
+#[allow(unsafe_code)]
+pub(crate) fn load_artifact(engine: &Engine, path: &Path) -> Result<Component, wasmtime::Error> {
+    // SAFETY: the file is `Component::serialize` / `Engine::precompile_component`
+    // output of this engine configuration (its compatibility key is in the
+    // name), written by this host, its compiler child or `kubewasm compile`
+    // and renamed into place whole; wasmtime checks the header and engine
+    // settings and refuses mismatches. The cache folder is the operator's
+    // to protect, like the binary.
+    unsafe { Component::deserialize_file(engine, path) }
+}
+
+/// Sets `path`'s mtime to now: the LRU clock. A read-only cache (shipped
+/// in an image) keeps its times.
+fn touch(path: &Path) {
+    if let Ok(f) = std::fs::File::options().append(true).open(path) {
+        let _ = f.set_modified(SystemTime::now());
+    }
+}
+
+static TMP_SEQ: AtomicU64 = AtomicU64::new(0);
+
+/// Writes `bytes` to `path` through a hidden temp file in the same folder,
+/// synced before the rename.
+pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir)?;
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = dir.join(format!(
+        ".{name}.{}.{}.tmp",
+        std::process::id(),
+        TMP_SEQ.fetch_add(1, Ordering::Relaxed)
+    ));
+    let result = (|| {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn artifact(cache: &CompileCache, digest: &str, len: usize, age_s: u64) -> PathBuf {
+        let path = cache.store(digest, &vec![0u8; len]).unwrap();
+        let f = std::fs::File::options().append(true).open(&path).unwrap();
+        f.set_modified(SystemTime::now() - Duration::from_secs(age_s))
+            .unwrap();
+        path
+    }
+
+    #[test]
+    fn eviction_removes_the_least_recently_used_down_to_the_cap() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = CompileCache::new(dir.path().to_owned(), 2500, "c".into());
+        let oldest = artifact(&cache, "a", 1000, 300);
+        let old = artifact(&cache, "b", 1000, 200);
+        let recent = artifact(&cache, "c", 1000, 100);
+        let fresh = artifact(&cache, "d", 1000, 0);
+        let report = cache.evict(&[fresh.as_path()]);
+        assert_eq!(
+            report,
+            Eviction {
+                removed: 2,
+                freed: 2000,
+                kept: 2000
+            }
+        );
+        assert!(!oldest.exists() && !old.exists());
+        assert!(recent.exists() && fresh.exists());
+    }
+
+    #[test]
+    fn eviction_skips_pinned_and_fresh_artifacts_even_over_the_cap() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = CompileCache::new(dir.path().to_owned(), 1500, "c".into());
+        let in_use = artifact(&cache, "a", 1000, 300);
+        let unused = artifact(&cache, "b", 1000, 200);
+        let fresh = artifact(&cache, "c", 1000, 0);
+        let pin = cache.pin(&in_use);
+        let report = cache.evict(&[fresh.as_path()]);
+        assert_eq!((report.removed, report.kept), (1, 2000));
+        assert!(in_use.exists() && !unused.exists() && fresh.exists());
+        // Unpinned, it is the oldest and goes next.
+        drop(pin);
+        let report = cache.evict(&[fresh.as_path()]);
+        assert_eq!((report.removed, report.kept), (1, 1000));
+        assert!(!in_use.exists());
+    }
+
+    #[test]
+    fn eviction_ignores_other_files_and_removes_stale_temp_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = CompileCache::new(dir.path().to_owned(), 0, "c".into());
+        std::fs::write(dir.path().join("README"), "x").unwrap();
+        let stale = dir.path().join(".x.cwasm.1.0.tmp");
+        let live = dir.path().join(".y.cwasm.1.1.tmp");
+        for p in [&stale, &live] {
+            std::fs::write(p, "x").unwrap();
+        }
+        std::fs::File::options()
+            .append(true)
+            .open(&stale)
+            .unwrap()
+            .set_modified(SystemTime::now() - 2 * STALE_TMP)
+            .unwrap();
+        cache.evict(&[]);
+        assert!(dir.path().join("README").exists() && live.exists() && !stale.exists());
+    }
+
+    #[test]
+    fn a_store_leaves_no_temp_file_and_replaces_the_old_artifact() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = CompileCache::new(dir.path().to_owned(), DEFAULT_MAX_BYTES, "c".into());
+        cache.store("a", b"one").unwrap();
+        let path = cache.store("a", b"two").unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"two");
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        assert_eq!(names, ["a-c.cwasm"]);
+    }
+}
