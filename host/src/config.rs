@@ -6,14 +6,14 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use serde::Deserialize;
+use serde::{Deserialize, Deserializer};
 
 use crate::app::{ClusterTarget, RunOptions};
 use crate::dispatch::DispatchOptions;
 use crate::leader::{self, ElectionConfigError, ElectionOptions};
 use crate::object::StripOptions;
-use crate::runtime::EngineOptions;
 use crate::runtime::limits::Ceiling;
+use crate::runtime::{Compiler, EngineOptions};
 use crate::source::kube::{InitialList, KubeTarget};
 use crate::telemetry::server::MetricsAddr;
 
@@ -90,6 +90,12 @@ pub struct RunSettings {
     pub dry_run: Option<bool>,
     pub until_idle: Option<bool>,
     pub cache_dir: Option<PathBuf>,
+    /// Size cap of the compile cache (`1Gi`, `512Mi` or bytes; default
+    /// 1Gi): after each new artifact, the least recently used others go.
+    #[serde(default, deserialize_with = "de_opt_bytes")]
+    pub compile_cache_max: Option<u64>,
+    /// Where plugins are compiled (default `child`).
+    pub compiler: Option<CompilerKind>,
     pub keep_managed_fields: Option<bool>,
     pub initial_list: Option<InitialList>,
     pub page_size: Option<u32>,
@@ -120,6 +126,21 @@ pub struct RunSettings {
     /// actionsPerCall, logBytesPerCall): a sidecar asking for more does
     /// not load.
     pub limits: Option<Ceiling>,
+}
+
+/// Where plugins are compiled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum CompilerKind {
+    /// A child process (`kubewasm __compile`): Cranelift's memory leaves
+    /// with it, and the host's RSS stays where it was.
+    Child,
+    /// A thread of the host (the compile's memory stays with the allocator).
+    InProcess,
+}
+
+fn de_opt_bytes<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    crate::runtime::manifest::de_bytes(d).map(Some)
 }
 
 /// Retry policy of every plugin's queue.
@@ -214,6 +235,8 @@ impl RunSettings {
             dry_run: self.dry_run.or(file.dry_run),
             until_idle: self.until_idle.or(file.until_idle),
             cache_dir: self.cache_dir.or(file.cache_dir),
+            compile_cache_max: self.compile_cache_max.or(file.compile_cache_max),
+            compiler: self.compiler.or(file.compiler),
             keep_managed_fields: self.keep_managed_fields.or(file.keep_managed_fields),
             initial_list: self.initial_list.or(file.initial_list),
             page_size: self.page_size.or(file.page_size),
@@ -274,6 +297,13 @@ impl RunSettings {
         if let Some(dir) = self.cache_dir {
             engine.cache_dir = Some(dir);
         }
+        if let Some(max) = self.compile_cache_max {
+            engine.cache_max_bytes = max;
+        }
+        engine.compiler = match self.compiler.unwrap_or(CompilerKind::Child) {
+            CompilerKind::Child => Compiler::child_of_current_exe(),
+            CompilerKind::InProcess => Compiler::InProcess,
+        };
         let keep = self.keep_managed_fields.unwrap_or(false);
         let mut dispatch = DispatchOptions::default();
         if let Some(d) = self.dispatch {
@@ -327,6 +357,12 @@ impl RunSettings {
         }
         if let Some(c) = &self.limits {
             c.validate().map_err(ConfigError::OutOfRange)?;
+        }
+        if self.compile_cache_max == Some(0) {
+            return bad(
+                "compileCacheMax must be more than 0 (it caps the compile cache; leave it out for 1Gi)"
+                    .into(),
+            );
         }
         if self.page_size == Some(0) {
             return bad("pageSize must be at least 1".into());
@@ -448,6 +484,38 @@ mod tests {
             }
             other => panic!("expected a kube target, got {other:?}"),
         }
+    }
+
+    /// The compile cache's cap and the compiler: defaults, file keys and
+    /// the refusal of a zero cap.
+    #[test]
+    fn compile_cache_cap_and_compiler_from_the_host_config() {
+        let parse = |extra: &str| {
+            RunSettings::parse(
+                &format!("apiVersion: kubewasm.io/v1alpha1\nkind: HostConfig\nplugins: /p\nlocal: /c\n{extra}"),
+                Path::new("/etc/kubewasm/config.yaml"),
+            )
+            .unwrap()
+            .into_options(false)
+        };
+        let defaults = parse("").unwrap();
+        assert_eq!(
+            defaults.engine.cache_max_bytes,
+            crate::runtime::cache::DEFAULT_MAX_BYTES
+        );
+        assert!(matches!(defaults.engine.compiler, Compiler::Child { .. }));
+        let set = parse("compileCacheMax: 256Mi\ncompiler: inProcess\n").unwrap();
+        assert_eq!(set.engine.cache_max_bytes, 256 << 20);
+        assert_eq!(set.engine.compiler, Compiler::InProcess);
+        let err = parse("compileCacheMax: 0\n").unwrap_err().to_string();
+        assert!(err.contains("compileCacheMax"), "{err}");
+        let err = RunSettings::parse(
+            "apiVersion: kubewasm.io/v1alpha1\nkind: HostConfig\ncompileCacheMax: lots\n",
+            Path::new("c.yaml"),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("1Gi"), "{err}");
     }
 
     /// `dispatch.defaultResync` sets the period of 0.2 subscriptions that

@@ -14,6 +14,7 @@ pub mod manager;
 pub mod names;
 pub mod object;
 pub mod pointer;
+pub mod precompile;
 pub mod rbac;
 pub mod reload;
 pub mod runtime;

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
 use kubewasm::app::App;
-use kubewasm::config::RunSettings;
+use kubewasm::config::{CompilerKind, RunSettings};
 use kubewasm::source::kube::InitialList;
 use kubewasm::telemetry::logging::LogFormat;
 use kubewasm::telemetry::server::{MetricsAddr, MetricsServer};
@@ -55,6 +55,128 @@ enum Command {
     Probe(ProbeArgs),
     /// List a running host's dead letters: deltas its plugins gave up on.
     DeadLetters(DeadLettersArgs),
+    /// Precompile every plugin of a folder into the compile cache the host loads.
+    Compile(CompileArgs),
+    /// Compile one component from stdin into an artifact (the host's compiler child).
+    #[command(name = "__compile", hide = true)]
+    ChildCompile(ChildCompileArgs),
+}
+
+#[derive(clap::Args, Debug)]
+struct CompileArgs {
+    /// Folder of plugins (NAME.wasm; sidecars are not needed).
+    folder: PathBuf,
+    /// Compile cache to write (what `run --cache-dir` reads) [default: $XDG_CACHE_HOME/kubewasm/components].
+    #[arg(long, visible_alias = "out", env = "KUBEWASM_CACHE_DIR")]
+    cache_dir: Option<PathBuf>,
+    /// Size cap of the cache: older artifacts beyond it are evicted (this run's never).
+    #[arg(long, value_parser = parse_size, default_value = "1Gi")]
+    compile_cache_max: u64,
+    /// Compile for a host run with --no-epoch-deadlines (benchmarks only).
+    #[arg(long, hide = true)]
+    no_epoch_deadlines: bool,
+}
+
+fn parse_size(s: &str) -> Result<u64, String> {
+    kubewasm::runtime::manifest::parse_bytes(s)
+        .filter(|n| *n > 0)
+        .ok_or_else(|| {
+            format!("{s:?} is not a size above 0; write e.g. 512Mi, 1Gi or a byte count")
+        })
+}
+
+fn compile(args: CompileArgs) -> anyhow::Result<()> {
+    use kubewasm::runtime::CompileSource;
+    let mut engine = kubewasm::runtime::EngineOptions {
+        epoch_deadlines: !args.no_epoch_deadlines,
+        cache_max_bytes: args.compile_cache_max,
+        ..Default::default()
+    };
+    if args.cache_dir.is_some() {
+        engine.cache_dir = args.cache_dir;
+    }
+    let report = kubewasm::precompile::compile_folder(&args.folder, engine)?;
+    let mut out = std::io::stdout().lock();
+    let mib = |b: u64| b as f64 / f64::from(1 << 20);
+    let (mut compiled, mut cached) = (0, 0);
+    for f in &report.files {
+        match &f.outcome {
+            Ok(c) => {
+                let what = match c.source {
+                    CompileSource::Compiled => {
+                        compiled += 1;
+                        "compiled"
+                    }
+                    CompileSource::Cached => {
+                        cached += 1;
+                        "cached  "
+                    }
+                };
+                writeln!(
+                    out,
+                    "{what}  {}  {:.1} MiB in {:.2} s  {}",
+                    f.path.display(),
+                    mib(c.artifact_bytes),
+                    c.elapsed.as_secs_f64(),
+                    c.artifact.display()
+                )?;
+            }
+            Err(e) => writeln!(
+                out,
+                "FAILED    {}: {e} (fix or remove the file; nothing was cached for it)",
+                f.path.display()
+            )?,
+        }
+    }
+    let failed: Vec<&str> = report.failed().map(|f| f.name.as_str()).collect();
+    writeln!(
+        out,
+        "{} plugins: {compiled} compiled, {cached} already cached, {} failed; cache {} holds {:.1} MiB (cap {:.1} MiB)",
+        report.files.len(),
+        failed.len(),
+        report.cache_dir.display(),
+        mib(report.cache_bytes),
+        mib(report.cache_max_bytes)
+    )?;
+    anyhow::ensure!(
+        failed.is_empty(),
+        "{} of {} plugins did not compile: {}",
+        failed.len(),
+        report.files.len(),
+        failed.join(", ")
+    );
+    Ok(())
+}
+
+#[derive(clap::Args, Debug)]
+struct ChildCompileArgs {
+    #[arg(long)]
+    out: PathBuf,
+    #[arg(long)]
+    compat: String,
+    #[arg(long, action = clap::ArgAction::Set)]
+    epoch_deadlines: bool,
+    #[arg(long)]
+    parent_pid: Option<u32>,
+}
+
+/// The compiler child: no async runtime, the answer on stdout.
+fn child_compile(args: ChildCompileArgs) -> std::process::ExitCode {
+    let request = kubewasm::runtime::compiler::ChildRequest {
+        out: args.out,
+        compat: args.compat,
+        epoch_deadlines: args.epoch_deadlines,
+        parent: args.parent_pid,
+    };
+    if kubewasm::runtime::compiler::serve_child(
+        &request,
+        std::io::stdin().lock(),
+        std::io::stdout().lock(),
+    ) {
+        std::process::ExitCode::SUCCESS
+    } else {
+        std::process::ExitCode::from(2)
+    }
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -259,6 +381,12 @@ struct RunArgs {
     /// Cache of compiled plugins (default: $XDG_CACHE_HOME/kubewasm/components).
     #[arg(long, env = "KUBEWASM_CACHE_DIR")]
     cache_dir: Option<PathBuf>,
+    /// Size cap of the compile cache, e.g. 512Mi [default: 1Gi]: least recently used artifacts beyond it are evicted.
+    #[arg(long, value_parser = parse_size, env = "KUBEWASM_COMPILE_CACHE_MAX")]
+    compile_cache_max: Option<u64>,
+    /// Where plugins are compiled: a child process (the host's memory returns after) or a host thread [default: child].
+    #[arg(long, value_enum)]
+    compiler: Option<CompilerArg>,
     /// Keep managedFields and the last-applied annotation in the cache.
     #[arg(long)]
     keep_managed_fields: bool,
@@ -308,6 +436,12 @@ struct ElectionArgs {
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
+enum CompilerArg {
+    Child,
+    InProcess,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
 enum InitialListArg {
     Auto,
     Stream,
@@ -328,6 +462,11 @@ impl RunArgs {
             dry_run: self.dry_run.then_some(true),
             until_idle: self.until_idle.then_some(true),
             cache_dir: self.cache_dir,
+            compile_cache_max: self.compile_cache_max,
+            compiler: self.compiler.map(|c| match c {
+                CompilerArg::Child => CompilerKind::Child,
+                CompilerArg::InProcess => CompilerKind::InProcess,
+            }),
             keep_managed_fields: self.keep_managed_fields.then_some(true),
             metrics_addr: self.metrics_addr,
             ui: self.ui.then_some(true),
@@ -424,16 +563,26 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     kubewasm::telemetry::logging::init(cli.log_format);
+    let command = match cli.command {
+        Command::ChildCompile(args) => return child_compile(args),
+        other => other,
+    };
     let result = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("cannot start the async runtime")
-        .and_then(|rt| match cli.command {
+        .and_then(|rt| match command {
             Command::Run(args) => rt.block_on(run(*args)),
             Command::Probe(args) => probe(args),
             Command::DeadLetters(args) => dead_letters(args),
             Command::New(args) => new_project(args),
             Command::Rbac(args) => rt.block_on(rbac(args)),
+            Command::Compile(args) => {
+                // Progress lines of slow compiles need a runtime to tick on.
+                let _entered = rt.enter();
+                compile(args)
+            }
+            Command::ChildCompile(_) => Ok(()),
         });
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -480,6 +480,15 @@ fn kustomize_renders_the_example_overlays() {
         .unwrap();
     assert!(plugins["emptyDir"].is_object() && plugins["configMap"].is_null());
     assert_eq!(init["volumeMounts"][0]["name"], "plugins");
+    // The image's precompiled artifacts go into the host's compile cache.
+    assert_eq!(init["volumeMounts"][1]["name"], "compile-cache");
+    assert!(
+        init["command"]
+            .to_string()
+            .contains("cp -R /cache/. /compile-cache/"),
+        "{}",
+        init["command"]
+    );
 }
 
 /// The API server refuses a ConfigMap whose data and binaryData exceed 1 MiB.
