@@ -193,6 +193,7 @@ impl PluginDir {
         let found = candidates(&self.dir)?;
         let mut outcomes = BTreeMap::new();
         let mut known = self.known.lock().await;
+        let mut changed = Vec::new();
         for (name, path) in &found {
             // Reading through the path follows symlinks (ConfigMap volumes).
             let bytes = match std::fs::read(path) {
@@ -227,6 +228,15 @@ impl PluginDir {
                 _ => {}
             }
             self.set_state(name, FileState::Loading);
+            changed.push((name, path, bytes, sidecar, sidecar_text, digest));
+        }
+        // Precompiled plugins first: a swap of one never waits behind
+        // another plugin's compile in the same scan.
+        if changed.len() > 1 {
+            let runtime = self.host.runtime();
+            changed.sort_by_cached_key(|(_, _, bytes, ..)| !runtime.is_compiled(bytes));
+        }
+        for (name, path, bytes, sidecar, sidecar_text, digest) in changed {
             let manifest = match (&sidecar, sidecar_text) {
                 (Some(p), Some(Ok(t))) => Manifest::parse(p, &t).map_err(LoadError::from),
                 (_, Some(Err(e))) => Err(LoadError::from(e)),
