@@ -553,7 +553,7 @@ fn main() {
         println!(
             "cache: compile cache size after each build of 3 plugins (JS config-replicator + 2 Rust), each build new content"
         );
-        cache_growth(6, Some("64Mi"));
-        cache_growth(6, None);
+        cache_growth(8, Some("16Mi"));
+        cache_growth(8, None);
     }
 }
