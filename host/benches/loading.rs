@@ -502,7 +502,7 @@ fn cache_growth(builds: usize, cap: Option<&str>) {
 }
 
 fn main() {
-    let selected = common::selected();
+    let selected = common::selected(&common::names(), &["swap", "rss", "cache"]);
     if selected("swap") {
         println!(
             "swap: precompiled plugin file renamed into the folder -> first delta served by the new version (goal <= 10 ms)"

@@ -372,9 +372,10 @@ impl Runtime {
         manifest: Manifest,
     ) -> Result<Prepared, LoadError> {
         self.check_file(bytes, &manifest)?;
+        let language = language::detect(bytes);
         let start = Instant::now();
         let obtained = self.engine.obtain_blocking(name, bytes)?;
-        self.finish(name, obtained, start.elapsed(), manifest)
+        self.finish(name, obtained, start.elapsed(), manifest, language)
     }
 
     /// [`prepare`](Self::prepare) off the async threads, compiling with
@@ -386,13 +387,16 @@ impl Runtime {
         manifest: Manifest,
     ) -> Result<Prepared, LoadError> {
         self.check_file(&bytes, &manifest)?;
+        let language = language::detect(&bytes);
         let start = Instant::now();
         let obtained = self.engine.obtain(name, bytes).await?;
         let compile_time = start.elapsed();
         let (runtime, name) = (self.clone(), name.to_owned());
-        tokio::task::spawn_blocking(move || runtime.finish(&name, obtained, compile_time, manifest))
-            .await
-            .map_err(|e| LoadError::Start(e.to_string()))?
+        tokio::task::spawn_blocking(move || {
+            runtime.finish(&name, obtained, compile_time, manifest, language)
+        })
+        .await
+        .map_err(|e| LoadError::Start(e.to_string()))?
     }
 
     /// What can be refused before compiling: the sidecar's limits and the
@@ -481,6 +485,7 @@ impl Runtime {
         obtained: Obtained,
         compile_time: Duration,
         manifest: Manifest,
+        language: Option<String>,
     ) -> Result<Prepared, LoadError> {
         let Obtained {
             component,
@@ -499,7 +504,7 @@ impl Runtime {
         Ok(Prepared {
             name: Arc::from(name),
             version: Arc::from(version),
-            language: language::detect(bytes).map(Arc::from),
+            language: language.map(Arc::from),
             engine: self.engine.clone(),
             pre,
             manifest,
