@@ -220,12 +220,9 @@ impl Executor {
     ) -> Result<(), ActionFailure> {
         let total = actions.len();
         for (i, action) in actions.iter().enumerate() {
-            // Timed only for the web view's feed, when a page is open.
-            let started = self
-                .telemetry
-                .feed()
-                .enabled()
-                .then(std::time::Instant::now);
+            // Timed only for the web view's feed, when a page is open and
+            // the feed's budget allows.
+            let started = self.telemetry.feed().admit().then(std::time::Instant::now);
             let result = if self.options.dry_run || rate.acquire(plugin, stop).await.is_ok() {
                 self.run(plugin, counters, action, stop).await
             } else {

@@ -825,7 +825,7 @@ impl Failure {
 }
 
 /// Shows one handled delta in the web view's feed, when a page is open
-/// (one relaxed load otherwise).
+/// and the feed's budget allows (one relaxed load with no page open).
 #[inline]
 fn to_feed(
     shared: &Shared,
@@ -836,7 +836,7 @@ fn to_feed(
     error: Option<&Failure>,
 ) {
     let feed = shared.telemetry.feed();
-    if !feed.enabled() {
+    if !feed.admit() {
         return;
     }
     feed.publish(FeedRecord {

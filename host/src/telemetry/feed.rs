@@ -2,16 +2,19 @@
 //! handled (or failed) and per action it emitted.
 //!
 //! With no page open the dispatcher and the executor pay one relaxed load
-//! of [`Feed::enabled`] per delta and build nothing. With pages open,
-//! records go to a broadcast channel; each page's stream filters them
-//! (plugin, kind, namespace) and keeps only the newest [`Window::cap`]
-//! rows per flush, counting the rest as dropped, so a page at 5k deltas/s
-//! receives at most ten small batches a second.
+//! per delta ([`Feed::admit`]) and build nothing. With pages open, at most
+//! [`BUDGET`] records are built per [`WINDOW`] (2,000 a second, for every
+//! page together); past that a delta costs two atomic adds and is counted
+//! as not sampled, so an open page costs the hot path a bounded amount
+//! whatever the rate. Records go to a broadcast channel; each page's
+//! stream filters them (plugin, kind, namespace) and keeps only the newest
+//! [`Window::cap`] rows per flush, counting the rest as dropped, so a page
+//! at 5k deltas/s receives at most ten small batches a second.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 use tokio::sync::broadcast;
@@ -19,6 +22,11 @@ use tokio::sync::broadcast;
 /// Records buffered per page between its reads; a page that falls further
 /// behind loses the oldest (counted as dropped).
 const CHANNEL: usize = 4096;
+
+/// Records built per window at most, for all pages together.
+pub const BUDGET: u64 = 200;
+/// The sampling window.
+pub const WINDOW: Duration = Duration::from_millis(100);
 
 /// One row of the feed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -57,11 +65,18 @@ impl FeedRecord {
     }
 }
 
-/// The feed: a subscriber count read on the hot path, and the channel.
+/// The feed: a subscriber count read on the hot path, the source-side
+/// budget, and the channel.
 #[derive(Debug)]
 pub struct Feed {
     watchers: Arc<AtomicUsize>,
     tx: broadcast::Sender<Arc<FeedRecord>>,
+    started: Instant,
+    /// The current window's number, and records admitted in it.
+    window: AtomicU64,
+    admitted: AtomicU64,
+    /// Records not built because the window's budget was spent.
+    unsampled: Arc<AtomicU64>,
 }
 
 impl Default for Feed {
@@ -69,15 +84,41 @@ impl Default for Feed {
         Self {
             watchers: Arc::new(AtomicUsize::new(0)),
             tx: broadcast::channel(CHANNEL).0,
+            started: Instant::now(),
+            window: AtomicU64::new(0),
+            admitted: AtomicU64::new(0),
+            unsampled: Arc::new(AtomicU64::new(0)),
         }
     }
 }
 
 impl Feed {
-    /// Whether any page watches: check it before building a record.
+    /// Whether any page watches.
     #[inline]
     pub fn enabled(&self) -> bool {
         self.watchers.load(Ordering::Relaxed) > 0
+    }
+
+    /// Whether to build a record now: a page watches and this window's
+    /// budget is not spent. Check it before building one; with no page
+    /// open it is one relaxed load.
+    #[inline]
+    pub fn admit(&self) -> bool {
+        self.enabled() && self.within_budget()
+    }
+
+    fn within_budget(&self) -> bool {
+        let window = (self.started.elapsed().as_millis() / WINDOW.as_millis()) as u64;
+        // Racy at a window's edge by design: a few records more or less.
+        if self.window.load(Ordering::Relaxed) != window {
+            self.window.store(window, Ordering::Relaxed);
+            self.admitted.store(0, Ordering::Relaxed);
+        }
+        if self.admitted.fetch_add(1, Ordering::Relaxed) < BUDGET {
+            return true;
+        }
+        self.unsampled.fetch_add(1, Ordering::Relaxed);
+        false
     }
 
     /// Hands `record` to the pages open now.
@@ -92,6 +133,8 @@ impl Feed {
         FeedSubscription {
             rx: self.tx.subscribe(),
             watchers: self.watchers.clone(),
+            unsampled: self.unsampled.clone(),
+            seen_unsampled: self.unsampled.load(Ordering::Relaxed),
         }
     }
 
@@ -106,6 +149,19 @@ impl Feed {
 pub struct FeedSubscription {
     pub rx: broadcast::Receiver<Arc<FeedRecord>>,
     watchers: Arc<AtomicUsize>,
+    unsampled: Arc<AtomicU64>,
+    seen_unsampled: u64,
+}
+
+impl FeedSubscription {
+    /// Records not built at the source (over the budget) since the last
+    /// call: of every plugin, kind and namespace, not only this page's.
+    pub fn take_unsampled(&mut self) -> u64 {
+        let now = self.unsampled.load(Ordering::Relaxed);
+        let n = now.saturating_sub(self.seen_unsampled);
+        self.seen_unsampled = now;
+        n
+    }
 }
 
 impl Drop for FeedSubscription {
@@ -144,6 +200,9 @@ pub struct Batch {
     pub rows: Vec<Arc<FeedRecord>>,
     pub matched: u64,
     pub dropped: u64,
+    /// Records of any plugin not built at the source since the last batch
+    /// (the feed's budget was spent).
+    pub unsampled: u64,
 }
 
 /// A page's rows between two flushes.
@@ -185,15 +244,17 @@ impl Window {
         self.dropped += n;
     }
 
-    /// The batch to send, if anything happened since the last one.
-    pub fn flush(&mut self) -> Option<Batch> {
-        if self.matched == 0 {
+    /// The batch to send, if anything happened since the last one;
+    /// `unsampled` is what the source left out meanwhile.
+    pub fn flush(&mut self, unsampled: u64) -> Option<Batch> {
+        if self.matched == 0 && unsampled == 0 {
             return None;
         }
         let batch = Batch {
             rows: self.rows.drain(..).collect(),
             matched: self.matched,
             dropped: self.dropped,
+            unsampled,
         };
         self.matched = 0;
         self.dropped = 0;
@@ -246,19 +307,38 @@ mod tests {
             },
             2,
         );
-        assert!(w.flush().is_none());
+        assert!(w.flush(0).is_none());
         w.offer(Arc::new(rec("q", "ConfigMap", Some("a"), "other plugin")));
         w.offer(Arc::new(rec("p", "Secret", Some("a"), "other kind")));
         w.offer(Arc::new(rec("p", "ConfigMap", Some("b"), "other ns")));
-        assert!(w.flush().is_none());
+        assert!(w.flush(0).is_none());
         for n in ["1", "2", "3"] {
             w.offer(Arc::new(rec("p", "ConfigMap", Some("a"), n)));
         }
         w.lost(4);
-        let b = w.flush().unwrap();
+        let b = w.flush(0).unwrap();
         let names: Vec<&str> = b.rows.iter().map(|r| r.name.as_str()).collect();
         assert_eq!(names, ["2", "3"]);
         assert_eq!((b.matched, b.dropped), (7, 5));
-        assert!(w.flush().is_none());
+        assert!(w.flush(0).is_none());
+        assert_eq!(w.flush(9).unwrap().unsampled, 9);
+    }
+
+    /// Past the window's budget nothing is built; what was left out is
+    /// counted for the pages; with no page open nothing is admitted.
+    #[test]
+    fn the_source_builds_at_most_the_budget_per_window() {
+        let feed = Feed::default();
+        assert!(!feed.admit());
+        let mut page = feed.subscribe();
+        // Five budgets' worth of calls in far less than a window: the
+        // budget binds (a window edge in between admits one budget more).
+        let admitted = (0..BUDGET * 5).filter(|_| feed.admit()).count() as u64;
+        let unsampled = page.take_unsampled();
+        assert_eq!(admitted + unsampled, BUDGET * 5);
+        assert!(unsampled > 0, "the budget never bound: {admitted} admitted");
+        assert_eq!(page.take_unsampled(), 0);
+        drop(page);
+        assert!(!feed.admit());
     }
 }

@@ -248,7 +248,7 @@ impl Client {
                     return Some(event("state", &s));
                 }
                 _ = self.flush.tick() => {
-                    if let Some(batch) = self.window.flush() {
+                    if let Some(batch) = self.window.flush(self.feed.take_unsampled()) {
                         return Some(event("feed", &batch));
                     }
                 }

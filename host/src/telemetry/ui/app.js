@@ -132,10 +132,12 @@ let pausedRows = 0;
 let shown = 0;
 let matched = 0;
 let dropped = 0;
+let unsampled = 0;
 
 function feedStats() {
   let t = 'shown ' + shown.toLocaleString('en-US') + ' of ' + matched.toLocaleString('en-US') + ' matching';
   if (dropped) t += '; ' + dropped.toLocaleString('en-US') + ' sampled out by the server';
+  if (unsampled) t += '; ' + unsampled.toLocaleString('en-US') + ' more (any plugin) not recorded: over 2,000 rows/s';
   if (paused) t += '; paused (' + pausedRows.toLocaleString('en-US') + ' not shown)';
   $('feed-stats').textContent = t;
 }
@@ -157,6 +159,7 @@ function feedRow(r) {
 function onFeed(batch) {
   matched += batch.matched;
   dropped += batch.dropped;
+  unsampled += batch.unsampled;
   if (paused) {
     pausedRows += batch.rows.length;
     feedStats();
@@ -207,7 +210,7 @@ function onFilterChange() {
   clearTimeout(refilter);
   refilter = setTimeout(() => {
     $('feed-rows').replaceChildren();
-    shown = matched = dropped = pausedRows = 0;
+    shown = matched = dropped = unsampled = pausedRows = 0;
     feedStats();
     connect();
   }, 250);
