@@ -462,6 +462,63 @@ fn per_delta_by_language(rt: &tokio::runtime::Runtime, selected: &impl Fn(&str) 
     // Per language: the guest's parse alone (parse-all run 11 times per
     // delta instead of once, the difference over 10).
     let mut parse_alone: HashMap<&str, Duration> = HashMap::new();
+    // Checks the plugin's actions against the Rust guest's (the Rust
+    // guest's become the reference), then times it.
+    let mut measure = |lang: &'static str, plugin: &'static str, path: &Path| {
+        if !path.exists() {
+            return Err(format!("missing: {} (build it first)", path.display()));
+        }
+        let actor = start(path, "{}")?;
+        let got: Vec<Outcome> = checks.iter().map(|d| outcome(&actor, d)).collect();
+        if plugin == "parse-all" && lang == "rust" {
+            // The Rust guest against the same code natively.
+            let native = bench_logic::evaluate(&bench.pod_json).unwrap();
+            let patch = match &got[0] {
+                Outcome::Handled(a, _) => match a.as_slice() {
+                    [Action::Patch { patch, .. }] => Some(patch.clone()),
+                    _ => None,
+                },
+                Outcome::Failed => None,
+            };
+            let want = native.map(|n| serde_json::from_str::<serde_json::Value>(&n).unwrap());
+            if patch != want {
+                return Err(format!("rust guest's patch {patch:?}, native {want:?}"));
+            }
+        }
+        match reference.get(plugin) {
+            None if lang == "rust" => {
+                reference.insert(plugin, got);
+            }
+            None => return Err("not checked: the rust guest is missing".into()),
+            Some(want) => {
+                if let Some(i) = (0..checks.len()).find(|&i| got[i] != want[i]) {
+                    return Err(format!(
+                        "mismatch on check delta {i} ({}): got {:?}, the rust guest {:?}",
+                        checks[i]
+                            .object
+                            .as_ref()
+                            .map_or("synced".into(), |o| o.key().to_string()),
+                        got[i],
+                        want[i]
+                    ));
+                }
+            }
+        }
+        let (t, calls) = inline_per_delta(&actor, &bench.delta)?;
+        emit(
+            &serde_json::json!({"bench": "languages", "lang": lang, "plugin": plugin,
+                "us": us_f(t), "calls": calls, "checked": checks.len()}),
+        );
+        if plugin == "parse-all" {
+            let eleven = start(path, r#"{"repeat":11}"#)?;
+            let (t11, _) = inline_per_delta(&eleven, &bench.delta)?;
+            let alone = t11.saturating_sub(t) / 10;
+            emit(&serde_json::json!({"bench": "languages", "lang": lang,
+                    "plugin": "parse-alone", "us": us_f(alone)}));
+            parse_alone.insert(lang, alone);
+        }
+        Ok(t)
+    };
     for lang in BENCH_LANGUAGES {
         if !selected(lang) && lang != "rust" {
             continue;
@@ -469,62 +526,7 @@ fn per_delta_by_language(rt: &tokio::runtime::Runtime, selected: &impl Fn(&str) 
         let mut row = Vec::new();
         for plugin in BENCH_PLUGINS {
             let path = bench_artifact(lang, plugin);
-            let result = (|| {
-                if !path.exists() {
-                    return Err(format!("missing: {} (build it first)", path.display()));
-                }
-                let actor = start(&path, "{}")?;
-                let got: Vec<Outcome> = checks.iter().map(|d| outcome(&actor, d)).collect();
-                if plugin == "parse-all" && lang == "rust" {
-                    // The Rust guest against the same code natively.
-                    let native = bench_logic::evaluate(&bench.pod_json).unwrap();
-                    let patch = match &got[0] {
-                        Outcome::Handled(a, _) => match a.as_slice() {
-                            [Action::Patch { patch, .. }] => Some(patch.clone()),
-                            _ => None,
-                        },
-                        Outcome::Failed => None,
-                    };
-                    let want =
-                        native.map(|n| serde_json::from_str::<serde_json::Value>(&n).unwrap());
-                    if patch != want {
-                        return Err(format!("rust guest's patch {patch:?}, native {want:?}"));
-                    }
-                }
-                match reference.get(plugin) {
-                    None if lang == "rust" => {
-                        reference.insert(plugin, got);
-                    }
-                    None => return Err("not checked: the rust guest is missing".into()),
-                    Some(want) => {
-                        if let Some(i) = (0..checks.len()).find(|&i| got[i] != want[i]) {
-                            return Err(format!(
-                                "mismatch on check delta {i} ({}): got {:?}, the rust guest {:?}",
-                                checks[i]
-                                    .object
-                                    .as_ref()
-                                    .map_or("synced".into(), |o| o.key().to_string()),
-                                got[i],
-                                want[i]
-                            ));
-                        }
-                    }
-                }
-                let (t, calls) = inline_per_delta(&actor, &bench.delta)?;
-                emit(
-                    &serde_json::json!({"bench": "languages", "lang": lang, "plugin": plugin,
-                    "us": us_f(t), "calls": calls, "checked": checks.len()}),
-                );
-                if plugin == "parse-all" {
-                    let eleven = start(&path, r#"{"repeat":11}"#)?;
-                    let (t11, _) = inline_per_delta(&eleven, &bench.delta)?;
-                    let alone = t11.saturating_sub(t) / 10;
-                    emit(&serde_json::json!({"bench": "languages", "lang": lang,
-                        "plugin": "parse-alone", "us": us_f(alone)}));
-                    parse_alone.insert(lang, alone);
-                }
-                Ok(t)
-            })();
+            let result = measure(lang, plugin, &path);
             if let Err(e) = &result {
                 emit(
                     &serde_json::json!({"bench": "languages", "lang": lang, "plugin": plugin, "error": e}),
