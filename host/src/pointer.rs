@@ -6,6 +6,8 @@
 //! realistic handler's field reads, and sonic-rs's half serde_json's speed.
 //! Several pointers share one pass; one is a pass of one.
 
+use std::borrow::Cow;
+
 /// A pointer's segments, unescaped (`~1` is `/`, `~0` is `~`); `None` for
 /// text that is not a pointer (non-empty and not starting with `/`).
 pub fn segments(pointer: &str) -> Option<Vec<String>> {
@@ -375,23 +377,20 @@ impl<'a, S: AsRef<str>> Walk<'_, 'a, S> {
             }
             let key = self.scan.string()?;
             self.scan.eat(b':')?;
-            hits.clear();
-            if key.contains(&b'\\') {
-                // Rare: compare the unescaped key.
+            // Rare: a key with an escape is compared unescaped.
+            let key: Cow<'_, [u8]> = if key.contains(&b'\\') {
                 let quoted = std::str::from_utf8(key).ok()?;
                 let key: String = serde_json::from_str(&format!("\"{quoted}\"")).ok()?;
-                hits.extend(
-                    live.iter()
-                        .copied()
-                        .filter(|&i| self.segment(i, depth) == key),
-                );
+                Cow::Owned(key.into_bytes())
             } else {
-                hits.extend(
-                    live.iter()
-                        .copied()
-                        .filter(|&i| self.segment(i, depth).as_bytes() == key),
-                );
-            }
+                Cow::Borrowed(key)
+            };
+            hits.clear();
+            hits.extend(
+                live.iter()
+                    .copied()
+                    .filter(|&i| self.segment(i, depth).as_bytes() == &*key),
+            );
             if hits.is_empty() {
                 self.scan.skip_value()?;
             } else {
@@ -456,6 +455,40 @@ impl<'a, S: AsRef<str>> Walk<'_, 'a, S> {
         self.scan.skip_rest()?;
         self.settle(left)
     }
+}
+
+/// Tests: a pointer to every node of `v` (the root last), and with
+/// `absent`, one to an absent member and one past the end below each
+/// object and array.
+#[cfg(test)]
+pub(crate) fn every_pointer(v: &serde_json::Value, absent: bool) -> Vec<String> {
+    use serde_json::Value;
+    fn walk(v: &Value, at: String, absent: bool, out: &mut Vec<String>) {
+        match v {
+            Value::Object(m) => {
+                if absent {
+                    out.push(format!("{at}/absent~1key"));
+                }
+                for (k, v) in m {
+                    let k = k.replace('~', "~0").replace('/', "~1");
+                    walk(v, format!("{at}/{k}"), absent, out);
+                }
+            }
+            Value::Array(a) => {
+                if absent {
+                    out.push(format!("{at}/{}", a.len()));
+                }
+                for (i, v) in a.iter().enumerate() {
+                    walk(v, format!("{at}/{i}"), absent, out);
+                }
+            }
+            _ => {}
+        }
+        out.push(at);
+    }
+    let mut out = Vec::new();
+    walk(v, String::new(), absent, &mut out);
+    out
 }
 
 #[cfg(test)]
@@ -567,29 +600,10 @@ mod tests {
                 ),
             }
         }
-        fn pointers(v: &Value, at: String, out: &mut Vec<String>) {
-            match v {
-                Value::Object(m) => {
-                    for (k, v) in m {
-                        let k = k.replace('~', "~0").replace('/', "~1");
-                        pointers(v, format!("{at}/{k}"), out);
-                    }
-                }
-                Value::Array(a) => {
-                    for (i, v) in a.iter().enumerate() {
-                        pointers(v, format!("{at}/{i}"), out);
-                    }
-                }
-                _ => {}
-            }
-            out.push(at);
-        }
         for _ in 0..300 {
             let doc = json!({"a": value(&mut next, 0), "b": value(&mut next, 0), "c": value(&mut next, 0)});
             let text = doc.to_string();
-            let mut all = Vec::new();
-            pointers(&doc, String::new(), &mut all);
-            for p in &all {
+            for p in &every_pointer(&doc, false) {
                 let got = at(&text, p).map(|raw| serde_json::from_str::<Value>(raw).unwrap());
                 assert_eq!(got.as_ref(), doc.pointer(p), "{p} in {text}");
             }
