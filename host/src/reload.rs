@@ -3,14 +3,18 @@
 //! hashes, so editors' temp files, half-written files and Kubernetes
 //! ConfigMap volumes (which swap a `..data` symlink) all converge on what is
 //! really there. A version that fails to load leaves the previous one
-//! serving.
+//! serving. Writes in place are debounced (200 ms: a half-written file
+//! settles first); a rename into the folder is a finished write (how
+//! `kubewasm compile` users, editors and ConfigMap volumes ship files), so
+//! it is scanned at once: a precompiled plugin swaps in within milliseconds.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use notify::RecursiveMode;
+use notify::event::{ModifyKind, RenameMode};
+use notify::{EventKind, RecursiveMode, Watcher as _};
 use notify_debouncer_full::{DebounceEventResult, new_debouncer};
 use sha2::{Digest, Sha256};
 use tokio::sync::{Mutex, mpsc};
@@ -76,6 +80,9 @@ pub struct PluginDir {
     /// Readable without waiting for a scan in progress.
     states: parking_lot::Mutex<BTreeMap<String, FileState>>,
     telemetry: Telemetry,
+    /// How long writes in place settle before a scan, in milliseconds
+    /// (renames do not wait).
+    debounce_ms: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Debug for PluginDir {
@@ -122,7 +129,16 @@ impl PluginDir {
             awaiting_kinds: parking_lot::Mutex::new(BTreeMap::new()),
             states: parking_lot::Mutex::new(BTreeMap::new()),
             telemetry: Telemetry::default(),
+            debounce_ms: std::sync::atomic::AtomicU64::new(200),
         }
+    }
+
+    /// Sets how long writes in place settle before a scan (default 200 ms),
+    /// for watches started afterwards. Renames into the folder never wait.
+    pub fn set_debounce(&self, debounce: Duration) {
+        let ms = u64::try_from(debounce.as_millis()).unwrap_or(u64::MAX);
+        self.debounce_ms
+            .store(ms, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Counts loads and failures into `telemetry`'s metrics.
@@ -372,8 +388,29 @@ impl PluginDir {
         ready: tokio::sync::oneshot::Sender<()>,
     ) -> Result<(), DirError> {
         let (tx, mut rx) = mpsc::unbounded_channel();
+        let renamed = tx.clone();
+        let mut renames = notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
+            if let Ok(e) = res
+                && matches!(
+                    e.kind,
+                    EventKind::Modify(ModifyKind::Name(RenameMode::To | RenameMode::Both))
+                )
+            {
+                let _ = renamed.send(());
+            }
+        })
+        .map_err(|e| DirError::Watch {
+            path: self.dir.clone(),
+            message: e.to_string(),
+        })?;
+        renames
+            .watch(&self.dir, RecursiveMode::NonRecursive)
+            .map_err(|e| DirError::Watch {
+                path: self.dir.clone(),
+                message: e.to_string(),
+            })?;
         let mut debouncer = new_debouncer(
-            Duration::from_millis(200),
+            Duration::from_millis(self.debounce_ms.load(std::sync::atomic::Ordering::Relaxed)),
             None,
             move |res: DebounceEventResult| {
                 let relevant = match &res {
@@ -418,6 +455,7 @@ impl PluginDir {
             }
         }
         drop(debouncer);
+        drop(renames);
         Ok(())
     }
 }

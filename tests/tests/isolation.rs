@@ -269,6 +269,58 @@ async fn plugin_folder_loads_replaces_and_unloads_live() {
     app.shutdown().await;
 }
 
+/// A file renamed into the folder is a finished write: the watcher scans
+/// at once instead of waiting for its debounce. The debounce is set to an
+/// hour (and the poll too), so only the rename can load the new version.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rename_into_the_folder_loads_without_the_debounce() {
+    let h = Harness::new();
+    write_cluster(h.cluster.path(), &[("pods.yaml", &pods(&["a"]))]);
+    install(h.plugins.path(), "p", "noop", None);
+    let (app, sink) = h.start_recording().await;
+    idle(&app).await;
+    let first = app.host.get("p").await.unwrap().version().to_owned();
+
+    app.plugin_dir.set_debounce(Duration::from_secs(3600));
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let (ready_tx, ready) = tokio::sync::oneshot::channel();
+    let watcher = tokio::spawn(app.plugin_dir.clone().watch_with_ready(
+        cancel.clone(),
+        Duration::from_secs(3600),
+        ready_tx,
+    ));
+    ready.await.unwrap();
+
+    // The sidecar, then the plugin, renamed in (as `kubewasm compile`
+    // users and editors ship files).
+    let tmp = h.plugins.path().join(".p.yaml.tmp");
+    std::fs::write(
+        &tmp,
+        format!("config: {{mode: echo}}\n{}", kubewasm_tests::TESTKIT_ACCESS),
+    )
+    .unwrap();
+    std::fs::rename(&tmp, h.plugins.path().join("p.yaml")).unwrap();
+    install(h.plugins.path(), "p", "testkit", None);
+
+    // The new version replays the cache: one echo patch for pod a.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let mut got = Vec::new();
+    while got.is_empty() && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        got = sink.take();
+    }
+    assert_eq!(
+        got.iter().map(|(_, a)| describe(a)).collect::<Vec<_>>(),
+        vec![
+            r#"patch Merge pods default/a {"metadata":{"annotations":{"kubewasm.io/seen":"added"}}}"#
+        ]
+    );
+    assert_ne!(app.host.get("p").await.unwrap().version(), first);
+    cancel.cancel();
+    watcher.await.unwrap().unwrap();
+    app.shutdown().await;
+}
+
 #[cfg(unix)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn configmap_style_symlink_swap_reloads_through_the_watcher() {
