@@ -3,6 +3,8 @@
 
 use std::path::Path;
 
+pub mod goals;
+
 use anyhow::Context as _;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 

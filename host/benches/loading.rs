@@ -2,7 +2,7 @@
 //! test:
 //! - `swap`: a precompiled plugin file renamed into the watched folder to
 //!   the first delta its new version serves, through a folder scan (what
-//!   the watcher runs once its 200 ms debounce settles) and through the
+//!   the watcher runs at once on a rename into the folder) and through the
 //!   watcher itself. Goal: <= 10 ms.
 //! - `rss`: the `kubewasm` binary's RSS before, at peak and after loading
 //!   the JavaScript (QuickJS) and Python config-replicators, compiled in a
@@ -131,6 +131,18 @@ fn stats(samples: &mut [Duration]) -> String {
     )
 }
 
+/// One `BENCH-JSON` line of sorted swap times, for `sync-bench report`.
+fn bench_json(path: &str, label: &str, sorted: &[Duration]) {
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    let v = serde_json::json!({
+        "bench": "swap", "path": path, "plugin": label,
+        "median_ms": ms(sorted[sorted.len() / 2]),
+        "max_ms": ms(sorted[sorted.len() - 1]),
+        "swaps": sorted.len(),
+    });
+    println!("BENCH-JSON {v}");
+}
+
 /// Waits (polling the counter, off the runtime) until `counter`
 /// passes `from`; returns when it did.
 fn first_delta_after(counter: &Arc<kubewasm::dispatch::PluginStats>, from: u64) -> Instant {
@@ -236,6 +248,7 @@ fn swap(label: &str, name: &str, original: &[u8], sidecar: &str, rounds: usize) 
         "  {label}: file renamed in, folder scan -> first delta of the new version: {}",
         stats(&mut scan_to_first)
     );
+    bench_json("scan", label, &scan_to_first);
     println!(
         "  {label}: the scan's own end (swap done, old version stopped): {}",
         stats(&mut scan_returned)
@@ -263,9 +276,10 @@ fn swap(label: &str, name: &str, original: &[u8], sidecar: &str, rounds: usize) 
         wait_idle();
     }
     println!(
-        "  {label}: file renamed in, watcher (200 ms debounce) -> first delta: {}",
+        "  {label}: file renamed in, watcher -> first delta: {}",
         stats(&mut watched)
     );
+    bench_json("watcher", label, &watched);
     watcher_cancel.cancel();
     rt.block_on(watching).unwrap().unwrap();
     rt.block_on(host.shutdown());
@@ -431,6 +445,8 @@ fn rss(compiler: &str, precompiled: bool) {
         if precompiled { "precompiled" } else { compiler },
         mib(before)
     );
+    let mode = if precompiled { "precompiled" } else { compiler };
+    let mut langs_json = Vec::new();
     for (lang, bytes) in &langs {
         let name = format!("{lang}-config-replicator");
         let t = Instant::now();
@@ -447,9 +463,18 @@ fn rss(compiler: &str, precompiled: bool) {
             mib(anon),
             mib(after.saturating_sub(anon)),
         ));
+        langs_json.push(serde_json::json!({
+            "lang": lang, "loaded_s": loaded.as_secs_f64(), "after_mib": after as f64 / 1024.0,
+        }));
     }
-    row.push_str(&format!(" | peak {}", mib(proc_kib(host.pid(), "VmHWM:"))));
+    let peak = proc_kib(host.pid(), "VmHWM:");
+    row.push_str(&format!(" | peak {}", mib(peak)));
     println!("{row}");
+    let v = serde_json::json!({
+        "bench": "rss", "mode": mode, "before_mib": before as f64 / 1024.0,
+        "peak_mib": peak as f64 / 1024.0, "loads": langs_json,
+    });
+    println!("BENCH-JSON {v}");
 }
 
 fn cache_growth(builds: usize, cap: Option<&str>) {
@@ -492,12 +517,18 @@ fn cache_growth(builds: usize, cap: Option<&str>) {
             .flatten()
             .map(|e| e.metadata().unwrap().len())
             .sum();
-        sizes.push(format!("{:.1}", bytes as f64 / f64::from(1 << 20)));
+        sizes.push(bytes as f64 / f64::from(1 << 20));
     }
+    let v = serde_json::json!({"bench": "cache", "cap": cap, "builds": builds, "mib": sizes});
+    println!("BENCH-JSON {v}");
     println!(
         "  cap {:<8}: MiB after each build: {}",
         cap.unwrap_or("1Gi (default)"),
-        sizes.join(", ")
+        sizes
+            .iter()
+            .map(|m| format!("{m:.1}"))
+            .collect::<Vec<_>>()
+            .join(", ")
     );
 }
 

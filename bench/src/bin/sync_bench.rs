@@ -27,6 +27,8 @@ use clap::{Parser, Subcommand};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use kubewasm_bench::goals::{self, Goal, Topic, Verdict};
+
 #[derive(Parser)]
 #[command(about = "Side-by-side initial-sync benchmark and its report")]
 struct Cli {
@@ -95,6 +97,9 @@ struct ReportArgs {
     /// another run than the rest: the section says which).
     #[arg(long)]
     languages: Option<PathBuf>,
+    /// `cargo bench --bench loading` output.
+    #[arg(long)]
+    loading: Option<PathBuf>,
     /// Machine and versions (JSON object of strings), written by bench.sh.
     #[arg(long)]
     meta: Option<PathBuf>,
@@ -532,6 +537,434 @@ fn synced(r: &RunRecord) -> f64 {
     r.synced_s
 }
 
+/// kubewasm's ratios at one count and mode: CPU against client-go's
+/// cheapest variant and mode (with its name), time to synced and RSS
+/// against client-go (protobuf) in the same mode.
+struct Ratios {
+    cheapest: Option<String>,
+    cpu_cg: Option<f64>,
+    cpu_kr: Option<f64>,
+    sync_cg: Option<f64>,
+    rss_cg: Option<f64>,
+    rss_kr: Option<f64>,
+}
+
+fn ratios(g: &Groups, count: usize, m: &str) -> Option<Ratios> {
+    let kw_cpu = g.stat(count, "kubewasm", m, cpu)?;
+    let cheapest = ["client-go", "client-go-json"]
+        .iter()
+        .flat_map(|p| MODES.iter().map(move |m| (*p, *m)))
+        .filter_map(|(p, m)| {
+            g.stat(count, p, m, cpu)
+                .map(|s| (format!("{p} {m}"), s.median))
+        })
+        .min_by(|a, b| a.1.total_cmp(&b.1));
+    let ratio = |a: Option<Stat>, b: Option<Stat>| a.zip(b).map(|(a, b)| a.median / b.median);
+    Some(Ratios {
+        cpu_cg: cheapest.as_ref().map(|(_, c)| kw_cpu.median / c),
+        cheapest: cheapest.map(|(n, _)| n),
+        cpu_kr: ratio(Some(kw_cpu), g.stat(count, "kube-rs", m, cpu)),
+        sync_cg: ratio(
+            g.stat(count, "kubewasm", m, synced),
+            g.stat(count, "client-go", m, synced),
+        ),
+        rss_cg: ratio(
+            g.stat(count, "kubewasm", m, rss_mib),
+            g.stat(count, "client-go", m, rss_mib),
+        ),
+        rss_kr: ratio(
+            g.stat(count, "kubewasm", m, rss_mib),
+            g.stat(count, "kube-rs", m, rss_mib),
+        ),
+    })
+}
+
+/// kubewasm's RSS line in one mode: slope (MiB per Pod), intercept, worst
+/// relative deviation, and the largest count it covers.
+fn rss_line(g: &Groups, p: &str, m: &str) -> Option<(f64, f64, f64, usize)> {
+    let pts: Vec<(f64, f64)> = g
+        .counts
+        .iter()
+        .filter_map(|&c| g.stat(c, p, m, rss_mib).map(|s| (c as f64, s.median)))
+        .collect();
+    if pts.len() < 2 {
+        return None;
+    }
+    let (slope, icpt) = fit(&pts);
+    let dev = pts
+        .iter()
+        .map(|(x, y)| ((slope * x + icpt) - y).abs() / y)
+        .fold(0.0, f64::max);
+    Some((slope, icpt, dev, pts.last().map_or(0, |p| p.0 as usize)))
+}
+
+/// Every goal against this run's figures (see `kubewasm_bench::goals`).
+fn goals(g: &Groups, pipeline: &[Value], runtime: &[Value], loading: &[Value]) -> Vec<Goal> {
+    let mut out = Vec::new();
+    let missing = |why: &str| Verdict::NotMeasured(why.to_owned());
+    let mut push = |topic, what: String, goal: &str, measured: String, verdict| {
+        out.push(Goal {
+            topic,
+            what,
+            goal: goal.to_owned(),
+            measured,
+            verdict,
+        });
+    };
+    // Sync, at 10k and 30k Pods in both modes.
+    for count in [10_000, 30_000] {
+        for m in MODES {
+            let Some(r) = ratios(g, count, m) else {
+                push(
+                    Topic::SyncCpu,
+                    format!("sync, {count} Pods, {m}"),
+                    "CPU <= 0.25x client-go's cheapest; synced <= 1x; RSS <= 0.4x",
+                    "-".into(),
+                    missing("this count was not in the run"),
+                );
+                continue;
+            };
+            let cheapest = r.cheapest.clone().unwrap_or_default();
+            for (topic, what, goal, value, limit) in [
+                (
+                    Topic::SyncCpu,
+                    "CPU",
+                    "<= 0.25x client-go's cheapest",
+                    r.cpu_cg,
+                    0.25,
+                ),
+                (
+                    Topic::SyncTime,
+                    "time to synced",
+                    "<= 1x client-go",
+                    r.sync_cg,
+                    1.0,
+                ),
+                (
+                    Topic::SyncRss,
+                    "RSS after sync",
+                    "<= 0.4x client-go",
+                    r.rss_cg,
+                    0.4,
+                ),
+            ] {
+                let (measured, verdict) = match value {
+                    Some(v) => (
+                        if topic == Topic::SyncCpu {
+                            format!(
+                                "{v:.2}x ({cheapest}); {:.2}x kube-rs",
+                                r.cpu_kr.unwrap_or(f64::NAN)
+                            )
+                        } else if topic == Topic::SyncRss {
+                            format!("{v:.2}x; {:.2}x kube-rs", r.rss_kr.unwrap_or(f64::NAN))
+                        } else {
+                            format!("{v:.2}x")
+                        },
+                        goals::at_most(v, limit, "x"),
+                    ),
+                    None => ("-".into(), missing("client-go did not run")),
+                };
+                push(
+                    topic,
+                    format!("sync {what}, {count} Pods, {m}"),
+                    goal,
+                    measured,
+                    verdict,
+                );
+            }
+        }
+    }
+    for m in MODES {
+        let (measured, verdict) = match rss_line(g, "kubewasm", m) {
+            Some((slope, _, dev, last)) => (
+                format!(
+                    "{:.2} KiB per Pod up to {last} Pods, worst deviation {:.0} %",
+                    slope * 1024.0,
+                    dev * 100.0
+                ),
+                if last < 100_000 {
+                    Verdict::Missed(format!("the run stopped at {last} Pods"))
+                } else if dev > 0.1 {
+                    Verdict::Missed(format!("a point {:.0} % off the line", dev * 100.0))
+                } else {
+                    Verdict::Met
+                },
+            ),
+            None => ("-".into(), missing("fewer than two counts")),
+        };
+        push(
+            Topic::RssLinear,
+            format!("RSS growth, {m}"),
+            "linear up to 100k Pods (within 10 % of a line), slope reported",
+            measured,
+            verdict,
+        );
+    }
+    match pipeline.iter().find(|v| v["bench"] == "cache-bytes") {
+        Some(c) => {
+            let r = c["bytes_per_pod"].as_f64().unwrap_or(0.0)
+                / c["stripped_json_avg"].as_f64().unwrap_or(1.0);
+            push(
+                Topic::CacheBytes,
+                "cache bytes per Pod".into(),
+                "<= 1.0x the stripped compact JSON",
+                format!("{r:.2}x"),
+                goals::at_most(r, 1.0, "x"),
+            );
+        }
+        None => push(
+            Topic::CacheBytes,
+            "cache bytes per Pod".into(),
+            "<= 1.0x the stripped compact JSON",
+            "-".into(),
+            missing("the pipeline benchmark did not run"),
+        ),
+    }
+    // The pipeline: throughput on one instance, latency at 5k/s.
+    let row = |plugin: &str, phase: &str, rate: Option<f64>| {
+        pipeline.iter().find(|v| {
+            v["bench"] == "pipeline"
+                && v["plugin"] == plugin
+                && v["instances"] == 1
+                && v["phase"] == phase
+                && rate.is_none_or(|r| v["rate"].as_f64() == Some(r))
+        })
+    };
+    for (plugin, limit) in [("noop", 200_000.0), ("realistic", 100_000.0)] {
+        let what = format!("pipeline throughput, {plugin}, one instance");
+        let goal = format!(">= {}k deltas/s", limit / 1000.0);
+        match row(plugin, "initial-list", None).and_then(|v| v["throughput"].as_f64()) {
+            Some(t) => push(
+                Topic::PipelineThroughput,
+                what,
+                &goal,
+                format!("{t:.0}/s"),
+                goals::at_least(t, limit, "/s"),
+            ),
+            None => push(
+                Topic::PipelineThroughput,
+                what,
+                &goal,
+                "-".into(),
+                missing("the pipeline benchmark did not run"),
+            ),
+        }
+    }
+    for plugin in ["noop", "realistic"] {
+        for (key, limit, name) in [("p50_us", 100.0, "p50"), ("p99_us", 1000.0, "p99")] {
+            let what = format!("pipeline latency {name} at 5k deltas/s, {plugin}");
+            let goal = format!("<= {limit:.0} us");
+            match row(plugin, "paced", Some(5000.0)).and_then(|v| v[key].as_f64()) {
+                Some(us) => push(
+                    Topic::PipelineLatency,
+                    what,
+                    &goal,
+                    format!("{us:.1} us"),
+                    goals::at_most(us, limit, " us"),
+                ),
+                None => push(
+                    Topic::PipelineLatency,
+                    what,
+                    &goal,
+                    "-".into(),
+                    missing("the pipeline benchmark did not run"),
+                ),
+            }
+        }
+    }
+    // The runtime benchmark: issue 12's per-call goals and the epoch cost.
+    let inline = |plugin: &str| {
+        runtime
+            .iter()
+            .find(|v| v["plugin"] == plugin && v["wit"] == "0.2" && v["handoff_us"].is_number())
+            .and_then(|v| v["us"].as_f64())
+    };
+    let not_run = || missing("the runtime benchmark did not run");
+    match inline("noop") {
+        Some(us) => {
+            let bare = runtime
+                .iter()
+                .find(|v| v["plugin"] == "bare-call" && v["wit"] == "0.2")
+                .and_then(|v| v["us"].as_f64());
+            push(
+                Topic::NoopCall,
+                "no-op delta, WIT 0.2, inline".into(),
+                "<= 1 us host overhead",
+                format!(
+                    "{us:.2} us (the bare call: {})",
+                    bare.map_or_else(|| "-".to_owned(), |b| format!("{b:.2} us"))
+                ),
+                goals::at_most(us, 1.0, " us"),
+            );
+        }
+        None => push(
+            Topic::NoopCall,
+            "no-op delta".into(),
+            "<= 1 us",
+            "-".into(),
+            not_run(),
+        ),
+    }
+    match inline("realistic") {
+        Some(us) => push(
+            Topic::RealisticCall,
+            "realistic delta, WIT 0.2, inline, one core".into(),
+            ">= 100k deltas/s",
+            format!("{:.0}/s ({us:.2} us)", 1e6 / us),
+            goals::at_least(1e6 / us, 100_000.0, "/s"),
+        ),
+        None => push(
+            Topic::RealisticCall,
+            "realistic delta".into(),
+            ">= 100k/s",
+            "-".into(),
+            not_run(),
+        ),
+    }
+    let native = runtime
+        .iter()
+        .find(|v| v["plugin"] == "parse-all-native")
+        .and_then(|v| v["us"].as_f64());
+    match inline("parse-all").zip(native) {
+        Some((us, n)) => push(
+            Topic::ParseAll,
+            "parse-all against the same logic natively".into(),
+            "<= 1.2x",
+            format!("{:.2}x ({us:.2} against {n:.2} us)", us / n),
+            goals::at_most(us / n, 1.2, "x"),
+        ),
+        None => push(
+            Topic::ParseAll,
+            "parse-all".into(),
+            "<= 1.2x",
+            "-".into(),
+            not_run(),
+        ),
+    }
+    match runtime
+        .iter()
+        .find(|v| v["plugin"] == "epoch-cost")
+        .and_then(|v| v["percent"].as_f64())
+    {
+        Some(p) => push(
+            Topic::Epoch,
+            "epoch deadlines on the realistic plugin".into(),
+            "<= 10 %",
+            format!("{p:+.1} %"),
+            goals::at_most(p, 10.0, " %"),
+        ),
+        None => push(
+            Topic::Epoch,
+            "epoch deadlines".into(),
+            "<= 10 %",
+            "-".into(),
+            not_run(),
+        ),
+    }
+    // Loading.
+    let swaps: Vec<&Value> = loading.iter().filter(|v| v["bench"] == "swap").collect();
+    if swaps.is_empty() {
+        push(
+            Topic::Swap,
+            "precompiled plugin swapped in -> first delta".into(),
+            "<= 10 ms",
+            "-".into(),
+            missing("the loading benchmark did not run"),
+        );
+    }
+    for v in swaps {
+        let plugin = v["plugin"].as_str().unwrap_or("?");
+        let ms = v["median_ms"].as_f64().unwrap_or(f64::NAN);
+        push(
+            if plugin.contains("Python") {
+                Topic::SwapPython
+            } else {
+                Topic::Swap
+            },
+            format!(
+                "swap -> first delta, {plugin}, through the {}",
+                if v["path"] == "watcher" {
+                    "watcher"
+                } else {
+                    "folder scan"
+                }
+            ),
+            "<= 10 ms",
+            format!(
+                "median {ms:.1} ms (max {:.1} ms, {} swaps)",
+                v["max_ms"].as_f64().unwrap_or(f64::NAN),
+                v["swaps"]
+            ),
+            goals::at_most(ms, 10.0, " ms"),
+        );
+    }
+    let rss = |mode: &str| {
+        loading
+            .iter()
+            .find(|v| v["bench"] == "rss" && v["mode"] == mode)
+    };
+    let after = |v: &Value| {
+        v["loads"]
+            .as_array()
+            .and_then(|l| l.last())
+            .and_then(|l| l["after_mib"].as_f64())
+    };
+    match rss("precompiled").zip(rss("child")) {
+        Some((pre, child)) => {
+            let (p, c) = (
+                after(pre).unwrap_or(f64::NAN),
+                after(child).unwrap_or(f64::NAN),
+            );
+            push(
+                Topic::CompileRss,
+                "RSS after compiling the JS and Python plugins (in a child)".into(),
+                "within 20 % of the host without compiling (the same plugins precompiled)",
+                format!(
+                    "{c:.0} MiB against {p:.0} MiB ({:+.0} %; {:.0} MiB before any plugin)",
+                    (c / p - 1.0) * 100.0,
+                    child["before_mib"].as_f64().unwrap_or(f64::NAN)
+                ),
+                goals::at_most(c / p, 1.2, "x"),
+            );
+        }
+        None => push(
+            Topic::CompileRss,
+            "RSS after compiling".into(),
+            "within 20 %",
+            "-".into(),
+            missing("the loading benchmark did not run"),
+        ),
+    }
+    match loading
+        .iter()
+        .find(|v| v["bench"] == "cache" && v["cap"].is_string())
+    {
+        Some(v) => {
+            let cap = v["cap"].as_str().unwrap_or("?");
+            let cap_mib: f64 = cap.trim_end_matches("Mi").parse().unwrap_or(f64::NAN);
+            let max = v["mib"]
+                .as_array()
+                .map(|a| a.iter().filter_map(Value::as_f64).fold(0.0, f64::max))
+                .unwrap_or(f64::NAN);
+            push(
+                Topic::CompileCache,
+                format!("compile cache over {} builds, cap {cap}", v["builds"]),
+                "bounded: never above its cap",
+                format!("at most {max:.1} MiB"),
+                goals::at_most(max, cap_mib, " MiB"),
+            );
+        }
+        None => push(
+            Topic::CompileCache,
+            "compile cache".into(),
+            "bounded",
+            "-".into(),
+            missing("the loading benchmark did not run"),
+        ),
+    }
+    out
+}
+
 fn report(a: &ReportArgs) -> Result<()> {
     let text = std::fs::read_to_string(&a.sync)
         .with_context(|| format!("reading {}", a.sync.display()))?;
@@ -571,6 +1004,7 @@ fn report(a: &ReportArgs) -> Result<()> {
     let pipeline = bench_lines(&a.pipeline)?;
     let runtime = bench_lines(&a.runtime)?;
     let languages = bench_lines(&a.languages)?;
+    let loading = bench_lines(&a.loading)?;
 
     std::fs::create_dir_all(&a.plots)?;
     let font: &'static [u8] = Box::leak(
@@ -630,6 +1064,7 @@ fn report(a: &ReportArgs) -> Result<()> {
         writeln!(w, "| {k} | {v} |")?;
     }
     writeln!(w)?;
+    goals::write_section(w, &goals(&g, &pipeline, &runtime, &loading))?;
     writeln!(w, "## How it is measured")?;
     writeln!(w)?;
     writeln!(
@@ -702,45 +1137,21 @@ fn report(a: &ReportArgs) -> Result<()> {
         writeln!(w)?;
         // Ratios and goals (issue 13): kubewasm against client-go's
         // cheapest mode (CPU), the same mode (wall time, RSS) and kube-rs.
-        let cheapest = ["client-go", "client-go-json"]
-            .iter()
-            .flat_map(|p| MODES.iter().map(move |m| (*p, *m)))
-            .filter_map(|(p, m)| {
-                g.stat(count, p, m, cpu)
-                    .map(|s| (format!("{p} {m}"), s.median))
-            })
-            .min_by(|a, b| a.1.total_cmp(&b.1));
         writeln!(
             w,
             "| kubewasm mode | CPU / client-go's cheapest | CPU / kube-rs | synced / client-go | RSS / client-go | RSS / kube-rs | goals met |"
         )?;
         writeln!(w, "|---|---|---|---|---|---|---|")?;
         for m in MODES {
-            let Some(kw_cpu) = g.stat(count, "kubewasm", m, cpu) else {
+            let Some(r) = ratios(&g, count, m) else {
                 continue;
             };
-            let ratio =
-                |a: Option<Stat>, b: Option<Stat>| a.zip(b).map(|(a, b)| a.median / b.median);
-            let cpu_cg = cheapest.as_ref().map(|(_, c)| kw_cpu.median / c);
-            let cpu_kr = ratio(Some(kw_cpu), g.stat(count, "kube-rs", m, cpu));
-            let sync_cg = ratio(
-                g.stat(count, "kubewasm", m, synced),
-                g.stat(count, "client-go", m, synced),
-            );
-            let rss_cg = ratio(
-                g.stat(count, "kubewasm", m, rss_mib),
-                g.stat(count, "client-go", m, rss_mib),
-            );
-            let rss_kr = ratio(
-                g.stat(count, "kubewasm", m, rss_mib),
-                g.stat(count, "kube-rs", m, rss_mib),
-            );
             let x = |r: Option<f64>| r.map_or_else(|| "-".to_owned(), |r| format!("{r:.2}x"));
             let mut goals = Vec::new();
             for (name, r, goal) in [
-                ("CPU <= 0.25x", cpu_cg, 0.25),
-                ("synced <= 1x", sync_cg, 1.0),
-                ("RSS <= 0.4x", rss_cg, 0.4),
+                ("CPU <= 0.25x", r.cpu_cg, 0.25),
+                ("synced <= 1x", r.sync_cg, 1.0),
+                ("RSS <= 0.4x", r.rss_cg, 0.4),
             ] {
                 if let Some(r) = r {
                     goals.push(format!(
@@ -752,15 +1163,15 @@ fn report(a: &ReportArgs) -> Result<()> {
             writeln!(
                 w,
                 "| {m} | {}{} | {} | {} | {} | {} | {} |",
-                x(cpu_cg),
-                cheapest
+                x(r.cpu_cg),
+                r.cheapest
                     .as_ref()
-                    .map(|(cm, _)| format!(" ({cm})"))
+                    .map(|cm| format!(" ({cm})"))
                     .unwrap_or_default(),
-                x(cpu_kr),
-                x(sync_cg),
-                x(rss_cg),
-                x(rss_kr),
+                x(r.cpu_kr),
+                x(r.sync_cg),
+                x(r.rss_cg),
+                x(r.rss_kr),
                 goals.join("; ")
             )?;
         }
@@ -781,19 +1192,9 @@ fn report(a: &ReportArgs) -> Result<()> {
     writeln!(w, "|---|---|---|---|---|")?;
     for p in PROGRAMS {
         for m in MODES {
-            let pts: Vec<(f64, f64)> = g
-                .counts
-                .iter()
-                .filter_map(|&c| g.stat(c, p, m, rss_mib).map(|s| (c as f64, s.median)))
-                .collect();
-            if pts.len() < 2 {
+            let Some((slope, icpt, dev, _)) = rss_line(&g, p, m) else {
                 continue;
-            }
-            let (slope, icpt) = fit(&pts);
-            let dev = pts
-                .iter()
-                .map(|(x, y)| ((slope * x + icpt) - y).abs() / y)
-                .fold(0.0, f64::max);
+            };
             writeln!(
                 w,
                 "| {p} | {m} | {:.2} KiB per Pod | {icpt:.0} MiB | {:.0} % |",
