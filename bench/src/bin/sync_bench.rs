@@ -650,15 +650,27 @@ fn goals(g: &Groups, pipeline: &[Value], runtime: &[Value], loading: &[Value]) -
             ] {
                 let (measured, verdict) = match value {
                     Some(v) => (
-                        if topic == Topic::SyncCpu {
-                            format!(
+                        match topic {
+                            Topic::SyncCpu => format!(
                                 "{v:.2}x ({cheapest}); {:.2}x kube-rs",
                                 r.cpu_kr.unwrap_or(f64::NAN)
-                            )
-                        } else if topic == Topic::SyncRss {
-                            format!("{v:.2}x; {:.2}x kube-rs", r.rss_kr.unwrap_or(f64::NAN))
-                        } else {
-                            format!("{v:.2}x")
+                            ),
+                            Topic::SyncRss => {
+                                format!("{v:.2}x; {:.2}x kube-rs", r.rss_kr.unwrap_or(f64::NAN))
+                            }
+                            _ => {
+                                let med = |p: &str, f: fn(&RunRecord) -> f64| {
+                                    g.stat(count, p, m, f).map_or(f64::NAN, |s| s.median)
+                                };
+                                format!(
+                                    "{v:.2}x: kubewasm {:.2} s, of which {:.2} s of CPU; kube-rs (JSON too) {:.2} s; client-go {:.2} s, client-go-json {:.2} s",
+                                    med("kubewasm", synced),
+                                    med("kubewasm", |r| r.cpu_at_sync_s),
+                                    med("kube-rs", synced),
+                                    med("client-go", synced),
+                                    med("client-go-json", synced),
+                                )
+                            }
                         },
                         goals::at_most(v, limit, "x"),
                     ),
