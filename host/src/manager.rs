@@ -27,7 +27,7 @@ use crate::kind::KindDiscovery;
 use crate::kind::{KindError, KindRef, KindRegistry};
 use crate::leader::Leadership;
 use crate::runtime::host::PluginScope;
-use crate::runtime::{Actor, CompileSource, LoadError, Manifest, Registration, Runtime};
+use crate::runtime::{Actor, CompileSource, Content, LoadError, Manifest, Registration, Runtime};
 use crate::telemetry::{PluginTelemetry, Telemetry};
 
 /// How a version was loaded, for logs and the benchmark.
@@ -320,11 +320,15 @@ impl PluginHost {
     pub async fn install(
         &self,
         name: &str,
-        bytes: Vec<u8>,
+        content: impl Into<Content>,
         manifest: Manifest,
     ) -> Result<Arc<PluginVersion>, LoadError> {
         let previous = self.plugins.lock().await.get(name).cloned();
-        let version = match self.start(name, bytes, manifest, previous.as_deref()).await {
+        let content = content.into();
+        let version = match self
+            .start(name, content, manifest, previous.as_deref())
+            .await
+        {
             Ok(v) => Arc::new(v),
             Err(e) => {
                 if let Some(p) = &previous {
@@ -473,7 +477,7 @@ impl PluginHost {
     async fn start(
         &self,
         name: &str,
-        bytes: Vec<u8>,
+        content: Content,
         manifest: Manifest,
         previous: Option<&PluginVersion>,
     ) -> Result<PluginVersion, LoadError> {
@@ -482,7 +486,7 @@ impl PluginHost {
             actors,
             registration,
             start_time,
-        } = self.instantiate(name, bytes, manifest).await?;
+        } = self.instantiate(name, content, manifest).await?;
         let resolved = self.resolve_subscriptions(&registration)?;
         let (writes, write_kinds) = self.resolve_writes(&registration)?;
         let grant = prepared.manifest.grant(name);
@@ -552,10 +556,10 @@ impl PluginHost {
     async fn instantiate(
         &self,
         name: &str,
-        bytes: Vec<u8>,
+        content: Content,
         manifest: Manifest,
     ) -> Result<Instances, LoadError> {
-        let prepared = Arc::new(self.runtime.prepare_async(name, bytes, manifest).await?);
+        let prepared = Arc::new(self.runtime.prepare_async(name, content, manifest).await?);
         let started = Instant::now();
         let config = prepared.manifest.config_json();
         let mut actors = Vec::new();

@@ -22,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::manager::PluginHost;
 use crate::runtime::manifest::ManifestError;
-use crate::runtime::{LoadError, Manifest};
+use crate::runtime::{Content, LoadError, Manifest};
 use crate::telemetry::Telemetry;
 use crate::telemetry::events::{PluginLoadFailed, PluginLoaded};
 
@@ -230,8 +230,12 @@ impl PluginDir {
                     source,
                 })
             });
+            // The content digest (the compile cache's key) is computed
+            // once here and passed down; the folder's digest adds the
+            // sidecar to it.
+            let content = Content::hashed(bytes);
             let mut h = Sha256::new();
-            h.update(&bytes);
+            h.update(content.digest().unwrap_or_default().as_bytes());
             h.update([0xff]);
             match &sidecar_text {
                 Some(Ok(t)) => h.update(t.as_bytes()),
@@ -244,15 +248,17 @@ impl PluginDir {
                 _ => {}
             }
             self.set_state(name, FileState::Loading);
-            changed.push((name, path, bytes, sidecar, sidecar_text, digest));
+            changed.push((name, path, content, sidecar, sidecar_text, digest));
         }
         // Precompiled plugins first: a swap of one never waits behind
         // another plugin's compile in the same scan.
         if changed.len() > 1 {
             let runtime = self.host.runtime();
-            changed.sort_by_cached_key(|(_, _, bytes, ..)| !runtime.is_compiled(bytes));
+            changed.sort_by_cached_key(|(_, _, content, ..)| {
+                !content.digest().is_some_and(|d| runtime.is_compiled(d))
+            });
         }
-        for (name, path, bytes, sidecar, sidecar_text, digest) in changed {
+        for (name, path, content, sidecar, sidecar_text, digest) in changed {
             let manifest = match (&sidecar, sidecar_text) {
                 (Some(p), Some(Ok(t))) => Manifest::parse(p, &t).map_err(LoadError::from),
                 (_, Some(Err(e))) => Err(LoadError::from(e)),
@@ -264,7 +270,7 @@ impl PluginDir {
             let result = match manifest {
                 Ok(m) => self
                     .host
-                    .install(name, bytes, m)
+                    .install(name, content, m)
                     .await
                     .map(|v| v.version().to_owned()),
                 Err(e) => Err(e),

@@ -315,7 +315,15 @@ async fn a_rename_into_the_folder_loads_without_the_debounce() {
             r#"patch Merge pods default/a {"metadata":{"annotations":{"kubewasm.io/seen":"added"}}}"#
         ]
     );
-    assert_ne!(app.host.get("p").await.unwrap().version(), first);
+    // The version is the file's own content digest (the folder scan hashes
+    // the file once and passes that digest down to the cache).
+    let version = app.host.get("p").await.unwrap().version().to_owned();
+    assert_ne!(version, first);
+    let file = std::fs::read(h.plugins.path().join("p.wasm")).unwrap();
+    assert_eq!(
+        version,
+        kubewasm::runtime::engine::content_digest(&file)[..12]
+    );
     cancel.cancel();
     watcher.await.unwrap().unwrap();
     app.shutdown().await;

@@ -29,7 +29,7 @@ use crate::kind::KindRef;
 pub use actor::{Actor, CallDelta, CallError, CallOutcome, Caller, Handled, LastFailure};
 use bindings::{Contract, HANDLER_INTERFACE};
 pub use compiler::{CompileError, Compiler};
-pub use engine::{CompileSource, EngineOptions, Obtained, WasmEngine};
+pub use engine::{CompileSource, Content, EngineOptions, Obtained, WasmEngine};
 use host::HostState;
 pub use manifest::Manifest;
 
@@ -355,12 +355,11 @@ impl Runtime {
         &self.engine
     }
 
-    /// Whether the compile cache holds an artifact of `bytes` (it loads in
-    /// well under a millisecond, unless it turns out corrupt).
-    pub fn is_compiled(&self, bytes: &[u8]) -> bool {
-        self.engine
-            .cache()
-            .is_some_and(|c| c.contains(&engine::content_digest(bytes)))
+    /// Whether the compile cache holds an artifact of the content whose
+    /// digest is `digest` (it loads in well under a millisecond, unless it
+    /// turns out corrupt).
+    pub fn is_compiled(&self, digest: &str) -> bool {
+        self.engine.cache().is_some_and(|c| c.contains(digest))
     }
 
     /// Checks, compiles (or loads from cache) and pre-instantiates a
@@ -383,13 +382,14 @@ impl Runtime {
     pub async fn prepare_async(
         &self,
         name: &str,
-        bytes: Vec<u8>,
+        content: impl Into<Content>,
         manifest: Manifest,
     ) -> Result<Prepared, LoadError> {
-        self.check_file(&bytes, &manifest)?;
-        let language = language::detect(&bytes);
+        let content = content.into();
+        self.check_file(content.bytes(), &manifest)?;
+        let language = language::detect(content.bytes());
         let start = Instant::now();
-        let obtained = self.engine.obtain(name, bytes).await?;
+        let obtained = self.engine.obtain(name, content).await?;
         let compile_time = start.elapsed();
         let (runtime, name) = (self.clone(), name.to_owned());
         tokio::task::spawn_blocking(move || {
