@@ -6,9 +6,21 @@
 
 use std::time::Duration;
 
+use kubewasm::actions::executor::RecordingSink;
 use kubewasm::reload::Outcome;
 use kubewasm::runtime::{LoadError, Manifest, Runtime};
 use kubewasm_tests::{Harness, describe, idle, install, wasm, write_cluster};
+
+/// The first actions the sink records within `within`, described.
+async fn first_actions(sink: &RecordingSink, within: Duration) -> Vec<String> {
+    let deadline = std::time::Instant::now() + within;
+    let mut got = Vec::new();
+    while got.is_empty() && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        got = sink.take();
+    }
+    got.iter().map(|(_, a)| describe(a)).collect()
+}
 
 fn pods(names: &[&str]) -> String {
     names
@@ -303,14 +315,8 @@ async fn a_rename_into_the_folder_loads_without_the_debounce() {
     install(h.plugins.path(), "p", "testkit", None);
 
     // The new version replays the cache: one echo patch for pod a.
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    let mut got = Vec::new();
-    while got.is_empty() && std::time::Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        got = sink.take();
-    }
     assert_eq!(
-        got.iter().map(|(_, a)| describe(a)).collect::<Vec<_>>(),
+        first_actions(&sink, Duration::from_secs(30)).await,
         vec![
             r#"patch Merge pods default/a {"metadata":{"annotations":{"kubewasm.io/seen":"added"}}}"#
         ]
@@ -371,14 +377,8 @@ async fn configmap_style_symlink_swap_reloads_through_the_watcher() {
     std::fs::remove_dir_all(&v1).unwrap();
 
     // The new version replays the cache: one echo patch for pod a.
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    let mut got = Vec::new();
-    while got.is_empty() && std::time::Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        got = sink.take();
-    }
     assert_eq!(
-        got.iter().map(|(_, a)| describe(a)).collect::<Vec<_>>(),
+        first_actions(&sink, Duration::from_secs(20)).await,
         vec![
             r#"patch Merge pods default/a {"metadata":{"annotations":{"kubewasm.io/seen":"added"}}}"#
         ]

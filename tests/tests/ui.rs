@@ -104,6 +104,21 @@ fn browse(name: &str, url: &str, plugins: &Path, env: &[(&str, &str)]) -> Value 
     result
 }
 
+/// A temp folder with the local cluster's, the plugins' and the compile
+/// cache's folders in it.
+fn local_dirs() -> (tempfile::TempDir, PathBuf, PathBuf, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let (cluster, plugins, cache) = (
+        dir.path().join("cluster"),
+        dir.path().join("plugins"),
+        dir.path().join("cache"),
+    );
+    for d in [&cluster, &plugins, &cache] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    (dir, cluster, plugins, cache)
+}
+
 /// `kubewasm run --local` with `--ui` on a free port; killed on drop.
 struct LocalHost {
     child: Child,
@@ -171,15 +186,7 @@ impl Drop for LocalHost {
 
 #[test]
 fn the_web_view_over_the_local_cluster() {
-    let dir = tempfile::tempdir().unwrap();
-    let (cluster, plugins, cache) = (
-        dir.path().join("cluster"),
-        dir.path().join("plugins"),
-        dir.path().join("cache"),
-    );
-    for d in [&cluster, &plugins, &cache] {
-        std::fs::create_dir_all(d).unwrap();
-    }
+    let (dir, cluster, plugins, cache) = local_dirs();
     for ns in ["ui-a", "ui-b"] {
         std::fs::write(
             cluster.join(format!("{ns}.json")),
@@ -246,15 +253,7 @@ async fn the_web_view_over_the_real_api_server() {
 fn the_web_view_stays_responsive_at_thousands_of_deltas_per_second() {
     const PODS: usize = 6000;
     const NAMESPACES: usize = 20;
-    let dir = tempfile::tempdir().unwrap();
-    let (cluster, plugins, cache) = (
-        dir.path().join("cluster"),
-        dir.path().join("plugins"),
-        dir.path().join("cache"),
-    );
-    for d in [&cluster, &plugins, &cache] {
-        std::fs::create_dir_all(d).unwrap();
-    }
+    let (dir, cluster, plugins, cache) = local_dirs();
     for n in 0..NAMESPACES {
         let ns = format!("load-{n}");
         std::fs::write(

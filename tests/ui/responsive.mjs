@@ -16,7 +16,7 @@
 //   CHROMIUM      the browser (default /usr/bin/chromium)
 //
 // Prints one `UI-RESULT {...}` line with the figures.
-import { chromium } from 'playwright-core';
+import { openBrowser } from './browser.mjs';
 import fs from 'node:fs';
 import path from 'node:path';
 
@@ -35,14 +35,7 @@ fs.mkdirSync(ARTIFACTS, { recursive: true });
 
 const result = { name: NAME };
 const problems = [];
-const browser = await chromium.launch({
-  executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
-  args: ['--no-sandbox'],
-});
-const page = await browser.newPage({ viewport: { width: 1500, height: 1300 } });
-page.setDefaultTimeout(30_000);
-page.on('console', (m) => { if (m.type() === 'error') problems.push(`console error: ${m.text()}`); });
-page.on('pageerror', (e) => problems.push(`page error: ${e.message}`));
+const { browser, page } = await openBrowser(problems);
 
 const pct = (xs, p) => {
   if (!xs.length) return null;

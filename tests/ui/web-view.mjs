@@ -19,7 +19,7 @@
 //   CHROMIUM        the browser (default /usr/bin/chromium)
 //
 // Prints one `UI-RESULT {...}` line with the measured latencies.
-import { chromium } from 'playwright-core';
+import { openBrowser } from './browser.mjs';
 import fs from 'node:fs';
 import https from 'node:https';
 import path from 'node:path';
@@ -89,14 +89,7 @@ function dropFile(name, bytes) {
 
 const result = { name: NAME };
 const problems = [];
-const browser = await chromium.launch({
-  executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
-  args: ['--no-sandbox'],
-});
-const page = await browser.newPage({ viewport: { width: 1500, height: 1300 } });
-page.setDefaultTimeout(30_000);
-page.on('console', (m) => { if (m.type() === 'error') problems.push(`console error: ${m.text()}`); });
-page.on('pageerror', (e) => problems.push(`page error: ${e.message}`));
+const { browser, page } = await openBrowser(problems);
 const shot = (what) => page.screenshot({ path: path.join(ARTIFACTS, `${NAME}-${what}.png`), fullPage: true });
 
 function step(what) {
