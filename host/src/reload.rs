@@ -393,6 +393,10 @@ impl PluginDir {
         poll: Duration,
         ready: tokio::sync::oneshot::Sender<()>,
     ) -> Result<(), DirError> {
+        let watch_error = |e: notify::Error| DirError::Watch {
+            path: self.dir.clone(),
+            message: e.to_string(),
+        };
         let (tx, mut rx) = mpsc::unbounded_channel();
         let renamed = tx.clone();
         let mut renames = notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
@@ -405,16 +409,10 @@ impl PluginDir {
                 let _ = renamed.send(());
             }
         })
-        .map_err(|e| DirError::Watch {
-            path: self.dir.clone(),
-            message: e.to_string(),
-        })?;
+        .map_err(watch_error)?;
         renames
             .watch(&self.dir, RecursiveMode::NonRecursive)
-            .map_err(|e| DirError::Watch {
-                path: self.dir.clone(),
-                message: e.to_string(),
-            })?;
+            .map_err(watch_error)?;
         let mut debouncer = new_debouncer(
             Duration::from_millis(self.debounce_ms.load(std::sync::atomic::Ordering::Relaxed)),
             None,
@@ -428,16 +426,10 @@ impl PluginDir {
                 }
             },
         )
-        .map_err(|e| DirError::Watch {
-            path: self.dir.clone(),
-            message: e.to_string(),
-        })?;
+        .map_err(watch_error)?;
         debouncer
             .watch(&self.dir, RecursiveMode::NonRecursive)
-            .map_err(|e| DirError::Watch {
-                path: self.dir.clone(),
-                message: e.to_string(),
-            })?;
+            .map_err(watch_error)?;
         // `interval` panics on zero; the config refuses it, library callers get a floor.
         let mut ticker = tokio::time::interval(poll.max(Duration::from_millis(100)));
         ticker.tick().await;
