@@ -7,9 +7,31 @@
 use std::time::Duration;
 
 use kubewasm::actions::executor::RecordingSink;
+use kubewasm::app::App;
+use kubewasm::reload::DirError;
 use kubewasm::reload::Outcome;
 use kubewasm::runtime::{LoadError, Manifest, Runtime};
 use kubewasm_tests::{Harness, describe, idle, install, wasm, write_cluster};
+use tokio_util::sync::CancellationToken;
+
+/// The app's plugin folder watched (its poll an hour away), once its
+/// events flow; cancel the token and await the task to stop it.
+async fn watching(
+    app: &App,
+) -> (
+    CancellationToken,
+    tokio::task::JoinHandle<Result<(), DirError>>,
+) {
+    let cancel = CancellationToken::new();
+    let (ready_tx, ready) = tokio::sync::oneshot::channel();
+    let watcher = tokio::spawn(app.plugin_dir.clone().watch_with_ready(
+        cancel.clone(),
+        Duration::from_secs(3600),
+        ready_tx,
+    ));
+    ready.await.unwrap();
+    (cancel, watcher)
+}
 
 /// The first actions the sink records within `within`, described.
 async fn first_actions(sink: &RecordingSink, within: Duration) -> Vec<String> {
@@ -294,14 +316,7 @@ async fn a_rename_into_the_folder_loads_without_the_debounce() {
     let first = app.host.get("p").await.unwrap().version().to_owned();
 
     app.plugin_dir.set_debounce(Duration::from_secs(3600));
-    let cancel = tokio_util::sync::CancellationToken::new();
-    let (ready_tx, ready) = tokio::sync::oneshot::channel();
-    let watcher = tokio::spawn(app.plugin_dir.clone().watch_with_ready(
-        cancel.clone(),
-        Duration::from_secs(3600),
-        ready_tx,
-    ));
-    ready.await.unwrap();
+    let (cancel, watcher) = watching(&app).await;
 
     // The sidecar, then the plugin, renamed in (as `kubewasm compile`
     // users and editors ship files).
@@ -354,14 +369,7 @@ async fn configmap_style_symlink_swap_reloads_through_the_watcher() {
     assert!(app.host.get("p").await.is_some());
     assert!(sink.take().is_empty(), "noop emits nothing");
 
-    let cancel = tokio_util::sync::CancellationToken::new();
-    let (ready_tx, ready) = tokio::sync::oneshot::channel();
-    let watcher = tokio::spawn(app.plugin_dir.clone().watch_with_ready(
-        cancel.clone(),
-        Duration::from_secs(3600),
-        ready_tx,
-    ));
-    ready.await.unwrap();
+    let (cancel, watcher) = watching(&app).await;
     // kubelet's atomic update: new timestamped dir, new ..data symlink renamed over the old.
     let v2 = root.join("..2026_11_22_v2");
     std::fs::create_dir(&v2).unwrap();

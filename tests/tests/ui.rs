@@ -66,22 +66,19 @@ fn install_replicator(dir: &Path) {
     );
 }
 
-/// Runs the browser test against `url` with `env`; returns its result line.
-fn browse(name: &str, url: &str, plugins: &Path, env: &[(&str, &str)]) -> Value {
+/// Runs `script` (in tests/ui) with Chromium, `UI_ARTIFACTS` and `env`;
+/// prints its output and returns its `UI-RESULT` line, failing the test
+/// (with `context`) when there is none or the script failed.
+fn run_script(script: &str, env: &[(&str, &std::ffi::OsStr)], context: &str) -> Value {
     let out_dir = artifacts();
-    let noop = plugin_artifacts().join("noop.wasm");
     let output = Command::new("node")
-        .arg("web-view.mjs")
+        .arg(script)
         .current_dir(ui_dir())
         .env("CHROMIUM", chromium())
-        .env("UI_URL", url)
-        .env("UI_NAME", name)
-        .env("UI_PLUGINS", plugins)
-        .env("UI_NOOP_WASM", &noop)
         .env("UI_ARTIFACTS", &out_dir)
         .envs(env.iter().copied())
         .output()
-        .expect("run node tests/ui/web-view.mjs");
+        .unwrap_or_else(|e| panic!("run node tests/ui/{script}: {e}"));
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
     println!("{stdout}{stderr}");
@@ -90,13 +87,27 @@ fn browse(name: &str, url: &str, plugins: &Path, env: &[(&str, &str)]) -> Value 
         .lines()
         .find_map(|l| l.strip_prefix("UI-RESULT "))
         .map(|j| serde_json::from_str(j).unwrap())
-        .unwrap_or_else(|| panic!("no UI-RESULT line:\n{stdout}\n{stderr}"));
+        .unwrap_or_else(|| panic!("no UI-RESULT line:\n{stdout}\n{stderr}\n{context}"));
     assert!(
         output.status.success(),
-        "the browser test failed: {}\n(screenshots in {})",
+        "tests/ui/{script} failed: {}\n(screenshots in {})",
         result["problems"],
         out_dir.display()
     );
+    result
+}
+
+/// Runs the browser test against `url` with `env`; returns its result line.
+fn browse(name: &str, url: &str, plugins: &Path, env: &[(&str, &str)]) -> Value {
+    let noop = plugin_artifacts().join("noop.wasm");
+    let mut vars: Vec<(&str, &std::ffi::OsStr)> = vec![
+        ("UI_URL", url.as_ref()),
+        ("UI_NAME", name.as_ref()),
+        ("UI_PLUGINS", plugins.as_os_str()),
+        ("UI_NOOP_WASM", noop.as_os_str()),
+    ];
+    vars.extend(env.iter().map(|(k, v)| (*k, v.as_ref())));
+    let result = run_script("web-view.mjs", &vars, "");
     assert!(
         result["feedMs"].as_u64().unwrap() <= 1000 && result["cacheMs"].as_u64().unwrap() <= 1000,
         "{result}"
@@ -291,31 +302,14 @@ fn the_web_view_stays_responsive_at_thousands_of_deltas_per_second() {
         &["--config", config.to_str().unwrap()],
     );
     let url = host.url();
-    let output = Command::new("node")
-        .arg("responsive.mjs")
-        .current_dir(ui_dir())
-        .env("CHROMIUM", chromium())
-        .env("UI_URL", &url)
-        .env("UI_NAME", "load")
-        .env("UI_PLUGIN", "load")
-        .env("UI_RATE_MIN", "5000")
-        .env("UI_SECONDS", "10")
-        .env("UI_ARTIFACTS", artifacts())
-        .output()
-        .expect("run node tests/ui/responsive.mjs");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    println!("{stdout}{stderr}");
-    let result: Value = stdout
-        .lines()
-        .find_map(|l| l.strip_prefix("UI-RESULT "))
-        .map(|j| serde_json::from_str(j).unwrap())
-        .unwrap_or_else(|| panic!("no UI-RESULT line:\n{stdout}\n{stderr}\n{}", host.logs()));
-    assert!(
-        output.status.success(),
-        "the load test failed: {}",
-        result["problems"]
-    );
+    let vars: [(&str, &std::ffi::OsStr); 5] = [
+        ("UI_URL", url.as_ref()),
+        ("UI_NAME", "load".as_ref()),
+        ("UI_PLUGIN", "load".as_ref()),
+        ("UI_RATE_MIN", "5000".as_ref()),
+        ("UI_SECONDS", "10".as_ref()),
+    ];
+    let result = run_script("responsive.mjs", &vars, &host.logs());
     let click_max = result["clickMs"]["max"].as_f64().unwrap();
     let gap_max = result["frameGapMs"]["max"].as_f64().unwrap();
     let cache_ms = result["cacheLoadMs"].as_f64().unwrap();

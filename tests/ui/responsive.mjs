@@ -16,15 +16,10 @@
 //   CHROMIUM      the browser (default /usr/bin/chromium)
 //
 // Prints one `UI-RESULT {...}` line with the figures.
-import { openBrowser } from './browser.mjs';
+import { env, openBrowser, report } from './browser.mjs';
 import fs from 'node:fs';
 import path from 'node:path';
 
-const env = (k) => {
-  const v = process.env[k];
-  if (!v) throw new Error(`${k} is not set`);
-  return v;
-};
 const URL_ = env('UI_URL');
 const NAME = env('UI_NAME');
 const PLUGIN = env('UI_PLUGIN');
@@ -128,6 +123,4 @@ try {
   await browser.close();
 }
 
-result.problems = problems;
-console.log(`UI-RESULT ${JSON.stringify(result)}`);
-process.exit(problems.length ? 1 : 0);
+report(result, problems);

@@ -19,16 +19,11 @@
 //   CHROMIUM        the browser (default /usr/bin/chromium)
 //
 // Prints one `UI-RESULT {...}` line with the measured latencies.
-import { openBrowser } from './browser.mjs';
+import { env, openBrowser, report } from './browser.mjs';
 import fs from 'node:fs';
 import https from 'node:https';
 import path from 'node:path';
 
-const env = (k) => {
-  const v = process.env[k];
-  if (!v) throw new Error(`${k} is not set`);
-  return v;
-};
 const URL_ = env('UI_URL');
 const NAME = env('UI_NAME');
 const NS = env('UI_NAMESPACE');
@@ -177,6 +172,4 @@ try {
   await browser.close();
 }
 
-result.problems = problems;
-console.log(`UI-RESULT ${JSON.stringify(result)}`);
-process.exit(problems.length ? 1 : 0);
+report(result, problems);
