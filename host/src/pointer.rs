@@ -275,7 +275,7 @@ impl Block {
             open: 0,
             close: 0,
         };
-        for (k, part) in chunk.chunks_exact(16).enumerate() {
+        for (k, part) in chunk.as_chunks::<16>().0.iter().enumerate() {
             // SAFETY: SSE2 is part of the x86-64 baseline, so the intrinsics
             // exist on every CPU this runs on; `part` is 16 readable bytes
             // and the load has no alignment requirement.

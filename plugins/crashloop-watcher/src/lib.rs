@@ -43,14 +43,14 @@ fn restarts(pod: &Object) -> Result<Vec<(String, i64)>, HandlerError> {
                 })
                 .collect();
             let values = pod.fields(&pointers);
-            for pair in values.chunks_exact(2) {
-                let Some(name) = &pair[0] else {
+            for [name, count] in values.as_chunks::<2>().0 {
+                let Some(name) = name else {
                     break 'list;
                 };
                 let name = name
                     .as_str()
                     .ok_or_else(|| permanent(format!("{list}/{i}/name is not a string")))?;
-                let count = match &pair[1] {
+                let count = match count {
                     None => 0,
                     Some(count) => count.as_i64().ok_or_else(|| {
                         permanent(format!("{list}/{i}/restartCount is not an integer"))
