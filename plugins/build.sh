@@ -8,6 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 
+bash ../scripts/rust-toolchain.sh
 if command -v rustup >/dev/null && ! rustup target list --installed | grep -qx wasm32-wasip2; then
   rustup target add wasm32-wasip2
 fi

@@ -15,6 +15,7 @@
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
+bash scripts/rust-toolchain.sh
 export PATH="$PATH:$HOME/.cargo/bin"
 
 target_dir="${CARGO_TARGET_DIR:-target}"
