@@ -8,10 +8,9 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 
+# The pinned toolchain with its wasm32-wasip2 target (rust-toolchain.toml);
+# every script that builds goes through here or scripts/setup.sh.
 bash ../scripts/rust-toolchain.sh
-if command -v rustup >/dev/null && ! rustup target list --installed | grep -qx wasm32-wasip2; then
-  rustup target add wasm32-wasip2
-fi
 
 # Always plugins/target, whatever CARGO_TARGET_DIR says: the host finds them there.
 cargo build --release --target wasm32-wasip2 --workspace --locked --target-dir target "$@"

@@ -59,8 +59,6 @@ out="$target/bench"
 mkdir -p "$out"
 
 echo "bench.sh: building" >&2
-bash scripts/rust-toolchain.sh
-rustup target add wasm32-wasip2 >/dev/null
 bash plugins/build.sh >/dev/null
 if [ "$micro" = 1 ]; then
   bash plugins/build-languages.sh js python bench >/dev/null ||

@@ -19,8 +19,6 @@ if ! kubectl version --client >/dev/null 2>&1 && ! command -v kustomize >/dev/nu
   GOBIN=/usr/local/bin go install sigs.k8s.io/kustomize/kustomize/v5@v5.5.0
 fi
 step "building the example plugins and the kubewasm image"
-bash scripts/rust-toolchain.sh
-rustup target add wasm32-wasip2 >/dev/null 2>&1
 bash plugins/build.sh >/dev/null
 bash scripts/deploy-plugins.sh >/dev/null
 target_dir="${CARGO_TARGET_DIR:-$root/target}"

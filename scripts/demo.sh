@@ -6,7 +6,6 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
 command -v cargo >/dev/null || { echo "Rust is required: https://rustup.rs" >&2; exit 1; }
-bash scripts/rust-toolchain.sh
 bash plugins/build.sh >/dev/null
 cargo build --release -p kubewasm
 target_dir="${CARGO_TARGET_DIR:-$root/target}"

@@ -10,9 +10,8 @@ cd "$root"
 export PATH="$PATH:$HOME/.cargo/bin:/usr/local/go/bin"
 command -v cargo >/dev/null || { echo "Rust is required: https://rustup.rs (or run .ci/run)" >&2; exit 1; }
 command -v go >/dev/null || { echo "Go is required for the test control plane (tests/controlplane)" >&2; exit 1; }
+# The pinned toolchain with its components and targets (rust-toolchain.toml).
 bash scripts/rust-toolchain.sh
-rustup target add wasm32-wasip2
-rustup component add rustfmt clippy
 # kustomize for the deploy/ tests: kubectl's built-in one, else a pinned
 # build from the Go module proxy (no kubectl in Debian's archive; its
 # kubernetes-client is 1.20, whose kustomize is too old for deploy/).
