@@ -3,7 +3,11 @@
 //! they emit recorded and asserted exactly.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use kubewasm_tests::e2e::eventually;
 use kubewasm_tests::{Harness, describe, idle, install, write_cluster};
+
+/// Bound on waiting for a condition.
+const WAIT: std::time::Duration = std::time::Duration::from_secs(60);
 
 async fn run(h: &Harness) -> Vec<String> {
     let (app, sink) = h.start_recording().await;
@@ -154,6 +158,8 @@ async fn crashloop_watcher_records_an_event_and_annotates_the_owning_deployment(
             ("pods/web-abc-1.yaml", &pod("web-abc-1", Some("web-abc"), 7)),
             ("pods/web-abc-2.yaml", &pod("web-abc-2", Some("web-abc"), 1)),
             ("pods/orphan.yaml", &pod("orphan", None, 9)),
+            // Its ReplicaSet never appears: retried, then reported alone.
+            ("pods/stray.yaml", &pod("stray", Some("web-old"), 8)),
         ],
     );
     install(
@@ -187,10 +193,16 @@ async fn crashloop_watcher_records_an_event_and_annotates_the_owning_deployment(
         actions,
         vec![
             format!(r#"event Warning CrashLooping pods shop/orphan uid={} "container side restarted 9 times (threshold 5)""#, uid("orphan")),
+            format!(r#"event Warning CrashLooping pods shop/stray uid={} "container side restarted 8 times (threshold 5)""#, uid("stray")),
             format!(r#"event Warning CrashLooping pods shop/web-abc-1 uid={} "container side restarted 7 times (threshold 5)""#, uid("web-abc-1")),
             r#"patch Merge deployments.apps shop/web {"metadata":{"annotations":{"kubewasm.io/crashloop-pod":"web-abc-1","kubewasm.io/crashloop-restarts":"7"}}}"#.to_owned(),
         ]
     );
+    // Only the stray Pod waited for an owner: attempts 1-3 retried, the 4th
+    // reported; the orphan (no owner reference) was not retried.
+    let summary = app.summary();
+    assert_eq!(summary.plugins["crashloop"].retries, 3, "{summary}");
+    assert_eq!(summary.plugins["crashloop"].dead, 0, "{summary}");
     // A live update crossing the threshold fires once; further restarts do not.
     write_cluster(
         h.cluster.path(),
@@ -212,6 +224,53 @@ async fn crashloop_watcher_records_an_event_and_annotates_the_owning_deployment(
             r#"patch Merge deployments.apps shop/web {"metadata":{"annotations":{"kubewasm.io/crashloop-pod":"web-abc-2","kubewasm.io/crashloop-restarts":"5"}}}"#.to_owned(),
         ]
     );
+    app.shutdown().await;
+}
+
+/// Each kind has its own watch, so a Pod's delta can come before its new
+/// owners reach the cache (as in the e2e run): the delta is retried, and
+/// the owners that arrive meanwhile are found. The backoff is long (1-2 s,
+/// then 2-4 s, then 4-8 s) so the owners are written between attempts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crashloop_watcher_waits_for_owners_that_reach_the_cache_after_the_pod() {
+    let h = Harness::new();
+    write_cluster(
+        h.cluster.path(),
+        &[("pods/web-abc-1.yaml", &pod("web-abc-1", Some("web-abc"), 7))],
+    );
+    install(
+        h.plugins.path(),
+        "crashloop",
+        "crashloop_watcher",
+        Some(&format!(
+            "config: {{threshold: 5}}\n{}",
+            kubewasm_tests::example_access("crashloop-watcher")
+        )),
+    );
+    let mut options = h.options();
+    options.dispatch.base_backoff = std::time::Duration::from_secs(1);
+    let (app, sink) = h.start_recording_with(&options).await;
+    eventually("the first attempt's retry", WAIT, || async {
+        (app.summary().plugins.get("crashloop")?.retries >= 1).then_some(())
+    })
+    .await;
+    assert!(sink.take().is_empty(), "a retried attempt emits nothing");
+    write_cluster(h.cluster.path(), &[("workload.yaml", WORKLOAD)]);
+    app.local().unwrap().rescan().unwrap();
+    idle(&app).await;
+    let actions: Vec<String> = sink.take().iter().map(|(_, a)| describe(a)).collect();
+    assert_eq!(actions.len(), 2, "{actions:?}");
+    assert!(actions[0].starts_with("event Warning CrashLooping pods shop/web-abc-1 "));
+    assert_eq!(
+        actions[1],
+        r#"patch Merge deployments.apps shop/web {"metadata":{"annotations":{"kubewasm.io/crashloop-pod":"web-abc-1","kubewasm.io/crashloop-restarts":"7"}}}"#
+    );
+    let summary = app.summary();
+    assert!(
+        (1..=3).contains(&summary.plugins["crashloop"].retries),
+        "{summary}"
+    );
+    assert_eq!(summary.plugins["crashloop"].dead, 0, "{summary}");
     app.shutdown().await;
 }
 

@@ -10,6 +10,12 @@ use serde::Deserialize;
 const STATUS_LISTS: [&str; 2] = ["/status/containerStatuses", "/status/initContainerStatuses"];
 /// Containers read per host call (one `fields` call covers most pods).
 const BATCH: usize = 8;
+/// Attempts a delta gets while an owner it names is missing from the cache.
+/// Each kind has its own watch, so a Pod's delta can arrive before its new
+/// ReplicaSet's or Deployment's: a missing owner is retried (the host backs
+/// off, 100 ms then 200 ms then 400 ms by default) before the Event is
+/// recorded alone. 4 stays under the host's default of 5 attempts.
+const OWNER_ATTEMPTS: u32 = 4;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -123,6 +129,17 @@ impl Plugin for CrashloopWatcher {
         let Some((container, count)) = crossed else {
             return Ok(Done);
         };
+        // The owner is looked up first: a retry for a lagging owner must
+        // not have emitted the Event (actions run only when `handle` is ok).
+        let owner = owning_deployment(pod, delta.namespace.as_deref())?;
+        if let Err(Missing::Cached(kind, name)) = &owner
+            && delta.attempt < OWNER_ATTEMPTS
+        {
+            return Err(retry(format!(
+                "{kind} {}/{name} named by the owner chain is not in the cache yet",
+                delta.namespace.as_deref().unwrap_or_default()
+            )));
+        }
         let note = format!("container {container} restarted {count} times (threshold {threshold})");
         actions::record_event(
             &EventRecord::new(
@@ -133,7 +150,7 @@ impl Plugin for CrashloopWatcher {
             )
             .with_regarding_uid(&delta.uid),
         )?;
-        match owning_deployment(pod, delta.namespace.as_deref())? {
+        match owner {
             Ok(deployment) => actions::annotate(
                 &ObjectRef::for_object::<Deployment>(&deployment),
                 &[
@@ -145,11 +162,34 @@ impl Plugin for CrashloopWatcher {
             Err(missing) => {
                 log::info(
                     "crash-looping pod has no owning Deployment in the cache",
-                    &[("pod", &delta.key()), ("missing", missing)],
+                    &[
+                        ("pod", &delta.key()),
+                        ("missing", missing.link()),
+                        ("attempt", &delta.attempt.to_string()),
+                    ],
                 );
             }
         }
         Ok(Done)
+    }
+}
+
+/// The link of the owner chain that is missing.
+enum Missing {
+    /// The object has no controller reference of the expected kind: a fact
+    /// of the object, not worth waiting for.
+    Reference(&'static str),
+    /// The reference names an object (kind, name) the cache does not hold
+    /// (yet).
+    Cached(&'static str, String),
+}
+
+impl Missing {
+    /// The link's name, as logged and documented.
+    fn link(&self) -> &'static str {
+        match self {
+            Self::Reference(link) | Self::Cached(link, _) => link,
+        }
     }
 }
 
@@ -158,17 +198,18 @@ impl Plugin for CrashloopWatcher {
 fn owning_deployment(
     pod: &Object,
     namespace: Option<&str>,
-) -> Result<Result<Object, &'static str>, HandlerError> {
-    let Some(rs) = controller_owner(pod).filter(OwnerReference::is::<ReplicaSet>) else {
-        return Ok(Err("controller ReplicaSet reference"));
+) -> Result<Result<Object, Missing>, HandlerError> {
+    let Some(rs_ref) = controller_owner(pod).filter(OwnerReference::is::<ReplicaSet>) else {
+        return Ok(Err(Missing::Reference("controller ReplicaSet reference")));
     };
-    let Some(rs) = cache::get::<ReplicaSet>(namespace, &rs.name)? else {
-        return Ok(Err("ReplicaSet"));
+    let Some(rs) = cache::get::<ReplicaSet>(namespace, &rs_ref.name)? else {
+        return Ok(Err(Missing::Cached("ReplicaSet", rs_ref.name)));
     };
-    let Some(deployment) = controller_owner(&rs).filter(OwnerReference::is::<Deployment>) else {
-        return Ok(Err("controller Deployment reference"));
+    let Some(d_ref) = controller_owner(&rs).filter(OwnerReference::is::<Deployment>) else {
+        return Ok(Err(Missing::Reference("controller Deployment reference")));
     };
-    Ok(cache::get::<Deployment>(namespace, &deployment.name)?.ok_or("Deployment"))
+    Ok(cache::get::<Deployment>(namespace, &d_ref.name)?
+        .ok_or(Missing::Cached("Deployment", d_ref.name)))
 }
 
 kubewasm_sdk::export_plugin!(CrashloopWatcher);
