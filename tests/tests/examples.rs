@@ -148,6 +148,19 @@ fn pod(name: &str, owner: Option<&str>, restarts: i64) -> String {
     )
 }
 
+/// crashloop-watcher as "crashloop", threshold 5, with its example access.
+fn install_crashloop(h: &Harness) {
+    install(
+        h.plugins.path(),
+        "crashloop",
+        "crashloop_watcher",
+        Some(&format!(
+            "config: {{threshold: 5}}\n{}",
+            kubewasm_tests::example_access("crashloop-watcher")
+        )),
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crashloop_watcher_records_an_event_and_annotates_the_owning_deployment() {
     let h = Harness::new();
@@ -162,15 +175,7 @@ async fn crashloop_watcher_records_an_event_and_annotates_the_owning_deployment(
             ("pods/stray.yaml", &pod("stray", Some("web-old"), 8)),
         ],
     );
-    install(
-        h.plugins.path(),
-        "crashloop",
-        "crashloop_watcher",
-        Some(&format!(
-            "config: {{threshold: 5}}\n{}",
-            kubewasm_tests::example_access("crashloop-watcher")
-        )),
-    );
+    install_crashloop(&h);
     let (app, sink) = h.start_recording().await;
     idle(&app).await;
     let mut actions: Vec<String> = sink.take().iter().map(|(_, a)| describe(a)).collect();
@@ -238,15 +243,7 @@ async fn crashloop_watcher_waits_for_owners_that_reach_the_cache_after_the_pod()
         h.cluster.path(),
         &[("pods/web-abc-1.yaml", &pod("web-abc-1", Some("web-abc"), 7))],
     );
-    install(
-        h.plugins.path(),
-        "crashloop",
-        "crashloop_watcher",
-        Some(&format!(
-            "config: {{threshold: 5}}\n{}",
-            kubewasm_tests::example_access("crashloop-watcher")
-        )),
-    );
+    install_crashloop(&h);
     let mut options = h.options();
     options.dispatch.base_backoff = std::time::Duration::from_secs(1);
     let (app, sink) = h.start_recording_with(&options).await;
