@@ -443,14 +443,34 @@ where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,
 {
+    eventually_seen(what, timeout, || {
+        let attempt = check();
+        async move { attempt.await.ok_or_else(String::new) }
+    })
+    .await
+}
+
+/// [`eventually`] for checks that say what they saw: `Err(seen)` until
+/// done, and the failure after `timeout` prints the last `seen`.
+pub async fn eventually_seen<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, String>>,
+{
     let start = Instant::now();
     loop {
-        if let Some(v) = check().await {
-            return v;
-        }
+        let seen = match check().await {
+            Ok(v) => return v,
+            Err(seen) => seen,
+        };
         assert!(
             start.elapsed() < timeout,
-            "timed out after {timeout:?} waiting for {what}"
+            "timed out after {timeout:?} waiting for {what}{}",
+            if seen.is_empty() {
+                String::new()
+            } else {
+                format!("; last seen:\n{seen}")
+            }
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }

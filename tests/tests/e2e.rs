@@ -1304,27 +1304,22 @@ async fn a_forbidden_informer_marks_its_plugin_broken_on_readyz_until_granted() 
     // The ConfigMap informer is allowed: once it has synced, /readyz names
     // only the broken plugin (before, it also lists the informer as not
     // synced, which on a loaded machine outlasts the refusal).
-    let last = std::sync::Mutex::new(String::new());
-    let body = tokio::time::timeout(WAIT, async {
-        loop {
+    let body = eventually_seen(
+        "/readyz to name only the broken plugin (the ConfigMap informer is allowed and must sync)",
+        WAIT,
+        || async {
             let (code, _, body) = http_get(addr, "/readyz").unwrap();
             if code == 503
                 && body.contains("plugin pods-denied is broken")
                 && !body.contains("configmaps")
             {
-                return body;
+                Ok(body)
+            } else {
+                Err(format!("{code}\n{body}"))
             }
-            *last.lock().unwrap() = body;
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    })
-    .await
-    .unwrap_or_else(|_| {
-        panic!(
-            "/readyz never named only the broken plugin (the ConfigMap informer is allowed and must sync); last:\n{}",
-            last.lock().unwrap()
-        )
-    });
+        },
+    )
+    .await;
     let line = body
         .lines()
         .find(|l| l.contains("plugin pods-denied is broken"))

@@ -13,7 +13,7 @@ const BATCH: usize = 8;
 /// Attempts a delta gets while an owner it names is missing from the cache.
 /// Each kind has its own watch, so a Pod's delta can arrive before its new
 /// ReplicaSet's or Deployment's: a missing owner is retried (the host backs
-/// off, 100 ms then 200 ms then 400 ms by default) before the Event is
+/// off 100-200, 200-400, then 400-800 ms by default) before the Event is
 /// recorded alone. 4 stays under the host's default of 5 attempts.
 const OWNER_ATTEMPTS: u32 = 4;
 
