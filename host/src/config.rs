@@ -147,9 +147,16 @@ fn de_opt_bytes<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct DispatchSettings {
+    /// Failed attempts after which a key is parked as a dead letter (still
+    /// retried every `maxBackoff`); unset: parked only when its backoff
+    /// reaches `maxBackoff`.
     pub max_attempts: Option<u32>,
+    /// The first wait before a failed key is tried again (default 100ms);
+    /// doubled per failure, with jitter.
     #[serde(default, with = "humantime_serde")]
     pub base_backoff: Option<Duration>,
+    /// The longest wait between attempts of one key (default 5m); a key
+    /// that reaches it is parked and retried at this interval.
     #[serde(default, with = "humantime_serde")]
     pub max_backoff: Option<Duration>,
     pub unhealthy_after: Option<u64>,
@@ -307,7 +314,7 @@ impl RunSettings {
         let keep = self.keep_managed_fields.unwrap_or(false);
         let mut dispatch = DispatchOptions::default();
         if let Some(d) = self.dispatch {
-            dispatch.max_attempts = d.max_attempts.unwrap_or(dispatch.max_attempts);
+            dispatch.max_attempts = d.max_attempts.or(dispatch.max_attempts);
             dispatch.base_backoff = d.base_backoff.unwrap_or(dispatch.base_backoff);
             dispatch.max_backoff = d.max_backoff.unwrap_or(dispatch.max_backoff);
             dispatch.unhealthy_after = d.unhealthy_after.unwrap_or(dispatch.unhealthy_after);
@@ -469,7 +476,7 @@ mod tests {
         let opts = flags.over(file).into_options(false).unwrap();
         assert!(opts.dry_run);
         assert_eq!(opts.metrics_addr, MetricsAddr::Listen("127.0.0.1:0".into()));
-        assert_eq!(opts.dispatch.max_attempts, 3);
+        assert_eq!(opts.dispatch.max_attempts, Some(3));
         assert_eq!(opts.dispatch.base_backoff, Duration::from_millis(250));
         assert_eq!(
             opts.dispatch.default_resync,

@@ -18,7 +18,8 @@ use tokio::sync::{Mutex, mpsc};
 use crate::actions::executor::Executor;
 use crate::dispatch::queue::Item;
 use crate::dispatch::{
-    Activity, DispatchOptions, Dispatcher, Key, PluginStats, SubscriptionFilter,
+    Activity, DispatchOptions, Dispatcher, DispatcherParts, Key, PluginStats, SubId,
+    SubscriptionFilter,
 };
 use crate::informer::DeltaType;
 use crate::informer::selector::{FieldSelector, LabelSelector};
@@ -62,14 +63,26 @@ impl PluginVersion {
         &self.prepared.version
     }
 
-    /// This version's subscription fed by `informer`, with its cut.
-    fn successor_of(&self, informer: &Arc<Informer>) -> Option<(u32, u64)> {
+    /// This version's subscription pair fed by `informer`: its id, its
+    /// registration index and its cut.
+    fn successor_of(&self, informer: &Arc<Informer>) -> Option<(SubId, u32, u64)> {
         self.handles
             .lock()
             .iter()
             .zip(&self.subscriptions)
-            .find(|(h, _)| Arc::ptr_eq(&h.informer, informer))
-            .map(|(h, (_, f))| (f.index, h.cut))
+            .enumerate()
+            .find(|(_, (h, _))| Arc::ptr_eq(&h.informer, informer))
+            .map(|(id, (h, (_, f)))| (pair_id(id), f.index, h.cut))
+    }
+
+    /// This version's subscription pair reading `spec` (where a dead letter
+    /// of an earlier version belongs now).
+    fn pair_for(&self, spec: &InformerSpec) -> Option<(SubId, &SubscriptionFilter)> {
+        self.subscriptions
+            .iter()
+            .enumerate()
+            .find(|(_, (s, _))| s == spec)
+            .map(|(id, (_, f))| (pair_id(id), f))
     }
 
     pub fn stats(&self) -> &Arc<PluginStats> {
@@ -108,18 +121,28 @@ impl PluginVersion {
     /// subscription goes (the informer stays up: it always has one).
     fn replay(&self, informers: &InformerSet, term: u64) {
         let mut handles = self.handles.lock();
-        for ((spec, filter), handle) in self.subscriptions.iter().zip(handles.iter_mut()) {
+        for (id, ((spec, filter), handle)) in self
+            .subscriptions
+            .iter()
+            .zip(handles.iter_mut())
+            .enumerate()
+        {
             let (tx, rx) = mpsc::unbounded_channel();
             let fresh = informers.subscribe_as(spec.clone(), tx, self.name.clone());
-            self.dispatcher
-                .add_intake(filter.clone(), fresh.informer.clone(), rx, term);
+            self.dispatcher.add_intake(
+                pair_id(id),
+                filter.clone(),
+                fresh.informer.clone(),
+                rx,
+                term,
+            );
             let old = std::mem::replace(handle, fresh);
             informers.unsubscribe(&old);
         }
         self.term.store(term, std::sync::atomic::Ordering::SeqCst);
     }
 
-    /// Each subscription's informer, by subscription index.
+    /// Each subscription pair's informer, by pair id.
     fn informers(&self) -> Vec<Arc<Informer>> {
         self.handles
             .lock()
@@ -135,8 +158,8 @@ impl PluginVersion {
             .handles
             .lock()
             .iter()
-            .zip(&self.subscriptions)
-            .map(|(h, (_, f))| (f.index, h.informer.seq()))
+            .enumerate()
+            .map(|(id, h)| (pair_id(id), h.informer.seq()))
             .collect();
         self.dispatcher.cut(cuts);
     }
@@ -362,7 +385,7 @@ impl PluginHost {
                     (to, key, item)
                 })
                 .partition(|(to, _, item)| {
-                    to.is_some_and(|(_, cut)| {
+                    to.is_some_and(|(_, _, cut)| {
                         item.delta.dtype == DeltaType::Deleted && item.seq <= cut
                     })
                 });
@@ -370,7 +393,7 @@ impl PluginHost {
             old.dispatcher.drop_items(&dropped);
             let handed: Vec<_> = keep
                 .into_iter()
-                .filter_map(|(to, key, item)| to.map(|(j, _)| moved(j, key, item)))
+                .filter_map(|(to, key, item)| to.map(|(id, index, _)| moved(id, index, key, item)))
                 .collect();
             tracing::info!(
                 plugin = name,
@@ -385,9 +408,11 @@ impl PluginHost {
         Ok(version)
     }
 
-    /// A new version gets the plugin's dead letters: dead deletes are
-    /// queued again (ahead of the replay); the other dead deltas' objects
-    /// are in the replay, so their records are cleared.
+    /// A new version gets the plugin's dead letters: permanently failed
+    /// deletes are queued again (ahead of the replay), in the subscription
+    /// pair that reads the same informer; parked keys came over with the
+    /// old version's queue, and the other dead deltas' objects are in the
+    /// replay, so their records are cleared.
     fn requeue_dead_letters(&self, name: &str, version: &PluginVersion) {
         let dead = version.stats().dead_letters.lock().take();
         if dead.is_empty() {
@@ -396,14 +421,11 @@ impl PluginHost {
         let total = dead.len();
         let requeued: Vec<_> = dead
             .into_iter()
-            .filter(|(key, item)| {
-                item.delta.dtype == DeltaType::Deleted
-                    && version
-                        .subscriptions
-                        .iter()
-                        .any(|(_, f)| f.index == key.0 && f.kind == item.delta.kind)
+            .filter(|t| !t.parked && t.item.delta.dtype == DeltaType::Deleted)
+            .filter_map(|t| {
+                let (id, filter) = version.pair_for(t.spec.as_ref()?)?;
+                Some(moved(id, filter.index, t.key, t.item))
             })
-            .map(|(key, item)| moved(key.0, key, item))
             .collect();
         // Settled when they died; counted again while queued.
         self.activity
@@ -466,9 +488,9 @@ impl PluginHost {
         let all: Vec<_> = std::mem::take(&mut *self.plugins.lock().await)
             .into_values()
             .collect();
-        for p in all {
-            p.stop_for_good(&self.informers).await;
-        }
+        // In parallel, under one grace: a plugin slow to drain does not
+        // delay the others' stop.
+        futures::future::join_all(all.iter().map(|p| p.stop_for_good(&self.informers))).await;
     }
 
     /// Compiles, registers and subscribes a version (not delivering until
@@ -522,8 +544,8 @@ impl PluginHost {
         for actor in &actors {
             actor.set_scope(scope.clone());
         }
-        for (filter, informer, rx) in subscribed.intakes {
-            dispatcher.add_intake(filter, informer, rx, term);
+        for (id, (filter, informer, rx)) in subscribed.intakes.into_iter().enumerate() {
+            dispatcher.add_intake(pair_id(id), filter, informer, rx, term);
         }
         tracing::info!(
             plugin = name,
@@ -684,20 +706,20 @@ impl PluginHost {
             telemetry: self.telemetry.clone(),
         };
         let limits = &prepared.manifest.limits;
-        Dispatcher::new(
-            plugin.clone(),
-            actors.to_vec(),
-            self.executor.clone(),
-            self.activity.clone(),
+        Dispatcher::new(DispatcherParts {
+            plugin: plugin.clone(),
+            actors: actors.to_vec(),
+            executor: self.executor.clone(),
+            activity: self.activity.clone(),
             stats,
-            DispatchOptions {
-                max_attempts: limits.max_attempts.unwrap_or(self.dispatch.max_attempts),
+            options: DispatchOptions {
+                max_attempts: limits.max_attempts.or(self.dispatch.max_attempts),
                 actions_per_second: limits.actions_per_second,
                 ..self.dispatch.clone()
             },
-            self.leadership.clone(),
+            leadership: self.leadership.clone(),
             telemetry,
-        )
+        })
     }
 
     /// Subscribes every resolved subscription; every subscription's cache
@@ -805,12 +827,17 @@ struct Subscribed {
     reads: HashMap<crate::kind::Gvk, Vec<CacheView>>,
 }
 
-/// `item` of `key`, moved to subscription `index` of a new version with
-/// fresh attempts.
-fn moved(index: u32, key: Key, mut item: Item) -> (Key, Item) {
+/// `item` of `key`, moved to subscription pair `id` (registration index
+/// `index`) of a new version with fresh attempts.
+fn moved(id: SubId, index: u32, key: Key, mut item: Item) -> (Key, Item) {
     item.attempts = 0;
     item.delta.subscription = index;
-    ((index, key.1), item)
+    ((id, key.1), item)
+}
+
+/// A subscription pair's id: its position in the version's subscriptions.
+fn pair_id(position: usize) -> SubId {
+    SubId::try_from(position).unwrap_or(SubId::MAX)
 }
 
 /// Checks the registration against the sidecar's grant, and narrows each

@@ -276,7 +276,7 @@ fn fast_executor(max_attempts: u32) -> ExecutorOptions {
 
 fn dispatch(max_attempts: u32, base_backoff: Duration) -> DispatchOptions {
     DispatchOptions {
-        max_attempts,
+        max_attempts: Some(max_attempts),
         base_backoff,
         max_backoff: base_backoff * 4,
         ..DispatchOptions::default()
@@ -341,10 +341,10 @@ async fn an_action_that_times_out_is_retried_within_the_executor() {
 }
 
 #[tokio::test]
-async fn a_conflict_is_not_retried_blindly_and_ends_in_dead_letters_until_the_next_version() {
+async fn a_conflict_is_handed_back_and_a_key_past_its_budget_is_parked_and_still_retried() {
     let h = Harness::new();
     // The executor would retry a transient failure 4 times; a conflict
-    // gets one attempt per delivery.
+    // gets one attempt per delivery: the plugin decides again.
     let p = Pipeline::new(&h, fast_executor(4), dispatch(3, Duration::from_millis(20)));
     p.sink.fail(
         "apply configmaps b/cfg",
@@ -355,15 +355,23 @@ async fn a_conflict_is_not_retried_blindly_and_ends_in_dead_letters_until_the_ne
     );
     p.install().await;
     p.settled().await;
-    assert_eq!(
-        p.sink.attempts("b/cfg").len(),
-        3,
-        "one attempt per delivery, three deliveries: {:?}",
-        p.sink.attempts("b/cfg")
+    // Parked after its third failed attempt (the budget), and still retried
+    // at the backoff cap: a fourth comes without anything changing.
+    let mut attempts = p.sink.attempts("b/cfg");
+    for _ in 0..500 {
+        if attempts.len() >= 4 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        attempts = p.sink.attempts("b/cfg");
+    }
+    assert!(
+        attempts.len() >= 4 && attempts.iter().all(|a| a.contains("conflict")),
+        "one attempt per delivery, then retried while parked: {attempts:?}"
     );
     assert!(p.sink.attempts("c/cfg").is_empty());
     let stats = p.stats();
-    assert_eq!(stats.dead.load(Ordering::Relaxed), 1);
+    assert_eq!(stats.dead.load(Ordering::Relaxed), 1, "parked once");
     let dead = stats.dead_letters.lock().records();
     assert_eq!(dead.len(), 1, "{dead:?}");
     let d = &dead[0];
@@ -378,13 +386,14 @@ async fn a_conflict_is_not_retried_blindly_and_ends_in_dead_letters_until_the_ne
         ),
         ("replicator", "v1/ConfigMap", Some("src"), "cfg", "added", 3)
     );
+    assert!(d.parked, "{d:?}");
     assert!(
         d.last_error.contains("conflict") && d.last_error.contains("kubectl-edit"),
         "{}",
         d.last_error
     );
 
-    // A new version: the dead delta's object is in its replay.
+    // A new version: the parked delta's object is in its replay.
     p.sink.heal();
     p.install().await;
     p.settled().await;

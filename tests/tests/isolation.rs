@@ -440,7 +440,7 @@ async fn the_host_configs_max_attempts_applies_when_the_sidecar_sets_none() {
         )),
     );
     let (app, _) = start_tuned(&h, |o| {
-        o.dispatch.max_attempts = 2;
+        o.dispatch.max_attempts = Some(2);
         o.dispatch.unhealthy_after = 100;
     })
     .await;

@@ -54,6 +54,12 @@ impl ActionError {
         matches!(self, ActionError::Transient(_) | ActionError::TimedOut(_))
     }
 
+    /// The delay the server asked for (lead's placeholder until the
+    /// status-code mapping lands).
+    pub fn retry_after(&self) -> Option<Duration> {
+        None
+    }
+
     /// Whether the same delta handled again can never succeed: the API
     /// server refuses the request as such (403, 400/422).
     pub fn permanent(&self) -> bool {

@@ -1,8 +1,10 @@
-//! Dead letters: deltas a plugin failed to handle after their last
-//! attempt (or at once, when the API server refused an action as such).
-//! One record per object and subscription (a newer failure replaces an
-//! older one), bounded per plugin; a later success for the object clears
-//! its record; a new plugin version takes them all (see
+//! Dead letters: keys a plugin failed to handle for good (a permanent
+//! failure: the plugin said so, or the API server refused an action as
+//! invalid) or that are parked (past their attempt budget or backoff cap,
+//! still retried at the cap interval). One record per object and
+//! subscription pair (a newer failure replaces an older one), bounded per
+//! plugin; a later success for the object clears its record; a new plugin
+//! version takes the permanent deletes again (see
 //! [`Dispatcher::hand_over`](super::Dispatcher::hand_over)). Listed by
 //! `GET /dead-letters` and `kubewasm dead-letters`.
 
@@ -13,7 +15,8 @@ use serde::{Deserialize, Serialize};
 
 use super::Key;
 use super::queue::Item;
-use crate::informer::DeltaType;
+use crate::informer::{DeltaType, InformerSpec};
+use crate::runtime::CallDelta;
 
 /// Most records kept per plugin; past it the oldest record is dropped
 /// (and counted in [`DeadLetters::evicted`]).
@@ -31,20 +34,36 @@ pub struct DeadLetterRecord {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace: Option<String>,
     pub name: String,
-    /// `added`, `updated`, `deleted`, `resync` or `synced`.
+    /// `added`, `updated`, `deleted`, `resync`, `requeue` or `synced`.
     pub delta: String,
     pub attempts: u32,
     pub last_error: String,
     /// RFC 3339, UTC.
     pub first_failed: String,
     pub last_failed: String,
+    /// Still retried (at the backoff cap): past its attempt budget or its
+    /// cap, not given up. False for a permanent failure.
+    #[serde(default)]
+    pub parked: bool,
 }
 
 #[derive(Debug)]
 struct Letter {
     record: DeadLetterRecord,
     item: Item,
+    /// The informer its subscription pair reads: where a new version finds
+    /// the pair again.
+    spec: Option<InformerSpec>,
     at: SystemTime,
+}
+
+/// A dead letter taken for a new version.
+#[derive(Debug)]
+pub struct Taken {
+    pub key: Key,
+    pub item: Item,
+    pub spec: Option<InformerSpec>,
+    pub parked: bool,
 }
 
 /// One plugin's dead letters (all its versions).
@@ -69,9 +88,26 @@ pub fn delta_name(d: DeltaType) -> &'static str {
     }
 }
 
+/// A delta's name as logs and records show it (`requeue` for a requeue).
+pub fn call_delta_name(d: &CallDelta) -> &'static str {
+    if d.requeued {
+        "requeue"
+    } else {
+        delta_name(d.dtype)
+    }
+}
+
 impl DeadLetters {
-    /// Records `item` as dead with `error`.
-    pub fn add(&mut self, plugin: &str, key: Key, item: Item, error: String) {
+    /// Records `item` as dead (or parked) with `error`.
+    pub fn add(
+        &mut self,
+        plugin: &str,
+        key: Key,
+        item: Item,
+        error: String,
+        spec: Option<InformerSpec>,
+        parked: bool,
+    ) {
         let now = SystemTime::now();
         let gvk = &item.delta.kind;
         let kind = if gvk.group.is_empty() {
@@ -85,11 +121,12 @@ impl DeadLetters {
             kind,
             namespace: key.1.namespace.as_deref().map(str::to_owned),
             name: key.1.name.to_string(),
-            delta: delta_name(item.delta.dtype).to_owned(),
+            delta: call_delta_name(&item.delta).to_owned(),
             attempts: item.attempts,
             last_error: error,
             first_failed: rfc3339(item.first_failed.unwrap_or(now)),
             last_failed: rfc3339(now),
+            parked,
         };
         if self.by_key.len() >= MAX_DEAD_LETTERS
             && !self.by_key.contains_key(&key)
@@ -107,6 +144,7 @@ impl DeadLetters {
             Letter {
                 record,
                 item,
+                spec,
                 at: now,
             },
         );
@@ -132,10 +170,18 @@ impl DeadLetters {
         letters.iter().map(|l| l.record.clone()).collect()
     }
 
-    /// Takes every dead delta, to hand to a new plugin version.
-    pub fn take(&mut self) -> Vec<(Key, Item)> {
+    /// Takes every dead letter, to hand to a new plugin version.
+    pub fn take(&mut self) -> Vec<Taken> {
         let mut letters: Vec<(Key, Letter)> = self.by_key.drain().collect();
         letters.sort_by_key(|(_, l)| l.at);
-        letters.into_iter().map(|(k, l)| (k, l.item)).collect()
+        letters
+            .into_iter()
+            .map(|(key, l)| Taken {
+                key,
+                item: l.item,
+                spec: l.spec,
+                parked: l.record.parked,
+            })
+            .collect()
     }
 }

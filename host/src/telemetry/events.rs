@@ -10,7 +10,7 @@ use std::time::Duration;
 use crate::actions::Action;
 use crate::actions::executor::{ActionError, ExecutorStats};
 use crate::dispatch::{Failure, PluginStats};
-use crate::informer::{DeltaType, InformerSpec, SourceError};
+use crate::informer::{InformerSpec, SourceError};
 use crate::runtime::CallError;
 
 use super::metrics::{ActionCounters, InformerCounters, Metrics, Outcome};
@@ -157,16 +157,19 @@ impl DeltaRetrying<'_> {
     }
 }
 
-/// A delta failed for the last time (or its action was refused as such):
-/// it goes to the plugin's dead letters.
+/// A key failed for good (the plugin or the API server said so), or was
+/// parked (past its attempt budget or backoff cap, still retried every
+/// `retry_every`): it goes to the plugin's dead letters.
 #[derive(Debug)]
 pub struct DeltaDead<'a> {
     pub plugin: &'a str,
     pub kind: &'a str,
     pub key: &'a str,
     pub attempts: u32,
-    pub delta: DeltaType,
+    /// `added`, `updated`, `deleted`, `resync`, `requeue` or `synced`.
+    pub delta: &'a str,
     pub error: &'a Failure,
+    pub retry_every: Option<Duration>,
 }
 
 impl DeltaDead<'_> {
@@ -178,8 +181,16 @@ impl DeltaDead<'_> {
             attempts,
             delta,
             error,
+            retry_every,
         } = self;
-        tracing::error!(plugin, kind, key, attempts, delta = ?delta, error = %error, "{}; the delta goes to dead letters (listed by `kubewasm dead-letters`, handed to the plugin's next version)", error.what());
+        match retry_every {
+            Some(every) => {
+                tracing::error!(plugin, kind, key, attempts, delta, error = %error, "{}; the key is parked as a dead letter (listed by `kubewasm dead-letters`) and still retried every {every:?}", error.what())
+            }
+            None => {
+                tracing::error!(plugin, kind, key, attempts, delta, error = %error, "{}; not retried: the delta goes to dead letters (listed by `kubewasm dead-letters`; a delete is handed to the plugin's next version)", error.what())
+            }
+        }
         if matches!(error, Failure::Call(_)) {
             stats.failed_calls.fetch_add(1, Ordering::Relaxed);
         }

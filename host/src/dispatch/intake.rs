@@ -1,0 +1,127 @@
+//! What one subscription pair's informer deltas become: filtered (delta
+//! types, fields that matter, the leadership term) and queued per key;
+//! periodic resyncs of the pair's cache.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::queue::{Item, Pushed};
+use super::{Key, Shared, SubId, SubscriptionFilter};
+use crate::informer::{Delta, DeltaType, Informer};
+use crate::object::ObjectKey;
+use crate::runtime::CallDelta;
+
+/// Whether deltas of intake term `term` may be queued now.
+pub(super) fn in_term(shared: &Shared, term: u64) -> bool {
+    let s = shared.leadership.state();
+    s.leading && s.term == term
+}
+
+pub(super) fn push(shared: &Shared, key: Key, item: Item) {
+    let pushed = shared.queue.lock().push(key, item);
+    match pushed {
+        Pushed::Queued => shared.wake.notify_one(),
+        Pushed::Coalesced | Pushed::Dropped => {
+            shared.stats.coalesced.fetch_add(1, Ordering::Relaxed);
+            // A coalesced live delta may have ended a backoff.
+            shared.wake.notify_one();
+        }
+        Pushed::Cancelled(w) => {
+            shared.stats.coalesced.fetch_add(1, Ordering::Relaxed);
+            shared.activity.settle(w);
+            if shared.queue.lock().is_idle() {
+                shared.idle.notify_waiters();
+            }
+        }
+    }
+}
+
+pub(super) async fn run(
+    shared: Arc<Shared>,
+    id: SubId,
+    filter: SubscriptionFilter,
+    informer: Arc<Informer>,
+    mut rx: mpsc::UnboundedReceiver<Delta>,
+    term: u64,
+    cancel: CancellationToken,
+) {
+    let mut resync = filter.resync.map(|period| {
+        let mut t = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+        t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        t
+    });
+    loop {
+        let delta = tokio::select! {
+            () = cancel.cancelled() => break,
+            d = rx.recv() => match d { Some(d) => d, None => break },
+            _ = async { match resync.as_mut() { Some(t) => t.tick().await, None => std::future::pending().await } } => {
+                if filter.deltas.contains(&DeltaType::Resync) && in_term(&shared, term) {
+                    resync_all(&shared, id, &filter, &informer);
+                }
+                continue;
+            }
+        };
+        accept(&shared, id, &filter, term, delta);
+    }
+    // What is still in the channel is queued too: a stopping version hands
+    // what it did not handle to its successor.
+    rx.close();
+    while let Ok(delta) = rx.try_recv() {
+        accept(&shared, id, &filter, term, delta);
+    }
+}
+
+/// Queues every cached object as a resync delta (folded into any delta
+/// already pending for it).
+fn resync_all(shared: &Shared, id: SubId, filter: &SubscriptionFilter, informer: &Informer) {
+    let seq = informer.seq();
+    let snap = informer.store().snapshot();
+    shared.activity.emit(snap.len() as u64);
+    for obj in snap.iter() {
+        let d = CallDelta {
+            object: Some(obj.clone()),
+            ..CallDelta::new(DeltaType::Resync, filter.index, filter.kind.clone())
+        };
+        push(shared, (id, obj.key()), Item::new(d).seq(seq));
+    }
+}
+
+/// Filters one informer delta and queues it.
+fn accept(shared: &Shared, id: SubId, filter: &SubscriptionFilter, term: u64, delta: Delta) {
+    let wanted = in_term(shared, term)
+        && filter.deltas.contains(&delta.dtype)
+        && match (delta.dtype, &delta.old, &delta.object) {
+            (DeltaType::Updated, Some(old), Some(new)) => {
+                let m = filter.update_matters(old, new);
+                if !m {
+                    shared.stats.filtered.fetch_add(1, Ordering::Relaxed);
+                }
+                m
+            }
+            _ => true,
+        };
+    if !wanted {
+        shared.activity.settle(1);
+        return;
+    }
+    let key = match &delta.object {
+        Some(o) => (id, o.key()),
+        // Synced markers get a key of their own per subscription pair.
+        None => (id, ObjectKey::new(None, "")),
+    };
+    let call = CallDelta {
+        object: delta.object,
+        old: delta.old,
+        initial: delta.initial,
+        final_state_unknown: delta.final_state_unknown,
+        ..CallDelta::new(delta.dtype, filter.index, filter.kind.clone())
+    };
+    push(
+        shared,
+        key,
+        Item::new(call).received_at(delta.received).seq(delta.seq),
+    );
+}

@@ -1,0 +1,594 @@
+//! The calls and their outcomes: one delivery loop per plugin instance
+//! (on the instance's thread), the timers' task (backoffs ending, requeues
+//! coming due), and the leadership gate.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use super::intake::push;
+use super::queue::{Item, KeyedQueue, Retry};
+use super::retry::Failure;
+use super::{Handler, Key, Shared, dead};
+use crate::actions::executor::ActionError;
+use crate::informer::DeltaType;
+use crate::runtime::{CallDelta, CallError, Handled};
+use crate::telemetry::events::{DeltaDead, DeltaRetrying, PluginUnhealthy};
+use crate::telemetry::feed::FeedRecord;
+
+/// The longest requeue-after honoured (a day): a longer one is a bug in the
+/// plugin, and the default resync covers the rest.
+pub const MAX_REQUEUE_AFTER: Duration = Duration::from_secs(24 * 3600);
+
+/// One instance's delivery loop, on the instance's thread. The waits and
+/// the settling are async and run in `rt`'s context; the call itself runs
+/// outside it, as on any plain thread (WASI's blocking host functions enter
+/// the runtime themselves, which they cannot do from inside it).
+pub(super) fn run<H: Handler + ?Sized>(
+    rt: &tokio::runtime::Handle,
+    shared: Arc<Shared>,
+    caller: &mut H,
+    cancel: CancellationToken,
+) {
+    let started = rt.block_on(async {
+        let mut ready = shared.ready.subscribe();
+        tokio::select! {
+            () = cancel.cancelled() => false,
+            () = shared.stopping.cancelled() => false,
+            r = ready.wait_for(|r| *r) => r.is_ok(),
+        }
+    });
+    if !started {
+        return;
+    }
+    let mut gate = shared.leadership.subscribe();
+    // Taken from the queue in one lock, called one by one: a backlog costs
+    // one lock and one sibling wake per batch, not per delta.
+    let mut batch: VecDeque<(Key, Item)> = VecDeque::new();
+    loop {
+        if batch.is_empty() {
+            match next_batch(&shared, &mut batch) {
+                Next::Ready => {}
+                Next::Stop => return,
+                Next::Wait(what) => {
+                    if !rt.block_on(wait(&shared, &cancel, &mut gate, what)) {
+                        return;
+                    }
+                    continue;
+                }
+            }
+        }
+        if shared.stopping.is_cancelled() {
+            // Stopping between deltas: the rest goes back to the queue (for
+            // the next version), no attempt counted.
+            put_back_all(&shared, &mut batch);
+            return;
+        }
+        let Some((key, mut item)) = batch.pop_front() else {
+            continue;
+        };
+        if !refresh(&shared, &key, &mut item) {
+            // Gone (or recreated) since: its delete, and add, are on their way.
+            finish(&shared, &key, item.weight, |q| q.ok(&key));
+            continue;
+        }
+        let (result, elapsed) = caller.handle(&item.delta);
+        let broken = matches!(&result, Err(e) if e.breaks_instance());
+        shared.stats.call_time.record(elapsed);
+        rt.block_on(settle(&shared, key, item, result, elapsed));
+        if broken {
+            // Not run on the fresh instance in one go: back to the queue,
+            // where quarantine may hold them.
+            put_back_all(&shared, &mut batch);
+        }
+    }
+}
+
+/// Level-triggered retries and requeues: the object's current cached state
+/// replaces the one of the failed attempt (an update keeps the old object
+/// the plugin last saw). False when the object is gone or was recreated
+/// under its name: that delete (and add) reach the queue by themselves.
+fn refresh(shared: &Shared, key: &Key, item: &mut Item) -> bool {
+    let fresh_needed = (item.attempts > 0 || item.delta.requeued)
+        && matches!(
+            item.delta.dtype,
+            DeltaType::Added | DeltaType::Updated | DeltaType::Resync
+        );
+    if !fresh_needed {
+        return true;
+    }
+    let Some(sub) = shared.sub(key.0) else {
+        return true;
+    };
+    let Some(now) = sub.informer.store().get(&key.1) else {
+        return false;
+    };
+    let same = item
+        .delta
+        .object
+        .as_ref()
+        .is_none_or(|o| o.meta().uid == now.meta().uid);
+    if same {
+        item.delta.object = Some(now);
+    }
+    same
+}
+
+/// Puts a worker's untaken batch back at the front of the queue.
+fn put_back_all(shared: &Shared, batch: &mut VecDeque<(Key, Item)>) {
+    let mut q = shared.queue.lock();
+    for (key, item) in batch.drain(..).rev() {
+        q.put_back(&key, item);
+    }
+    let idle = q.in_flight_len() == 0;
+    drop(q);
+    shared.wake.notify_one();
+    if idle {
+        shared.idle.notify_waiters();
+    }
+}
+
+/// What a worker does next.
+enum Next {
+    /// The batch holds deltas to call.
+    Ready,
+    Wait(Blocked),
+    Stop,
+}
+
+/// Why a worker cannot call now.
+#[derive(Debug, Clone, Copy)]
+enum Blocked {
+    NotLeading,
+    Quarantined(tokio::time::Instant),
+    Empty,
+}
+
+/// Whether `item` of pair `key.0` is beyond this version's cut.
+fn beyond_cut(shared: &Shared, key: &Key, item: &Item) -> bool {
+    match &*shared.cuts.lock() {
+        None => false,
+        Some(cuts) => item.seq > cuts.get(&key.0).copied().unwrap_or(0),
+    }
+}
+
+/// Pops the next delta this version may deliver; those beyond the cut are
+/// held for the successor.
+fn pop_deliverable(shared: &Shared, q: &mut KeyedQueue<Key>) -> Option<(Key, Item)> {
+    loop {
+        let (key, item) = q.pop()?;
+        if !beyond_cut(shared, &key, &item) {
+            return Some((key, item));
+        }
+        q.release(&key);
+        shared.held.lock().push((key, item));
+    }
+}
+
+/// Fills `batch` with the next deltas to call (the first ready one and a
+/// fair share of the rest, the other instances' workers getting theirs), or
+/// says why there are none; checked without waiting, so a backlog is served
+/// without entering the runtime.
+fn next_batch(shared: &Shared, batch: &mut VecDeque<(Key, Item)>) -> Next {
+    if shared.stopping.is_cancelled() {
+        return Next::Stop;
+    }
+    if !shared.leadership.is_leader() {
+        return Next::Wait(Blocked::NotLeading);
+    }
+    // Quarantined: no call, so no new instance; deltas stay queued.
+    if let Some(until) = shared.quarantine.lock().until
+        && until > tokio::time::Instant::now()
+    {
+        return Next::Wait(Blocked::Quarantined(until));
+    }
+    let mut q = shared.queue.lock();
+    let Some(first) = pop_deliverable(shared, &mut q) else {
+        return Next::Wait(Blocked::Empty);
+    };
+    batch.push_back(first);
+    // A plugin that has just failed gets one delta at a time.
+    if shared.stats.consecutive_traps.load(Ordering::Relaxed) == 0 {
+        let share = q
+            .ready_len()
+            .div_ceil(shared.workers.max(1))
+            .min(MAX_BATCH - 1);
+        for _ in 0..share {
+            match pop_deliverable(shared, &mut q) {
+                Some(v) => batch.push_back(v),
+                None => break,
+            }
+        }
+    }
+    if shared.workers > 1 && q.has_ready() {
+        // More is ready: let a sibling instance take it.
+        shared.wake.notify_one();
+    }
+    Next::Ready
+}
+
+/// Most deltas a worker takes from the queue at once.
+const MAX_BATCH: usize = 64;
+
+/// Waits until `blocked` may have changed; false when the worker is to end.
+async fn wait(
+    shared: &Shared,
+    cancel: &CancellationToken,
+    gate: &mut tokio::sync::watch::Receiver<crate::leader::LeaderState>,
+    blocked: Blocked,
+) -> bool {
+    match blocked {
+        Blocked::NotLeading => tokio::select! {
+            () = cancel.cancelled() => false,
+            () = shared.stopping.cancelled() => false,
+            r = gate.wait_for(|s| s.leading) => r.is_ok(),
+        },
+        Blocked::Quarantined(until) => {
+            let over = tokio::select! {
+                () = cancel.cancelled() => false,
+                () = shared.stopping.cancelled() => false,
+                () = tokio::time::sleep_until(until) => true,
+            };
+            if over {
+                tracing::info!(plugin = %shared.plugin, "quarantine over: trying the plugin again");
+            }
+            over
+        }
+        Blocked::Empty => {
+            let wake = shared.wake.notified();
+            tokio::pin!(wake);
+            // Registered before the re-check: a push in between is not missed.
+            wake.as_mut().enable();
+            if shared.queue.lock().has_ready() {
+                return true;
+            }
+            tokio::select! {
+                () = cancel.cancelled() => false,
+                () = shared.stopping.cancelled() => false,
+                () = wake => true,
+            }
+        }
+    }
+}
+
+/// The timers' task: ends backoffs (the keys become ready) and turns due
+/// requeues into requeue deltas of the objects' current state.
+pub(super) async fn timers(shared: Arc<Shared>, cancel: CancellationToken) {
+    loop {
+        let changed = shared.timers_changed.notified();
+        tokio::pin!(changed);
+        changed.as_mut().enable();
+        let next = shared.queue.lock().next_deadline();
+        let due = async {
+            match next {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            () = cancel.cancelled() => return,
+            () = changed => continue,
+            () = due => {}
+        }
+        let requeues = shared.queue.lock().fire(tokio::time::Instant::now());
+        shared.wake.notify_waiters();
+        for key in requeues {
+            requeue(&shared, key);
+        }
+    }
+}
+
+/// Queues a requeue delta of `key`'s object as the cache holds it now
+/// (nothing if it is gone: its delete is the plugin's next look).
+fn requeue(shared: &Shared, key: Key) {
+    let Some(sub) = shared.sub(key.0) else {
+        return;
+    };
+    let Some(now) = sub.informer.store().get(&key.1) else {
+        return;
+    };
+    let delta = CallDelta {
+        object: Some(now),
+        requeued: true,
+        ..CallDelta::new(DeltaType::Resync, sub.filter.index, sub.filter.kind.clone())
+    };
+    shared.activity.emit(1);
+    push(shared, key, Item::new(delta));
+}
+
+/// Drops what is queued, and every timer, whenever leadership is lost: a
+/// new term replays the cache, and the leader that follows will have acted
+/// on it already.
+pub(super) async fn drop_on_loss(shared: Arc<Shared>, cancel: CancellationToken) {
+    let mut gate = shared.leadership.subscribe();
+    loop {
+        tokio::select! {
+            () = cancel.cancelled() => return,
+            changed = gate.changed() => if changed.is_err() { return },
+        }
+        let state = *gate.borrow_and_update();
+        if state.leading {
+            continue;
+        }
+        let (dropped, idle) = {
+            let mut q = shared.queue.lock();
+            (q.clear_pending(), q.is_idle())
+        };
+        shared.activity.settle(dropped);
+        tracing::info!(plugin = %shared.plugin, dropped, term = state.term, "not the leader: dropped queued deltas and pending requeues and retries");
+        if idle {
+            shared.idle.notify_waiters();
+        }
+    }
+}
+
+/// Shows one handled delta in the web view's feed, when a page is open
+/// and the feed's budget allows (one relaxed load with no page open).
+#[inline]
+fn to_feed(
+    shared: &Shared,
+    key: &Key,
+    item: &Item,
+    outcome: &'static str,
+    call: Duration,
+    error: Option<&Failure>,
+) {
+    let feed = shared.telemetry.feed();
+    if !feed.admit() {
+        return;
+    }
+    feed.publish(FeedRecord {
+        t: FeedRecord::now_ms(),
+        row: "delta",
+        plugin: shared.plugin.clone(),
+        kind: item.delta.kind.kind.clone(),
+        namespace: key.1.namespace.as_deref().map(str::to_owned),
+        name: key.1.name.to_string(),
+        what: dead::call_delta_name(&item.delta),
+        outcome,
+        us: FeedRecord::micros(call),
+        error: error.map(ToString::to_string),
+    });
+}
+
+/// Acts on one call's outcome: run its actions, then retry, park or give up.
+async fn settle(
+    shared: &Arc<Shared>,
+    key: Key,
+    mut item: Item,
+    result: Result<Handled, CallError>,
+    call: Duration,
+) {
+    let plugin = &*shared.plugin;
+    let abandoned = |shared: &Shared, key: &Key, item: &Item| {
+        let w = shared.queue.lock().take_abandoned(key, item);
+        if let Some(w) = w {
+            finish(shared, key, w, |_| {});
+            true
+        } else {
+            false
+        }
+    };
+    let failure = match result {
+        Ok(Handled {
+            actions,
+            requeue_after,
+        }) => {
+            if shared.stats.consecutive_traps.swap(0, Ordering::Relaxed) > 0 {
+                let mut q = shared.quarantine.lock();
+                if q.until.take().is_some() {
+                    tracing::info!(plugin, "plugin recovered: quarantine lifted");
+                }
+                q.next = shared.options.quarantine_base;
+            }
+            let executed = shared
+                .executor
+                .execute_all_counted(
+                    plugin,
+                    &shared.counters.actions,
+                    &shared.rate,
+                    actions,
+                    &shared.fence,
+                )
+                .await;
+            if abandoned(shared, &key, &item) {
+                return;
+            }
+            match executed {
+                Ok(()) => {
+                    to_feed(shared, &key, &item, "ok", call, None);
+                    shared.stats.latency.record(item.received.elapsed());
+                    shared.stats.delivered.fetch_add(1, Ordering::Relaxed);
+                    shared.counters.delivered(key.0);
+                    shared.stats.dead_letters.lock().resolve(&key);
+                    let requeue_at = requeue_after
+                        .map(|after| tokio::time::Instant::now() + after.min(MAX_REQUEUE_AFTER));
+                    finish(shared, &key, item.weight, |q| {
+                        q.ok(&key);
+                        if let Some(at) = requeue_at {
+                            q.schedule_requeue(key.clone(), at);
+                        }
+                    });
+                    if requeue_at.is_some() {
+                        shared.timers_changed.notify_one();
+                    }
+                    return;
+                }
+                // Leadership lost: the queue is dropped, the next leader
+                // replays the cache.
+                Err(f) if f.error == ActionError::NotLeader => {
+                    finish(shared, &key, item.weight, |q| q.ok(&key));
+                    return;
+                }
+                // Stopping: the delta goes to the next version.
+                Err(f) if f.error == ActionError::Stopping => {
+                    put_back_all(shared, &mut VecDeque::from([(key, item)]));
+                    return;
+                }
+                Err(f) => Failure::Actions(f),
+            }
+        }
+        Err(err) => {
+            if abandoned(shared, &key, &item) {
+                return;
+            }
+            if err.breaks_instance() {
+                let n = shared
+                    .stats
+                    .consecutive_traps
+                    .fetch_add(1, Ordering::Relaxed)
+                    + 1;
+                if n == shared.options.unhealthy_after {
+                    PluginUnhealthy {
+                        plugin,
+                        consecutive_failures: n,
+                        error: &err,
+                    }
+                    .emit();
+                }
+                if n >= shared.options.unhealthy_after {
+                    quarantine(shared, n, &err);
+                }
+            }
+            Failure::Call(err)
+        }
+    };
+    let obj_key = key.1.to_string();
+    let kind = item.delta.kind.kind.clone();
+    let failures = item.attempts + 1;
+    item.first_failed
+        .get_or_insert_with(std::time::SystemTime::now);
+    if !failure.retryable() {
+        to_feed(shared, &key, &item, "dead", call, Some(&failure));
+        DeltaDead {
+            plugin,
+            kind: &kind,
+            key: &obj_key,
+            attempts: failures,
+            delta: dead::call_delta_name(&item.delta),
+            error: &failure,
+            retry_every: None,
+        }
+        .emit(&shared.stats);
+        let weight = item.weight;
+        item.attempts = failures;
+        let spec = shared.sub(key.0).map(|s| s.informer.spec().clone());
+        shared.stats.dead_letters.lock().add(
+            plugin,
+            key.clone(),
+            item,
+            failure.to_string(),
+            spec,
+            false,
+        );
+        finish(shared, &key, weight, |q| q.permanent(&key));
+        return;
+    }
+    let at_least = match &failure {
+        Failure::Actions(f) => f.error.retry_after(),
+        Failure::Call(_) => None,
+    };
+    let decision = shared.policy.decide(failures, at_least);
+    let now = tokio::time::Instant::now();
+    let retry_at = shared.retry_rate.lock().reserve(now + decision.wait);
+    let newly_parked = decision.parked && !shared.queue.lock().is_parked(&key);
+    let mut settle_weight = 0;
+    if newly_parked {
+        to_feed(shared, &key, &item, "parked", call, Some(&failure));
+        DeltaDead {
+            plugin,
+            kind: &kind,
+            key: &obj_key,
+            attempts: failures,
+            delta: dead::call_delta_name(&item.delta),
+            error: &failure,
+            retry_every: Some(decision.wait),
+        }
+        .emit(&shared.stats);
+        let spec = shared.sub(key.0).map(|s| s.informer.spec().clone());
+        let mut record = item.clone();
+        record.attempts = failures;
+        shared.stats.dead_letters.lock().add(
+            plugin,
+            key.clone(),
+            record,
+            failure.to_string(),
+            spec,
+            true,
+        );
+        // A parked key no longer counts as activity: the host may be idle
+        // while it is retried at its cap.
+        settle_weight = std::mem::take(&mut item.weight);
+    } else {
+        to_feed(shared, &key, &item, "retry", call, Some(&failure));
+    }
+    let last_failure = failure.last_failure();
+    let retry = {
+        let mut q = shared.queue.lock();
+        let retry = q.failed(&key, item, last_failure, retry_at);
+        if decision.parked {
+            settle_weight += q.park(&key);
+        }
+        retry
+    };
+    if !newly_parked {
+        DeltaRetrying {
+            plugin,
+            kind: &kind,
+            key: &obj_key,
+            attempt: failures,
+            error: &failure,
+            wait: match retry {
+                Retry::Now => Duration::ZERO,
+                Retry::After => retry_at.saturating_duration_since(now),
+            },
+        }
+        .emit(&shared.stats);
+    }
+    shared.timers_changed.notify_one();
+    finish(shared, &key, settle_weight, |_| {});
+}
+
+/// Starts a quarantine period, doubling the next one (up to the maximum).
+fn quarantine(shared: &Shared, failures: u64, err: &CallError) {
+    let period = {
+        let mut q = shared.quarantine.lock();
+        let period = q.next;
+        q.until = Some(tokio::time::Instant::now() + period);
+        q.next = period.saturating_mul(2).min(
+            shared
+                .options
+                .quarantine_max
+                .max(shared.options.quarantine_base),
+        );
+        period
+    };
+    shared.stats.quarantines.fetch_add(1, Ordering::Relaxed);
+    tracing::error!(
+        plugin = %shared.plugin,
+        consecutive_failures = failures,
+        quarantine_ms = period.as_millis() as u64,
+        error = %err,
+        "plugin quarantined: it keeps failing; no call and no new instance until the period ends, its deltas stay queued, other plugins are unaffected"
+    );
+}
+
+/// Updates the key under the queue's lock, settles `weight` and wakes who
+/// waits for work or for idleness.
+fn finish(shared: &Shared, _key: &Key, weight: u64, update: impl FnOnce(&mut KeyedQueue<Key>)) {
+    let (idle, none_in_flight) = {
+        let mut q = shared.queue.lock();
+        update(&mut q);
+        (q.is_idle(), q.in_flight_len() == 0)
+    };
+    if weight > 0 {
+        shared.activity.settle(weight);
+    }
+    shared.wake.notify_one();
+    if idle || none_in_flight {
+        shared.idle.notify_waiters();
+    }
+}
