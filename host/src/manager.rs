@@ -629,12 +629,17 @@ impl PluginHost {
             if let Some(s) = &sub.label_selector {
                 LabelSelector::parse(s).map_err(|e| bad(e.to_string()))?;
             }
-            if let Some(s) = &sub.field_selector {
-                FieldSelector::parse(s)
-                    .map_err(|e| bad(e.to_string()))?
-                    .check_supported(&kind)
-                    .map_err(bad)?;
-            }
+            // The informer gets the canonical text (apimachinery's
+            // `String()`): what the server is sent and the informer's id
+            // shows, so two spellings of one selector share an informer.
+            let field_selector = match &sub.field_selector {
+                Some(s) => {
+                    let parsed = FieldSelector::parse(s).map_err(|e| bad(e.to_string()))?;
+                    parsed.check_supported(&kind).map_err(bad)?;
+                    (!parsed.is_empty()).then(|| parsed.to_string())
+                }
+                None => None,
+            };
             if sub.namespace.is_some() && !kind.namespaced {
                 return Err(bad(format!(
                     "{} is cluster-scoped; drop the namespace",
@@ -650,7 +655,7 @@ impl PluginHost {
                 kind: kind.clone(),
                 namespace: sub.namespace.clone(),
                 label_selector: sub.label_selector.clone(),
-                field_selector: sub.field_selector.clone(),
+                field_selector,
             };
             let filter = SubscriptionFilter {
                 index: u32::try_from(i).unwrap_or(u32::MAX),

@@ -5,6 +5,11 @@
 //! parser, key and value validation, matching and canonical text. It is the
 //! one implementation every plugin language reaches through the host, so a
 //! selector must mean here exactly what it means to the API server.
+//!
+//! [`FieldSelector`] is a port of apimachinery's `fields.ParseSelector`
+//! (`k8s.io/apimachinery/pkg/fields/selector.go`, v0.35.8) for the same
+//! reason: the host refuses what the server refuses, sends the server's
+//! canonical text, and the local cluster filters as a real one does.
 
 use std::fmt;
 
@@ -732,38 +737,214 @@ impl LabelSelector {
     }
 }
 
-/// A field selector (`metadata.name=x,status.phase!=Running`), evaluated on
-/// the object's fields the way the API server does for the fields it
-/// supports; any dotted path works here.
+/// Why a field selector does not parse. Each message starts with the API
+/// server's own text for the same mistake (apimachinery's `ParseSelector`),
+/// then says how to write it.
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
+pub enum FieldSelectorError {
+    /// A term with no `=`, `==` or `!=`.
+    #[error(
+        "invalid selector: '{selector}'; can't understand '{term}' \
+         (write each comma-separated term as FIELD=VALUE, FIELD==VALUE or FIELD!=VALUE)"
+    )]
+    Term { selector: String, term: String },
+    /// A backslash in a value before anything but `\`, `,` or `=`, or at its end.
+    #[error(
+        "invalid field selector: invalid escape sequence: {sequence} (in '{term}': \
+         a value escapes only a backslash, comma or equals sign, as \\\\, \\, and \\=; \
+         write a literal backslash as \\\\)"
+    )]
+    InvalidEscape { term: String, sequence: String },
+    /// A `,` or `=` in a value that is not escaped. The server prints the
+    /// character's code point, so this does too, then the character.
+    #[error(
+        "invalid field selector: unescaped character in value: {} ('{character}' in '{term}': \
+         write it as \\{character} in a value)",
+        u32::from(*character)
+    )]
+    Unescaped { term: String, character: char },
+}
+
+/// A field selector term's operator; `==` parses as `=`, as in apimachinery
+/// (`hasTerm` and `notHasTerm`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FieldOp {
+    Equals,
+    NotEquals,
+}
+
+/// One term: the field as written (no trimming, no validation: the server
+/// refuses unknown fields later, per kind) and the unescaped value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct FieldRequirement {
+    field: String,
+    op: FieldOp,
+    value: String,
+}
+
+impl fmt::Display for FieldRequirement {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let op = match self.op {
+            FieldOp::Equals => "=",
+            FieldOp::NotEquals => "!=",
+        };
+        write!(f, "{}{op}{}", self.field, escape_field_value(&self.value))
+    }
+}
+
+/// A field selector (`metadata.name=x,status.phase!=Running`): a port of
+/// apimachinery's `fields.ParseSelector` (`pkg/fields/selector.go`,
+/// v0.35.8), so a subscription is accepted or refused exactly as the API
+/// server would, and the local cluster filters as a real one does.
+///
+/// The grammar: comma-separated terms, each `FIELD=VALUE`, `FIELD==VALUE` or
+/// `FIELD!=VALUE`, split at the first operator; nothing is trimmed; empty
+/// terms are skipped. In a value `\`, `,` and `=` must be escaped (`\\`,
+/// `\,`, `\=`) and no other escape exists; the field is taken as written.
+/// Terms are kept in the order of their sorted text, as the server keeps
+/// them, and a term with an empty field and an empty value means nothing.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct FieldSelector {
-    reqs: Vec<(String, bool, String)>,
+    reqs: Vec<FieldRequirement>,
+}
+
+/// apimachinery's `EscapeValue`: `\`, `,` and `=` get a backslash.
+fn escape_field_value(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for c in value.chars() {
+        if matches!(c, '\\' | ',' | '=') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// apimachinery's `splitTerms`: splits at commas not escaped by a
+/// backslash; the terms keep their backslashes.
+fn split_terms(selector: &str) -> Vec<&str> {
+    if selector.is_empty() {
+        return Vec::new();
+    }
+    let mut terms = Vec::with_capacity(1);
+    let mut start = 0;
+    let mut in_slash = false;
+    for (i, c) in selector.char_indices() {
+        if in_slash {
+            in_slash = false;
+        } else if c == '\\' {
+            in_slash = true;
+        } else if c == ',' {
+            terms.push(&selector[start..i]);
+            start = i + 1;
+        }
+    }
+    terms.push(&selector[start..]);
+    terms
+}
+
+/// apimachinery's `splitTerm`: the first place an operator starts (`!=`,
+/// then `==`, then `=`) splits the term; the field cannot escape anything.
+fn split_term(term: &str) -> Option<(&str, FieldOp, &str)> {
+    const OPERATORS: [(&str, FieldOp); 3] = [
+        ("!=", FieldOp::NotEquals),
+        ("==", FieldOp::Equals),
+        ("=", FieldOp::Equals),
+    ];
+    term.char_indices().find_map(|(i, _)| {
+        OPERATORS.iter().find_map(|(text, op)| {
+            term[i..]
+                .strip_prefix(text)
+                .map(|rhs| (&term[..i], *op, rhs))
+        })
+    })
+}
+
+/// apimachinery's `UnescapeValue`, its errors turned into ours for `term`.
+fn unescape_value(value: &str, term: &str) -> Result<String, FieldSelectorError> {
+    let mut out = String::with_capacity(value.len());
+    let mut in_slash = false;
+    for c in value.chars() {
+        if in_slash {
+            if !matches!(c, '\\' | ',' | '=') {
+                return Err(FieldSelectorError::InvalidEscape {
+                    term: term.to_owned(),
+                    sequence: format!("\\{c}"),
+                });
+            }
+            out.push(c);
+            in_slash = false;
+        } else if c == '\\' {
+            in_slash = true;
+        } else if matches!(c, ',' | '=') {
+            return Err(FieldSelectorError::Unescaped {
+                term: term.to_owned(),
+                character: c,
+            });
+        } else {
+            out.push(c);
+        }
+    }
+    if in_slash {
+        return Err(FieldSelectorError::InvalidEscape {
+            term: term.to_owned(),
+            sequence: "\\".to_owned(),
+        });
+    }
+    Ok(out)
+}
+
+/// The JSON pointer of a dotted field label (`spec.nodeName` ->
+/// `/spec/nodeName`); a `~` or `/` in a segment is escaped, so it names
+/// that key and nothing deeper.
+fn field_pointer(field: &str) -> String {
+    let mut pointer = String::with_capacity(field.len() + 1);
+    for segment in field.split('.') {
+        pointer.push('/');
+        pointer.push_str(&segment.replace('~', "~0").replace('/', "~1"));
+    }
+    pointer
 }
 
 impl FieldSelector {
-    pub fn parse(selector: &str) -> Result<Self, SelectorError> {
-        let mut reqs = Vec::new();
-        for part in selector.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-            let (path, eq, value) = if let Some((k, v)) = part.split_once("!=") {
-                (k, false, v)
-            } else if let Some((k, v)) = part.split_once("==") {
-                (k, true, v)
-            } else if let Some((k, v)) = part.split_once('=') {
-                (k, true, v)
-            } else {
-                return Err(SelectorError {
-                    selector: selector.to_owned(),
-                    reason: format!("{part:?} is not key=value or key!=value"),
-                });
-            };
-            let pointer = format!("/{}", path.trim().replace('.', "/"));
-            reqs.push((pointer, eq, value.trim().to_owned()));
+    /// Parses `selector` as the API server's `fields.ParseSelector` does.
+    /// Empty text, or only commas, is the selector that matches everything.
+    /// When several terms are wrong, the error names the first in sorted
+    /// order, the one the server names.
+    pub fn parse(selector: &str) -> Result<Self, FieldSelectorError> {
+        let mut terms = split_terms(selector);
+        terms.sort_unstable();
+        let mut reqs = Vec::with_capacity(terms.len());
+        for term in terms.into_iter().filter(|t| !t.is_empty()) {
+            let (field, op, raw) = split_term(term).ok_or_else(|| FieldSelectorError::Term {
+                selector: selector.to_owned(),
+                term: term.to_owned(),
+            })?;
+            let value = unescape_value(raw, term)?;
+            // ParseSelector's identity transform drops a term whose field
+            // and value are both empty (`=`, `!=`): it selects everything.
+            if field.is_empty() && value.is_empty() {
+                continue;
+            }
+            reqs.push(FieldRequirement {
+                field: field.to_owned(),
+                op,
+                value,
+            });
         }
         Ok(Self { reqs })
     }
 
     pub fn is_empty(&self) -> bool {
         self.reqs.is_empty()
+    }
+
+    /// The terms as apimachinery's `Requirements()` gives them: field,
+    /// operator and unescaped value, in parsed order.
+    pub fn requirements(&self) -> impl Iterator<Item = (&str, FieldOp, &str)> {
+        self.reqs
+            .iter()
+            .map(|r| (r.field.as_str(), r.op, r.value.as_str()))
     }
 
     /// Refuses a field the API server does not support for `kind`, as the
@@ -776,12 +957,12 @@ impl FieldSelector {
             return Ok(());
         }
         let supported = supported_fields(kind);
-        for (pointer, _, _) in &self.reqs {
-            let field = pointer.trim_start_matches('/').replace('/', ".");
-            if !supported.contains(&field.as_str()) {
+        for r in &self.reqs {
+            if !supported.contains(&r.field.as_str()) {
                 return Err(format!(
-                    "field label not supported for {}: {field} (the API server supports {})",
+                    "field label not supported for {}: {:?} (the API server supports {})",
                     kind.resource_name(),
+                    r.field,
                     supported.join(", ")
                 ));
             }
@@ -789,15 +970,39 @@ impl FieldSelector {
         Ok(())
     }
 
+    /// Whether an object matches, its fields read at the dotted paths the
+    /// terms name (a missing field, `null`, an object or an array reads as
+    /// the empty string, as a field the server's field set lacks does).
     pub fn matches(&self, obj: &KObject) -> bool {
-        self.reqs.iter().all(|(pointer, eq, value)| {
-            let actual = match obj.field(pointer) {
-                Some(FieldValue::Text(s)) => s,
-                Some(other) => other.as_index_key().unwrap_or_default(),
-                None => String::new(),
-            };
-            (actual == *value) == *eq
+        self.matches_fields(|field| match obj.field(&field_pointer(field))? {
+            FieldValue::Text(s) => Some(s),
+            other => other.as_index_key(),
         })
+    }
+
+    /// Whether a field set matches, given as a lookup (apimachinery's
+    /// `Fields.Get`: a missing field is the empty string).
+    pub fn matches_fields<V: AsRef<str>>(&self, field: impl Fn(&str) -> Option<V>) -> bool {
+        self.reqs.iter().all(|r| {
+            let actual = field(&r.field);
+            let actual = actual.as_ref().map_or("", AsRef::as_ref);
+            (actual == r.value) == (r.op == FieldOp::Equals)
+        })
+    }
+}
+
+/// The canonical text, apimachinery's `String()`: the terms in parsed order
+/// (`==` printed as `=`) with their values escaped. What the host sends to
+/// the API server and shows as the informer's selector.
+impl fmt::Display for FieldSelector {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, r) in self.reqs.iter().enumerate() {
+            if i > 0 {
+                f.write_str(",")?;
+            }
+            write!(f, "{r}")?;
+        }
+        Ok(())
     }
 }
 
@@ -924,21 +1129,340 @@ mod tests {
         assert!(LabelSelector::parse("a b").is_err());
     }
 
+    /// A field set written out in a test table.
+    type Fields = &'static [(&'static str, &'static str)];
+
+    const NAME_X: Fields = &[("metadata.name", "x")];
+    const NAME_Y: Fields = &[("metadata.name", "y")];
+
+    /// Field selectors the API server accepts, from apimachinery's rules
+    /// (`pkg/fields/selector.go`: split at unescaped commas, sort, skip empty
+    /// terms, split each at its first `!=`/`==`/`=`, unescape the value):
+    /// the input, its requirements (field, operator, unescaped value) in
+    /// parsed order, the canonical text, and whether field sets match. Each
+    /// row was checked against apimachinery v0.35.8 (`fieldselprobe`), and
+    /// `tests/tests/field_selectors.rs` checks them again on every run.
+    #[allow(clippy::type_complexity)]
+    const ACCEPTED: &[(&str, &[(&str, &str, &str)], &str, &[(Fields, bool)])] = &[
+        // Empty: everything.
+        ("", &[], "", &[(&[], true), (NAME_X, true)]),
+        (",", &[], "", &[(&[], true)]),
+        (",,,", &[], "", &[(NAME_X, true)]),
+        // `=`, `==` (printed `=`) and `!=`; a missing field is "".
+        (
+            "metadata.name=x",
+            &[("metadata.name", "=", "x")],
+            "metadata.name=x",
+            &[(NAME_X, true), (NAME_Y, false), (&[], false)],
+        ),
+        (
+            "metadata.name==x",
+            &[("metadata.name", "=", "x")],
+            "metadata.name=x",
+            &[(NAME_X, true), (NAME_Y, false)],
+        ),
+        (
+            "metadata.name!=x",
+            &[("metadata.name", "!=", "x")],
+            "metadata.name!=x",
+            &[(NAME_X, false), (NAME_Y, true), (&[], true)],
+        ),
+        // Empty values.
+        (
+            "metadata.name=",
+            &[("metadata.name", "=", "")],
+            "metadata.name=",
+            &[(&[], true), (NAME_X, false)],
+        ),
+        (
+            "metadata.name!=",
+            &[("metadata.name", "!=", "")],
+            "metadata.name!=",
+            &[(&[], false), (NAME_X, true)],
+        ),
+        (
+            "a==",
+            &[("a", "=", "")],
+            "a=",
+            &[(&[], true), (&[("a", "1")], false)],
+        ),
+        // Several terms: all must hold; sorted by their text, duplicates kept.
+        (
+            "status.phase=Running,metadata.name=x",
+            &[
+                ("metadata.name", "=", "x"),
+                ("status.phase", "=", "Running"),
+            ],
+            "metadata.name=x,status.phase=Running",
+            &[
+                (&[("metadata.name", "x"), ("status.phase", "Running")], true),
+                (
+                    &[("metadata.name", "x"), ("status.phase", "Pending")],
+                    false,
+                ),
+                (NAME_X, false),
+            ],
+        ),
+        (
+            "b=1,a=2,a=1",
+            &[("a", "=", "1"), ("a", "=", "2"), ("b", "=", "1")],
+            "a=1,a=2,b=1",
+            &[(&[("a", "1"), ("b", "1")], false)],
+        ),
+        (
+            "a=b\\,c,d!=e",
+            &[("a", "=", "b,c"), ("d", "!=", "e")],
+            "a=b\\,c,d!=e",
+            &[
+                (&[("a", "b,c")], true),
+                (&[("a", "b,c"), ("d", "e")], false),
+            ],
+        ),
+        (
+            ",metadata.name=x,",
+            &[("metadata.name", "=", "x")],
+            "metadata.name=x",
+            &[(NAME_X, true)],
+        ),
+        // Escapes: `\,`, `\=`, `\\` in a value are the character itself.
+        (
+            "metadata.name=a\\,b",
+            &[("metadata.name", "=", "a,b")],
+            "metadata.name=a\\,b",
+            &[
+                (&[("metadata.name", "a,b")], true),
+                (&[("metadata.name", "a\\,b")], false),
+            ],
+        ),
+        (
+            "metadata.name=a\\=b",
+            &[("metadata.name", "=", "a=b")],
+            "metadata.name=a\\=b",
+            &[(&[("metadata.name", "a=b")], true)],
+        ),
+        (
+            "metadata.name=a\\\\b",
+            &[("metadata.name", "=", "a\\b")],
+            "metadata.name=a\\\\b",
+            &[
+                (&[("metadata.name", "a\\b")], true),
+                (&[("metadata.name", "a\\\\b")], false),
+            ],
+        ),
+        (
+            "x=\\\\\\\\",
+            &[("x", "=", "\\\\")],
+            "x=\\\\\\\\",
+            &[(&[("x", "\\\\")], true)],
+        ),
+        (
+            "a=\\=",
+            &[("a", "=", "=")],
+            "a=\\=",
+            &[(&[("a", "=")], true)],
+        ),
+        // The field is taken as written: a backslash, `!` or comma escape
+        // stays in it.
+        (
+            "a\\,b=c",
+            &[("a\\,b", "=", "c")],
+            "a\\,b=c",
+            &[(&[("a\\,b", "c")], true), (&[("a,b", "c")], false)],
+        ),
+        (
+            "a!b=c",
+            &[("a!b", "=", "c")],
+            "a!b=c",
+            &[(&[("a!b", "c")], true)],
+        ),
+        // Nothing is trimmed: spaces belong to the field and the value.
+        (
+            "metadata.name = x",
+            &[("metadata.name ", "=", " x")],
+            "metadata.name = x",
+            &[(NAME_X, false), (&[("metadata.name ", " x")], true)],
+        ),
+        // An empty field and value together mean nothing; an empty field
+        // alone is a term.
+        ("=", &[], "", &[(NAME_X, true)]),
+        ("!=", &[], "", &[(NAME_X, true)]),
+        ("==", &[], "", &[(NAME_X, true)]),
+        (
+            "=x",
+            &[("", "=", "x")],
+            "=x",
+            &[(&[], false), (&[("", "x")], true)],
+        ),
+        // Unicode values are plain text.
+        (
+            "metadata.name=héllo✓",
+            &[("metadata.name", "=", "héllo✓")],
+            "metadata.name=héllo✓",
+            &[(&[("metadata.name", "héllo✓")], true)],
+        ),
+    ];
+
+    /// Field selectors the API server refuses, and the start of its error
+    /// text, which ours repeats before saying what to do.
+    const REFUSED: &[(&str, &str)] = &[
+        (
+            "metadata.name",
+            "invalid selector: 'metadata.name'; can't understand 'metadata.name'",
+        ),
+        ("a=1,b", "invalid selector: 'a=1,b'; can't understand 'b'"),
+        (
+            "metadata.name=x,,y",
+            "invalid selector: 'metadata.name=x,,y'; can't understand 'y'",
+        ),
+        // An unescaped comma ends the term.
+        (
+            "metadata.name=a,b",
+            "invalid selector: 'metadata.name=a,b'; can't understand 'b'",
+        ),
+        // The first bad term in sorted order is the one named.
+        ("z,a", "invalid selector: 'z,a'; can't understand 'a'"),
+        // An unescaped `=` in a value (code point 61).
+        (
+            "metadata.name=a=b",
+            "invalid field selector: unescaped character in value: 61",
+        ),
+        (
+            "a=b!=c",
+            "invalid field selector: unescaped character in value: 61",
+        ),
+        (
+            "a===b",
+            "invalid field selector: unescaped character in value: 61",
+        ),
+        (
+            "a!==b",
+            "invalid field selector: unescaped character in value: 61",
+        ),
+        // Only `\\`, `\,` and `\=` are escapes, and a value cannot end in `\`.
+        (
+            "metadata.name=a\\b",
+            "invalid field selector: invalid escape sequence: \\b",
+        ),
+        (
+            "x=a\\ b",
+            "invalid field selector: invalid escape sequence: \\ ",
+        ),
+        (
+            "metadata.name=a\\",
+            "invalid field selector: invalid escape sequence: \\",
+        ),
+        (
+            "b=\\,,a=\\x",
+            "invalid field selector: invalid escape sequence: \\x",
+        ),
+    ];
+
+    fn field_lookup(set: Fields) -> impl Fn(&str) -> Option<&'static str> {
+        move |k| set.iter().find(|(n, _)| *n == k).map(|(_, v)| *v)
+    }
+
     #[test]
-    fn field_selector() {
-        let o = obj(serde_json::json!({}));
-        assert!(FieldSelector::parse("metadata.name=p").unwrap().matches(&o));
-        assert!(
-            FieldSelector::parse("status.phase!=Pending")
-                .unwrap()
-                .matches(&o)
+    fn field_selector_grammar_is_the_api_servers() {
+        for (input, want_reqs, canonical, sets) in ACCEPTED {
+            let sel = FieldSelector::parse(input).unwrap_or_else(|e| panic!("{input:?}: {e}"));
+            let reqs: Vec<(&str, &str, &str)> = sel
+                .requirements()
+                .map(|(field, op, value)| {
+                    let op = match op {
+                        FieldOp::Equals => "=",
+                        FieldOp::NotEquals => "!=",
+                    };
+                    (field, op, value)
+                })
+                .collect();
+            assert_eq!(&reqs, want_reqs, "{input:?} requirements");
+            assert_eq!(sel.to_string(), *canonical, "{input:?} canonical text");
+            assert_eq!(sel.is_empty(), want_reqs.is_empty(), "{input:?} is_empty");
+            // The canonical text means the same selector.
+            let again = FieldSelector::parse(canonical).unwrap();
+            assert_eq!(again.to_string(), *canonical, "{input:?} reparsed");
+            for (set, want) in *sets {
+                assert_eq!(
+                    sel.matches_fields(field_lookup(set)),
+                    *want,
+                    "{input:?} on {set:?}"
+                );
+                assert_eq!(
+                    again.matches_fields(field_lookup(set)),
+                    *want,
+                    "{input:?} reparsed on {set:?}"
+                );
+            }
+        }
+        for (input, server) in REFUSED {
+            let e = FieldSelector::parse(input).expect_err(input).to_string();
+            assert!(
+                e.starts_with(server),
+                "{input:?}: {e:?} does not start with {server:?}"
+            );
+            assert!(
+                e.len() > server.len() + 10,
+                "{input:?}: {e:?} says nothing to do"
+            );
+        }
+    }
+
+    #[test]
+    fn field_selector_errors_say_what_to_write() {
+        let e = FieldSelector::parse("metadata.name=a=b").unwrap_err();
+        assert_eq!(
+            e,
+            FieldSelectorError::Unescaped {
+                term: "metadata.name=a=b".into(),
+                character: '='
+            }
         );
+        assert!(e.to_string().contains(r"write it as \= in a value"), "{e}");
+        let e = FieldSelector::parse(r"metadata.name=a\b").unwrap_err();
+        assert!(e.to_string().contains(r"'metadata.name=a\b'"), "{e}");
         assert!(
-            !FieldSelector::parse("metadata.namespace=x")
-                .unwrap()
-                .matches(&o)
+            e.to_string().contains(r"write a literal backslash as \\"),
+            "{e}"
         );
-        assert!(FieldSelector::parse("nonsense").is_err());
+        let e = FieldSelector::parse("phase").unwrap_err();
+        assert!(e.to_string().contains("FIELD=VALUE"), "{e}");
+    }
+
+    #[test]
+    fn field_selector_on_objects() {
+        let o = KObject::from_value(
+            serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "p", "namespace": "n", "labels": {"a/b": "c"}},
+                "spec": {"hostNetwork": true, "priority": 7, "nodeName": "a,b"},
+                "status": {"phase": "Running"}}),
+            StripOptions::default(),
+        )
+        .unwrap();
+        for (sel, want) in [
+            ("metadata.name=p", true),
+            ("metadata.name==p", true),
+            ("status.phase!=Pending", true),
+            ("metadata.namespace=x", false),
+            ("metadata.name=p,status.phase=Running", true),
+            ("metadata.name=p,status.phase=Pending", false),
+            // Spaces are part of the field and value.
+            ("metadata.name = p", false),
+            ("metadata.name= p", false),
+            // Escaped values compare unescaped.
+            (r"spec.nodeName=a\,b", true),
+            // Booleans and numbers read as their text.
+            ("spec.hostNetwork=true", true),
+            ("spec.priority=7", true),
+            // Missing fields and objects read as "".
+            ("spec.missing=", true),
+            ("spec=", true),
+            // Dots separate keys; a `/` is part of one.
+            ("metadata.labels.a/b=c", true),
+            ("metadata/name=p", false),
+        ] {
+            let parsed = FieldSelector::parse(sel).unwrap_or_else(|e| panic!("{sel:?}: {e}"));
+            assert_eq!(parsed.matches(&o), want, "{sel:?}");
+        }
     }
 
     // Ported from k8s.io/apimachinery/pkg/labels/selector_test.go.

@@ -622,13 +622,19 @@ impl Source for LocalCluster {
         let (tx, mut rx) = mpsc::unbounded_channel();
         let labels = LabelSelector::parse(spec.label_selector.as_deref().unwrap_or(""));
         let fields = FieldSelector::parse(spec.field_selector.as_deref().unwrap_or(""));
-        let (Ok(labels), Ok(fields)) = (labels, fields) else {
-            let _ = tx.send(Err(SourceError::Other(format!(
-                "invalid selector in {spec}"
-            ))));
-            return Box::pin(futures::stream::unfold(rx, |mut rx| async move {
-                rx.recv().await.map(|v| (v, rx))
-            }));
+        let (labels, fields) = match (labels, fields) {
+            (Ok(labels), Ok(fields)) => (labels, fields),
+            (labels, fields) => {
+                let error = labels
+                    .err()
+                    .map(|e| e.to_string())
+                    .or_else(|| fields.err().map(|e| e.to_string()))
+                    .unwrap_or_default();
+                let _ = tx.send(Err(SourceError::Other(format!("{spec}: {error}"))));
+                return Box::pin(futures::stream::unfold(rx, |mut rx| async move {
+                    rx.recv().await.map(|v| (v, rx))
+                }));
+            }
         };
         let watcher = Watcher {
             spec: spec.clone(),
