@@ -2,8 +2,9 @@
 # Builds the test cluster into tests/controlplane/bin: kubewasm-controlplane
 # (the real kube-apiserver, kube-controller-manager, kube-scheduler and
 # kubelet as subcommands of one binary, plus an embedded etcd), pause (the
-# static sandbox program of the node's pause image) and apiprobe (the node
-# tests' in-cluster API client). A no-op when both are
+# static sandbox program of the node's pause image), apiprobe (the node
+# tests' in-cluster API client) and fieldselprobe (apimachinery's field
+# selector parser, for tests/tests/field_selectors.rs). A no-op when all are
 # newer than go.mod, go.sum and every .go file.
 #
 # Needs Go (>= the go line in go.mod) and the Go module proxy. A cold build
@@ -15,7 +16,8 @@ cd "$(dirname "$0")"
 out=bin/kubewasm-controlplane
 pause=bin/pause
 probe=bin/apiprobe
-if [[ -x $out && -x $pause && -x $probe && -z $(find go.mod go.sum ./*.go pause/*.go apiprobe/*.go -newer "$out" 2>/dev/null) ]]; then
+fieldsel=bin/fieldselprobe
+if [[ -x $out && -x $pause && -x $probe && -x $fieldsel && -z $(find go.mod go.sum ./*.go pause/*.go apiprobe/*.go fieldselprobe/*.go -newer "$out" 2>/dev/null) ]]; then
   exit 0
 fi
 command -v go >/dev/null || { echo "build.sh: Go is not installed (https://go.dev/dl/)" >&2; exit 1; }
@@ -38,5 +40,7 @@ go build -mod=readonly -trimpath -buildvcs=false -ldflags "$ldflags" -o "$out.tm
 CGO_ENABLED=0 go build -mod=readonly -trimpath -buildvcs=false -ldflags "-s -w" -o "$pause" ./pause
 # The node tests' in-cluster API client (static, for an image with no base).
 CGO_ENABLED=0 go build -mod=readonly -trimpath -buildvcs=false -ldflags "-s -w" -o "$probe" ./apiprobe
+# The real fields.ParseSelector, for the field selector differential test.
+go build -mod=readonly -trimpath -buildvcs=false -ldflags "-s -w" -o "$fieldsel" ./fieldselprobe
 mv -f "$out.tmp" "$out"
 echo "build.sh: built $out in $((SECONDS - start))s" >&2
