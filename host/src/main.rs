@@ -225,8 +225,8 @@ fn dead_letters(args: DeadLettersArgs) -> anyhow::Result<()> {
         OutputFormat::Table => {
             writeln!(
                 out,
-                "{:<20} {:<24} {:<40} {:<8} {:>8}  {:<20}  LAST ERROR",
-                "PLUGIN", "KIND", "OBJECT", "DELTA", "ATTEMPTS", "LAST FAILED"
+                "{:<20} {:<24} {:<40} {:<8} {:>8}  {:<8} {:<20}  LAST ERROR",
+                "PLUGIN", "KIND", "OBJECT", "DELTA", "ATTEMPTS", "STATE", "LAST FAILED"
             )?;
             for r in &records {
                 let object = match &r.namespace {
@@ -235,8 +235,16 @@ fn dead_letters(args: DeadLettersArgs) -> anyhow::Result<()> {
                 };
                 writeln!(
                     out,
-                    "{:<20} {:<24} {:<40} {:<8} {:>8}  {:<20}  {}",
-                    r.plugin, r.kind, object, r.delta, r.attempts, r.last_failed, r.last_error
+                    "{:<20} {:<24} {:<40} {:<8} {:>8}  {:<8} {:<20}  {}",
+                    r.plugin,
+                    r.kind,
+                    object,
+                    r.delta,
+                    r.attempts,
+                    // Parked keys are still retried at the backoff cap.
+                    if r.parked { "parked" } else { "dead" },
+                    r.last_failed,
+                    r.last_error
                 )?;
             }
         }

@@ -467,7 +467,7 @@ impl Collector for HostCollector {
         counter_rows(
             &mut enc,
             "kubewasm_plugin_dead_letters",
-            "Deltas given up on after the last attempt, by plugin",
+            "Keys given up on (a permanent failure) or parked (past their attempt budget or backoff cap, still retried), by plugin",
             load(|s| s.dead.load(Ordering::Relaxed)).into_iter(),
         )?;
         counter_rows(
@@ -490,6 +490,12 @@ impl Collector for HostCollector {
         }
         counter_rows(
             &mut enc,
+            "kubewasm_plugin_fenced_stops",
+            "Times a plugin version's stop grace ran out with calls in flight, which were fenced (their remaining actions refused), by plugin",
+            load(|s| s.fenced_calls.load(Ordering::Relaxed)).into_iter(),
+        )?;
+        counter_rows(
+            &mut enc,
             "kubewasm_plugin_deltas_filtered",
             "Updates not delivered because no field the plugin declared changed, by plugin",
             load(|s| s.filtered.load(Ordering::Relaxed)).into_iter(),
@@ -500,16 +506,27 @@ impl Collector for HostCollector {
             "Deltas merged into a pending delta of the same object, by plugin",
             load(|s| s.coalesced.load(Ordering::Relaxed)).into_iter(),
         )?;
-        {
-            let mut m = enc.encode_descriptor(
+        for (metric, help, read) in [
+            (
                 "kubewasm_plugin_queue_depth",
-                "Deltas waiting in a plugin's queue (not counting calls in flight), by plugin",
-                None,
-                MetricType::Gauge,
-            )?;
+                "Deltas waiting in a plugin's queue, ready or backing off (not counting calls in flight), by plugin",
+                PluginStats::queue_depth as fn(&PluginStats) -> u64,
+            ),
+            (
+                "kubewasm_plugin_delayed_keys",
+                "Keys of a plugin waiting on a timer: backing off after a failure, or with a requeue pending, by plugin",
+                PluginStats::delayed_depth,
+            ),
+            (
+                "kubewasm_plugin_requeues_pending",
+                "Requeues a plugin asked for that are not due yet (at most one per object), by plugin",
+                PluginStats::requeues_pending,
+            ),
+        ] {
+            let mut m = enc.encode_descriptor(metric, help, None, MetricType::Gauge)?;
             for (name, s) in &plugins {
                 m.encode_family(&[("plugin", name.as_str())])?
-                    .encode_gauge(&s.queue_depth())?;
+                    .encode_gauge(&read(s))?;
             }
         }
         for (name, help, pick) in [

@@ -75,6 +75,8 @@ pub struct PluginRow {
     pub errors: u64,
     pub retries: u64,
     pub queue: u64,
+    /// Keys waiting on a timer (backing off, or a requeue not due yet).
+    pub delayed: u64,
     pub dead_letters: u64,
 }
 

@@ -147,6 +147,7 @@ impl UiSource for AppView {
                         row.errors = s.failed_calls.load(Ordering::Relaxed);
                         row.retries = s.retries.load(Ordering::Relaxed);
                         row.queue = s.queue_depth();
+                        row.delayed = s.delayed_depth();
                         row.dead_letters = s.dead_letters.lock().len() as u64;
                         row.call_p50_us = micros(s.call_time.quantile(0.5));
                         row.call_p99_us = micros(s.call_time.quantile(0.99));

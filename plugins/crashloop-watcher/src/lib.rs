@@ -14,7 +14,7 @@ const BATCH: usize = 8;
 /// Each kind has its own watch, so a Pod's delta can arrive before its new
 /// ReplicaSet's or Deployment's: a missing owner is retried (the host backs
 /// off 100-200, 200-400, then 400-800 ms by default) before the Event is
-/// recorded alone. 4 stays under the host's default of 5 attempts.
+/// recorded alone. Each retry reads the Pod as the cache holds it then.
 const OWNER_ATTEMPTS: u32 = 4;
 
 #[derive(Deserialize)]

@@ -61,15 +61,16 @@ function renderPlugins(plugins) {
       num(p.errors),
       num(p.retries),
       num(p.queue),
+      num(p.delayed),
       num(p.deadLetters));
     rows.push(tr);
     if (p.error) {
       rows.push(el('tr', { class: 'error', 'data-error-of': p.name },
-        el('td', { colspan: '13', text: (p.state === 'serving' || p.state === 'unhealthy'
+        el('td', { colspan: '14', text: (p.state === 'serving' || p.state === 'unhealthy'
           ? 'its new file did not load (the previous version serves): ' : '') + p.error })));
     }
   }
-  if (!plugins.length) rows.push(el('tr', null, el('td', { colspan: '13', class: 'muted', text: 'no plugin in the folder' })));
+  if (!plugins.length) rows.push(el('tr', null, el('td', { colspan: '14', class: 'muted', text: 'no plugin in the folder' })));
   body.replaceChildren(...rows);
   $('plugin-names').replaceChildren(...plugins.map((p) => el('option', { value: p.name })));
 }
