@@ -242,11 +242,25 @@ impl LocalCluster {
         files.sort();
         let mut found: BTreeMap<Id, (Value, PathBuf)> = BTreeMap::new();
         let mut state = self.state.lock();
+        // Files whose objects are kept as they were when missing from the
+        // rescan: what cannot be read might still hold them, and a
+        // deletion made up from a read error is what a garbage-collecting
+        // plugin acts on.
         let mut broken = Vec::new();
         for file in files {
             let text = match std::fs::read_to_string(&file) {
                 Ok(t) => t,
-                Err(_) => continue,
+                // Gone since the walk: its objects went with it.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => {
+                    let message = format!("cannot read: {e}");
+                    if state.reported.get(&file) != Some(&message) {
+                        tracing::error!(file = %file.display(), error = %e, "cannot read manifest; keeping its objects as they were until it reads");
+                        state.reported.insert(file.clone(), message);
+                    }
+                    broken.push(file);
+                    continue;
+                }
             };
             match parse_manifests(&file, &text) {
                 Ok(objs) => {
@@ -257,7 +271,11 @@ impl LocalCluster {
                             v["kind"].as_str(),
                             v["metadata"]["name"].as_str(),
                         ) else {
-                            tracing::warn!(file = %file.display(), "skipping a document without apiVersion, kind and metadata.name");
+                            // It may be an object of this file being edited:
+                            // the file's other objects are read, and those
+                            // missing kept.
+                            tracing::warn!(file = %file.display(), "skipping a document without apiVersion, kind and metadata.name; keeping the objects this file held that it no longer shows");
+                            broken.push(file.clone());
                             continue;
                         };
                         let gvk = Gvk::from_api_version(av, kind);
@@ -318,7 +336,18 @@ impl LocalCluster {
                         e.file = file;
                     }
                 }
-                _ => self.upsert_locked(&mut state, id, value, file),
+                _ => {
+                    // What no informer can cache (a label value that is not
+                    // a string, say) would reach none of them: the object
+                    // keeps its last good state.
+                    if let Err(e) = KObject::from_value(value.clone(), self.strip) {
+                        if state.reported_names.insert((file.clone(), e.to_string())) {
+                            tracing::error!(file = %file.display(), object = %id.1, error = %e, "cannot read an object; keeping its last good state until it reads");
+                        }
+                        continue;
+                    }
+                    self.upsert_locked(&mut state, id, value, file);
+                }
             }
         }
         Ok(())
@@ -782,6 +811,83 @@ mod tests {
         for s in [&mut a, &mut b, &mut all] {
             assert_eq!(next(s), "nothing");
         }
+    }
+
+    /// A file the cluster cannot read, parse or cache must not read as the
+    /// deletion of the objects it held: they keep their last good state
+    /// until it reads again.
+    #[tokio::test]
+    async fn a_file_that_cannot_be_read_keeps_its_objects_as_they_were() {
+        use futures::{FutureExt, StreamExt};
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("c.yaml");
+        let cm = |name: &str, app: &str| {
+            format!(
+                "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {name}, namespace: d, labels: {{app: {app}}}}}\n"
+            )
+        };
+        std::fs::write(&file, cm("c", "a")).unwrap();
+        let kinds = KindRegistry::builtin();
+        let cluster = LocalCluster::new(
+            dir.path().to_owned(),
+            kinds.clone(),
+            StripOptions::default(),
+        )
+        .unwrap();
+        let kind = kinds
+            .resolve(&crate::kind::KindRef::Resource("configmaps".into()))
+            .unwrap();
+        let mut all = cluster.watch(&InformerSpec {
+            kind,
+            namespace: None,
+            label_selector: None,
+            field_selector: None,
+        });
+        let mut next = || match all.next().now_or_never().flatten() {
+            None => "nothing".to_owned(),
+            Some(Ok(WatchEvent::Init)) => "init".to_owned(),
+            Some(Ok(WatchEvent::InitDone)) => "init-done".to_owned(),
+            Some(Ok(WatchEvent::InitApply(o) | WatchEvent::Apply(o))) => {
+                format!("apply {} {}", o.name(), o.meta().label("app").unwrap_or(""))
+            }
+            Some(Ok(WatchEvent::Delete(o))) => format!("delete {}", o.name()),
+            Some(other) => format!("{other:?}"),
+        };
+        assert_eq!(next(), "init");
+        assert_eq!(next(), "apply c a");
+        assert_eq!(next(), "init-done");
+        let gvk = Gvk::new("", "v1", "ConfigMap");
+        let app = |cluster: &LocalCluster| {
+            cluster
+                .get(&gvk, Some("d"), "c")
+                .map(|v| v["metadata"]["labels"]["app"].clone())
+        };
+        for (what, text) in [
+            ("not UTF-8", b"apiVersion: v1\nkind: \xff\n".to_vec()),
+            ("not YAML", b"apiVersion: v1\nkind: [\n".to_vec()),
+            (
+                "a label value no informer can cache",
+                cm("c", "7").into_bytes(),
+            ),
+            (
+                "a document without a name",
+                b"apiVersion: v1\nkind: ConfigMap\nmetadata: {namespace: d}\n".to_vec(),
+            ),
+        ] {
+            std::fs::write(&file, text).unwrap();
+            cluster.rescan().unwrap();
+            assert_eq!(next(), "nothing", "{what}");
+            assert_eq!(app(&cluster), Some(json!("a")), "{what}");
+        }
+        // Readable again: the change, then a real deletion, come through.
+        std::fs::write(&file, cm("c", "b")).unwrap();
+        cluster.rescan().unwrap();
+        assert_eq!(next(), "apply c b");
+        std::fs::remove_file(&file).unwrap();
+        cluster.rescan().unwrap();
+        assert_eq!(next(), "delete c");
+        assert_eq!(next(), "nothing");
+        assert!(cluster.is_empty());
     }
 
     #[tokio::test]
