@@ -1,7 +1,8 @@
 //! The API-server source against a scripted mock server: paged initial
 //! list, bookmarks, a dropped connection resuming from the last bookmark
 //! without duplicates, 410 Gone relisting into deletes of vanished objects,
-//! 403 on list, and streaming lists with the fallback to paged lists.
+//! 403 on list, streaming lists with the fallback to paged lists, and lists
+//! with an item that cannot be decoded voided and made again.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -367,4 +368,248 @@ async fn a_silent_watch_whose_server_does_not_answer_is_reported_stalled() {
         other => panic!("expected the watch to go on, got {other:?}"),
     }
     let _keep = script.await.unwrap();
+}
+
+/// A ConfigMap the server could send but the host cannot decode (a label
+/// value that is not a string).
+fn undecodable_configmap(name: &str, rv: &str) -> serde_json::Value {
+    let mut cm = configmap("ns", name, rv, "1");
+    cm["metadata"]["labels"] = serde_json::json!({"team": 7});
+    cm
+}
+
+async fn next_event(
+    stream: &mut futures::stream::BoxStream<
+        'static,
+        Result<kubewasm::informer::WatchEvent, SourceError>,
+    >,
+) -> Result<kubewasm::informer::WatchEvent, SourceError> {
+    tokio::time::timeout(Duration::from_secs(30), stream.next())
+        .await
+        .expect("no event within 30s")
+        .expect("the stream ended")
+}
+
+/// What a source event is, for comparing sequences.
+fn event_name(e: &Result<kubewasm::informer::WatchEvent, SourceError>) -> String {
+    use kubewasm::informer::WatchEvent;
+    match e {
+        Ok(WatchEvent::Init) => "Init".into(),
+        Ok(WatchEvent::InitApply(o)) => format!("InitApply {}", o.name()),
+        Ok(WatchEvent::InitDone) => "InitDone".into(),
+        Ok(WatchEvent::Apply(o)) => format!("Apply {}", o.name()),
+        Ok(WatchEvent::Delete(o)) => format!("Delete {}", o.name()),
+        Ok(WatchEvent::Progress) => "Progress".into(),
+        Err(SourceError::ListItemUndecodable {
+            position, object, ..
+        }) => format!("Undecodable {position} {object:?}"),
+        Err(e) => format!("Err {e}"),
+    }
+}
+
+/// A paged list with an item the host cannot decode ends in an error
+/// naming it, never in InitDone; the list is made again, whole.
+#[tokio::test]
+async fn a_paged_list_with_an_undecodable_item_is_voided_and_listed_again() {
+    let (client, mut server) = mock_client();
+    let source = KubeSource::new(client, StripOptions::default(), InitialList::Paged, 50);
+    let mut stream = source.watch(&spec());
+    let script = tokio::spawn(async move {
+        let (req, send) = next(&mut server).await;
+        assert_eq!(req.param("watch"), None, "{req:?}");
+        send.send_response(json_response(
+            200,
+            &list(
+                "3",
+                vec![
+                    configmap("ns", "a", "1", "1"),
+                    undecodable_configmap("b", "2"),
+                    configmap("ns", "c", "3", "1"),
+                ],
+            ),
+        ));
+        // After backoff, the same list again: fixed by now.
+        let (req, send) = next(&mut server).await;
+        assert_eq!(
+            req.param("watch"),
+            None,
+            "expected a list again, got {req:?}"
+        );
+        assert_eq!(req.param("continue"), None, "{req:?}");
+        send.send_response(json_response(
+            200,
+            &list(
+                "4",
+                vec![
+                    configmap("ns", "a", "1", "1"),
+                    configmap("ns", "b", "4", "1"),
+                    configmap("ns", "c", "3", "1"),
+                ],
+            ),
+        ));
+        server
+    });
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        seen.push(next_event(&mut stream).await);
+    }
+    let names: Vec<String> = seen.iter().map(event_name).collect();
+    assert_eq!(
+        names,
+        ["Init", "InitApply a", "Undecodable 2 Some(\"ns/b\")"]
+    );
+    let shown = seen[2].as_ref().unwrap_err().to_string();
+    for part in [
+        "configmaps in ns labels \"team=a\"",
+        "list item 2 (ns/b)",
+        "invalid type: integer",
+        "discarded",
+        "retried",
+    ] {
+        assert!(shown.contains(part), "{part:?} not in {shown}");
+    }
+    let mut again = Vec::new();
+    for _ in 0..5 {
+        again.push(event_name(&next_event(&mut stream).await));
+    }
+    assert_eq!(
+        again,
+        [
+            "Init",
+            "InitApply a",
+            "InitApply b",
+            "InitApply c",
+            "InitDone"
+        ]
+    );
+    let _keep = script.await.unwrap();
+}
+
+/// A streaming list's event that is not even JSON: the list is voided
+/// (kube's watcher alone would have gone on to InitDone without it).
+#[tokio::test]
+async fn a_streaming_list_with_an_undecodable_event_is_voided_and_listed_again() {
+    let (client, mut server) = mock_client();
+    let source = KubeSource::new(client, StripOptions::default(), InitialList::Stream, 50);
+    let mut stream = source.watch(&spec());
+    let script = tokio::spawn(async move {
+        let (req, send) = next(&mut server).await;
+        assert_eq!(req.param("sendInitialEvents").as_deref(), Some("true"));
+        let (resp, feed) = watch_response();
+        send.send_response(resp);
+        feed.send("ADDED", configmap("ns", "a", "5", "1"));
+        feed.send_raw(r#"{"type":"ADDED","object":nope}"#);
+        feed.send("ADDED", configmap("ns", "c", "6", "1"));
+        feed.bookmark("7", true);
+        let (req, send) = next(&mut server).await;
+        assert_eq!(req.param("sendInitialEvents").as_deref(), Some("true"));
+        let (resp, feed2) = watch_response();
+        send.send_response(resp);
+        for (name, rv) in [("a", "5"), ("b", "6"), ("c", "6")] {
+            feed2.send("ADDED", configmap("ns", name, rv, "1"));
+        }
+        feed2.bookmark("8", true);
+        (server, feed, feed2)
+    });
+    let mut names = Vec::new();
+    for _ in 0..3 {
+        names.push(event_name(&next_event(&mut stream).await));
+    }
+    assert_eq!(names, ["Init", "InitApply a", "Undecodable 2 None"]);
+    let mut again = Vec::new();
+    for _ in 0..5 {
+        again.push(event_name(&next_event(&mut stream).await));
+    }
+    assert_eq!(
+        again,
+        [
+            "Init",
+            "InitApply a",
+            "InitApply b",
+            "InitApply c",
+            "InitDone"
+        ]
+    );
+    let _keep = script.await.unwrap();
+}
+
+/// The bug this guards against: a relist missing one live object (it
+/// could not be decoded) deleted it, and a garbage-collecting plugin then
+/// deleted its children. Now the relist is discarded and made again.
+#[tokio::test]
+async fn a_relist_with_an_undecodable_item_deletes_nothing() {
+    let (client, mut server) = mock_client();
+    let source = Arc::new(KubeSource::new(
+        client,
+        StripOptions::default(),
+        InitialList::Paged,
+        500,
+    ));
+    let set = InformerSet::new(
+        source,
+        Arc::new(Activity::default()),
+        CancellationToken::new(),
+    );
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let handle = set.subscribe(spec(), tx);
+    let (_req, send) = next(&mut server).await;
+    send.send_response(json_response(
+        200,
+        &list(
+            "10",
+            vec![
+                configmap("ns", "a", "5", "1"),
+                configmap("ns", "b", "6", "1"),
+            ],
+        ),
+    ));
+    assert_eq!(
+        take(&mut rx, 3).await,
+        ["Added a@5 initial", "Added b@6 initial", "Synced"]
+    );
+    let (req, send) = next(&mut server).await;
+    assert_eq!(req.param("watch").as_deref(), Some("true"));
+    let (resp, feed) = watch_response();
+    send.send_response(resp);
+    feed.gone();
+    // The relist: b changed into something the host cannot decode.
+    let (req, send) = next(&mut server).await;
+    assert_eq!(req.param("watch"), None, "expected a relist, got {req:?}");
+    send.send_response(json_response(
+        200,
+        &list(
+            "20",
+            vec![
+                configmap("ns", "a", "5", "1"),
+                undecodable_configmap("b", "19"),
+            ],
+        ),
+    ));
+    // Listed again after backoff: b is readable again.
+    let (req, send) = next(&mut server).await;
+    assert_eq!(req.param("watch"), None, "expected a relist, got {req:?}");
+    send.send_response(json_response(
+        200,
+        &list(
+            "21",
+            vec![
+                configmap("ns", "a", "5", "1"),
+                configmap("ns", "b", "21", "2"),
+            ],
+        ),
+    ));
+    assert_eq!(take(&mut rx, 1).await, ["Updated b@21 old=b@6"]);
+    let (req, _send) = next(&mut server).await;
+    assert_eq!(req.param("resourceVersion").as_deref(), Some("21"));
+    no_more(&mut rx).await;
+    let names: Vec<String> = handle
+        .informer
+        .store()
+        .snapshot()
+        .iter()
+        .map(|o| format!("{}@{}", o.name(), o.meta().resource_version))
+        .collect();
+    assert_eq!(names, ["a@5", "b@21"]);
+    set.unsubscribe(&handle);
+    set.shutdown().await;
 }

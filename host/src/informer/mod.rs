@@ -21,7 +21,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::activity::Activity;
 use crate::kind::KindInfo;
-use crate::object::{KObject, ObjectHandle};
+use crate::object::{KObject, ObjectError, ObjectHandle};
 use crate::telemetry::events::{
     InformerForbidden, Relisted, WatchFailed, WatchResumed, WatchStalled,
 };
@@ -84,6 +84,25 @@ pub enum SourceError {
     Stalled {
         silent: std::time::Duration,
         cause: String,
+    },
+    /// An item of a (re)list could not be decoded. A list missing one
+    /// object would read as that object's deletion, so the list is void:
+    /// the source delivers no `InitDone` for it and lists again after
+    /// backoff, and the informer discards what it buffered (its cache and
+    /// deltas stay as they were).
+    #[error(
+        "{informer}: cannot decode list item {position}{}: {cause}; the list is discarded (the cache keeps the last complete one) and retried with backoff",
+        object.as_deref().map(|o| format!(" ({o})")).unwrap_or_default()
+    )]
+    ListItemUndecodable {
+        /// The informer's spec, as displayed.
+        informer: String,
+        /// The item's position in the list, from 1.
+        position: usize,
+        /// `namespace/name` (or `name`), when the item's name is readable.
+        object: Option<String>,
+        #[source]
+        cause: Arc<ObjectError>,
     },
     #[error("{0}")]
     Other(String),
@@ -366,8 +385,7 @@ impl Informer {
     /// by itself (it never should: the informer is then dead).
     async fn run(self: Arc<Self>, source: Arc<dyn Source>) -> bool {
         let mut stream = source.watch(&self.spec);
-        // Objects of a (re)list in progress.
-        let mut relist: Option<Vec<KObject>> = None;
+        let mut relist = Relist::Idle;
         let mut lists = 0u64;
         // Since when the source reports the watch stalled.
         let mut stalled: Option<std::time::Instant> = None;
@@ -418,6 +436,11 @@ impl Informer {
                 }
                 .emit(&self.counters),
                 Err(err) => {
+                    if let SourceError::ListItemUndecodable { .. } = err {
+                        // Nothing of a list with a hole is applied; the
+                        // source lists again, starting with `Init`.
+                        relist = Relist::Aborted;
+                    }
                     self.watch_restarts.fetch_add(1, Ordering::Relaxed);
                     WatchFailed {
                         informer: &self.spec,
@@ -435,16 +458,25 @@ impl Informer {
                         .emit(&self.counters);
                     }
                     lists += 1;
-                    relist = Some(Vec::new());
+                    // A fresh buffer, whatever an earlier list left.
+                    relist = Relist::Buffering(Vec::new());
                 }
-                Ok(WatchEvent::InitApply(obj)) => match relist.as_mut() {
-                    Some(buf) => buf.push(obj),
-                    None => self.apply(obj),
+                Ok(WatchEvent::InitApply(obj)) => match &mut relist {
+                    Relist::Buffering(buf) => buf.push(obj),
+                    Relist::Idle => self.apply(obj),
+                    Relist::Aborted => {
+                        tracing::debug!(informer = %self.spec, object = %obj.key(), "ignoring an item of an aborted list");
+                    }
                 },
-                Ok(WatchEvent::InitDone) => {
-                    let listed = relist.take().unwrap_or_default();
-                    self.replace(listed);
-                }
+                Ok(WatchEvent::InitDone) => match std::mem::replace(&mut relist, Relist::Idle) {
+                    Relist::Buffering(listed) => self.replace(listed),
+                    // The end of no list: nothing to compare the cache with
+                    // (an empty list here would delete everything).
+                    Relist::Idle => self.synced(&mut self.fanout.lock()),
+                    Relist::Aborted => {
+                        tracing::debug!(informer = %self.spec, "ignoring the end of an aborted list");
+                    }
+                },
                 Ok(WatchEvent::Apply(obj)) => self.apply(obj),
                 Ok(WatchEvent::Delete(obj)) => self.delete(obj),
             }
@@ -459,6 +491,7 @@ impl Informer {
         match self.store.upsert(obj.clone()) {
             Some(old)
                 if old.meta().resource_version == obj.meta().resource_version && *old == *obj => {}
+            Some(old) if recreated(&old, &obj) => self.emit_recreated(&mut fanout, old, obj),
             Some(old) => {
                 let mut d = Delta::new(DeltaType::Updated, obj);
                 d.old = Some(old);
@@ -480,9 +513,21 @@ impl Informer {
         }
     }
 
+    /// An object recreated under the same key (another uid): the old one
+    /// went, so it is a delete (its final state unknown: the deletion was
+    /// not watched) and then an add, never an update from one object to
+    /// another. The store already holds the new one.
+    fn emit_recreated(&self, fanout: &mut Fanout, old: ObjectHandle, new: ObjectHandle) {
+        let mut gone = Delta::new(DeltaType::Deleted, old);
+        gone.final_state_unknown = true;
+        self.emit(fanout, gone);
+        self.emit(fanout, Delta::new(DeltaType::Added, new));
+    }
+
     /// Applies a complete list: new objects are added, changed ones updated,
-    /// and objects missing from the list deleted with their last known state
-    /// (flagged: the deletion was not watched).
+    /// recreated ones (another uid) deleted then added, and objects missing
+    /// from the list deleted with their last known state (flagged: the
+    /// deletion was not watched).
     fn replace(&self, listed: Vec<KObject>) {
         let mut fanout = self.fanout.lock();
         let first = !fanout.synced;
@@ -491,6 +536,7 @@ impl Informer {
             let obj = Arc::new(obj);
             seen.insert(obj.key());
             match self.store.upsert(obj.clone()) {
+                Some(old) if recreated(&old, &obj) => self.emit_recreated(&mut fanout, old, obj),
                 Some(old) if old.meta().resource_version == obj.meta().resource_version => {}
                 Some(old) => {
                     let mut d = Delta::new(DeltaType::Updated, obj);
@@ -517,13 +563,37 @@ impl Informer {
             d.final_state_unknown = true;
             self.emit(&mut fanout, d);
         }
-        if first {
+        self.synced(&mut fanout);
+    }
+
+    /// Marks the cache synced after its first list (once).
+    fn synced(&self, fanout: &mut Fanout) {
+        if !fanout.synced {
             fanout.synced = true;
-            self.emit(&mut fanout, Delta::synced());
+            self.emit(fanout, Delta::synced());
             self.synced_tx.send_replace(true);
             tracing::info!(informer = %self.spec, objects = self.store.len(), "cache synced");
         }
     }
+}
+
+/// Where the informer is in a (re)list.
+enum Relist {
+    /// No list in progress: an `InitApply` applies at once.
+    Idle,
+    /// The objects of the list in progress, applied together at `InitDone`.
+    Buffering(Vec<KObject>),
+    /// The source voided the list in progress: its items and end are
+    /// ignored until the next `Init`.
+    Aborted,
+}
+
+/// True when `new` is another object than `old` under the same key: its
+/// uid differs (objects without a uid, as some tests build, are never
+/// told apart).
+fn recreated(old: &KObject, new: &KObject) -> bool {
+    let (a, b) = (&old.meta().uid, &new.meta().uid);
+    !a.is_empty() && !b.is_empty() && a != b
 }
 
 /// A subscriber's handle on an informer; dropping it does not unsubscribe
@@ -539,6 +609,13 @@ pub struct SubscriptionHandle {
 
 /// The SharedInformerFactory: starts informers on first use, shares them,
 /// stops them when their last subscriber leaves.
+///
+/// Lock order: the map of informers, then an informer's fanout (then its
+/// store). Subscribing (find or create, then add the subscriber) and
+/// unsubscribing (remove the subscriber, then stop the informer if none is
+/// left) each happen whole under the map's lock, so an informer in the map
+/// always has a subscriber or is about to get its first, and a subscriber
+/// is never added to an informer being stopped.
 pub struct InformerSet {
     source: Arc<dyn Source>,
     informers: Mutex<HashMap<InformerSpec, Arc<Informer>>>,
@@ -597,41 +674,43 @@ impl InformerSet {
         name: Arc<str>,
     ) -> SubscriptionHandle {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let (informer, created) = {
-            let mut map = self.informers.lock();
-            match map.get(&spec) {
-                Some(existing) => (existing.clone(), false),
-                None => {
-                    let (synced_tx, _) = watch::channel(false);
-                    let informer = Arc::new(Informer {
-                        spec: spec.clone(),
-                        store: Store::default(),
-                        fanout: Mutex::new(Fanout {
-                            subscribers: Vec::new(),
-                            synced: false,
-                            seq: 0,
-                            names: Vec::new(),
-                            last: None,
-                        }),
-                        forbidden: Mutex::new(None),
-                        watch_restarts: AtomicU64::new(0),
-                        relists: AtomicU64::new(0),
-                        synced_tx,
-                        cancel: self.cancel.child_token(),
-                        activity: self.activity.clone(),
-                        counters: self
-                            .telemetry
-                            .metrics()
-                            .informer(&spec.kind.resource_name()),
-                    });
-                    map.insert(spec.clone(), informer.clone());
-                    (informer, true)
-                }
+        // Held until the subscriber is in: an unsubscribe of the informer's
+        // last other subscriber cannot stop it in between.
+        let mut map = self.informers.lock();
+        let (informer, created) = match map.get(&spec) {
+            Some(existing) => (existing.clone(), false),
+            None => {
+                let (synced_tx, _) = watch::channel(false);
+                let informer = Arc::new(Informer {
+                    spec: spec.clone(),
+                    store: Store::default(),
+                    fanout: Mutex::new(Fanout {
+                        subscribers: Vec::new(),
+                        synced: false,
+                        seq: 0,
+                        names: Vec::new(),
+                        last: None,
+                    }),
+                    forbidden: Mutex::new(None),
+                    watch_restarts: AtomicU64::new(0),
+                    relists: AtomicU64::new(0),
+                    synced_tx,
+                    cancel: self.cancel.child_token(),
+                    activity: self.activity.clone(),
+                    counters: self
+                        .telemetry
+                        .metrics()
+                        .informer(&spec.kind.resource_name()),
+                });
+                map.insert(spec.clone(), informer.clone());
+                (informer, true)
             }
         };
         let cut = informer.add_subscriber(id, name, tx);
+        drop(map);
         // Started after its first subscriber is in: what it reports at once
-        // (a 403) names the plugin.
+        // (a 403) names the plugin. Should that subscriber already have left,
+        // the informer was cancelled and its task ends at once.
         if created {
             tracing::info!(informer = %spec, "starting informer");
             let guard = self.telemetry.task(format!("informer {spec}"));
@@ -647,6 +726,8 @@ impl InformerSet {
         SubscriptionHandle { informer, id, cut }
     }
 
+    /// Removes the subscriber; the informer stops when it was the last,
+    /// decided under the map's lock that subscribing also holds.
     pub fn unsubscribe(&self, handle: &SubscriptionHandle) {
         let mut map = self.informers.lock();
         if handle.informer.remove_subscriber(handle.id) == 0 {
@@ -711,12 +792,285 @@ mod tests {
     }
 
     fn cm(name: &str) -> KObject {
+        cm_at(name, "1", name)
+    }
+
+    fn cm_at(name: &str, rv: &str, uid: &str) -> KObject {
         KObject::from_value(
             serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
-                "metadata": {"name": name, "namespace": "default", "resourceVersion": "1", "uid": name}}),
+                "metadata": {"name": name, "namespace": "default", "resourceVersion": rv, "uid": uid}}),
             StripOptions::default(),
         )
         .unwrap()
+    }
+
+    /// An informer on a scripted source, its subscriber's deltas, and the
+    /// script's sender.
+    fn scripted() -> (
+        InformerSet,
+        SubscriptionHandle,
+        mpsc::UnboundedReceiver<Delta>,
+        mpsc::UnboundedSender<Result<WatchEvent, SourceError>>,
+    ) {
+        let (events, rx) = mpsc::unbounded_channel();
+        let set = InformerSet::new(
+            Arc::new(Scripted(Mutex::new(Some(rx)))),
+            Arc::new(Activity::default()),
+            CancellationToken::new(),
+        );
+        let (tx, deltas) = mpsc::unbounded_channel();
+        let handle = set.subscribe(all_configmaps(), tx);
+        (set, handle, deltas, events)
+    }
+
+    /// `Added a@1 uid=a initial #1`: what a test compares.
+    fn describe(d: &Delta) -> String {
+        let mut s = format!("{:?}", d.dtype);
+        if let Some(o) = &d.object {
+            let m = o.meta();
+            s = format!("{s} {}@{} uid={}", m.name, m.resource_version, m.uid);
+        }
+        if d.initial {
+            s.push_str(" initial");
+        }
+        if d.final_state_unknown {
+            s.push_str(" unknown");
+        }
+        format!("{s} #{}", d.seq)
+    }
+
+    async fn take(deltas: &mut mpsc::UnboundedReceiver<Delta>, n: usize) -> Vec<String> {
+        let mut out = Vec::new();
+        while out.len() < n {
+            let d = tokio::time::timeout(std::time::Duration::from_secs(10), deltas.recv())
+                .await
+                .unwrap_or_else(|_| panic!("only {out:?} within 10s"))
+                .unwrap();
+            out.push(describe(&d));
+        }
+        out
+    }
+
+    fn undecodable(position: usize, object: &str) -> SourceError {
+        SourceError::ListItemUndecodable {
+            informer: all_configmaps().to_string(),
+            position,
+            object: Some(object.into()),
+            cause: Arc::new(ObjectError::Missing("metadata.name")),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_list_with_an_undecodable_item_changes_nothing_and_the_next_list_applies() {
+        let (set, handle, mut deltas, events) = scripted();
+        for e in [
+            WatchEvent::Init,
+            WatchEvent::InitApply(cm("a")),
+            WatchEvent::InitApply(cm("b")),
+            WatchEvent::InitDone,
+        ] {
+            events.send(Ok(e)).unwrap();
+        }
+        assert_eq!(
+            take(&mut deltas, 3).await,
+            [
+                "Added a@1 uid=a initial #1",
+                "Added b@1 uid=b initial #2",
+                "Synced #3"
+            ]
+        );
+        // A relist whose second item cannot be decoded: applied, it would
+        // update a and delete b, which is alive.
+        events.send(Ok(WatchEvent::Init)).unwrap();
+        events
+            .send(Ok(WatchEvent::InitApply(cm_at("a", "2", "a"))))
+            .unwrap();
+        events.send(Err(undecodable(2, "default/b"))).unwrap();
+        // Whatever a source still sends of that list is ignored too.
+        events
+            .send(Ok(WatchEvent::InitApply(cm_at("c", "2", "c"))))
+            .unwrap();
+        events.send(Ok(WatchEvent::InitDone)).unwrap();
+        // The next list is complete: b is gone by now.
+        events.send(Ok(WatchEvent::Init)).unwrap();
+        events
+            .send(Ok(WatchEvent::InitApply(cm_at("a", "3", "a"))))
+            .unwrap();
+        events.send(Ok(WatchEvent::InitDone)).unwrap();
+        // Its deltas follow the first list's directly: the voided one
+        // emitted nothing (not even a sequence number).
+        assert_eq!(
+            take(&mut deltas, 2).await,
+            ["Updated a@3 uid=a #4", "Deleted b@1 uid=b unknown #5"]
+        );
+        assert!(deltas.try_recv().is_err(), "nothing else was emitted");
+        let names: Vec<String> = handle
+            .informer
+            .store()
+            .snapshot()
+            .iter()
+            .map(|o| format!("{}@{}", o.meta().name, o.meta().resource_version))
+            .collect();
+        assert_eq!(names, ["a@3"]);
+        assert_eq!(handle.informer.watch_restarts(), 1);
+        set.unsubscribe(&handle);
+        set.shutdown().await;
+    }
+
+    #[tokio::test]
+    async fn a_voided_list_leaves_the_cache_as_it_was() {
+        // Checked on the cache itself, between the voided list and the next.
+        let (set, handle, mut deltas, events) = scripted();
+        for e in [
+            WatchEvent::Init,
+            WatchEvent::InitApply(cm("a")),
+            WatchEvent::InitApply(cm("b")),
+            WatchEvent::InitDone,
+            WatchEvent::Init,
+            WatchEvent::InitApply(cm_at("a", "2", "a")),
+        ] {
+            events.send(Ok(e)).unwrap();
+        }
+        events.send(Err(undecodable(2, "default/b"))).unwrap();
+        // A live event after it: once it is a delta, the list was handled.
+        events
+            .send(Ok(WatchEvent::Apply(cm_at("z", "4", "z"))))
+            .unwrap();
+        assert_eq!(take(&mut deltas, 4).await[3], "Added z@4 uid=z #4");
+        let cached: Vec<String> = handle
+            .informer
+            .store()
+            .snapshot()
+            .iter()
+            .map(|o| format!("{}@{}", o.meta().name, o.meta().resource_version))
+            .collect();
+        assert_eq!(cached, ["a@1", "b@1", "z@4"]);
+        set.unsubscribe(&handle);
+        set.shutdown().await;
+    }
+
+    #[tokio::test]
+    async fn a_relist_with_a_new_uid_under_a_name_is_a_delete_then_an_add() {
+        let (set, handle, mut deltas, events) = scripted();
+        handle.informer.store().add_index("uid", "/metadata/uid");
+        for e in [
+            WatchEvent::Init,
+            WatchEvent::InitApply(cm_at("a", "1", "uid-1")),
+            WatchEvent::InitDone,
+            WatchEvent::Init,
+            WatchEvent::InitApply(cm_at("a", "5", "uid-2")),
+            WatchEvent::InitDone,
+        ] {
+            events.send(Ok(e)).unwrap();
+        }
+        assert_eq!(
+            take(&mut deltas, 4).await,
+            [
+                "Added a@1 uid=uid-1 initial #1",
+                "Synced #2",
+                "Deleted a@1 uid=uid-1 unknown #3",
+                "Added a@5 uid=uid-2 #4",
+            ]
+        );
+        let snap = handle.informer.store().snapshot();
+        assert_eq!(snap.len(), 1);
+        let key = crate::object::ObjectKey::new(Some("default"), "a");
+        assert_eq!(&*snap.get(&key).unwrap().meta().uid, "uid-2");
+        assert!(snap.by_index("uid", "uid-1").unwrap().is_empty());
+        assert_eq!(snap.by_index("uid", "uid-2").unwrap().len(), 1);
+        set.unsubscribe(&handle);
+        set.shutdown().await;
+    }
+
+    #[tokio::test]
+    async fn a_watched_object_with_a_new_uid_is_a_delete_then_an_add() {
+        let (set, handle, mut deltas, events) = scripted();
+        handle.informer.store().add_index("uid", "/metadata/uid");
+        for e in [
+            WatchEvent::Init,
+            WatchEvent::InitApply(cm_at("a", "1", "uid-1")),
+            WatchEvent::InitDone,
+            WatchEvent::Apply(cm_at("a", "7", "uid-2")),
+            // The same object again: an update, as ever.
+            WatchEvent::Apply(cm_at("a", "8", "uid-2")),
+        ] {
+            events.send(Ok(e)).unwrap();
+        }
+        assert_eq!(
+            take(&mut deltas, 5).await,
+            [
+                "Added a@1 uid=uid-1 initial #1",
+                "Synced #2",
+                "Deleted a@1 uid=uid-1 unknown #3",
+                "Added a@7 uid=uid-2 #4",
+                "Updated a@8 uid=uid-2 #5",
+            ]
+        );
+        let snap = handle.informer.store().snapshot();
+        assert!(snap.by_index("uid", "uid-1").unwrap().is_empty());
+        assert_eq!(snap.by_index("uid", "uid-2").unwrap().len(), 1);
+        set.unsubscribe(&handle);
+        set.shutdown().await;
+    }
+
+    /// Subscribing and unsubscribing one spec from many threads at once:
+    /// every subscriber lands on the informer the set holds, running, and
+    /// no informer is left running without subscribers.
+    #[test]
+    fn concurrent_subscribes_and_unsubscribes_never_leave_a_subscriber_on_a_stopped_informer() {
+        const THREADS: usize = 3;
+        const ROUNDS: usize = 60_000;
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let set = Arc::new(InformerSet::new(
+            Arc::new(Scripted(Mutex::new(None))),
+            Arc::new(Activity::default()),
+            CancellationToken::new(),
+        ));
+        let barrier = Arc::new(std::sync::Barrier::new(THREADS));
+        let threads: Vec<_> = (0..THREADS)
+            .map(|t| {
+                let (set, barrier, handle) = (set.clone(), barrier.clone(), rt.handle().clone());
+                std::thread::spawn(move || {
+                    let _rt = handle.enter();
+                    let (tx, _rx) = mpsc::unbounded_channel();
+                    let name: Arc<str> = Arc::from(format!("p{t}"));
+                    let mut seen: HashMap<usize, Arc<Informer>> = HashMap::new();
+                    barrier.wait();
+                    for round in 0..ROUNDS {
+                        let h = set.subscribe_as(all_configmaps(), tx.clone(), name.clone());
+                        let held = set.informers.lock().get(&all_configmaps()).cloned();
+                        assert!(
+                            held.is_some_and(|i| Arc::ptr_eq(&i, &h.informer)),
+                            "round {round}: subscribed to an informer the set no longer holds"
+                        );
+                        assert!(
+                            !h.informer.cancel.is_cancelled(),
+                            "round {round}: subscribed to a stopped informer"
+                        );
+                        seen.insert(Arc::as_ptr(&h.informer) as usize, h.informer.clone());
+                        set.unsubscribe(&h);
+                    }
+                    seen
+                })
+            })
+            .collect();
+        let mut seen = HashMap::new();
+        for t in threads {
+            seen.extend(t.join().unwrap());
+        }
+        assert!(set.informers().is_empty(), "everyone left");
+        for informer in seen.values() {
+            assert!(informer.fanout.lock().subscribers.is_empty());
+            assert!(
+                informer.cancel.is_cancelled(),
+                "an informer without subscribers is still running"
+            );
+        }
+        rt.block_on(set.shutdown());
     }
 
     #[tokio::test]

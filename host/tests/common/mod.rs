@@ -74,6 +74,12 @@ impl WatchFeed {
             .unbounded_send(Ok(Frame::data(Bytes::from(line))))
             .expect("watch stream closed by the client");
     }
+    /// Writes `line` as it is (plus the newline): a malformed event.
+    pub fn send_raw(&self, line: &str) {
+        self.tx
+            .unbounded_send(Ok(Frame::data(Bytes::from(format!("{line}\n")))))
+            .expect("watch stream closed by the client");
+    }
     pub fn bookmark(&self, rv: &str, initial_events_end: bool) {
         let mut meta = serde_json::json!({"resourceVersion": rv});
         if initial_events_end {

@@ -77,17 +77,21 @@ impl<'de> Deserialize<'de> for RawObject {
                 // Only these four are decoded, from the metadata alone.
                 let found = sonic_rs::get_many(m.as_raw_str(), &HEAD)
                     .map_err(|e| D::Error::custom(format!("object metadata: {e}")))?;
-                let field = |i: usize| -> Result<Option<String>, D::Error> {
+                let field = |i: usize| -> Result<Option<String>, serde_json::Error> {
                     match found.get(i).and_then(Option::as_ref) {
                         None => Ok(None),
-                        Some(v) => serde_json::from_str::<Option<String>>(v.as_raw_str())
-                            .map_err(|e| D::Error::custom(format!("object metadata: {e}"))),
+                        Some(v) => serde_json::from_str::<Option<String>>(v.as_raw_str()),
                     }
                 };
-                meta.name = field(0)?;
-                meta.namespace = field(1)?;
-                meta.uid = field(2)?;
-                meta.resource_version = field(3)?;
+                // The watcher needs the resourceVersion. The rest only names
+                // the object: one that is unreadable is left out, so that a
+                // malformed list item still arrives and the source voids the
+                // list naming it, instead of a whole page failing to decode.
+                meta.resource_version =
+                    field(3).map_err(|e| D::Error::custom(format!("object metadata: {e}")))?;
+                meta.name = field(0).ok().flatten();
+                meta.namespace = field(1).ok().flatten();
+                meta.uid = field(2).ok().flatten();
             }
             // No metadata (a malformed object): the informer reports it.
             Err(e) if e.is_not_found() => {}
@@ -184,9 +188,33 @@ mod tests {
 
     #[test]
     fn metadata_of_the_wrong_type_is_an_error() {
-        let err = serde_json::from_str::<RawObject>(r#"{"metadata":{"name":7}}"#)
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("object metadata"), "{err}");
+        for text in [
+            r#"{"metadata":{"name":"a","resourceVersion":7}}"#,
+            r#"{"metadata":7}"#,
+        ] {
+            let err = serde_json::from_str::<RawObject>(text)
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("object metadata"), "{text}: {err}");
+        }
+    }
+
+    #[test]
+    fn an_unreadable_name_leaves_the_object_to_the_source_to_report() {
+        let text = r#"{"metadata":{"name":7,"namespace":"ns","resourceVersion":"3"}}"#;
+        let o: RawObject = serde_json::from_str(text).unwrap();
+        assert_eq!(o.meta().name, None);
+        assert_eq!(o.meta().namespace.as_deref(), Some("ns"));
+        assert_eq!(o.meta().resource_version.as_deref(), Some("3"));
+        assert_eq!(o.text(), text);
+        // What the source decodes refuses it, so it cannot slip into a list.
+        assert!(
+            crate::object::KObject::from_json_text(
+                o.text(),
+                Some(("v1", "ConfigMap")),
+                crate::object::StripOptions::default()
+            )
+            .is_err()
+        );
     }
 }

@@ -4,6 +4,9 @@
 //! the informer turns into deltas. A watch silent for a while is probed with
 //! a one-item list: a server that does not answer is reported as a stall
 //! (a frozen API server otherwise looks exactly like a quiet resource).
+//! A list with an item that cannot be decoded is void (its missing object
+//! would read as deleted): reported, not finished, and made again after
+//! backoff by a fresh watcher.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -14,12 +17,13 @@ use futures::stream::BoxStream;
 use kube::Client;
 use kube::api::ListParams;
 use kube::runtime::WatchStreamExt;
+use kube::runtime::utils::Backoff;
 use kube::runtime::watcher;
 use serde::{Deserialize, Serialize};
 
 use super::raw::RawObject;
 use crate::informer::{InformerSpec, Source, SourceError, WatchEvent};
-use crate::object::{KObject, StripOptions};
+use crate::object::{KObject, ObjectError, StripOptions};
 
 /// How informers fetch their initial state.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -115,6 +119,15 @@ struct Run {
     heard: Instant,
     /// A stall was reported and not yet ended.
     stalled: bool,
+    /// Items of the list in progress so far (`None` outside a list).
+    listing: Option<usize>,
+    /// A list was voided: the next poll waits out `list_backoff`, then
+    /// lists again with a fresh watcher.
+    relist: bool,
+    /// The watcher's own policy (0.8 s doubling to 30 s, jittered), kept
+    /// across the fresh watchers of voided lists and reset by a list that
+    /// completes.
+    list_backoff: watcher::DefaultBackoff,
 }
 
 fn start(
@@ -176,16 +189,57 @@ async fn probe(api: &kube::Api<RawObject>, stall_after: Duration) -> Result<(), 
     }
 }
 
+/// `namespace/name` (or `name`) of an object, if its name was readable.
+fn object_name(obj: &RawObject) -> Option<String> {
+    use kube::core::Resource as _;
+    let meta = obj.meta();
+    let name = meta.name.as_deref()?;
+    Some(match meta.namespace.as_deref() {
+        Some(ns) if !ns.is_empty() => format!("{ns}/{name}"),
+        _ => name.to_owned(),
+    })
+}
+
 impl Run {
-    fn convert(&self, obj: RawObject) -> Result<KObject, SourceError> {
+    fn decode(&self, obj: &RawObject) -> Result<KObject, ObjectError> {
         // List items usually carry no apiVersion/kind; the informer knows them.
         let types = (self.types.0.as_str(), self.types.1.as_str());
-        KObject::from_json_text(obj.text(), Some(types), self.strip).map_err(|e| {
-            SourceError::Other(format!("{}: malformed object skipped: {e}", self.informer))
+        KObject::from_json_text(obj.text(), Some(types), self.strip)
+    }
+
+    /// A watch event's object; one that cannot be decoded is reported and
+    /// skipped (the cache keeps the object's previous state).
+    fn convert(&self, obj: &RawObject) -> Result<KObject, SourceError> {
+        self.decode(obj).map_err(|e| {
+            SourceError::Other(format!(
+                "{}: malformed object {} skipped: {e}",
+                self.informer,
+                object_name(obj).unwrap_or_else(|| "(name unreadable)".into())
+            ))
         })
     }
 
+    /// Voids the list in progress: no `InitDone` will end it, and the next
+    /// poll lists again after backoff.
+    fn void_list(&mut self, object: Option<String>, cause: ObjectError) -> SourceError {
+        let position = self.listing.take().unwrap_or_default();
+        self.relist = true;
+        SourceError::ListItemUndecodable {
+            informer: self.informer.clone(),
+            position,
+            object,
+            cause: Arc::new(cause),
+        }
+    }
+
     async fn next(mut self) -> Option<(Result<WatchEvent, SourceError>, Self)> {
+        if std::mem::take(&mut self.relist) {
+            let delay = self.list_backoff.next().unwrap_or(Duration::from_secs(30));
+            tracing::debug!(informer = %self.informer, ?delay, "listing again after a voided list");
+            tokio::time::sleep(delay).await;
+            self.inner = start(&self.api, &self.config, self.streaming);
+            self.heard = Instant::now();
+        }
         loop {
             let item = match tokio::time::timeout(self.stall_after, self.inner.next()).await {
                 Ok(item) => {
@@ -217,19 +271,39 @@ impl Run {
                     self.inner = start(&self.api, &self.config, false);
                     continue;
                 }
+                // A streaming list's event that is not even a watch event
+                // (kube's watcher would go on with the list without it).
+                Err(watcher::Error::WatchFailed(kube::Error::SerdeError(e)))
+                    if self.listing.is_some() =>
+                {
+                    self.listing = self.listing.map(|n| n + 1);
+                    let err = self.void_list(None, ObjectError::Json(e));
+                    return Some((Err(err), self));
+                }
                 Err(err) => return Some((Err(source_error(err)), self)),
             };
             let out = match event {
-                watcher::Event::Init => Ok(WatchEvent::Init),
+                watcher::Event::Init => {
+                    self.listing = Some(0);
+                    Ok(WatchEvent::Init)
+                }
                 watcher::Event::InitDone => {
                     if self.streaming && self.auto {
                         self.learned.store(STREAMING_WORKS, Ordering::Relaxed);
                     }
+                    self.listing = None;
+                    self.list_backoff.reset();
                     Ok(WatchEvent::InitDone)
                 }
-                watcher::Event::InitApply(o) => self.convert(o).map(WatchEvent::InitApply),
-                watcher::Event::Apply(o) => self.convert(o).map(WatchEvent::Apply),
-                watcher::Event::Delete(o) => self.convert(o).map(WatchEvent::Delete),
+                watcher::Event::InitApply(o) => {
+                    self.listing = self.listing.map(|n| n + 1);
+                    match self.decode(&o) {
+                        Ok(obj) => Ok(WatchEvent::InitApply(obj)),
+                        Err(e) => Err(self.void_list(object_name(&o), e)),
+                    }
+                }
+                watcher::Event::Apply(o) => self.convert(&o).map(WatchEvent::Apply),
+                watcher::Event::Delete(o) => self.convert(&o).map(WatchEvent::Delete),
             };
             return Some((out, self));
         }
@@ -260,6 +334,9 @@ impl Source for KubeSource {
             stall_after: self.stall_after,
             heard: Instant::now(),
             stalled: false,
+            listing: None,
+            relist: false,
+            list_backoff: watcher::DefaultBackoff::default(),
         };
         futures::stream::unfold(run, Run::next).boxed()
     }
