@@ -240,6 +240,17 @@ impl Rig {
         panic!("never: {what}; seen {:#?}", self.seen.lock());
     }
 
+    /// Waits (in virtual time) until `cond` holds.
+    async fn eventually(&self, what: &str, cond: impl Fn(&Self) -> bool) {
+        for _ in 0..100_000 {
+            if cond(self) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("never: {what}; seen {:#?}", self.seen.lock());
+    }
+
     fn seen(&self) -> Vec<Seen> {
         self.seen.lock().clone()
     }
@@ -272,12 +283,8 @@ async fn a_retry_after_a_conflict_sees_the_fresh_object_not_the_stale_one() {
         ("2", 2, Some("conflict")),
         "{seen:#?}"
     );
-    for _ in 0..1000 {
-        if !r.sink.done.lock().is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    r.eventually("the retry's action", |r| !r.sink.done.lock().is_empty())
+        .await;
     assert_eq!(r.sink.done.lock().len(), 1);
     assert_eq!(r.seen().len(), 2, "{:#?}", r.seen());
     r.set.shutdown().await;
@@ -303,13 +310,10 @@ async fn ten_resyncs_with_requeue_after_leave_one_pending_requeue() {
     .await;
     assert_eq!(r.dispatcher.stats().requeues_pending(), 1);
     r.leadership.lose();
-    r.until("the loss is seen", |_| true).await;
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    assert_eq!(
-        r.dispatcher.stats().requeues_pending(),
-        0,
-        "a leadership loss drops pending requeues"
-    );
+    r.eventually("a leadership loss drops pending requeues", |r| {
+        r.dispatcher.stats().requeues_pending() == 0
+    })
+    .await;
     r.set.shutdown().await;
 }
 
@@ -354,6 +358,10 @@ async fn retries_never_end_silently_and_a_parked_key_is_still_retried() {
     r.list(vec![cm("a", 1, "x")]);
     // 100, 200, 400, 800 ms, then 1.6 s reaches the 2 s cap: parked.
     r.until("parked", |s| s.len() >= 6).await;
+    r.eventually("the dead letter", |r| {
+        !r.dispatcher.stats().dead_letters.lock().is_empty()
+    })
+    .await;
     let letters = r.dispatcher.stats().dead_letters.lock().records();
     assert_eq!(letters.len(), 1, "{letters:?}");
     assert!(letters[0].parked);
@@ -373,7 +381,9 @@ async fn retries_never_end_silently_and_a_parked_key_is_still_retried() {
     r.send(WatchEvent::Delete(cm("a", 3, "x")));
     r.until("the delete", |s| s.iter().any(|s| s.what == "deleted"))
         .await;
-    tokio::time::sleep(Duration::from_millis(10)).await;
-    assert!(r.dispatcher.stats().dead_letters.lock().is_empty());
+    r.eventually("the dead letter cleared", |r| {
+        r.dispatcher.stats().dead_letters.lock().is_empty()
+    })
+    .await;
     r.set.shutdown().await;
 }
