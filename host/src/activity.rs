@@ -1,7 +1,9 @@
 //! Whether the host is idle: every delta an informer emitted has been
-//! handled by every plugin it went to (`--until-idle`, tests). Its own
-//! module because both ends use it: the informers count what they emit,
-//! the dispatcher what it settles, and neither should import the other.
+//! handled by every plugin it went to, and the work those calls left
+//! behind (Events queued for recording) is done (`--until-idle`, tests).
+//! Its own module because every end uses it: the informers count what they
+//! emit, the dispatcher what it settles, the executor its queued Events,
+//! and none should import another.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -13,6 +15,8 @@ use tokio::sync::Notify;
 pub struct Activity {
     pub emitted: AtomicU64,
     pub settled: AtomicU64,
+    /// Work a settled delta left behind: Events queued or being recorded.
+    pub background: AtomicU64,
     pub changed: Notify,
 }
 
@@ -26,7 +30,19 @@ impl Activity {
         self.changed.notify_waiters();
     }
 
+    /// `n` more pieces of background work (before the delta that caused
+    /// them settles, so the host is never idle in between).
+    pub fn begin_background(&self, n: u64) {
+        self.background.fetch_add(n, Ordering::SeqCst);
+    }
+
+    pub fn end_background(&self, n: u64) {
+        self.background.fetch_sub(n, Ordering::SeqCst);
+        self.changed.notify_waiters();
+    }
+
     pub fn is_idle(&self) -> bool {
         self.settled.load(Ordering::SeqCst) >= self.emitted.load(Ordering::SeqCst)
+            && self.background.load(Ordering::SeqCst) == 0
     }
 }

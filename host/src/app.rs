@@ -305,7 +305,8 @@ impl App {
                 },
             )
             .with_leadership(leadership.clone())
-            .with_telemetry(telemetry.clone()),
+            .with_telemetry(telemetry.clone())
+            .with_activity(activity.clone()),
         );
         let runtime = Runtime::new(opts.engine.clone())?
             .with_shutdown(cancel.child_token())
@@ -511,7 +512,8 @@ impl App {
     }
 
     /// Stops taking deltas, drains in-flight calls and actions (for at
-    /// most the shutdown grace), then, when elected, stops acting and
+    /// most the shutdown grace) and the queued Events (for at most the
+    /// executor's event drain time), then, when elected, stops acting and
     /// releases the lease so a follower takes over at once.
     pub async fn shutdown(&self) {
         self.cancel.cancel();
@@ -525,6 +527,9 @@ impl App {
                 "in-flight calls and actions did not finish within the shutdown grace; abandoning them"
             );
         }
+        // Events the last calls queued are recorded while this replica
+        // still leads (bounded by the executor's event drain time).
+        self.executor.shutdown().await;
         if let Some((cancel, tasks)) = &self.election {
             self.leadership.lose();
             cancel.cancel();

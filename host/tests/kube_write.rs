@@ -1,6 +1,9 @@
 //! The API-server action sink against a mock server: the exact requests
-//! (verb, path, field manager, content type, body) for every action, and
-//! how the executor treats conflicts, 403 and 422.
+//! (verb, path, field manager, content type, body) for every action, how
+//! failures are classified (a JSON patch's bare 422 told apart by reading
+//! the object, a refusal's Retry-After kept), and how the executor treats
+//! conflicts, 403 and 422. `tests/tests/status_codes.rs` checks the same
+//! against the real API server.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -217,7 +220,7 @@ async fn errors_are_classified() {
         patch: json!({}),
     };
     type Case = (fn() -> http::Response<MockBody>, fn(&ActionError) -> bool);
-    let cases: [Case; 5] = [
+    let cases: [Case; 7] = [
         (
             || {
                 status(
@@ -242,7 +245,22 @@ async fn errors_are_classified() {
         ),
         (
             || status(503, "ServiceUnavailable", "etcd leader changed"),
-            |e| matches!(e, ActionError::Transient(_)),
+            |e| matches!(e, ActionError::Throttled { .. }),
+        ),
+        (
+            || status(401, "Unauthorized", "Unauthorized"),
+            |e| matches!(e, ActionError::Unauthorized(_)),
+        ),
+        (
+            // The API server's own 429 is plain text with a Retry-After.
+            || {
+                let mut r =
+                    json_response(429, &json!("Too many requests, please try again later."));
+                r.headers_mut()
+                    .insert("retry-after", http::HeaderValue::from_static("4"));
+                r
+            },
+            |e| e.retry_after() == Some(Duration::from_secs(4)),
         ),
     ];
     for (reply, check) in cases {
@@ -263,6 +281,7 @@ async fn executor_retries_transient_failures_but_not_conflicts_forbidden_or_inva
             base_backoff: Duration::from_millis(5),
             max_backoff: Duration::from_millis(20),
             timeout: Duration::from_secs(5),
+            ..ExecutorOptions::default()
         },
     );
     let action = Action::Patch {
@@ -470,4 +489,141 @@ async fn a_repeated_event_counts_in_its_series_instead_of_a_new_object() {
         assert_eq!(body["series"]["count"], i as i64 + 2, "{body}");
         assert!(body["series"]["lastObservedTime"].is_string(), "{body}");
     }
+}
+
+/// A JSON patch with a `test` whose answer is the API server's bare 422:
+/// the sink reads the object and replays the operations to tell a failed
+/// test (a conflict) from an invalid patch.
+#[tokio::test]
+async fn a_json_patch_refused_with_a_bare_422_is_replayed_on_the_object_to_name_the_cause() {
+    let bare = || {
+        status(
+            422,
+            "Invalid",
+            "the server rejected our request due to an error in our request",
+        )
+    };
+    let current = || {
+        json_response(
+            200,
+            &json!({"apiVersion": "apps/v1", "kind": "Deployment",
+                "metadata": {"name": "web", "namespace": "shop", "resourceVersion": "42"},
+                "spec": {"replicas": 1}}),
+        )
+    };
+    let patch = |ops: serde_json::Value| Action::Patch {
+        target: deployment(),
+        patch_type: PatchType::Json,
+        patch: ops,
+    };
+    type Reply = fn() -> http::Response<MockBody>;
+    async fn run(action: Action, replies: Vec<Reply>) -> (Vec<Seen>, ActionError) {
+        let (client, mut server) = mock_client();
+        let sink = KubeSink::new(client);
+        let script = tokio::spawn(async move {
+            let mut seen = Vec::new();
+            for reply in replies {
+                let (s, send) = next(&mut server).await;
+                send.send_response(reply());
+                seen.push(s);
+            }
+            seen
+        });
+        let e = sink.execute("p", &action).await.unwrap_err();
+        (script.await.unwrap(), e)
+    }
+
+    // The SDK's optimistic lock: a test of the resourceVersion the plugin saw.
+    let lock = json!([
+        {"op": "test", "path": "/metadata/resourceVersion", "value": "41"},
+        {"op": "replace", "path": "/spec/replicas", "value": 3},
+    ]);
+    let (seen, e) = run(patch(lock.clone()), vec![bare, current]).await;
+    assert_eq!(
+        (seen[1].method.as_str(), seen[1].path.as_str()),
+        ("GET", "/apis/apps/v1/namespaces/shop/deployments/web")
+    );
+    assert!(
+        matches!(&e, ActionError::Conflict(m) if m.contains("test of /metadata/resourceVersion failed") && m.starts_with("patch deployments.apps shop/web")),
+        "{e:?}"
+    );
+
+    // A remove of a missing path: invalid, naming the operation.
+    let missing = json!([
+        {"op": "test", "path": "/metadata/resourceVersion", "value": "42"},
+        {"op": "remove", "path": "/spec/paused"},
+    ]);
+    let (_, e) = run(patch(missing), vec![bare, current]).await;
+    assert!(
+        matches!(&e, ActionError::Invalid(m) if m.contains("operation 2 of 2") && m.contains("/spec/paused")),
+        "{e:?}"
+    );
+    assert!(e.permanent());
+
+    // The object cannot be read: a patch with a test is taken as a conflict.
+    let (_, e) = run(
+        patch(lock.clone()),
+        vec![bare, || status(403, "Forbidden", "cannot get deployments")],
+    )
+    .await;
+    assert!(e.is_conflict(), "{e:?}");
+    // The object is gone: the next attempt sees the delete.
+    let (_, e) = run(
+        patch(lock),
+        vec![bare, || {
+            status(404, "NotFound", "deployments.apps \"web\" not found")
+        }],
+    )
+    .await;
+    assert!(matches!(e, ActionError::NotFound(_)), "{e:?}");
+}
+
+/// A failed Event names the request that failed: the series patch of an
+/// Event already recorded, or the create of a new one, not the object the
+/// Event is about.
+#[tokio::test]
+async fn a_failed_event_names_the_real_verb_and_resource() {
+    let (client, mut server) = mock_client();
+    let sink = KubeSink::new(client);
+    let event = Action::Event {
+        regarding: deployment(),
+        event_type: EventType::Normal,
+        reason: "Scaled".into(),
+        note: "to 3".into(),
+        reporter: "p@1".into(),
+    };
+    let script = tokio::spawn(async move {
+        let (first, send) = next(&mut server).await;
+        send.send_response(json_response(
+            201,
+            &json!({"kind": "Event", "apiVersion": "events.k8s.io/v1", "metadata": {"name": "x"}}),
+        ));
+        let (_, send) = next(&mut server).await;
+        send.send_response(status(
+            403,
+            "Forbidden",
+            "User \"u\" cannot patch resource \"events\"",
+        ));
+        // The series patch failed: the repeat after it counts 2 again.
+        let (retry, send) = next(&mut server).await;
+        send.send_response(json_response(
+            200,
+            &json!({"kind": "Event", "apiVersion": "events.k8s.io/v1", "metadata": {"name": "x"}}),
+        ));
+        (first, retry)
+    });
+    sink.execute("p", &event).await.unwrap();
+    let e = sink.execute("p", &event).await.unwrap_err();
+    sink.execute("p", &event).await.unwrap();
+    let (first, retry) = script.await.unwrap();
+    let name = first.body.as_ref().unwrap()["metadata"]["name"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        matches!(&e, ActionError::Forbidden(m) if m.starts_with(&format!("patch events.k8s.io/v1 events shop/{name}: "))),
+        "{e:?}"
+    );
+    assert_eq!(retry.method, "PATCH");
+    assert_eq!(retry.body.unwrap()["series"]["count"], 2);
 }

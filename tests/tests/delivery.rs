@@ -271,6 +271,7 @@ fn fast_executor(max_attempts: u32) -> ExecutorOptions {
         base_backoff: Duration::from_millis(5),
         max_backoff: Duration::from_millis(20),
         timeout: Duration::from_millis(300),
+        ..ExecutorOptions::default()
     }
 }
 

@@ -591,11 +591,11 @@ async fn with_only_the_rbac_it_needs_the_host_works_and_a_forbidden_write_is_log
         copies.get_opt("rbac-shared").await.unwrap().map(|_| ())
     })
     .await;
-    host.wait_log("action failed; not retrying", WAIT).await;
+    host.wait_log("action failed: ", WAIT).await;
     let logs = host.logs();
     let line = logs
         .lines()
-        .find(|l| l.contains("action failed; not retrying"))
+        .find(|l| l.contains("action failed: "))
         .unwrap();
     for part in [
         "config-replicator",

@@ -76,7 +76,10 @@ impl Pipeline {
         let leadership = Leadership::follower();
         let executor = Arc::new(
             Executor::new(sink.clone(), ExecutorOptions::default())
-                .with_leadership(leadership.clone()),
+                .with_leadership(leadership.clone())
+                // The recorder's Events are recorded off the call's path:
+                // `settled` waits for them too.
+                .with_activity(activity.clone()),
         );
         let runtime = Runtime::new(EngineOptions {
             epoch_deadlines: true,

@@ -1,6 +1,7 @@
 //! Actions plugins emit, and the executors that carry them out against a
 //! real API server, the local folder cluster, or a dry-run log.
 
+pub mod events;
 pub mod executor;
 pub mod rate;
 
@@ -173,6 +174,27 @@ impl Action {
             | Action::Delete { target, .. } => target,
             Action::Event { regarding, .. } => regarding,
         }
+    }
+
+    /// The request in a few words, for log lines: `apply deployments.apps
+    /// shop/web`, `apply status ...`, `patch ...`, `delete ...`, `event
+    /// regarding ...` (no bodies: [`Display`](std::fmt::Display) shows a
+    /// patch's).
+    pub fn summary(&self) -> String {
+        match self {
+            Action::Apply { target, status, .. } => {
+                format!("apply{} {target}", if *status { " status" } else { "" })
+            }
+            Action::Patch { target, .. } => format!("patch {target}"),
+            Action::Delete { target, .. } => format!("delete {target}"),
+            Action::Event { regarding, .. } => format!("event regarding {regarding}"),
+        }
+    }
+
+    /// Whether the executor defers it: Events are recorded after the
+    /// call's other actions succeeded, off the call's path.
+    pub fn is_event(&self) -> bool {
+        matches!(self, Action::Event { .. })
     }
 }
 

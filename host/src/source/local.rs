@@ -592,8 +592,17 @@ impl LocalCluster {
                     PatchType::Json => {
                         let ops: json_patch::Patch = serde_json::from_value(patch.clone())
                             .map_err(|e| ActionError::Invalid(format!("bad JSON patch: {e}")))?;
-                        json_patch::patch(&mut value, &ops).map_err(|e| {
-                            ActionError::Invalid(format!("JSON patch does not apply: {e}"))
+                        json_patch::patch(&mut value, &ops).map_err(|e| match e.kind {
+                            // A failed `test` is the object having changed
+                            // (the SDK's optimistic lock), as for the API
+                            // server's sink.
+                            json_patch::PatchErrorKind::TestFailed => ActionError::Conflict(format!(
+                                "patch {target}: the JSON patch's test of {} failed: the object changed since the plugin read it",
+                                e.path
+                            )),
+                            _ => ActionError::Invalid(format!(
+                                "patch {target}: the JSON patch does not apply: {e}"
+                            )),
                         })?;
                     }
                 }

@@ -48,9 +48,10 @@ pub const DELTA_TYPES: [(DeltaType, &str); 5] = [
 /// Action verbs (`verb` label values, the RBAC verb an action needs).
 pub const VERBS: [&str; 3] = ["patch", "delete", "create"];
 /// Action outcomes (`outcome` label values), in [`Outcome`] order.
-/// `fenced`: not executed because this replica stopped leading;
-/// `conflict`: refused by a server-side apply conflict; `skipped`: not run
-/// because an earlier action of the same call failed.
+/// `fenced`: not executed because this replica stopped leading or the
+/// plugin version was stopping; `conflict`: refused because the object
+/// changed (409, a failed precondition or JSON-patch `test`); `skipped`:
+/// not run because an earlier action of the same call failed.
 pub const OUTCOMES: [&str; 6] = [
     "applied", "failed", "dry_run", "fenced", "conflict", "skipped",
 ];
@@ -62,8 +63,9 @@ pub enum Outcome {
     Failed = 1,
     DryRun = 2,
     Fenced = 3,
-    /// Refused with a server-side apply conflict (another field manager
-    /// owns the fields).
+    /// Refused because the object is not what the plugin saw (409: a
+    /// server-side apply conflict or a failed precondition; a failed
+    /// JSON-patch `test`).
     Conflict = 4,
     /// Not run: an earlier action of the same call failed.
     Skipped = 5,
@@ -141,6 +143,8 @@ impl InformerCounters {
 pub struct ActionCounters {
     by_outcome: [[Counter; 6]; 3],
     retries: [Counter; 3],
+    /// Events dropped because the Event queue was full.
+    pub events_dropped: Counter,
 }
 
 /// `verb`'s slot in [`VERBS`] (`Action::verb` yields only those).
@@ -185,6 +189,7 @@ pub struct Metrics {
     delivered: Family<L2, Counter>,
     actions: Family<L3, Counter>,
     action_retries: Family<L2, Counter>,
+    events_dropped: Family<L1, Counter>,
     reloads: Family<L1, Counter>,
     load_failures: Family<L1, Counter>,
     limit_exceeded: Family<L2, Counter>,
@@ -234,7 +239,7 @@ impl Metrics {
         let actions = Family::<L3, Counter>::default();
         registry.register(
             "kubewasm_actions",
-            "Actions plugins emitted, by plugin, verb and outcome (applied, failed, dry_run)",
+            "Actions plugins emitted, by plugin, verb and outcome (applied, failed, conflict, skipped, fenced, dry_run)",
             actions.clone(),
         );
         let action_retries = Family::<L2, Counter>::default();
@@ -242,6 +247,12 @@ impl Metrics {
             "kubewasm_action_retries",
             "Action attempts retried after a conflict or a transient failure, by plugin and verb",
             action_retries.clone(),
+        );
+        let events_dropped = Family::<L1, Counter>::default();
+        registry.register(
+            "kubewasm_events_dropped",
+            "Events a plugin emitted that were not recorded because the Event queue was full (or the host was shutting down), by plugin",
+            events_dropped.clone(),
         );
         let reloads = Family::<L1, Counter>::default();
         registry.register(
@@ -288,6 +299,7 @@ impl Metrics {
             delivered,
             actions,
             action_retries,
+            events_dropped,
             reloads,
             load_failures,
             limit_exceeded,
@@ -348,6 +360,9 @@ impl Metrics {
                 self.action_retries
                     .get_or_create_owned(&[("plugin", plugin.to_owned()), ("verb", v.to_owned())])
             }),
+            events_dropped: self
+                .events_dropped
+                .get_or_create_owned(&[("plugin", plugin.to_owned())]),
         }
     }
 

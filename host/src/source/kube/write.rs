@@ -1,17 +1,19 @@
 //! Actions against the API server: server-side apply with the field manager
 //! `kubewasm/<plugin>` (also on the status subresource), merge and JSON
 //! patches, deletes with a propagation policy, and events.k8s.io/v1 Events
-//! reported by the `kubewasm` controller. Errors are classified so that the
-//! executor retries conflicts and transient failures only.
+//! reported by the `kubewasm` controller. Each failure is classified as the
+//! API defines its status codes ([`classify_request`]), keeping what the
+//! executor and the dispatcher need: the real request, the server's
+//! message, and its `Retry-After`.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use futures::future::BoxFuture;
 use kube::Client;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions, PropagationPolicy};
-use kube::core::DynamicObject;
-use serde_json::json;
+use kube::core::{DynamicObject, Request, Status};
+use serde_json::{Value, json};
 
 use crate::actions::executor::{ActionError, ActionSink};
 use crate::actions::{Action, EventType, PatchType, Propagation, Target};
@@ -24,6 +26,24 @@ pub const REPORTING_CONTROLLER: &str = "kubewasm";
 /// Field manager of a plugin's writes: `kubewasm/<plugin>`.
 pub fn field_manager(plugin: &str) -> String {
     format!("kubewasm/{plugin}")
+}
+
+/// A request the API server (or the way to it) did not carry out.
+#[derive(Debug)]
+pub struct Failed {
+    pub error: kube::Error,
+    /// The response's `Retry-After` header (kube's error keeps only the
+    /// body, and the API server's own 429s carry the wait only there).
+    pub retry_after: Option<Duration>,
+}
+
+impl From<kube::Error> for Failed {
+    fn from(error: kube::Error) -> Self {
+        Self {
+            error,
+            retry_after: None,
+        }
+    }
 }
 
 /// The API-server action sink.
@@ -65,7 +85,46 @@ impl KubeSink {
         super::dynamic_api(&self.client, &target.kind, target.namespace.as_deref())
     }
 
-    async fn run(&self, plugin: &str, action: &Action) -> Result<(), kube::Error> {
+    fn request(&self, target: &Target) -> Request {
+        Request::new(self.api(target).resource_url())
+    }
+
+    /// Sends one write and reads its answer, keeping the `Retry-After`
+    /// header of a refusal.
+    async fn send(
+        &self,
+        request: Result<http::Request<Vec<u8>>, kube::core::request::Error>,
+    ) -> Result<(), Failed> {
+        let request = request.map_err(kube::Error::BuildRequest)?;
+        let response = self
+            .client
+            .send(request.map(kube::client::Body::from))
+            .await?;
+        let code = response.status().as_u16();
+        if code < 400 {
+            return Ok(());
+        }
+        let retry_after = response
+            .headers()
+            .get("retry-after")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .map(Duration::from_secs);
+        let body = response.into_body().collect_bytes().await?;
+        // Not every refusal is a `Status` (the API server's own 429 is
+        // plain text): keep the text and the code, as kube does.
+        let status = serde_json::from_slice::<Status>(&body).unwrap_or_else(|_| {
+            Status::failure(String::from_utf8_lossy(&body).trim(), "").with_code(code)
+        });
+        Err(Failed {
+            error: kube::Error::Api(status.boxed()),
+            retry_after,
+        })
+    }
+
+    async fn run(&self, plugin: &str, action: &Action) -> Result<(), ActionError> {
+        let what = || format!("{} {}", action.verb(), action.target());
+        let fail = |f: Failed| classify_failed(action, &what(), f);
         match action {
             Action::Apply {
                 target,
@@ -75,15 +134,16 @@ impl KubeSink {
             } => {
                 let mut params = PatchParams::apply(&field_manager(plugin));
                 params.force = *force;
-                let api = self.api(target);
                 let mut object = object.clone();
                 target.preconditions.embed_in(&mut object);
                 let patch = Patch::Apply(&object);
-                if *status {
-                    api.patch_status(&target.name, &params, &patch).await?;
+                let request = self.request(target);
+                let request = if *status {
+                    request.patch_subresource("status", &target.name, &params, &patch)
                 } else {
-                    api.patch(&target.name, &params, &patch).await?;
-                }
+                    request.patch(&target.name, &params, &patch)
+                };
+                self.send(request).await.map_err(fail)
             }
             Action::Patch {
                 target,
@@ -94,22 +154,36 @@ impl KubeSink {
                     field_manager: Some(field_manager(plugin)),
                     ..PatchParams::default()
                 };
-                let api = self.api(target);
                 match patch_type {
                     PatchType::Merge => {
                         let mut patch = patch.clone();
                         target.preconditions.embed_in(&mut patch);
-                        api.patch(&target.name, &params, &Patch::Merge(&patch))
-                            .await?;
+                        let request = self.request(target).patch(
+                            &target.name,
+                            &params,
+                            &Patch::Merge(&patch),
+                        );
+                        self.send(request).await.map_err(fail)
                     }
                     PatchType::Json => {
                         let mut ops = target.preconditions.json_patch_ops();
                         ops.extend(patch.as_array().into_iter().flatten().cloned());
-                        let ops: json_patch::Patch =
-                            serde_json::from_value(serde_json::Value::Array(ops))
-                                .map_err(kube::Error::SerdeError)?;
-                        api.patch(&target.name, &params, &Patch::<()>::Json(ops))
-                            .await?;
+                        let ops: json_patch::Patch = serde_json::from_value(Value::Array(ops))
+                            .map_err(|e| {
+                                ActionError::Invalid(format!("{}: not a JSON patch: {e}", what()))
+                            })?;
+                        let request = self.request(target).patch(
+                            &target.name,
+                            &params,
+                            &Patch::<()>::Json(ops.clone()),
+                        );
+                        match self.send(request).await {
+                            Ok(()) => Ok(()),
+                            Err(f) if is_bare_422(&f.error) => {
+                                Err(self.why_json_patch_failed(target, &what(), &ops, f).await)
+                            }
+                            Err(f) => Err(fail(f)),
+                        }
                     }
                 }
             }
@@ -130,7 +204,8 @@ impl KubeSink {
                     }),
                     ..DeleteParams::default()
                 };
-                self.api(target).delete(&target.name, &params).await?;
+                let request = self.request(target).delete(&target.name, &params);
+                self.send(request).await.map_err(fail)
             }
             Action::Event {
                 regarding,
@@ -140,10 +215,71 @@ impl KubeSink {
                 reporter,
             } => {
                 self.record_event(plugin, reporter, regarding, *event_type, reason, note)
-                    .await?;
+                    .await
             }
         }
-        Ok(())
+    }
+
+    /// The API server answers a JSON patch that does not apply to the
+    /// object with a bare 422 ("the server rejected our request due to an
+    /// error in our request", no causes: checked on v1.35), the same for a
+    /// failed `test` as for a `remove` of a missing path. To tell them
+    /// apart, the object is read and the operations replayed on it: a
+    /// failed `test` means the object changed since the plugin read it (the
+    /// SDK's optimistic lock on `/metadata/resourceVersion`), a conflict;
+    /// another failure is an invalid patch, named precisely. When the
+    /// object cannot be read, a patch with a `test` is taken as a conflict
+    /// (a conflict taken for invalid would end the object's retries).
+    async fn why_json_patch_failed(
+        &self,
+        target: &Target,
+        what: &str,
+        ops: &json_patch::Patch,
+        failed: Failed,
+    ) -> ActionError {
+        let server = match &failed.error {
+            kube::Error::Api(s) => s.message.clone(),
+            other => other.to_string(),
+        };
+        let has_test = ops
+            .0
+            .iter()
+            .any(|op| matches!(op, json_patch::PatchOperation::Test(_)));
+        let object = match self.api(target).get(&target.name).await {
+            Ok(o) => serde_json::to_value(o).map_err(kube::Error::SerdeError),
+            Err(e) => Err(e),
+        };
+        match object {
+            Ok(mut doc) => match json_patch::patch(&mut doc, ops) {
+                Err(e) if matches!(e.kind, json_patch::PatchErrorKind::TestFailed) => {
+                    ActionError::Conflict(format!(
+                        "{what}: the JSON patch's test of {} failed (operation {} of {}): the object changed since the plugin read it (the server answered 422: {server})",
+                        e.path,
+                        e.operation + 1,
+                        ops.0.len()
+                    ))
+                }
+                Err(e) => ActionError::Invalid(format!(
+                    "{what}: the JSON patch does not apply to the object: operation {} of {} failed at {}: {} (the server answered 422: {server})",
+                    e.operation + 1,
+                    ops.0.len(),
+                    e.path,
+                    e.kind
+                )),
+                // It applies now: the object changed in between.
+                Ok(()) if has_test => ActionError::Conflict(format!(
+                    "{what}: the JSON patch did not apply but applies to the object as it is now: it changed meanwhile (the server answered 422: {server})"
+                )),
+                Ok(()) => classify_request(what, failed),
+            },
+            Err(kube::Error::Api(s)) if s.code == 404 => {
+                ActionError::NotFound(format!("{what}: {} ({})", s.message, s.reason))
+            }
+            Err(e) if has_test => ActionError::Conflict(format!(
+                "{what}: the JSON patch with a test did not apply (the server answered 422: {server}); the object could not be read to tell which operation failed ({e}), so it is taken as a failed test"
+            )),
+            Err(_) => classify_request(what, failed),
+        }
     }
 
     /// Creates an Event, or, when the same one (reporter, regarding object,
@@ -152,7 +288,8 @@ impl KubeSink {
     /// object. client-go's and kube's recorders leave the note out of the
     /// key and so keep only the first note of a series; keeping it in, a
     /// changed note is never lost (client-go's core/v1 correlator counts
-    /// identical Events the same way).
+    /// identical Events the same way). Errors name the real request: the
+    /// `create` of a new Event or the `patch` of a series.
     async fn record_event(
         &self,
         plugin: &str,
@@ -161,10 +298,13 @@ impl KubeSink {
         event_type: EventType,
         reason: &str,
         note: &str,
-    ) -> Result<(), kube::Error> {
+    ) -> Result<(), ActionError> {
         let events = KindInfo::new("events.k8s.io", "v1", "Event", "events", true);
         let ns = regarding.namespace.as_deref().unwrap_or("default");
-        let api = super::dynamic_api(&self.client, &events, Some(ns));
+        let url = super::dynamic_api::<DynamicObject>(&self.client, &events, Some(ns))
+            .resource_url()
+            .to_owned();
+        let request = Request::new(url);
         let key = SeriesKey {
             reporter: reporter.to_owned(),
             regarding: regarding.to_string(),
@@ -177,28 +317,39 @@ impl KubeSink {
         let repeat = {
             let mut series = self.series.lock();
             series.retain(|_, s| now.duration_since(s.last).unwrap_or_default() < SERIES_WINDOW);
-            series.get_mut(&key).map(|s| {
-                s.count += 1;
-                s.last = now;
-                (s.name.clone(), s.count)
-            })
+            series.get(&key).map(|s| (s.name.clone(), s.count + 1))
         };
         let params = PatchParams {
             field_manager: Some(field_manager(plugin)),
             ..PatchParams::default()
         };
         if let Some((name, count)) = repeat {
+            let what = format!("patch events.k8s.io/v1 events {ns}/{name}");
             let series = json!({"series": {
                 "count": count,
                 "lastObservedTime": humantime::format_rfc3339_micros(now).to_string(),
             }});
-            match api.patch(&name, &params, &Patch::Merge(&series)).await {
-                Ok(_) => return Ok(()),
+            match self
+                .send(request.patch(&name, &params, &Patch::Merge(&series)))
+                .await
+            {
+                Ok(()) => {
+                    // Counted once recorded, so a retried patch does not
+                    // count twice.
+                    if let Some(s) = self.series.lock().get_mut(&key) {
+                        s.count = s.count.max(count);
+                        s.last = now;
+                    }
+                    return Ok(());
+                }
                 // The Event expired or was deleted: start a new one.
-                Err(kube::Error::Api(s)) if s.code == 404 => {
+                Err(Failed {
+                    error: kube::Error::Api(s),
+                    ..
+                }) if s.code == 404 => {
                     self.series.lock().remove(&key);
                 }
-                Err(e) => return Err(e),
+                Err(f) => return Err(classify_request(&what, f)),
             }
         }
         let event = self.event(plugin, reporter, regarding, event_type, reason, note, now);
@@ -206,15 +357,18 @@ impl KubeSink {
             .as_str()
             .unwrap_or_default()
             .to_owned();
-        let obj: DynamicObject = serde_json::from_value(event).map_err(kube::Error::SerdeError)?;
-        api.create(
+        let what = format!("create events.k8s.io/v1 events {ns}/{name} (regarding {regarding})");
+        let body =
+            serde_json::to_vec(&event).map_err(|e| ActionError::Invalid(format!("{what}: {e}")))?;
+        self.send(request.create(
             &PostParams {
                 field_manager: Some(field_manager(plugin)),
                 ..PostParams::default()
             },
-            &obj,
-        )
-        .await?;
+            body,
+        ))
+        .await
+        .map_err(|f| classify_request(&what, f))?;
         let mut series = self.series.lock();
         if series.len() >= SERIES_CAPACITY {
             // Full: forget the oldest half rather than grow.
@@ -315,46 +469,98 @@ struct Series {
     last: SystemTime,
 }
 
+/// A 422 without causes: how the API server answers a JSON patch that
+/// does not apply (see [`KubeSink::why_json_patch_failed`]).
+fn is_bare_422(error: &kube::Error) -> bool {
+    matches!(error, kube::Error::Api(s)
+        if s.code == 422 && s.details.as_ref().is_none_or(|d| d.causes.is_empty()))
+}
+
 /// A uid precondition of an apply or a patch travels in the body's
 /// metadata, where the server checks it as an immutable field: a mismatch
 /// comes back as 422 on `metadata.uid`. That is the precondition failing,
-/// so it becomes the 409 a failed precondition is everywhere else.
-fn precondition_failed(action: &Action, err: kube::Error) -> kube::Error {
-    match (action, err) {
-        (Action::Apply { target, .. } | Action::Patch { target, .. }, kube::Error::Api(mut s))
+/// the 409 a failed precondition is everywhere else.
+fn uid_precondition_failed(action: &Action, error: &kube::Error) -> Option<String> {
+    let (Action::Apply { target, .. } | Action::Patch { target, .. }) = action else {
+        return None;
+    };
+    let uid = target.preconditions.uid.as_deref()?;
+    match error {
+        kube::Error::Api(s)
             if s.code == 422
-                && target.preconditions.uid.is_some()
                 && s.message.contains("metadata.uid")
                 && s.message.contains("immutable") =>
         {
-            s.code = 409;
-            s.reason = "Conflict".into();
-            s.message = format!(
-                "Precondition failed: UID in precondition: {}, the object has another ({})",
-                target.preconditions.uid.as_deref().unwrap_or_default(),
+            Some(format!(
+                "precondition failed: the object's uid is not {uid} (it was deleted and recreated since the plugin read it): {}",
                 s.message
-            );
-            kube::Error::Api(s)
+            ))
         }
-        (_, err) => err,
+        _ => None,
     }
 }
 
-/// Sorts an API error into what the executor does with it.
-pub fn classify(action: &Action, err: kube::Error) -> ActionError {
+/// [`classify_request`] for `action`'s own request (named `what`), with a
+/// failed uid precondition read as the conflict it is.
+pub fn classify_failed(action: &Action, what: &str, failed: Failed) -> ActionError {
+    if let Some(why) = uid_precondition_failed(action, &failed.error) {
+        return ActionError::Conflict(format!("{what}: {why}"));
+    }
+    classify_request(what, failed)
+}
+
+/// Sorts an error of `action` (named by its RBAC verb and target) into what
+/// the executor does with it.
+pub fn classify(action: &Action, error: kube::Error) -> ActionError {
     let what = format!("{} {}", action.verb(), action.target());
-    match err {
+    classify_failed(action, &what, Failed::from(error))
+}
+
+/// Sorts a failed request, named `what` (`patch deployments.apps shop/web`),
+/// as the API defines its status codes:
+///
+/// | answer | error |
+/// | --- | --- |
+/// | 401 | [`Unauthorized`](ActionError::Unauthorized) |
+/// | 403 | [`Forbidden`](ActionError::Forbidden) |
+/// | 404 | [`NotFound`](ActionError::NotFound) |
+/// | 409 | [`Conflict`](ActionError::Conflict) |
+/// | 429, 5xx | [`Throttled`](ActionError::Throttled), with `Retry-After` (the header, else `details.retryAfterSeconds`) |
+/// | 408, no answer (transport, TLS) | [`Transient`](ActionError::Transient) |
+/// | other 4xx; a request that cannot be built or encoded | [`Invalid`](ActionError::Invalid) |
+///
+/// (A failed JSON-patch `test` and a failed uid precondition, both 422,
+/// are told apart by the sink and become conflicts before this.)
+pub fn classify_request(what: &str, failed: Failed) -> ActionError {
+    match failed.error {
         kube::Error::Api(s) => {
-            let msg = format!("{what}: {} ({})", s.message, s.reason);
+            let msg = if s.reason.is_empty() {
+                format!("{what}: {}", s.message)
+            } else {
+                format!("{what}: {} ({})", s.message, s.reason)
+            };
             match s.code {
+                401 => ActionError::Unauthorized(msg),
                 403 => ActionError::Forbidden(msg),
                 404 => ActionError::NotFound(msg),
                 409 => ActionError::Conflict(msg),
-                429 | 500.. => ActionError::Transient(msg),
-                _ => ActionError::Invalid(msg),
+                408 => ActionError::Transient(msg),
+                429 | 500..=599 => ActionError::Throttled {
+                    message: msg,
+                    retry_after: failed.retry_after.or_else(|| {
+                        s.details
+                            .as_ref()
+                            .map(|d| d.retry_after_seconds)
+                            .filter(|&n| n > 0)
+                            .map(|n| Duration::from_secs(n.into()))
+                    }),
+                },
+                400..=499 => ActionError::Invalid(msg),
+                _ => ActionError::Transient(msg),
             }
         }
         kube::Error::SerdeError(e) => ActionError::Invalid(format!("{what}: {e}")),
+        kube::Error::BuildRequest(e) => ActionError::Invalid(format!("{what}: {e}")),
         other => ActionError::Transient(format!("{what}: {other}")),
     }
 }
@@ -365,11 +571,209 @@ impl ActionSink for KubeSink {
         plugin: &'a str,
         action: &'a Action,
     ) -> BoxFuture<'a, Result<(), ActionError>> {
-        Box::pin(async move {
-            self.run(plugin, action)
-                .await
-                .map_err(|e| precondition_failed(action, e))
-                .map_err(|e| classify(action, e))
+        Box::pin(self.run(plugin, action))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use kube::core::Status;
+    use kube::core::response::{StatusCause, StatusDetails};
+
+    use super::*;
+    use crate::actions::Preconditions;
+
+    fn target(uid: Option<&str>) -> Target {
+        Target {
+            preconditions: Preconditions {
+                uid: uid.map(str::to_owned),
+                resource_version: None,
+            },
+            ..Target::new(
+                KindInfo::new("apps", "v1", "Deployment", "deployments", true),
+                Some("shop".into()),
+                "web",
+            )
+        }
+    }
+
+    fn merge(uid: Option<&str>) -> Action {
+        Action::Patch {
+            target: target(uid),
+            patch_type: PatchType::Merge,
+            patch: json!({}),
+        }
+    }
+
+    fn api(code: u16, reason: &str, message: &str, details: Option<StatusDetails>) -> kube::Error {
+        let mut s = Status::failure(message, reason).with_code(code);
+        s.details = details;
+        kube::Error::Api(s.boxed())
+    }
+
+    fn details(retry_after_seconds: u32, causes: Vec<StatusCause>) -> Option<StatusDetails> {
+        Some(StatusDetails {
+            name: "web".into(),
+            group: "apps".into(),
+            kind: "deployments".into(),
+            uid: String::new(),
+            causes,
+            retry_after_seconds,
         })
+    }
+
+    #[test]
+    fn status_codes_are_classified_as_the_api_defines_them() {
+        let a = merge(None);
+        let c = |code, reason| classify(&a, api(code, reason, "m", None));
+        assert!(
+            matches!(c(401, "Unauthorized"), ActionError::Unauthorized(m) if m == "patch deployments.apps shop/web: m (Unauthorized)")
+        );
+        assert!(matches!(c(403, "Forbidden"), ActionError::Forbidden(_)));
+        assert!(matches!(c(404, "NotFound"), ActionError::NotFound(_)));
+        assert!(matches!(c(409, "Conflict"), ActionError::Conflict(_)));
+        for code in [400, 405, 410, 413, 415, 422] {
+            assert!(
+                matches!(c(code, "Invalid"), ActionError::Invalid(_)),
+                "{code}"
+            );
+        }
+        assert!(matches!(c(408, "Timeout"), ActionError::Transient(_)));
+        for code in [429, 500, 502, 503, 504] {
+            let e = c(code, "");
+            assert!(
+                matches!(
+                    &e,
+                    ActionError::Throttled {
+                        retry_after: None,
+                        ..
+                    }
+                ),
+                "{code}: {e:?}"
+            );
+            assert!(e.transient() && !e.permanent(), "{code}");
+        }
+    }
+
+    #[test]
+    fn the_retry_after_comes_from_the_header_else_the_status_details() {
+        let what = "patch deployments.apps shop/web";
+        let from_body = classify_request(
+            what,
+            Failed::from(api(429, "TooManyRequests", "slow down", details(7, vec![]))),
+        );
+        assert_eq!(from_body.retry_after(), Some(Duration::from_secs(7)));
+        let from_header = classify_request(
+            what,
+            Failed {
+                error: api(503, "ServiceUnavailable", "x", details(7, vec![])),
+                retry_after: Some(Duration::from_secs(2)),
+            },
+        );
+        assert_eq!(from_header.retry_after(), Some(Duration::from_secs(2)));
+        // The API server's own plain-text 429 (no Status): the header only.
+        let plain = classify_request(
+            what,
+            Failed {
+                error: kube::Error::Api(
+                    Status::failure("Too many requests, please try again later.", "")
+                        .with_code(429)
+                        .boxed(),
+                ),
+                retry_after: Some(Duration::from_secs(1)),
+            },
+        );
+        assert!(
+            matches!(&plain, ActionError::Throttled { message, retry_after: Some(d) }
+                if message == "patch deployments.apps shop/web: Too many requests, please try again later." && *d == Duration::from_secs(1)),
+            "{plain:?}"
+        );
+    }
+
+    #[test]
+    fn a_uid_precondition_refused_as_an_immutable_field_is_a_conflict() {
+        let immutable = || {
+            api(
+                422,
+                "Invalid",
+                "Deployment.apps \"web\" is invalid: metadata.uid: Invalid value: \"u1\": field is immutable",
+                details(
+                    0,
+                    vec![StatusCause {
+                        reason: "FieldValueInvalid".into(),
+                        message: "Invalid value: \"u1\": field is immutable".into(),
+                        field: "metadata.uid".into(),
+                    }],
+                ),
+            )
+        };
+        let e = classify(&merge(Some("u1")), immutable());
+        assert!(
+            matches!(&e, ActionError::Conflict(m) if m.contains("precondition failed") && m.contains("u1")),
+            "{e:?}"
+        );
+        // Without a uid precondition it is what it says: invalid.
+        assert!(matches!(
+            classify(&merge(None), immutable()),
+            ActionError::Invalid(_)
+        ));
+        // A delete's uid precondition comes back as a 409 already.
+        let delete = Action::Delete {
+            target: target(Some("u1")),
+            propagation: Propagation::Background,
+        };
+        assert!(matches!(
+            classify(&delete, api(409, "Conflict", "the UID in the precondition (u1) does not match", None)),
+            ActionError::Conflict(m) if m.starts_with("delete deployments.apps shop/web: ")
+        ));
+    }
+
+    #[test]
+    fn requests_that_cannot_be_built_are_invalid_and_transport_errors_transient() {
+        let a = merge(None);
+        let serde = serde_json::from_str::<Value>("{").unwrap_err();
+        assert!(matches!(
+            classify(&a, kube::Error::SerdeError(serde)),
+            ActionError::Invalid(_)
+        ));
+        let build = kube::core::Request::new("/api/v1/namespaces/shop/configmaps")
+            .patch("", &PatchParams::default(), &Patch::Merge(json!({})))
+            .unwrap_err();
+        assert!(matches!(
+            classify(&a, kube::Error::BuildRequest(build)),
+            ActionError::Invalid(_)
+        ));
+        let transport = kube::Error::Service("connection refused".into());
+        assert!(matches!(
+            classify(&a, transport),
+            ActionError::Transient(m) if m.contains("connection refused")
+        ));
+    }
+
+    #[test]
+    fn a_bare_422_is_told_from_one_with_causes() {
+        assert!(is_bare_422(&api(
+            422,
+            "Invalid",
+            "the server rejected our request due to an error in our request",
+            None
+        )));
+        assert!(is_bare_422(&api(422, "Invalid", "x", details(0, vec![]))));
+        assert!(!is_bare_422(&api(
+            422,
+            "Invalid",
+            "x",
+            details(
+                0,
+                vec![StatusCause {
+                    reason: "FieldValueInvalid".into(),
+                    message: "m".into(),
+                    field: "spec.replicas".into(),
+                }]
+            )
+        )));
+        assert!(!is_bare_422(&api(409, "Conflict", "x", None)));
     }
 }
