@@ -124,7 +124,7 @@ fn committed_rbac_is_what_kubewasm_rbac_generates_and_grants_only_what_sidecars_
         // registration declares the kind a write), and only it records Events.
         ("apps/deployments", "get,list,patch,watch"),
         ("apps/replicasets", "get,list,watch"),
-        ("events.k8s.io/events", "create"),
+        ("events.k8s.io/events", "create,patch"),
         (
             "networking.k8s.io/networkpolicies",
             "create,delete,get,list,patch,watch",
@@ -187,7 +187,7 @@ fn committed_rbac_is_what_kubewasm_rbac_generates_and_grants_only_what_sidecars_
         rules(role),
         [
             ("/configmaps", "get,list,watch"),
-            ("events.k8s.io/events", "create"),
+            ("events.k8s.io/events", "create,patch"),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_owned(), v.to_owned()))

@@ -17,9 +17,11 @@ pub const APPLY_VERBS: &[&str] = &["create", "patch"];
 /// `apply-status` is a server-side apply on the status subresource; the
 /// host never sends `update` there.
 pub const STATUS_VERBS: &[&str] = &["patch"];
-/// The host posts one events.k8s.io Event per `record-event`; it does not
-/// aggregate them into series (that would also need `patch`).
-pub const EVENT_VERBS: &[&str] = &["create"];
+/// The host creates an events.k8s.io Event per `record-event`, and counts a
+/// repeat of the same Event in the first one's `series` with a merge patch
+/// (as client-go's and kube's recorders do): both verbs, or every repeat is
+/// refused.
+pub const EVENT_VERBS: &[&str] = &["create", "patch"];
 /// Leader election reads the Lease, creates it when missing, and renews or
 /// takes it over with an update (or a patch).
 pub const LEASE_VERBS: &[&str] = &["get", "patch", "update"];
@@ -343,7 +345,7 @@ mod tests {
                 "/pods [get,list,watch] other+watcher",
                 "apps/deployments [create,delete,get,list,patch,watch] watcher",
                 "apps/deployments/status [patch] watcher",
-                "events.k8s.io/events [create] watcher",
+                "events.k8s.io/events [create,patch] watcher",
             ]
         );
         assert!(p.namespaced.is_empty());
@@ -391,7 +393,7 @@ mod tests {
             summary(&p.namespaced["team-a"]),
             vec![
                 "/configmaps [create,delete,get,list,patch,watch] local",
-                "events.k8s.io/events [create] local",
+                "events.k8s.io/events [create,patch] local",
             ]
         );
         assert_eq!(
@@ -432,7 +434,7 @@ mod tests {
             summary(&p.namespaced["team-a"]),
             vec![
                 "/configmaps [create,delete] local",
-                "events.k8s.io/events [create] local",
+                "events.k8s.io/events [create,patch] local",
             ]
         );
     }
