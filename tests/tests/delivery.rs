@@ -411,9 +411,11 @@ async fn a_refused_delete_is_dead_at_once_and_the_next_version_retries_it() {
     p.settled().await;
     assert_eq!(p.copies(&h), ["a", "b", "c"]);
 
+    // Refused as invalid: the one permanent refusal (a 403 is retried:
+    // tokens rotate and RBAC propagates).
     p.sink.fail(
         "delete configmaps b/cfg",
-        Fault::Fail(ActionError::Forbidden("injected 403".into())),
+        Fault::Fail(ActionError::Invalid("injected 422".into())),
         None,
     );
     p.delete_source(&h).await;
