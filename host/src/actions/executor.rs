@@ -1123,4 +1123,71 @@ mod tests {
         assert_eq!(e.retry_after(), Some(Duration::from_secs(2)));
         assert!(e.to_string().contains("retry after 2s"), "{e}");
     }
+
+    /// Log lines written while a test runs on its own thread.
+    #[derive(Clone, Default)]
+    struct Captured(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Captured {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[tokio::test]
+    async fn dry_run_prints_an_applys_body_as_it_would_be_sent_like_a_patchs() {
+        let logs = Captured::default();
+        let writer = logs.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish();
+        let _guard = tracing::subscriber::set_default(subscriber);
+        let sink = Arc::new(Scripted::default());
+        let ex = Executor::new(
+            sink.clone(),
+            ExecutorOptions {
+                dry_run: true,
+                ..quick()
+            },
+        );
+        let mut guarded = Target::new(
+            KindInfo::new("", "v1", "ConfigMap", "configmaps", true),
+            Some("n".into()),
+            "a",
+        );
+        guarded.preconditions.resource_version = Some("7".into());
+        let apply = Action::Apply {
+            target: guarded,
+            object: serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "a", "namespace": "n"}, "data": {"k": "applied"}}),
+            force: false,
+            status: false,
+        };
+        call(&ex, vec![apply, patch("b")], &CancellationToken::new())
+            .await
+            .unwrap();
+        assert!(sink.log().is_empty(), "a dry run sends nothing");
+        let text = String::from_utf8(logs.0.lock().clone()).unwrap();
+        let line = |needle: &str| {
+            text.lines()
+                .find(|l| l.contains(needle))
+                .unwrap_or_else(|| panic!("no line with {needle}: {text}"))
+                .to_owned()
+        };
+        let applied = line("apply configmaps n/a");
+        assert!(applied.contains("dry run: not sending"), "{applied}");
+        assert!(
+            applied.contains(r#""data":{"k":"applied"}"#)
+                && applied.contains(r#""resourceVersion":"7""#),
+            "the body as sent, precondition included: {applied}"
+        );
+        let patched = line("patch configmaps n/b");
+        assert!(patched.contains(r#"{"data":{"k":"v"}}"#), "{patched}");
+        assert_eq!(count(&ex, "patch", Outcome::DryRun), 2);
+    }
 }
