@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::actions::executor::{ActionError, ActionFailure};
+use crate::actions::executor::ActionFailure;
 use crate::runtime::{CallError, LastFailure};
 
 /// Why a delta failed: its handler call, or one of the call's actions.
@@ -31,7 +31,7 @@ impl Failure {
     }
 
     fn is_conflict(&self) -> bool {
-        matches!(self, Failure::Actions(f) if matches!(f.error, ActionError::Conflict(_)))
+        matches!(self, Failure::Actions(f) if f.error.is_conflict())
     }
 
     /// How the next attempt's delta reports this failure.
@@ -103,8 +103,9 @@ impl RetryPolicy {
             let jitter = exp.mul_f64(fastrand::f64());
             (exp + jitter).min(cap)
         };
+        // A server's Retry-After is honoured up to the cap.
         Decision {
-            wait: wait.max(at_least.unwrap_or_default()),
+            wait: wait.max(at_least.unwrap_or_default().min(cap)),
             parked,
         }
     }
