@@ -700,3 +700,52 @@ proptest::proptest! {
         });
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_call_outliving_the_stop_grace_is_fenced_and_its_delete_handed_over() {
+    let (release, gate) = std::sync::mpsc::channel::<()>();
+    let gate = Mutex::new(gate);
+    let r = rig(
+        DispatchOptions {
+            stop_grace: Duration::from_secs(1),
+            ..DispatchOptions::default()
+        },
+        all_deltas(&[], None),
+        Box::new(move |d| {
+            if d.dtype == DeltaType::Deleted {
+                // A call that outlives its version's stop grace.
+                let _ = gate.lock().recv();
+            }
+            Ok(Handled {
+                actions: vec![apply_action(d)],
+                requeue_after: None,
+            })
+        }),
+    );
+    r.list(vec![cm("a", 1, "x")]);
+    r.eventually("the add's action", |r| r.sink.done.lock().len() == 1)
+        .await;
+    r.send(WatchEvent::Delete(cm("a", 2, "x")));
+    r.until("the delete's call", |s| {
+        s.iter().any(|s| s.what == "deleted")
+    })
+    .await;
+    let left = r.dispatcher.stop().await;
+    assert_eq!(left.len(), 1, "the fenced call's delete is handed over");
+    assert_eq!(left[0].1.delta.dtype, DeltaType::Deleted);
+    assert_eq!(r.dispatcher.stats().fenced_calls.load(Ordering::Relaxed), 1);
+    // The late call returns: its action is refused, not executed.
+    release.send(()).unwrap();
+    r.eventually("the fenced action refused", |r| {
+        r.dispatcher
+            .shared
+            .executor
+            .stats
+            .fenced
+            .load(Ordering::Relaxed)
+            == 1
+    })
+    .await;
+    assert_eq!(r.sink.done.lock().len(), 1, "only the add's action ran");
+    r.set.shutdown().await;
+}
