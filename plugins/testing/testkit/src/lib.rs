@@ -32,6 +32,13 @@ enum Mode {
     /// WIT 0.2's reconcile outcomes: a first attempt fails with `retry`,
     /// the second records what it was told and asks to be requeued.
     Reconcile,
+    /// A write with a resourceVersion precondition that goes stale: the
+    /// first attempt waits until the object changes, then writes with the
+    /// delta's (now old) resourceVersion; later attempts write with theirs.
+    Conflict,
+    /// Logs every delta and asks to be requeued after `count` ms; refuses
+    /// deletes while `failDeletes` is set.
+    Requeue,
 }
 
 impl Mode {
@@ -50,6 +57,8 @@ impl Mode {
             Self::Log => "log",
             Self::Sleep => "sleep",
             Self::Reconcile => "reconcile",
+            Self::Conflict => "conflict",
+            Self::Requeue => "requeue",
             Self::Ok
             | Self::RegisterError
             | Self::Echo
@@ -73,6 +82,16 @@ struct Config {
     /// `connect` mode: the `host:port` addresses to open a TCP connection to.
     #[serde(default)]
     connect: Vec<String>,
+    /// `requeue` mode: the configmaps subscription's resync period in
+    /// seconds (unset: the host's default).
+    #[serde(default)]
+    resync: Option<u32>,
+    /// `requeue` mode: deletes fail with `retry`.
+    #[serde(default, rename = "failDeletes")]
+    fail_deletes: bool,
+    /// `requeue` mode: a label put on every log line, to tell versions apart.
+    #[serde(default)]
+    tag: String,
 }
 
 fn default_count() -> u32 {
@@ -86,6 +105,9 @@ struct Testkit {
     mode: Mode,
     count: u32,
     connect: Vec<String>,
+    resync: Option<u32>,
+    fail_deletes: bool,
+    tag: String,
     /// What `oom` allocates, kept so nothing is freed.
     hoard: Vec<Vec<u8>>,
 }
@@ -102,6 +124,9 @@ impl Plugin for Testkit {
             mode: config.mode,
             count: config.count,
             connect: config.connect,
+            resync: config.resync,
+            fail_deletes: config.fail_deletes,
+            tag: config.tag,
             hoard: Vec::new(),
         })
     }
@@ -124,6 +149,18 @@ impl Plugin for Testkit {
                 .index(Index::new::<ConfigMap>("by-app", "/data/app"))
                 .writes::<Pod>();
         }
+        if self.mode == Mode::Requeue {
+            let mut configmaps = Subscription::kind::<ConfigMap>().deltas([
+                DeltaType::Added,
+                DeltaType::Updated,
+                DeltaType::Deleted,
+                DeltaType::Resync,
+            ]);
+            if let Some(seconds) = self.resync {
+                configmaps = configmaps.resync_every(seconds);
+            }
+            return Registration::new().subscribe(configmaps);
+        }
         Registration::new()
             .subscribe(Subscription::kind::<Pod>().deltas(deltas))
             .subscribe(Subscription::kind::<ConfigMap>().deltas(deltas))
@@ -134,6 +171,12 @@ impl Plugin for Testkit {
     fn handle(&mut self, delta: Delta) -> Result<Handled, HandlerError> {
         if self.mode == Mode::Reconcile && delta.name.starts_with("reconcile") {
             return self.reconcile(&delta);
+        }
+        if self.mode == Mode::Requeue {
+            return self.requeue(&delta);
+        }
+        if self.mode == Mode::Conflict && delta.name.starts_with("conflict") {
+            return conflict(&delta, &self.connect).map(|()| Done);
         }
         self.handle_delta(&delta).map(|()| Done)
     }
@@ -175,6 +218,39 @@ impl Testkit {
         })
     }
 
+    /// `requeue` mode: logs `testkit-requeue {"tag","type","namespace",
+    /// "name","attempt","initial","lastFailure"}` for every delta of an
+    /// object named `requeue*`; a delete then fails with `retry` while
+    /// `failDeletes` is set, every other delta asks to be requeued after
+    /// `count` milliseconds.
+    fn requeue(&self, delta: &Delta) -> Result<Handled, HandlerError> {
+        if delta.delta_type == DeltaType::Synced || !delta.name.starts_with("requeue") {
+            return Ok(Done);
+        }
+        let line = kubewasm_sdk::serde_json::json!({
+            "tag": self.tag,
+            "type": delta.delta_type.as_str(),
+            "namespace": delta.namespace,
+            "name": delta.name,
+            "attempt": delta.attempt,
+            "initial": delta.initial,
+            "lastFailure": delta.last_failure.as_ref().map(Failure::kind),
+        });
+        log::info(&format!("testkit-requeue {line}"), &[]);
+        if delta.delta_type == DeltaType::Deleted {
+            if self.fail_deletes {
+                return Err(retry(format!(
+                    "refusing the delete of {} (failDeletes)",
+                    delta.key()
+                )));
+            }
+            return Ok(Done);
+        }
+        Ok(requeue_after(std::time::Duration::from_millis(
+            self.count.into(),
+        )))
+    }
+
     fn handle_delta(&mut self, delta: &Delta) -> Result<(), HandlerError> {
         let object = delta.object()?;
         if self.mode == Mode::Echo {
@@ -197,8 +273,8 @@ impl Testkit {
             return Ok(());
         }
         match self.mode {
-            // Handled by `reconcile` before this.
-            Mode::Reconcile => Ok(()),
+            // Handled before this.
+            Mode::Reconcile | Mode::Conflict | Mode::Requeue => Ok(()),
             Mode::Trap => trap(),
             Mode::Spin => spin(),
             Mode::Oom => loop {
@@ -256,6 +332,62 @@ impl Testkit {
             | Mode::Stall => Ok(()),
         }
     }
+}
+
+/// The annotation the `conflict` mode writes.
+const HANDLED: &str = "kubewasm.io/handled";
+
+/// `conflict` mode, for an `added` or `updated` object: done when its
+/// annotation `kubewasm.io/handled` already starts with `v=<data.v> `.
+/// Otherwise a first attempt (of an object never handled) logs
+/// `testkit-conflict waiting <ns>/<name> rv=<rv>` and waits for the test:
+/// it connects to the first `connect` address and reads until the peer
+/// sends a byte (a call's cache is a snapshot, so it cannot watch the
+/// object change); then it merge-patches the annotation `v=<its data.v>
+/// attempt=1 last=none` with the delta's uid and resourceVersion as
+/// preconditions, which the test has made stale meanwhile. Any other
+/// attempt writes `v=<data.v> attempt=<n> last=<failure kind or none>`
+/// with its delta's preconditions.
+fn conflict(delta: &Delta, connect: &[String]) -> Result<(), HandlerError> {
+    if !matches!(delta.delta_type, DeltaType::Added | DeltaType::Updated) {
+        return Ok(());
+    }
+    let object = delta.object()?;
+    let v = object.field_str("/data/v").unwrap_or_default();
+    let handled = object.annotation(HANDLED);
+    if handled
+        .as_deref()
+        .is_some_and(|h| h.starts_with(&format!("v={v} ")))
+    {
+        return Ok(());
+    }
+    let Some(target) = ObjectRef::from_delta(delta) else {
+        return Ok(());
+    };
+    if delta.attempt == 1 && handled.is_none() {
+        log::info(
+            &format!(
+                "testkit-conflict waiting {} rv={}",
+                delta.key(),
+                delta.resource_version
+            ),
+            &[],
+        );
+        let Some(addr) = connect.first() else {
+            return Err(permanent("conflict mode needs a connect address"));
+        };
+        let addr: std::net::SocketAddrV4 = addr
+            .parse()
+            .map_err(|e| permanent(format!("{addr}: {e}")))?;
+        blocking_read_one(addr).map_err(retry)?;
+    }
+    let last = delta.last_failure.as_ref().map_or("none", Failure::kind);
+    let value = format!("v={v} attempt={} last={last}", delta.attempt);
+    actions::annotate(
+        &target,
+        &[(HANDLED, &value)],
+        &Preconditions::of_delta(delta),
+    )
 }
 
 /// Logs the delta; for all but `deleted`, annotates the object with its
