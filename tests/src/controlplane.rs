@@ -57,6 +57,7 @@ pub struct ControlPlaneBuilder {
     apiserver_args: Vec<String>,
     node: bool,
     audit: bool,
+    stop_grace: Option<Duration>,
 }
 
 impl Default for ControlPlaneBuilder {
@@ -68,6 +69,7 @@ impl Default for ControlPlaneBuilder {
             apiserver_args: Vec::new(),
             node: false,
             audit: false,
+            stop_grace: None,
         }
     }
 }
@@ -107,6 +109,18 @@ impl ControlPlaneBuilder {
     /// replica made a write: a bound ServiceAccount token names its Pod.
     pub fn audit(mut self, on: bool) -> Self {
         self.audit = on;
+        self
+    }
+
+    /// How long a stopping API server (a [`ControlPlane::restart`], an
+    /// [`ControlPlane::outage`], the final stop) may take before it is
+    /// killed: the control plane's `--stop-grace` (default 30 s). With
+    /// clients watching, the kube-apiserver's graceful shutdown waits out
+    /// the whole grace (FIELD-NOTES), so each restart costs it; 2 s makes a
+    /// restart take about 6 s instead of 35 s, and the server still stops
+    /// taking requests at once.
+    pub fn stop_grace(mut self, grace: Duration) -> Self {
+        self.stop_grace = Some(grace);
         self
     }
 
@@ -176,6 +190,9 @@ impl ControlPlaneBuilder {
         }
         if self.node {
             cmd.arg("--node");
+        }
+        if let Some(grace) = self.stop_grace {
+            cmd.arg(format!("--stop-grace={}ms", grace.as_millis()));
         }
         cmd.stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -689,9 +706,90 @@ impl ControlPlane {
         }
     }
 
+    /// An API server outage of `down`: the API server is stopped (etcd
+    /// keeps running), stays down, and is started again on the same port
+    /// with the same data; returns once /readyz answers again. Meanwhile
+    /// connections are refused, as when a control-plane node reboots.
+    ///
+    /// The control plane only knows a restart (SIGHUP: stop, then start at
+    /// once), so the restarted kube-apiserver is frozen (SIGSTOP) as soon
+    /// as its process appears, long before it listens, and thawed when
+    /// `down` has passed since the stop began. A stop that takes longer
+    /// than `down` (see [`ControlPlaneBuilder::stop_grace`]) makes the
+    /// outage longer; the report says what happened.
+    pub async fn outage(&self, down: Duration) -> anyhow::Result<Outage> {
+        let _one_at_a_time = self.restart_lock.lock().await;
+        while self.lines.lock().unwrap().try_recv().is_ok() {}
+        let old = self.apiserver_pid()?;
+        let began = Instant::now();
+        kill_process(self.pid, Signal::HUP).context("sending SIGHUP to the control plane")?;
+        let deadline = began + READY_TIMEOUT;
+        // The old process gone and the new one frozen: found by polling
+        // /proc (a scan takes about a millisecond; a kube-apiserver takes
+        // seconds from exec to listening).
+        let new = loop {
+            match self.apiserver_pid_other_than(old) {
+                Ok(pid) => break pid,
+                Err(_) if Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+                Err(e) => return Err(e.context("the API server did not come back after SIGHUP")),
+            }
+        };
+        let frozen = began.elapsed() < down;
+        let thaw = if frozen {
+            kill_process(new, Signal::STOP).context("SIGSTOP to the restarted kube-apiserver")?;
+            Some(Thaw(new))
+        } else {
+            None
+        };
+        let stopped_after = began.elapsed();
+        let addr = std::net::SocketAddr::from(([127, 0, 0, 1], self.port()));
+        let refused = matches!(
+            std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2)),
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused
+        );
+        tokio::time::sleep_until((began + down).into()).await;
+        drop(thaw);
+        loop {
+            let next = self.lines.lock().unwrap().try_recv();
+            match next {
+                Ok(line) if line == RESTARTED => break,
+                Ok(_) => {}
+                Err(TryRecvError::Disconnected) => {
+                    bail!(
+                        "the control plane exited during an outage\n{}",
+                        self.stderr_tail()
+                    )
+                }
+                Err(TryRecvError::Empty) if Instant::now() >= deadline + down => {
+                    bail!(
+                        "the API server did not come back within {READY_TIMEOUT:?} of the outage's end\n{}",
+                        self.stderr_tail()
+                    )
+                }
+                Err(TryRecvError::Empty) => tokio::time::sleep(Duration::from_millis(50)).await,
+            }
+        }
+        Ok(Outage {
+            stopped_after,
+            refused,
+            down: began.elapsed(),
+        })
+    }
+
     /// The kube-apiserver's own process: the child of the control plane
     /// started as `kubewasm-controlplane apiserver ...`.
     fn apiserver_pid(&self) -> anyhow::Result<Pid> {
+        self.find_apiserver(None)
+    }
+
+    /// [`Self::apiserver_pid`], once it is not `old` (a restart's new one).
+    fn apiserver_pid_other_than(&self, old: Pid) -> anyhow::Result<Pid> {
+        self.find_apiserver(Some(old))
+    }
+
+    fn find_apiserver(&self, not: Option<Pid>) -> anyhow::Result<Pid> {
         let parent = self.pid.as_raw_nonzero().get();
         for entry in std::fs::read_dir("/proc")
             .context("reading /proc")?
@@ -701,6 +799,7 @@ impl ControlPlane {
                 .file_name()
                 .to_str()
                 .and_then(|n| n.parse::<i32>().ok())
+                .filter(|p| not.is_none_or(|n| n.as_raw_nonzero().get() != *p))
             else {
                 continue;
             };
@@ -805,6 +904,29 @@ impl ControlPlane {
 impl Drop for ControlPlane {
     fn drop(&mut self) {
         self.stop();
+    }
+}
+
+/// What [`ControlPlane::outage`] did.
+#[derive(Debug, Clone, Copy)]
+pub struct Outage {
+    /// From the stop's start until the old kube-apiserver had exited and
+    /// the new one was frozen.
+    pub stopped_after: Duration,
+    /// Whether connections to the API server's port were refused while it
+    /// was down (false: the new process was caught after it had started
+    /// listening, so connections hung instead).
+    pub refused: bool,
+    /// From the stop's start until /readyz answered again.
+    pub down: Duration,
+}
+
+/// Thaws a frozen kube-apiserver when dropped, also when the test fails.
+struct Thaw(Pid);
+
+impl Drop for Thaw {
+    fn drop(&mut self) {
+        let _ = kill_process(self.0, Signal::CONT);
     }
 }
 
