@@ -116,9 +116,9 @@ impl ControlPlaneBuilder {
     /// [`ControlPlane::outage`], the final stop) may take before it is
     /// killed: the control plane's `--stop-grace` (default 30 s). With
     /// clients watching, the kube-apiserver's graceful shutdown waits out
-    /// the whole grace (FIELD-NOTES), so each restart costs it; 2 s makes a
-    /// restart take about 6 s instead of 35 s, and the server still stops
-    /// taking requests at once.
+    /// the whole grace (FIELD-NOTES), so each restart costs it; a short
+    /// grace (2 s) ends the old process soon after it stopped taking
+    /// requests.
     pub fn stop_grace(mut self, grace: Duration) -> Self {
         self.stop_grace = Some(grace);
         self
@@ -716,8 +716,14 @@ impl ControlPlane {
     /// as its process appears, long before it listens, and thawed when
     /// `down` has passed since the stop began. A stop that takes longer
     /// than `down` (see [`ControlPlaneBuilder::stop_grace`]) makes the
-    /// outage longer; the report says what happened.
+    /// outage longer; the report says what happened. `down` is at most
+    /// 90 s: the control plane gives up on a kube-apiserver that is not
+    /// ready within 120 s of its start.
     pub async fn outage(&self, down: Duration) -> anyhow::Result<Outage> {
+        anyhow::ensure!(
+            down <= Duration::from_secs(90),
+            "an outage of {down:?} is longer than the control plane waits for a restarted API server (keep it at most 90 s)"
+        );
         let _one_at_a_time = self.restart_lock.lock().await;
         while self.lines.lock().unwrap().try_recv().is_ok() {}
         let old = self.apiserver_pid()?;
