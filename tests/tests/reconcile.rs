@@ -443,10 +443,15 @@ async fn a_narrowed_subscription_requeues_swaps_and_hands_over_in_every_namespac
     )
     .await;
     let handed_over_ms = swapped.elapsed().as_millis();
-    // The delete once, and the gone object not replayed. (Not asserted:
-    // the order across objects. The handed-over delete is queued behind
-    // the replay of the other objects, though the dispatcher's docs say
-    // "before its replay of the cache"; per object it comes first.)
+    // The handed-over delete comes first, ahead of the replay of every
+    // other object.
+    assert_eq!(
+        v2.first()
+            .map(|s| (s.delta.as_str(), s.namespace.as_str(), s.name.as_str())),
+        Some(("deleted", stuck.0, stuck.1)),
+        "{v2:#?}"
+    );
+    // The delete once, and the gone object not replayed.
     let stuck_seen: Vec<&Seen> = v2
         .iter()
         .filter(|s| s.namespace == stuck.0 && s.name == stuck.1)

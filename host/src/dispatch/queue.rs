@@ -469,13 +469,17 @@ impl<K: Clone + Eq + Hash> KeyedQueue<K> {
     }
 
     /// Puts `item` before everything pending for `key` (a delta older than
-    /// those, handed over from a previous plugin version).
+    /// those, handed over from a previous plugin version), and the key
+    /// ahead of the keys ready now (the new version's replay).
     pub fn push_front(&mut self, key: K, item: Item) {
         self.pending_weight += item.weight;
         self.pending_items += 1;
         let e = self.entries.entry(key.clone()).or_default();
         e.pending.push_front(item);
-        Self::list_if_ready(&mut self.ready, &key, e);
+        if e.ready() && !e.listed {
+            e.listed = true;
+            self.ready.push_front(key);
+        }
     }
 
     /// Asks to deliver `key` again at `at`: one pending requeue per key,
@@ -808,6 +812,18 @@ mod tests {
         q.schedule_requeue("c", t + Duration::from_secs(5));
         q.clear_pending();
         assert_eq!(q.delayed_len(), 0, "a leadership loss drops requeues");
+    }
+
+    #[test]
+    fn handed_over_deltas_go_ahead_of_the_replay() {
+        let mut q = KeyedQueue::default();
+        // The new version's replay, then the old version's unhandled delete
+        // of another object, handed over.
+        q.push("a", Item::new(delta(DeltaType::Added, 1)));
+        q.push("b", Item::new(delta(DeltaType::Added, 1)));
+        q.push_front("gone", Item::new(delta(DeltaType::Deleted, 1)));
+        let order: Vec<_> = std::iter::from_fn(|| q.pop().map(|(k, _)| k)).collect();
+        assert_eq!(order, ["gone", "a", "b"]);
     }
 
     #[test]
