@@ -462,28 +462,12 @@ async fn settle(
     item.first_failed
         .get_or_insert_with(std::time::SystemTime::now);
     if !failure.retryable() {
-        to_feed(shared, &key, &item, "dead", call, Some(&failure));
-        DeltaDead {
-            plugin,
-            kind: &kind,
-            key: &obj_key,
-            attempts: failures,
-            delta: dead::call_delta_name(&item.delta),
-            error: &failure,
-            retry_every: None,
-        }
-        .emit(&shared.stats);
         let weight = item.weight;
-        item.attempts = failures;
-        let spec = shared.sub(key.0).map(|s| s.informer.spec().clone());
-        shared.stats.dead_letters.lock().add(
-            plugin,
-            key.clone(),
-            item,
-            failure.to_string(),
-            spec,
-            false,
-        );
+        let record = Item {
+            attempts: failures,
+            ..item
+        };
+        to_dead_letters(shared, &key, record, &failure, call, None);
         finish(shared, &key, weight, |q| q.permanent(&key));
         return;
     }
@@ -497,28 +481,11 @@ async fn settle(
     let newly_parked = decision.parked && !shared.queue.lock().is_parked(&key);
     let mut settle_weight = 0;
     if newly_parked {
-        to_feed(shared, &key, &item, "parked", call, Some(&failure));
-        DeltaDead {
-            plugin,
-            kind: &kind,
-            key: &obj_key,
+        let record = Item {
             attempts: failures,
-            delta: dead::call_delta_name(&item.delta),
-            error: &failure,
-            retry_every: Some(decision.wait),
-        }
-        .emit(&shared.stats);
-        let spec = shared.sub(key.0).map(|s| s.informer.spec().clone());
-        let mut record = item.clone();
-        record.attempts = failures;
-        shared.stats.dead_letters.lock().add(
-            plugin,
-            key.clone(),
-            record,
-            failure.to_string(),
-            spec,
-            true,
-        );
+            ..item.clone()
+        };
+        to_dead_letters(shared, &key, record, &failure, call, Some(decision.wait));
         // A parked key no longer counts as activity: the host may be idle
         // while it is retried at its cap.
         settle_weight = std::mem::take(&mut item.weight);
@@ -550,6 +517,44 @@ async fn settle(
     }
     shared.timers_changed.notify_one();
     finish(shared, &key, settle_weight, |_| {});
+}
+
+/// Records a key given up on (`retry_every` none) or parked (still
+/// retried every `retry_every`): the feed, the log and metric, the dead
+/// letter with the informer its pair reads.
+fn to_dead_letters(
+    shared: &Shared,
+    key: &Key,
+    item: Item,
+    failure: &Failure,
+    call: Duration,
+    retry_every: Option<Duration>,
+) {
+    let outcome = if retry_every.is_some() {
+        "parked"
+    } else {
+        "dead"
+    };
+    to_feed(shared, key, &item, outcome, call, Some(failure));
+    DeltaDead {
+        plugin: &shared.plugin,
+        kind: &item.delta.kind.kind,
+        key: &key.1.to_string(),
+        attempts: item.attempts,
+        delta: dead::call_delta_name(&item.delta),
+        error: failure,
+        retry_every,
+    }
+    .emit(&shared.stats);
+    let spec = shared.sub(key.0).map(|s| s.informer.spec().clone());
+    shared.stats.dead_letters.lock().add(
+        &shared.plugin,
+        key.clone(),
+        item,
+        failure.to_string(),
+        spec,
+        retry_every.is_some(),
+    );
 }
 
 /// Starts a quarantine period, doubling the next one (up to the maximum).
