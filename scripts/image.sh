@@ -2,8 +2,9 @@
 # Builds the kubewasm image with no registry in reach: a static
 # x86_64-unknown-linux-musl release binary (jemalloc as the allocator), then
 # `buildah bud --target local` of the Containerfile (FROM scratch only),
-# tagged localhost/kubewasm:dev, written as an archive to OUT. Prints the
-# binary and image sizes.
+# tagged localhost/kubewasm:dev, written as an archive to OUT, with a
+# CycloneDX SBOM of the binary's crates beside it (OUT without .tar, plus
+# .cdx.json: scripts/sbom.py). Prints the binary and image sizes.
 #
 #   bash scripts/image.sh [OUT]   (default: $CARGO_TARGET_DIR or target/, kubewasm-image.tar)
 #   IMAGE_ARCHIVE=docker-archive bash scripts/image.sh OUT   (default: oci-archive)
@@ -61,6 +62,10 @@ buildah bud --quiet --target local -f "$root/Containerfile" -t "$tag" "$ctx" >/d
 mkdir -p "$(dirname "$out")"
 rm -f "$out"
 buildah push --quiet "$tag" "$archive:$out:$tag"
+# The SBOM of the crates that build compiled in (the same target and
+# features), checked against Cargo.lock as it is written.
+sbom="${out%.tar}.cdx.json"
+sbom_line=$(python3 "$root/scripts/sbom.py" "$sbom" --target "$triple" --features jemalloc)
 
 human() { numfmt --to=iec-i --suffix=B --format=%.1f "$1"; }
 bin_size=$(stat -c %s "$bin")
@@ -71,3 +76,4 @@ gzip_size=$(gzip -c "$out" | wc -c)
 echo "binary  $bin: $bin_size bytes ($(human "$bin_size"))"
 echo "image   $tag: $image_size bytes ($(human "$image_size")) uncompressed, about $(human "$gzip_size") gzipped"
 echo "archive $out ($archive)"
+echo "sbom    $sbom_line"
