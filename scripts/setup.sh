@@ -29,6 +29,10 @@ fi
 if [[ ! -d tests/ui/node_modules/playwright-core || tests/ui/package-lock.json -nt tests/ui/node_modules/.package-lock.json ]]; then
   (cd tests/ui && npm ci --no-audit --no-fund --loglevel=error)
 fi
+# The supply-chain checks' tools (scripts/supply-chain.sh), pinned: cargo-deny
+# into cargo's bin (6 minutes of CPU cold), pip-audit and the CycloneDX
+# schema validator into a venv of their own (.tools/venv).
+bash scripts/install-supply-chain-tools.sh
 # Pinned toolchains of the JavaScript, Python, C and Go plugins (apt,
 # npm from the lock file, pip into plugins/python/.venv, cargo install --locked).
 bash plugins/install-toolchains.sh

@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
 # Sets up what is missing (scripts/setup.sh), then everything CI checks:
-# formatting, lints, guest plugins, unit, integration and end-to-end tests.
+# the supply chain, formatting, lints, guest plugins, unit, integration and
+# end-to-end tests.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
 export PATH="$PATH:$HOME/.cargo/bin:/usr/local/go/bin"
 bash scripts/setup.sh
+# Licences, sources, bans and advisories of every dependency, and the
+# image's SBOM: one line per check (docs/SECURITY.md, "Supply chain").
+bash scripts/supply-chain.sh
 cargo fmt --all --check
 (cd plugins && cargo fmt --all --check)
 bash plugins/build.sh

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Installs the pinned tools of scripts/supply-chain.sh (idempotent: a tool
+# already at its version is kept), from the package registries only:
+#
+#   crates.io   cargo-deny (cargo install --locked, cold: 6 minutes of CPU,
+#               13.5 minutes on the 2 cores shared with other builds)
+#   PyPI        pip-audit, and cyclonedx-python-lib with its JSON schema
+#               validation (for the SBOM check), into .tools/venv
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$root"
+export PATH="$PATH:$HOME/.cargo/bin"
+
+CARGO_DENY=0.20.2
+PIP_AUDIT=2.10.1
+CYCLONEDX_LIB=11.12.0
+
+step() { printf '==> %s\n' "$*"; }
+
+if [[ "$(cargo-deny --version 2>/dev/null)" != "cargo-deny $CARGO_DENY" ]]; then
+  step "cargo install cargo-deny@$CARGO_DENY"
+  # Built in a temporary directory that cargo removes, whatever
+  # CARGO_TARGET_DIR says: only the binary stays.
+  (unset CARGO_TARGET_DIR && cargo install --quiet --locked "cargo-deny@$CARGO_DENY")
+fi
+
+venv=.tools/venv
+# The dist-infos name the versions (`pip-audit --version` takes seconds).
+have() { compgen -G "$venv/lib/python3*/site-packages/$1.dist-info" >/dev/null; }
+if ! have "pip_audit-$PIP_AUDIT" || ! have "cyclonedx_python_lib-$CYCLONEDX_LIB" || ! have "jsonschema-*"; then
+  step "pip install pip-audit==$PIP_AUDIT cyclonedx-python-lib[json-validation]==$CYCLONEDX_LIB (.tools/venv)"
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install --quiet --disable-pip-version-check \
+    "pip-audit==$PIP_AUDIT" "cyclonedx-python-lib[json-validation]==$CYCLONEDX_LIB"
+fi
