@@ -96,6 +96,10 @@ pub struct RunSettings {
     pub compile_cache_max: Option<u64>,
     /// Where plugins are compiled (default `child`).
     pub compiler: Option<CompilerKind>,
+    /// The operator's key file (at least 32 bytes, e.g. a mounted Secret)
+    /// that signs and verifies compiled artifacts; unset, the host
+    /// generates a key of its own into the cache folder.
+    pub artifact_key: Option<PathBuf>,
     pub keep_managed_fields: Option<bool>,
     pub initial_list: Option<InitialList>,
     pub page_size: Option<u32>,
@@ -210,6 +214,7 @@ impl RunSettings {
             &mut s.local,
             &mut s.kubeconfig,
             &mut s.cache_dir,
+            &mut s.artifact_key,
         ]
         .into_iter()
         .flatten()
@@ -244,6 +249,7 @@ impl RunSettings {
             cache_dir: self.cache_dir.or(file.cache_dir),
             compile_cache_max: self.compile_cache_max.or(file.compile_cache_max),
             compiler: self.compiler.or(file.compiler),
+            artifact_key: self.artifact_key.or(file.artifact_key),
             keep_managed_fields: self.keep_managed_fields.or(file.keep_managed_fields),
             initial_list: self.initial_list.or(file.initial_list),
             page_size: self.page_size.or(file.page_size),
@@ -307,6 +313,7 @@ impl RunSettings {
         if let Some(max) = self.compile_cache_max {
             engine.cache_max_bytes = max;
         }
+        engine.artifact_key = self.artifact_key;
         engine.compiler = match self.compiler.unwrap_or(CompilerKind::Child) {
             CompilerKind::Child => Compiler::child_of_current_exe(),
             CompilerKind::InProcess => Compiler::InProcess,
@@ -511,9 +518,16 @@ mod tests {
             crate::runtime::cache::DEFAULT_MAX_BYTES
         );
         assert!(matches!(defaults.engine.compiler, Compiler::Child { .. }));
-        let set = parse("compileCacheMax: 256Mi\ncompiler: inProcess\n").unwrap();
+        assert_eq!(defaults.engine.artifact_key, None);
+        let set =
+            parse("compileCacheMax: 256Mi\ncompiler: inProcess\nartifactKey: keys/artifact\n")
+                .unwrap();
         assert_eq!(set.engine.cache_max_bytes, 256 << 20);
         assert_eq!(set.engine.compiler, Compiler::InProcess);
+        assert_eq!(
+            set.engine.artifact_key.as_deref(),
+            Some(Path::new("/etc/kubewasm/keys/artifact"))
+        );
         let err = parse("compileCacheMax: 0\n").unwrap_err().to_string();
         assert!(err.contains("compileCacheMax"), "{err}");
         let err = RunSettings::parse(

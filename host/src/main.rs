@@ -72,6 +72,10 @@ struct CompileArgs {
     /// Size cap of the cache: older artifacts beyond it are evicted (this run's never).
     #[arg(long, value_parser = parse_size, default_value = "1Gi")]
     compile_cache_max: u64,
+    /// Sign the artifacts with this key file (at least 32 bytes; the host verifies with its --artifact-key)
+    /// [default: the cache folder's own key, which only a host using that folder accepts].
+    #[arg(long, env = "KUBEWASM_ARTIFACT_KEY")]
+    artifact_key: Option<PathBuf>,
     /// Compile for a host run with --no-epoch-deadlines (benchmarks only).
     #[arg(long, hide = true)]
     no_epoch_deadlines: bool,
@@ -90,6 +94,7 @@ fn compile(args: CompileArgs) -> anyhow::Result<()> {
     let mut engine = kubewasm::runtime::EngineOptions {
         epoch_deadlines: !args.no_epoch_deadlines,
         cache_max_bytes: args.compile_cache_max,
+        artifact_key: args.artifact_key,
         ..Default::default()
     };
     if args.cache_dir.is_some() {
@@ -138,6 +143,17 @@ fn compile(args: CompileArgs) -> anyhow::Result<()> {
         mib(report.cache_bytes),
         mib(report.cache_max_bytes)
     )?;
+    match &report.key {
+        kubewasm::runtime::artifact_key::KeySource::Operator(path) => writeln!(
+            out,
+            "artifacts signed with the key {}: hosts run with the same --artifact-key map them",
+            path.display()
+        )?,
+        other => writeln!(
+            out,
+            "artifacts signed with {other}: only a host using this cache folder maps them (pass --artifact-key to ship them elsewhere)"
+        )?,
+    }
     anyhow::ensure!(
         failed.is_empty(),
         "{} of {} plugins did not compile: {}",
@@ -154,6 +170,8 @@ struct ChildCompileArgs {
     out: PathBuf,
     #[arg(long)]
     compat: String,
+    #[arg(long)]
+    digest: String,
     #[arg(long, action = clap::ArgAction::Set)]
     epoch_deadlines: bool,
     #[arg(long)]
@@ -165,6 +183,7 @@ fn child_compile(args: ChildCompileArgs) -> std::process::ExitCode {
     let request = kubewasm::runtime::compiler::ChildRequest {
         out: args.out,
         compat: args.compat,
+        digest: args.digest,
         epoch_deadlines: args.epoch_deadlines,
         parent: args.parent_pid,
     };
@@ -395,6 +414,10 @@ struct RunArgs {
     /// Where plugins are compiled: a child process (the host's memory returns after) or a host thread [default: child].
     #[arg(long, value_enum)]
     compiler: Option<CompilerArg>,
+    /// Key file (at least 32 bytes, e.g. a mounted Secret) that compiled artifacts must be signed with to be
+    /// mapped (`kubewasm compile --artifact-key`) [default: a key the host generates into its cache folder].
+    #[arg(long, env = "KUBEWASM_ARTIFACT_KEY")]
+    artifact_key: Option<PathBuf>,
     /// Keep managedFields and the last-applied annotation in the cache.
     #[arg(long)]
     keep_managed_fields: bool,
@@ -471,6 +494,7 @@ impl RunArgs {
             until_idle: self.until_idle.then_some(true),
             cache_dir: self.cache_dir,
             compile_cache_max: self.compile_cache_max,
+            artifact_key: self.artifact_key,
             compiler: self.compiler.map(|c| match c {
                 CompilerArg::Child => CompilerKind::Child,
                 CompilerArg::InProcess => CompilerKind::InProcess,

@@ -3,12 +3,15 @@
 //! that an image or a CI job ships artifacts and the host maps them at
 //! start instead of compiling. Each file is checked as the host checks it
 //! (header, compile, exports, imports); a file that fails gets its own
-//! error and leaves no artifact.
+//! error and leaves no artifact. Artifacts are signed with the artifact
+//! key (`--artifact-key`, else the cache folder's own), and a host maps
+//! only those its own key verifies.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::reload::{DirError, candidates};
+use crate::runtime::artifact_key::KeySource;
 use crate::runtime::engine::EngineError;
 use crate::runtime::{CompileSource, EngineOptions, LoadError, Manifest, Runtime};
 
@@ -62,6 +65,8 @@ pub struct Report {
     /// Bytes of artifacts in the cache after the run.
     pub cache_bytes: u64,
     pub cache_max_bytes: u64,
+    /// The key the artifacts are signed with.
+    pub key: KeySource,
 }
 
 impl Report {
@@ -104,12 +109,17 @@ pub fn compile_folder(dir: &Path, engine: EngineOptions) -> Result<Report, Preco
         .cache()
         .map(|c| c.evict(&[]).kept)
         .unwrap_or_default();
+    let key = runtime
+        .engine()
+        .cache()
+        .map_or(KeySource::Ephemeral, |c| c.key().source().clone());
     drop(pins);
     Ok(Report {
         files,
         cache_dir,
         cache_bytes,
         cache_max_bytes,
+        key,
     })
 }
 

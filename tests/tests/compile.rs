@@ -1,8 +1,11 @@
 //! Plugin loading through the binary: `kubewasm compile` precompiles a
 //! folder (a bad file fails alone and the exit says so) and the host then
 //! loads without compiling; the host compiles in a child process whose
-//! errors read as an in-process compile's; a corrupt cache artifact is
-//! recompiled; the cache stays under its cap.
+//! errors read as an in-process compile's; an artifact whose MAC does not
+//! verify (tampered, another plugin's under a valid name, truncated,
+//! unsigned, signed with another key) is refused naming the file and the
+//! reason, and the plugin is served from its `.wasm`; the cache stays
+//! under its cap.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
@@ -65,11 +68,12 @@ fn text(out: &Output) -> (String, String) {
     )
 }
 
-/// The cache's artifacts: (name, size).
+/// The cache's artifacts: (name, size); not its key file.
 fn artifacts(cache: &Path) -> Vec<(String, u64)> {
     let mut v: Vec<_> = std::fs::read_dir(cache)
         .map(|d| {
             d.flatten()
+                .filter(|e| e.file_name().to_string_lossy().ends_with(".cwasm"))
                 .map(|e| {
                     (
                         e.file_name().to_string_lossy().into_owned(),
@@ -260,7 +264,12 @@ fn a_corrupt_cache_artifact_is_deleted_and_recompiled() {
     assert_eq!(
         lines_with(
             &stderr,
-            &["compile cache entry does not load", "removed=true"]
+            &[
+                "compile cache artifact refused",
+                &name,
+                "MAC does not match",
+                "removed=true"
+            ]
         )
         .len(),
         1,
@@ -287,6 +296,177 @@ fn a_corrupt_cache_artifact_is_deleted_and_recompiled() {
         )
         .len(),
         1,
+        "{stderr}"
+    );
+}
+
+/// Native code only from the host or its operator: an artifact the host's
+/// key does not verify is never mapped, whatever its name says. Each is
+/// put in place of noop's artifact; each run refuses it naming the file
+/// and the reason, deletes it, and serves noop compiled from its `.wasm`.
+#[test]
+fn artifacts_the_host_key_does_not_verify_are_refused_and_the_wasm_served() {
+    let s = Setup::new();
+    install(&s.plugins(), "noop", "noop", Some(NOOP_ACCESS));
+    let out = s.compile(&s.plugins(), &[]);
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("only a host using this cache folder maps them"),
+        "{stdout}"
+    );
+    let [(name, _)] = artifacts(&s.cache()).try_into().unwrap();
+    let path = s.cache().join(&name);
+    let good = std::fs::read(&path).unwrap();
+
+    // Another plugin's artifact, signed with this very key, renamed to
+    // noop's: what a plugin image shipping `cache/` could do.
+    let other = s.dir.path().join("other");
+    std::fs::create_dir_all(&other).unwrap();
+    install(&other, "realistic", "realistic", None);
+    assert!(s.compile(&other, &[]).status.success());
+    let foreign_name = artifacts(&s.cache())
+        .into_iter()
+        .map(|(n, _)| n)
+        .find(|n| *n != name)
+        .unwrap();
+    let foreign = std::fs::read(s.cache().join(&foreign_name)).unwrap();
+    // The same plugin compiled by someone holding another key.
+    let elsewhere = s.dir.path().join("elsewhere");
+    let key = s.dir.path().join("operator.key");
+    std::fs::write(&key, "0123456789abcdef0123456789abcdef\n").unwrap();
+    let out = Command::new(kubewasm_bin())
+        .args(["--log-format", "text", "compile"])
+        .arg(s.plugins())
+        .arg("--cache-dir")
+        .arg(&elsewhere)
+        .arg("--artifact-key")
+        .arg(&key)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{:?}", text(&out));
+    assert!(
+        text(&out)
+            .0
+            .contains("hosts run with the same --artifact-key map them"),
+        "{:?}",
+        text(&out)
+    );
+    let other_key = std::fs::read(elsewhere.join(&name)).unwrap();
+    // Past the 48-byte header, one byte of machine code changed.
+    let mut tampered = good.clone();
+    let mid = 48 + (good.len() - 48) / 2;
+    tampered[mid] ^= 0x01;
+
+    for (what, bytes, reason) in [
+        ("tampered", tampered, "its MAC does not match"),
+        ("foreign", foreign, "its MAC does not match"),
+        (
+            "truncated in its header",
+            good[..30].to_vec(),
+            "it is truncated",
+        ),
+        (
+            "truncated in its code",
+            good[..good.len() - 100].to_vec(),
+            "its MAC does not match",
+        ),
+        (
+            "unsigned (a raw wasmtime artifact)",
+            good[48..].to_vec(),
+            "no kubewasm signature header",
+        ),
+        (
+            "signed with another key",
+            other_key,
+            "signed with another key",
+        ),
+    ] {
+        std::fs::write(&path, &bytes).unwrap();
+        let out = s.run(&[]);
+        let (stdout, stderr) = text(&out);
+        assert!(out.status.success(), "{what}: {stdout}\n{stderr}");
+        assert_eq!(
+            lines_with(
+                &stderr,
+                &[
+                    "compile cache artifact refused",
+                    &name,
+                    reason,
+                    "removed=true"
+                ]
+            )
+            .len(),
+            1,
+            "{what}: {stderr}"
+        );
+        assert_eq!(
+            lines_with(
+                &stderr,
+                &["plugin version started", "plugin=noop", "compile=Compiled"]
+            )
+            .len(),
+            1,
+            "{what}: {stderr}"
+        );
+        // What it compiled replaced the refused file, signed.
+        assert_eq!(std::fs::read(&path).unwrap().len(), good.len(), "{what}");
+    }
+}
+
+/// The operator's key: `kubewasm compile --artifact-key` signs, a host run
+/// with the same key maps without compiling, a host with another key
+/// refuses and compiles.
+#[test]
+fn artifacts_signed_with_the_operators_key_load_only_under_that_key() {
+    let s = Setup::new();
+    install(&s.plugins(), "noop", "noop", Some(NOOP_ACCESS));
+    let (key, other) = (s.dir.path().join("a.key"), s.dir.path().join("b.key"));
+    std::fs::write(&key, [1u8; 32]).unwrap();
+    std::fs::write(&other, [2u8; 32]).unwrap();
+    let key_arg = key.to_str().unwrap();
+    let out = s.compile(&s.plugins(), &["--artifact-key", key_arg]);
+    assert!(out.status.success(), "{:?}", text(&out));
+    let out = s.run(&["--artifact-key", key_arg]);
+    let (_, stderr) = text(&out);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(
+        lines_with(
+            &stderr,
+            &["plugin version started", "plugin=noop", "compile=Cached"]
+        )
+        .len(),
+        1,
+        "{stderr}"
+    );
+    let out = s.run(&["--artifact-key", other.to_str().unwrap()]);
+    let (_, stderr) = text(&out);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(
+        lines_with(
+            &stderr,
+            &["compile cache artifact refused", "signed with another key"]
+        )
+        .len(),
+        1,
+        "{stderr}"
+    );
+    assert_eq!(
+        lines_with(
+            &stderr,
+            &["plugin version started", "plugin=noop", "compile=Compiled"]
+        )
+        .len(),
+        1,
+        "{stderr}"
+    );
+    // A key too short to be one is an error at start, naming the file.
+    std::fs::write(&other, "secret\n").unwrap();
+    let out = s.run(&["--artifact-key", other.to_str().unwrap()]);
+    let (_, stderr) = text(&out);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("b.key holds 6 bytes, fewer than 32"),
         "{stderr}"
     );
 }

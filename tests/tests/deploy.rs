@@ -479,15 +479,50 @@ fn kustomize_renders_the_example_overlays() {
         .find(|v| v["name"] == "plugins")
         .unwrap();
     assert!(plugins["emptyDir"].is_object() && plugins["configMap"].is_null());
+    // Plugin files only: the image cannot put native code into the host's
+    // compile cache.
+    assert_eq!(init["volumeMounts"].as_array().unwrap().len(), 1);
     assert_eq!(init["volumeMounts"][0]["name"], "plugins");
-    // The image's precompiled artifacts go into the host's compile cache.
+    assert!(
+        !init["command"].to_string().contains("cache"),
+        "{}",
+        init["command"]
+    );
+
+    // Signed artifacts: only *.cwasm go into the cache, and the host
+    // verifies them with the operator's key from a Secret.
+    let d = docs(&kustomize(&deploy.join("examples/plugin-image-signed")));
+    let dep = find(&d, "Deployment", "kubewasm");
+    let pod = &dep["spec"]["template"]["spec"];
+    let init = &pod["initContainers"][0];
     assert_eq!(init["volumeMounts"][1]["name"], "compile-cache");
     assert!(
         init["command"]
             .to_string()
-            .contains("cp -R /cache/. /compile-cache/"),
+            .contains("cp /cache/*.cwasm /compile-cache/"),
         "{}",
         init["command"]
+    );
+    let c = container(dep, "kubewasm");
+    assert!(
+        c["args"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|a| a == "--artifact-key=/etc/kubewasm/artifact-key/key"),
+        "{}",
+        c["args"]
+    );
+    let key = pod["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "artifact-key")
+        .unwrap();
+    assert_eq!(key["secret"]["secretName"], "kubewasm-artifact-key");
+    assert!(
+        !d.iter().any(|x| x["kind"] == "Secret"),
+        "the key is the operator's, never rendered from the repository"
     );
 }
 

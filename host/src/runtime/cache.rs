@@ -2,10 +2,18 @@
 //! content and engine configuration, named `<sha256>-<compat>.cwasm`, so
 //! that `kubewasm compile`, a compiler child process and the host all
 //! compute the same name before compiling. Artifacts are written
-//! atomically (a hidden temp file, synced, renamed), loaded by mmap, and
-//! kept under a size cap by evicting the least recently used (a load
-//! touches the file's mtime). An artifact that does not load is deleted
-//! and recompiled.
+//! atomically (a hidden temp file, synced, renamed) and kept under a size
+//! cap by evicting the least recently used (a load touches the file's
+//! mtime).
+//!
+//! An artifact is native code, so it is loaded only when its header's MAC
+//! verifies under the artifact key ([`super::artifact_key`]) for the
+//! content digest and engine its name claims: the file is read once, the
+//! MAC checked over exactly the bytes then handed to wasmtime (which copies
+//! them into its own memory), so a file changed after the check changes
+//! nothing. An artifact that is refused (unsigned, another key's, modified,
+//! cut, another plugin's under this name) or does not load is deleted,
+//! logged with the file and the reason, and the plugin compiled again.
 //!
 //! Not wasmtime's own cache (`Config::cache`): its entries are keyed
 //! inside `Component::new` and stored compressed, so a hit still reads the
@@ -22,6 +30,8 @@ use std::time::{Duration, SystemTime};
 
 use wasmtime::Engine;
 use wasmtime::component::Component;
+
+use super::artifact_key::{ArtifactKey, Refusal};
 
 /// The default size cap: a few builds' worth of the JavaScript and Python
 /// plugins (30-60 MB each) plus every Rust one.
@@ -48,6 +58,8 @@ pub struct CompileCache {
     dir: PathBuf,
     max_bytes: u64,
     compat: String,
+    /// Signs what this cache writes and verifies what it loads.
+    key: ArtifactKey,
     /// Artifacts loaded by a running plugin version (with a count: two
     /// plugins may run the same content); eviction skips them.
     pinned: Arc<parking_lot::Mutex<HashMap<PathBuf, usize>>>,
@@ -58,6 +70,7 @@ impl std::fmt::Debug for CompileCache {
         f.debug_struct("CompileCache")
             .field("dir", &self.dir)
             .field("max_bytes", &self.max_bytes)
+            .field("key", &self.key)
             .finish_non_exhaustive()
     }
 }
@@ -95,14 +108,19 @@ pub struct Eviction {
 
 impl CompileCache {
     /// `compat` is the engine's compatibility key (see
-    /// [`super::engine::compat_key`]).
-    pub fn new(dir: PathBuf, max_bytes: u64, compat: String) -> Self {
+    /// [`super::engine::compat_key`]); `key` signs and verifies artifacts.
+    pub fn new(dir: PathBuf, max_bytes: u64, compat: String, key: ArtifactKey) -> Self {
         Self {
             dir,
             max_bytes,
             compat,
+            key,
             pinned: Arc::default(),
         }
+    }
+
+    pub fn key(&self) -> &ArtifactKey {
+        &self.key
     }
 
     pub fn dir(&self) -> &Path {
@@ -124,39 +142,36 @@ impl CompileCache {
         self.artifact(digest).is_file()
     }
 
-    /// Loads the artifact of `digest`, if there is one that loads; touches
-    /// it (its mtime is the eviction order). An artifact that exists but
-    /// does not load (truncated, corrupt, another engine's) is deleted so
+    /// Loads the artifact of `digest`, if there is one that verifies and
+    /// loads; touches it (its mtime is the eviction order). An artifact
+    /// that exists but is refused (see [`Refused`]) or does not load
+    /// (another engine's) is deleted, with a warning naming it and why, so
     /// that the caller's recompile replaces it.
     pub fn load(&self, engine: &Engine, digest: &str) -> Option<(Component, PathBuf)> {
         let path = self.artifact(digest);
         if !path.is_file() {
             return None;
         }
-        match load_artifact(engine, &path) {
+        match load_signed(engine, &self.key, &self.compat, digest, &path) {
             Ok(component) => {
                 touch(&path);
                 Some((component, path))
             }
             Err(e) => {
                 let removed = std::fs::remove_file(&path).is_ok();
-                tracing::warn!(
-                    path = %path.display(),
-                    error = %format!("{e:#}"),
-                    removed,
-                    "compile cache entry does not load; recompiling"
-                );
+                e.log(&path, &self.key, removed);
                 None
             }
         }
     }
 
-    /// Writes `bytes` (a serialized component) as the artifact of `digest`:
-    /// to a hidden temp file, synced, then renamed, so no reader ever sees
-    /// half of it.
-    pub fn store(&self, digest: &str, bytes: &[u8]) -> Result<PathBuf, CacheError> {
+    /// Writes `body` (a serialized component) as the artifact of `digest`,
+    /// signed: to a hidden temp file, synced, then renamed, so no reader
+    /// ever sees half of it.
+    pub fn store(&self, digest: &str, body: &[u8]) -> Result<PathBuf, CacheError> {
         let path = self.artifact(digest);
-        write_atomically(&path, bytes).map_err(|source| CacheError::Write {
+        let header = self.key.header(digest, &self.compat, body);
+        write_atomically(&path, &[&header, body]).map_err(|source| CacheError::Write {
             path: path.clone(),
             source,
         })?;
@@ -248,15 +263,64 @@ impl CompileCache {
     }
 }
 
+/// Why a signed artifact file was not loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum Refused {
+    #[error("cannot read it: {0}")]
+    Read(std::io::Error),
+    /// Its MAC does not verify: never mapped.
+    #[error("{0}")]
+    Mac(Refusal),
+    /// Verified, but wasmtime refused it (another engine's settings).
+    #[error("{0:#}")]
+    Load(wasmtime::Error),
+}
+
+impl Refused {
+    fn log(&self, path: &Path, key: &ArtifactKey, removed: bool) {
+        match self {
+            Refused::Mac(reason) => tracing::warn!(
+                path = %path.display(),
+                reason = %reason,
+                key = %key.source(),
+                removed,
+                "compile cache artifact refused: native code is mapped only when its MAC verifies; compiling the plugin's .wasm instead"
+            ),
+            other => tracing::warn!(
+                path = %path.display(),
+                error = %other,
+                removed,
+                "compile cache entry does not load; recompiling"
+            ),
+        }
+    }
+}
+
+/// Reads the artifact at `path` once, verifies its MAC under `key` for
+/// content `digest` and engine `compat`, and loads exactly the bytes
+/// verified (wasmtime copies them into its own memory, so a file changed
+/// after the check changes nothing).
+pub(crate) fn load_signed(
+    engine: &Engine,
+    key: &ArtifactKey,
+    compat: &str,
+    digest: &str,
+    path: &Path,
+) -> Result<Component, Refused> {
+    let bytes = std::fs::read(path).map_err(Refused::Read)?;
+    let body = key.verify(digest, compat, &bytes).map_err(Refused::Mac)?;
+    deserialize_verified(engine, body).map_err(Refused::Load)
+}
+
 #[allow(unsafe_code)]
-pub(crate) fn load_artifact(engine: &Engine, path: &Path) -> Result<Component, wasmtime::Error> {
-    // SAFETY: the file is `Component::serialize` / `Engine::precompile_component`
-    // output of this engine configuration (its compatibility key is in the
-    // name), written by this host, its compiler child or `kubewasm compile`
-    // and renamed into place whole; wasmtime checks the header and engine
-    // settings and refuses mismatches. The cache folder is the operator's
-    // to protect, like the binary.
-    unsafe { Component::deserialize_file(engine, path) }
+fn deserialize_verified(engine: &Engine, body: &[u8]) -> Result<Component, wasmtime::Error> {
+    // SAFETY: `body`'s MAC verified under the artifact key for the content
+    // digest and engine key its file's name claims: it is
+    // `Component::serialize` / `Engine::precompile_component` output that
+    // this host, its compiler child or `kubewasm compile` wrote with the
+    // same key. wasmtime checks the header and engine settings and refuses
+    // mismatches.
+    unsafe { Component::deserialize(engine, body) }
 }
 
 /// Sets `path`'s mtime to now: the LRU clock. A read-only cache (shipped
@@ -269,9 +333,9 @@ fn touch(path: &Path) {
 
 static TMP_SEQ: AtomicU64 = AtomicU64::new(0);
 
-/// Writes `bytes` to `path` through a hidden temp file in the same folder,
-/// synced before the rename.
-pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+/// Writes `parts` one after the other to `path` through a hidden temp
+/// file in the same folder, synced before the rename.
+pub(crate) fn write_atomically(path: &Path, parts: &[&[u8]]) -> std::io::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir)?;
     let name = path
@@ -285,7 +349,9 @@ pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()>
     ));
     let result = (|| {
         let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(bytes)?;
+        for part in parts {
+            f.write_all(part)?;
+        }
         f.sync_all()?;
         std::fs::rename(&tmp, path)
     })();
@@ -298,9 +364,19 @@ pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()>
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::runtime::artifact_key::{HEADER_BYTES, KeySource};
 
+    fn key(byte: u8) -> ArtifactKey {
+        ArtifactKey::from_bytes(&[byte; 32], KeySource::Ephemeral)
+    }
+
+    fn cache(dir: &Path, max_bytes: u64) -> CompileCache {
+        CompileCache::new(dir.to_owned(), max_bytes, "c".into(), key(1))
+    }
+
+    /// An artifact file of `len` bytes (header included), `age_s` old.
     fn artifact(cache: &CompileCache, digest: &str, len: usize, age_s: u64) -> PathBuf {
-        let path = cache.store(digest, &vec![0u8; len]).unwrap();
+        let path = cache.store(digest, &vec![0u8; len - HEADER_BYTES]).unwrap();
         let f = std::fs::File::options().append(true).open(&path).unwrap();
         f.set_modified(SystemTime::now() - Duration::from_secs(age_s))
             .unwrap();
@@ -310,7 +386,7 @@ mod tests {
     #[test]
     fn eviction_removes_the_least_recently_used_down_to_the_cap() {
         let dir = tempfile::tempdir().unwrap();
-        let cache = CompileCache::new(dir.path().to_owned(), 2500, "c".into());
+        let cache = cache(dir.path(), 2500);
         let oldest = artifact(&cache, "a", 1000, 300);
         let old = artifact(&cache, "b", 1000, 200);
         let recent = artifact(&cache, "c", 1000, 100);
@@ -331,7 +407,7 @@ mod tests {
     #[test]
     fn eviction_skips_pinned_and_fresh_artifacts_even_over_the_cap() {
         let dir = tempfile::tempdir().unwrap();
-        let cache = CompileCache::new(dir.path().to_owned(), 1500, "c".into());
+        let cache = cache(dir.path(), 1500);
         let in_use = artifact(&cache, "a", 1000, 300);
         let unused = artifact(&cache, "b", 1000, 200);
         let fresh = artifact(&cache, "c", 1000, 0);
@@ -349,7 +425,7 @@ mod tests {
     #[test]
     fn eviction_ignores_other_files_and_removes_stale_temp_files() {
         let dir = tempfile::tempdir().unwrap();
-        let cache = CompileCache::new(dir.path().to_owned(), 0, "c".into());
+        let cache = cache(dir.path(), 0);
         std::fs::write(dir.path().join("README"), "x").unwrap();
         let stale = dir.path().join(".x.cwasm.1.0.tmp");
         let live = dir.path().join(".y.cwasm.1.1.tmp");
@@ -369,14 +445,66 @@ mod tests {
     #[test]
     fn a_store_leaves_no_temp_file_and_replaces_the_old_artifact() {
         let dir = tempfile::tempdir().unwrap();
-        let cache = CompileCache::new(dir.path().to_owned(), DEFAULT_MAX_BYTES, "c".into());
+        let cache = cache(dir.path(), DEFAULT_MAX_BYTES);
         cache.store("a", b"one").unwrap();
         let path = cache.store("a", b"two").unwrap();
-        assert_eq!(std::fs::read(&path).unwrap(), b"two");
+        let artifact = std::fs::read(&path).unwrap();
+        assert_eq!(cache.key().verify("a", "c", &artifact), Ok(&b"two"[..]));
         let names: Vec<_> = std::fs::read_dir(dir.path())
             .unwrap()
             .map(|e| e.unwrap().file_name().into_string().unwrap())
             .collect();
         assert_eq!(names, ["a-c.cwasm"]);
+    }
+
+    /// A real component's artifact: what the cache maps, and each way an
+    /// artifact it did not sign is refused (deleted, nothing mapped).
+    #[test]
+    fn only_artifacts_whose_mac_verifies_are_mapped() {
+        let engine = Engine::new(&crate::runtime::engine::engine_config(false)).unwrap();
+        let body = Component::new(&engine, b"\0asm\x0d\0\x01\0")
+            .unwrap()
+            .serialize()
+            .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let cache = cache(dir.path(), DEFAULT_MAX_BYTES);
+        let path = cache.store("d1", &body).unwrap();
+        let good = std::fs::read(&path).unwrap();
+        assert!(cache.load(&engine, "d1").is_some());
+        let other = CompileCache::new(dir.path().to_owned(), DEFAULT_MAX_BYTES, "c".into(), key(2));
+        let foreign = {
+            let p = cache.store("d2", &body).unwrap();
+            let bytes = std::fs::read(&p).unwrap();
+            std::fs::remove_file(p).unwrap();
+            bytes
+        };
+        let other_key = {
+            let p = other.store("d1", &body).unwrap();
+            std::fs::read(p).unwrap()
+        };
+        let mut tampered = good.clone();
+        let last = tampered.len() - 1;
+        tampered[last] ^= 0x80;
+        for (what, bytes) in [
+            ("tampered", tampered),
+            ("truncated", good[..good.len() / 2].to_vec()),
+            ("another plugin's under this name", foreign),
+            ("signed with another key", other_key),
+            ("unsigned", body.clone()),
+        ] {
+            std::fs::write(&path, &bytes).unwrap();
+            assert!(cache.load(&engine, "d1").is_none(), "{what} was mapped");
+            assert!(!path.exists(), "{what} was not deleted");
+        }
+        // What `load` refuses, `load_signed` says why.
+        std::fs::write(&path, &body).unwrap();
+        let e = load_signed(&engine, cache.key(), "c", "d1", &path).unwrap_err();
+        assert!(matches!(e, Refused::Mac(Refusal::Unsigned)), "{e}");
+        // Signed, but not an artifact wasmtime loads: refused by wasmtime
+        // after the MAC passed, deleted too.
+        let path = cache.store("d3", b"not an artifact").unwrap();
+        let e = load_signed(&engine, cache.key(), "c", "d3", &path).unwrap_err();
+        assert!(matches!(e, Refused::Load(_)), "{e}");
+        assert!(cache.load(&engine, "d3").is_none() && !path.exists());
     }
 }

@@ -3,7 +3,10 @@
 //! much of that after the compile; so the host compiles in a child
 //! process, `kubewasm __compile`, which writes the artifact into the
 //! compile cache and exits, taking its memory with it. The host then maps
-//! the artifact. The child runs at a lower CPU priority (nice 10), so
+//! the artifact. The host hands the child its artifact key ahead of the
+//! component on stdin (never in arguments or the environment), so the
+//! child writes a signed artifact and the host maps it only after its MAC
+//! verifies, like any other. The child runs at a lower CPU priority (nice 10), so
 //! plugins that are running keep their cores, is killed when the host
 //! shuts down (and by the kernel if the host dies), and reports a bad
 //! component as the same typed [`CompileError`] an in-process compile
@@ -18,6 +21,7 @@ use serde::{Deserialize, Serialize};
 use tokio::io::AsyncWriteExt;
 use tokio_util::sync::CancellationToken;
 
+use super::artifact_key::{ArtifactKey, KeySource};
 use super::cache::write_atomically;
 use super::engine::{compat_key, engine_config};
 
@@ -102,14 +106,17 @@ enum Reply {
     Failed(CompileError),
 }
 
-/// What the host asks of the child; the component comes on stdin.
+/// What the host asks of the child; the artifact key and the component
+/// come on stdin (see [`write_key`]).
 #[derive(Debug, Clone)]
 pub struct ChildRequest {
-    /// Where to write the artifact (atomically).
+    /// Where to write the artifact (atomically, signed).
     pub out: PathBuf,
     /// The host engine's compatibility key: the child refuses to compile
     /// with another.
     pub compat: String,
+    /// The component's content digest (what the artifact's MAC binds).
+    pub digest: String,
     pub epoch_deadlines: bool,
     /// The host's pid: the child exits if it is already gone.
     pub parent: Option<u32>,
@@ -123,6 +130,8 @@ impl ChildRequest {
             self.out.to_string_lossy().into_owned(),
             "--compat".into(),
             self.compat.clone(),
+            "--digest".into(),
+            self.digest.clone(),
             format!("--epoch-deadlines={}", self.epoch_deadlines),
         ];
         if let Some(pid) = self.parent {
@@ -153,12 +162,32 @@ pub struct ChildCompiled {
     pub artifact_bytes: u64,
 }
 
+/// The key's frame on the child's stdin: its length (2 bytes, big endian),
+/// then its bytes.
+fn key_frame(key: &ArtifactKey) -> Vec<u8> {
+    let bytes = key.bytes();
+    let len = u16::try_from(bytes.len()).unwrap_or(u16::MAX);
+    let mut frame = len.to_be_bytes().to_vec();
+    frame.extend_from_slice(&bytes[..usize::from(len)]);
+    frame
+}
+
+/// Reads the key frame [`key_frame`] wrote.
+fn read_key(input: &mut impl Read) -> std::io::Result<ArtifactKey> {
+    let mut len = [0; 2];
+    input.read_exact(&mut len)?;
+    let mut key = vec![0; usize::from(u16::from_be_bytes(len))];
+    input.read_exact(&mut key)?;
+    Ok(ArtifactKey::from_bytes(&key, KeySource::Ephemeral))
+}
+
 /// Compiles `bytes` in a child running `program`, which writes the
-/// artifact to `request.out`. Cancelling `cancel` kills the child (as
-/// does dropping the future).
+/// artifact, signed with `key`, to `request.out`. Cancelling `cancel`
+/// kills the child (as does dropping the future).
 pub async fn compile_in_child(
     program: &Path,
     request: &ChildRequest,
+    key: &ArtifactKey,
     bytes: &[u8],
     cancel: &CancellationToken,
 ) -> Result<ChildCompiled, ChildError> {
@@ -176,9 +205,11 @@ pub async fn compile_in_child(
             source,
         })?;
     let mut stdin = child.stdin.take();
+    let frame = key_frame(key);
     let feed = async {
         if let Some(stdin) = stdin.as_mut() {
             // A child that died early closes the pipe: its exit says why.
+            let _ = stdin.write_all(&frame).await;
             let _ = stdin.write_all(bytes).await;
             let _ = stdin.shutdown().await;
         }
@@ -255,6 +286,14 @@ pub fn serve_child(request: &ChildRequest, input: impl Read, mut output: impl Wr
 }
 
 fn compile_request(request: &ChildRequest, mut input: impl Read) -> Reply {
+    let key = match read_key(&mut input) {
+        Ok(k) => k,
+        Err(e) => {
+            return Reply::Failed(CompileError::Process {
+                message: format!("reading the artifact key from stdin: {e}"),
+            });
+        }
+    };
     let mut bytes = Vec::new();
     if let Err(e) = input.read_to_end(&mut bytes) {
         return Reply::Failed(CompileError::Process {
@@ -283,7 +322,8 @@ fn compile_request(request: &ChildRequest, mut input: impl Read) -> Reply {
     };
     let elapsed_ms = started.elapsed().as_millis() as u64;
     drop(bytes);
-    if let Err(e) = write_atomically(&request.out, &artifact) {
+    let header = key.header(&request.digest, &request.compat, &artifact);
+    if let Err(e) = write_atomically(&request.out, &[&header, &artifact]) {
         return Reply::Failed(CompileError::Store {
             path: request.out.clone(),
             message: e.to_string(),
@@ -318,6 +358,34 @@ fn detach_from_hot_path(parent: Option<u32>) {
 mod tests {
     use super::*;
 
+    fn key() -> ArtifactKey {
+        ArtifactKey::from_bytes(&[3; 32], KeySource::Ephemeral)
+    }
+
+    #[test]
+    fn the_child_signs_what_it_compiles_with_the_key_it_was_handed() {
+        let dir = tempfile::tempdir().unwrap();
+        let engine = wasmtime::Engine::new(&engine_config(false)).unwrap();
+        let request = ChildRequest {
+            out: dir.path().join("a.cwasm"),
+            compat: compat_key(&engine),
+            digest: "d".into(),
+            epoch_deadlines: false,
+            parent: None,
+        };
+        let input = [key_frame(&key()), b"\0asm\x0d\0\x01\0".to_vec()].concat();
+        let reply = compile_request(&request, &input[..]);
+        assert!(matches!(reply, Reply::Compiled { .. }), "{reply:?}");
+        let artifact = std::fs::read(&request.out).unwrap();
+        assert!(key().verify("d", &request.compat, &artifact).is_ok());
+        // Without the key on stdin: nothing compiled.
+        let reply = compile_request(&request, &b"\x00"[..]);
+        assert!(
+            matches!(&reply, Reply::Failed(CompileError::Process { message }) if message.contains("artifact key")),
+            "{reply:?}"
+        );
+    }
+
     #[test]
     fn errors_survive_the_trip_from_the_child() {
         for e in [
@@ -349,10 +417,12 @@ mod tests {
         let request = ChildRequest {
             out: dir.path().join("a.cwasm"),
             compat: compat_key(&engine),
+            digest: "d".into(),
             epoch_deadlines: false,
             parent: None,
         };
-        let reply = compile_request(&request, &b"\0asm\x0d\0\x01\0garbage"[..]);
+        let input = [key_frame(&key()), b"\0asm\x0d\0\x01\0garbage".to_vec()].concat();
+        let reply = compile_request(&request, &input[..]);
         assert!(
             matches!(
                 reply,
@@ -369,10 +439,11 @@ mod tests {
         let request = ChildRequest {
             out: dir.path().join("a.cwasm"),
             compat: "0000000000000000".into(),
+            digest: "d".into(),
             epoch_deadlines: false,
             parent: None,
         };
-        let reply = compile_request(&request, &b""[..]);
+        let reply = compile_request(&request, &key_frame(&key())[..]);
         assert!(
             matches!(reply, Reply::Failed(CompileError::Mismatch { .. })),
             "{reply:?}"

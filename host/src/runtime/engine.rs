@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 use wasmtime::component::Component;
 use wasmtime::{Config, Engine};
 
+use super::artifact_key::{ArtifactKey, KeyError};
 use super::cache::{self, CompileCache, Pin};
 use super::compiler::{self, ChildError, ChildRequest, CompileError, Compiler};
 
@@ -26,6 +27,8 @@ pub enum EngineError {
     Config(String),
     #[error("cannot start the epoch ticker thread: {0}")]
     Ticker(std::io::Error),
+    #[error(transparent)]
+    Key(#[from] KeyError),
 }
 
 /// Engine settings.
@@ -40,6 +43,11 @@ pub struct EngineOptions {
     pub cache_max_bytes: u64,
     /// Where components are compiled (the `run` command: a child process).
     pub compiler: Compiler,
+    /// The operator's key (a file of at least 32 bytes) that signs the
+    /// artifacts this host writes and verifies those it maps; `None`: a
+    /// per-host key generated into the cache folder (see
+    /// [`super::artifact_key`]).
+    pub artifact_key: Option<PathBuf>,
 }
 
 impl Default for EngineOptions {
@@ -49,6 +57,7 @@ impl Default for EngineOptions {
             cache_dir: default_cache_dir(),
             cache_max_bytes: cache::DEFAULT_MAX_BYTES,
             compiler: Compiler::InProcess,
+            artifact_key: None,
         }
     }
 }
@@ -137,6 +146,10 @@ pub struct WasmEngine {
     options: EngineOptions,
     compat: String,
     cache: Option<CompileCache>,
+    /// Signs and verifies compiled artifacts (the cache's key; without a
+    /// cache, one of this process only, which the compiler child signs its
+    /// output with).
+    key: ArtifactKey,
     /// Cancelled when the host shuts down: kills compiler children.
     shutdown: CancellationToken,
     stop: Arc<AtomicBool>,
@@ -182,10 +195,14 @@ impl WasmEngine {
         let config = engine_config(options.epoch_deadlines);
         let engine = Engine::new(&config).map_err(|e| EngineError::Config(format!("{e:#}")))?;
         let compat = compat_key(&engine);
-        let cache = options
-            .cache_dir
-            .clone()
-            .map(|dir| CompileCache::new(dir, options.cache_max_bytes, compat.clone()));
+        let key = match (&options.artifact_key, &options.cache_dir) {
+            (Some(file), _) => ArtifactKey::from_file(file)?,
+            (None, Some(dir)) => ArtifactKey::for_cache(dir)?,
+            (None, None) => ArtifactKey::ephemeral()?,
+        };
+        let cache = options.cache_dir.clone().map(|dir| {
+            CompileCache::new(dir, options.cache_max_bytes, compat.clone(), key.clone())
+        });
         let stop = Arc::new(AtomicBool::new(false));
         if options.epoch_deadlines {
             let weak = engine.weak();
@@ -208,6 +225,7 @@ impl WasmEngine {
             options,
             compat,
             cache,
+            key,
             shutdown: CancellationToken::new(),
             stop,
         })
@@ -310,8 +328,9 @@ impl WasmEngine {
             .map_err(joined)?
     }
 
-    /// Compiles in a child that writes the artifact into the cache (or a
-    /// temp file without one), then maps it.
+    /// Compiles in a child that writes the artifact, signed, into the
+    /// cache (or into a private temp folder without one), then maps it once
+    /// its MAC verifies.
     async fn compile_in_child(
         &self,
         program: &std::path::Path,
@@ -320,17 +339,25 @@ impl WasmEngine {
         digest: &str,
     ) -> Result<Obtained, ChildError> {
         let cache = self.cache.clone();
-        let out = match &cache {
-            Some(c) => c.artifact(digest),
-            None => std::env::temp_dir().join(format!(
-                "kubewasm-{}-{digest}-{}.cwasm",
-                std::process::id(),
-                self.compat
-            )),
+        let (out, scratch) = match &cache {
+            Some(c) => (c.artifact(digest), None),
+            None => {
+                let dir = private_temp_dir().map_err(|e| CompileError::Store {
+                    path: std::env::temp_dir(),
+                    message: format!(
+                        "cannot create a private folder for the compiler's output: {e}"
+                    ),
+                })?;
+                (
+                    dir.join(format!("{digest}-{}.cwasm", self.compat)),
+                    Some(dir),
+                )
+            }
         };
         let request = ChildRequest {
             out: out.clone(),
             compat: self.compat.clone(),
+            digest: digest.to_owned(),
             epoch_deadlines: self.options.epoch_deadlines,
             parent: Some(std::process::id()),
         };
@@ -342,19 +369,29 @@ impl WasmEngine {
             "compiling component"
         );
         let progress = self.progress(name, bytes.len());
-        let compiled = compiler::compile_in_child(program, &request, bytes, &self.shutdown).await;
+        let compiled =
+            compiler::compile_in_child(program, &request, &self.key, bytes, &self.shutdown).await;
         drop(progress);
         let compiled = compiled?;
-        let (engine, digest) = (self.engine.clone(), digest.to_owned());
+        let (engine, key, compat, digest) = (
+            self.engine.clone(),
+            self.key.clone(),
+            self.compat.clone(),
+            digest.to_owned(),
+        );
         let obtained = tokio::task::spawn_blocking(move || {
-            let loaded = cache::load_artifact(&engine, &out).map_err(|e| CompileError::Artifact {
-                path: out.clone(),
-                message: format!("{e:#}"),
+            let loaded = cache::load_signed(&engine, &key, &compat, &digest, &out).map_err(|e| {
+                CompileError::Artifact {
+                    path: out.clone(),
+                    message: e.to_string(),
+                }
             });
             match &cache {
-                // Mapped: the file can go (the mapping keeps its pages).
+                // Loaded: the file and its folder can go.
                 None => {
-                    let _ = std::fs::remove_file(&out);
+                    if let Some(dir) = &scratch {
+                        let _ = std::fs::remove_dir_all(dir);
+                    }
                     loaded.map(|component| (component, None))
                 }
                 Some(c) => {
@@ -445,6 +482,20 @@ impl WasmEngine {
     }
 }
 
+/// A fresh folder only this user can enter, for a compile without a cache.
+fn private_temp_dir() -> std::io::Result<PathBuf> {
+    let dir = std::env::temp_dir().join(format!(
+        "kubewasm-compile-{}-{:016x}",
+        std::process::id(),
+        fastrand::u64(..)
+    ));
+    let mut builder = std::fs::DirBuilder::new();
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    builder.create(&dir)?;
+    Ok(dir)
+}
+
 fn joined(e: tokio::task::JoinError) -> CompileError {
     CompileError::Process {
         message: format!("the compile task failed: {e}"),
@@ -490,6 +541,7 @@ mod tests {
             cache_dir: Some(cache.to_owned()),
             cache_max_bytes: cache::DEFAULT_MAX_BYTES,
             compiler,
+            artifact_key: None,
         })
         .unwrap()
     }

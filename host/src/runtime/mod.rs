@@ -3,6 +3,7 @@
 
 pub mod access;
 pub mod actor;
+pub mod artifact_key;
 pub mod bindings;
 pub mod cache;
 mod common;
