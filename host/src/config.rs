@@ -12,6 +12,7 @@ use crate::app::{ClusterTarget, RunOptions};
 use crate::dispatch::DispatchOptions;
 use crate::leader::{self, ElectionConfigError, ElectionOptions};
 use crate::object::StripOptions;
+use crate::runtime::grants::{GrantCeiling, absolute};
 use crate::runtime::limits::Ceiling;
 use crate::runtime::{Compiler, EngineOptions};
 use crate::source::kube::{InitialList, KubeTarget};
@@ -127,9 +128,17 @@ pub struct RunSettings {
     /// `metricsAddr: off`.
     pub ui: Option<bool>,
     /// The ceiling on every sidecar's `limits` (memory, timeout, handles,
-    /// actionsPerCall, logBytesPerCall): a sidecar asking for more does
-    /// not load.
+    /// actionsPerCall, logBytesPerCall, concurrency; pluginMemory and
+    /// totalMemory; instances, memories, tables): a sidecar asking for more
+    /// does not load.
     pub limits: Option<Ceiling>,
+    /// The ceiling on every sidecar's `grants` (dirs, env, network,
+    /// stdio): nothing by default.
+    pub grants: Option<GrantCeiling>,
+    /// The config file these settings came from (never granted to a
+    /// plugin).
+    #[serde(skip)]
+    pub config_file: Option<PathBuf>,
 }
 
 /// Where plugins are compiled.
@@ -177,7 +186,9 @@ impl RunSettings {
             path: path.to_owned(),
             source,
         })?;
-        Self::parse(&text, path)
+        let mut s = Self::parse(&text, path)?;
+        s.config_file = Some(path.to_owned());
+        Ok(s)
     }
 
     /// Parses config text; `path` names the file in errors and anchors
@@ -218,6 +229,7 @@ impl RunSettings {
         ]
         .into_iter()
         .flatten()
+        .chain(s.grants.iter_mut().flat_map(|g| g.dirs.iter_mut()))
         {
             if p.is_relative() {
                 *p = base.join(&*p);
@@ -273,6 +285,8 @@ impl RunSettings {
             metrics_addr: self.metrics_addr.or(file.metrics_addr),
             ui: self.ui.or(file.ui),
             limits: self.limits.or(file.limits),
+            grants: self.grants.or(file.grants),
+            config_file: self.config_file.or(file.config_file),
         }
     }
 
@@ -342,6 +356,28 @@ impl RunSettings {
                 "--ui is served by the metrics listener, which is off: pass --metrics-addr HOST:PORT (e.g. 127.0.0.1:9090) with --ui".into(),
             ));
         }
+        let mut limits = self.limits.unwrap_or_default();
+        limits.grants = self.grants.unwrap_or_default();
+        // The host's own files are never granted to a plugin.
+        let mut own: Vec<PathBuf> = [self.config_file, Some(plugins.clone())]
+            .into_iter()
+            .flatten()
+            .collect();
+        match &cluster {
+            ClusterTarget::Local(dir) => own.push(dir.clone()),
+            ClusterTarget::Kube(t) => {
+                own.extend(t.kubeconfig.clone());
+                if let Some(env) = std::env::var_os("KUBECONFIG") {
+                    own.extend(std::env::split_paths(&env));
+                }
+                own.extend(crate::source::kube::home_kubeconfig());
+            }
+        }
+        limits.grants.protect(
+            own.iter()
+                .filter(|p| !p.as_os_str().is_empty())
+                .map(|p| absolute(p)),
+        );
         Ok(RunOptions {
             plugins,
             cluster,
@@ -358,7 +394,7 @@ impl RunSettings {
             shutdown_grace: self.shutdown_grace.unwrap_or(DEFAULT_SHUTDOWN_GRACE),
             metrics_addr,
             ui,
-            limits: self.limits.unwrap_or_default(),
+            limits,
         })
     }
 
@@ -605,6 +641,74 @@ mod tests {
             .to_string();
         assert!(err.contains("limits.memory"), "{err}");
         assert!(parse("{memry: 1Gi}").is_err(), "unknown keys are errors");
+    }
+
+    /// The grants ceiling is the file's top-level `grants`, relative
+    /// folders are the file's, nothing is granted by default, and the
+    /// host's own files are never granted whatever it lists.
+    #[test]
+    fn the_grants_ceiling_comes_from_the_file_and_protects_the_hosts_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        for d in ["plugins", "cluster", "certs"] {
+            std::fs::create_dir_all(root.join(d)).unwrap();
+        }
+        let config = root.join("config.yaml");
+        std::fs::write(
+            &config,
+            "apiVersion: kubewasm.io/v1alpha1\nkind: HostConfig\nplugins: plugins\nlocal: cluster\nlimits: {totalMemory: 2Gi, instances: 20}\ngrants:\n  dirs: [certs, /]\n  env: [HTTP_PROXY]\n  network: ['*.example.com:443']\n  stdio: true\n",
+        )
+        .unwrap();
+        let opts = RunSettings::from_file(&config)
+            .unwrap()
+            .into_options(false)
+            .unwrap();
+        let g = &opts.limits.grants;
+        assert_eq!(g.dirs, [root.join("certs"), PathBuf::from("/")]);
+        assert_eq!(g.env, ["HTTP_PROXY"]);
+        assert!(g.stdio);
+        assert_eq!(g.network.allow.len(), 1);
+        assert_eq!(opts.limits.total_memory, 2 << 30);
+        assert_eq!(opts.limits.instances, 20);
+        for own in [config.clone(), root.join("plugins"), root.join("cluster")] {
+            assert!(
+                g.protected.contains(&own),
+                "{}: {:?}",
+                own.display(),
+                g.protected
+            );
+        }
+        // `/` is in the ceiling, yet the config file's folder (above the
+        // host's files) and the plugin folder are refused.
+        use crate::runtime::manifest::{DirGrant, Grants};
+        for host in [root.clone(), root.join("plugins")] {
+            let asked = Grants {
+                dirs: vec![DirGrant {
+                    host: host.clone(),
+                    guest: "/g".into(),
+                }],
+                ..Grants::default()
+            };
+            let e = g.check(&asked).unwrap_err();
+            assert!(e.contains("never granted"), "{}: {e}", host.display());
+        }
+        // Unset: nothing, and unknown keys are errors.
+        let none = RunSettings::parse(
+            "apiVersion: kubewasm.io/v1alpha1\nkind: HostConfig\nplugins: p\nlocal: c\n",
+            Path::new("/x/c.yaml"),
+        )
+        .unwrap()
+        .into_options(false)
+        .unwrap();
+        assert!(none.limits.grants.dirs.is_empty() && !none.limits.grants.stdio);
+        assert!(none.limits.grants.network.allow.is_empty());
+        let e = RunSettings::parse(
+            "apiVersion: kubewasm.io/v1alpha1\nkind: HostConfig\ngrants: {folders: [/x]}\n",
+            Path::new("c.yaml"),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("unknown field `folders`"), "{e}");
     }
 
     #[test]

@@ -2,9 +2,31 @@
 //! the sidecar's access list refuses a registration that asks for more,
 //! narrows subscriptions to the granted namespaces, refuses cache reads and
 //! actions outside the grant with errors naming the kind, verb and
-//! namespace, and `kubewasm rbac` follows the grant.
+//! namespace, and `kubewasm rbac` follows the grant; network grants reach
+//! only their destinations and look up only their names, within the host
+//! config's ceiling.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use kubewasm::runtime::grants::GrantCeiling;
+use kubewasm::runtime::limits::Ceiling;
+use kubewasm::runtime::network::{NetworkCeiling, Pattern};
 use kubewasm_tests::{Harness, describe, idle, install, write_cluster};
+
+/// A ceiling whose `grants.network` allows `patterns`.
+fn network_ceiling(patterns: &[&str]) -> Ceiling {
+    Ceiling {
+        grants: GrantCeiling {
+            network: NetworkCeiling {
+                allow: patterns
+                    .iter()
+                    .map(|p| Pattern::parse(p).unwrap())
+                    .collect(),
+            },
+            ..GrantCeiling::default()
+        },
+        ..Ceiling::default()
+    }
+}
 
 fn pod(ns: &str, name: &str) -> String {
     format!(
@@ -18,10 +40,23 @@ async fn run(
     cluster: &[(&str, &str)],
     sidecar: Option<&str>,
 ) -> (std::collections::BTreeMap<String, String>, Vec<String>) {
+    run_under(cluster, sidecar, Ceiling::default()).await
+}
+
+/// [`run`] under the host ceiling `limits`.
+async fn run_under(
+    cluster: &[(&str, &str)],
+    sidecar: Option<&str>,
+    limits: Ceiling,
+) -> (std::collections::BTreeMap<String, String>, Vec<String>) {
     let h = Harness::new();
     write_cluster(h.cluster.path(), cluster);
     install(h.plugins.path(), "p", "testkit", sidecar);
-    let (app, sink) = h.start_recording().await;
+    let opts = kubewasm::app::RunOptions {
+        limits,
+        ..h.options()
+    };
+    let (app, sink) = h.start_recording_with(&opts).await;
     idle(&app).await;
     let failed = app.summary().failed_loads;
     app.shutdown().await;
@@ -229,7 +264,14 @@ async fn network_grants_let_through_only_the_listed_destinations() {
         "config: {{mode: connect, connect: ['{g}', '{o}']}}\n{}grants:\n  network: {{allow: ['{g}']}}\n",
         kubewasm_tests::TESTKIT_ACCESS
     );
-    let (failed, actions) = run(&[("pods.yaml", &pod("default", "a"))], Some(&sidecar)).await;
+    // The host config lets sidecars point at loopback; the grant picks one
+    // port of it.
+    let (failed, actions) = run_under(
+        &[("pods.yaml", &pod("default", "a"))],
+        Some(&sidecar),
+        network_ceiling(&["127.0.0.0/8:*"]),
+    )
+    .await;
     assert!(failed.is_empty(), "{failed:?}");
     assert_eq!(actions.len(), 1, "{actions:?}");
     let json = &actions[0][actions[0].find('{').unwrap()..];
@@ -249,4 +291,93 @@ async fn network_grants_let_through_only_the_listed_destinations() {
     other.set_nonblocking(true).unwrap();
     assert!(granted.accept().is_ok());
     assert!(other.accept().is_err());
+}
+
+/// A name of this machine's hosts file other than `localhost` that
+/// resolves to a loopback address, if there is one.
+fn another_loopback_name() -> Option<String> {
+    use std::net::ToSocketAddrs;
+    let hosts = std::fs::read_to_string("/etc/hosts").ok()?;
+    hosts
+        .lines()
+        .filter_map(|l| {
+            let mut words = l.split('#').next()?.split_whitespace();
+            let ip: std::net::IpAddr = words.next()?.parse().ok()?;
+            ip.is_loopback()
+                .then(|| words.map(str::to_owned).collect::<Vec<_>>())
+        })
+        .flatten()
+        .filter(|n| {
+            !n.starts_with("localhost")
+                && n.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.')
+        })
+        .find(|n| {
+            (n.as_str(), 1)
+                .to_socket_addrs()
+                .is_ok_and(|mut a| a.all(|a| a.ip().is_loopback()))
+        })
+}
+
+/// A guest may look up only the names its grant lists: with loopback
+/// granted by address, `localhost` (named in the grant) resolves and
+/// connects, while another name that resolves to loopback is refused at
+/// the lookup, before any connect (a lookup of any name would carry data to
+/// whoever serves its zone).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn name_lookups_are_limited_to_the_granted_names() {
+    let Some(other) = another_loopback_name() else {
+        eprintln!("no other loopback name in /etc/hosts: skipping");
+        return;
+    };
+    let granted = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = granted.local_addr().unwrap().port();
+    let sidecar = format!(
+        "config: {{mode: connect, connect: ['localhost:{port}', '{other}:{port}']}}\n{}grants:\n  network: {{allow: ['localhost:{port}', '127.0.0.0/8:{port}']}}\n",
+        kubewasm_tests::TESTKIT_ACCESS
+    );
+    let (failed, actions) = run_under(
+        &[("pods.yaml", &pod("default", "a"))],
+        Some(&sidecar),
+        network_ceiling(&["localhost:*", "127.0.0.0/8:*"]),
+    )
+    .await;
+    assert!(failed.is_empty(), "{failed:?}");
+    assert_eq!(actions.len(), 1, "{actions:?}");
+    let json = &actions[0][actions[0].find('{').unwrap()..];
+    let patch: serde_json::Value = serde_json::from_str(json).unwrap();
+    let outcome = patch["metadata"]["annotations"]["kubewasm.io/connect"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let (first, second) = outcome.split_once(';').unwrap();
+    assert_eq!(first, format!("localhost:{port}=ok"), "{outcome}");
+    assert!(
+        second.starts_with(&format!("{other}:{port}=error")),
+        "the ungranted name must not resolve: {outcome}"
+    );
+    // Only the granted name's connection reached the listener.
+    granted.set_nonblocking(true).unwrap();
+    assert!(granted.accept().is_ok());
+    assert!(granted.accept().is_err(), "{outcome}");
+}
+
+/// A network grant outside the host's ceiling does not load.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_network_grant_outside_the_ceiling_does_not_load() {
+    let sidecar = format!(
+        "config: {{mode: echo}}\n{}grants:\n  network: {{allow: ['10.1.2.3:5432']}}\n",
+        kubewasm_tests::TESTKIT_ACCESS
+    );
+    let (failed, _) = run_under(
+        &[("pods.yaml", &pod("default", "a"))],
+        Some(&sidecar),
+        network_ceiling(&["127.0.0.0/8:*"]),
+    )
+    .await;
+    let err = failed.get("p").expect("p must fail to load");
+    assert!(
+        err.contains("\"10.1.2.3:5432\" is outside the host's ceiling grants.network (127.0.0.0/8:*; host config)"),
+        "{err}"
+    );
 }

@@ -194,7 +194,15 @@ fn a_socket_read_that_never_returns_is_cut_at_the_deadline() {
             "config: {{mode: stall, connect: ['{addr}']}}\nlimits: {{timeout: 500ms, maxAttempts: 1}}\ngrants:\n  network: {{allow: ['{addr}']}}\n"
         ),
     );
+    // The host config lets sidecars grant loopback destinations.
+    let config = dir.path().join("host.yaml");
+    std::fs::write(
+        &config,
+        "apiVersion: kubewasm.io/v1alpha1\nkind: HostConfig\ngrants: {network: ['127.0.0.0/8:*']}\n",
+    )
+    .unwrap();
     let mut run = until_idle_local(&cluster, &plugins, &dir.path().join("cache"));
+    run.arg("--config").arg(&config);
     let started = Instant::now();
     let mut child = run
         .stdout(std::process::Stdio::null())

@@ -246,6 +246,9 @@ fn classify(store: &Store<HostState>, err: wasmtime::Error, timeout: Duration) -
     if data.limiter.exceeded {
         return CallError::OutOfMemory(format!("{err:#}"));
     }
+    if let Some(over) = data.limiter.caps.explain(&format!("{err:#}")) {
+        return CallError::Limit(over);
+    }
     if let Some(cap) = &data.cap_hit {
         return CallError::Limit(cap.to_string());
     }
@@ -317,6 +320,8 @@ impl Caller {
             );
             state.output = output;
             state.caps = CallCaps::from_limits(&p.manifest.limits);
+            state.limiter.caps = p.store_caps;
+            state.lookup = super::network::LookupPolicy::new(&p.manifest.grants.network);
             p.instantiations
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let mut store = Store::new(p.engine.engine(), state);

@@ -247,6 +247,11 @@ impl WasmEngine {
         self.options.epoch_deadlines
     }
 
+    /// The operator's artifact key file, if one is configured.
+    pub fn artifact_key_file(&self) -> Option<PathBuf> {
+        self.options.artifact_key.clone()
+    }
+
     /// The compile cache, if enabled.
     pub fn cache(&self) -> Option<&CompileCache> {
         self.cache.as_ref()

@@ -10,7 +10,8 @@ use wasmtime::component::{Resource, ResourceTable};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use super::access::{Grant, Verb};
-use super::limits::{CallCaps, Cap, CapExceeded};
+use super::limits::{CallCaps, Cap, CapExceeded, StoreCaps};
+use super::network::{GuardedLookupView, LookupPolicy};
 use crate::actions::{Action, EventType, PatchType, Preconditions, Propagation, Target};
 use crate::informer::selector::LabelSelector;
 use crate::informer::{CacheView, Snapshot};
@@ -67,11 +68,18 @@ pub struct ObjRef {
     pub uid: Option<String>,
 }
 
-/// Enforces the per-plugin memory cap and remembers that it did.
+/// Enforces the instance's memory cap (over all its linear memories
+/// together: a component may define several) and the host's ceiling on the
+/// core instances, memories and tables it creates; remembers when the
+/// memory cap was hit.
 #[derive(Debug)]
 pub struct MemoryLimiter {
     pub limit: usize,
     pub exceeded: bool,
+    /// Bytes of every linear memory of the store (memories only grow, and
+    /// live as long as the store).
+    pub used: usize,
+    pub caps: StoreCaps,
 }
 
 impl wasmtime::ResourceLimiter for MemoryLimiter {
@@ -81,13 +89,15 @@ impl wasmtime::ResourceLimiter for MemoryLimiter {
         desired: usize,
         _max: Option<usize>,
     ) -> wasmtime::Result<bool> {
-        if desired > self.limit {
+        let total = self.used.saturating_sub(current).saturating_add(desired);
+        if total > self.limit {
             self.exceeded = true;
             return Err(wasmtime::format_err!(
-                "plugin memory limit exceeded: wanted {desired} bytes (from {current}), limit is {} bytes; raise limits.memory in the plugin's sidecar if this is expected",
+                "plugin memory limit exceeded: its memories would take {total} bytes (one growing from {current} to {desired}), limit is {} bytes; raise limits.memory in the plugin's sidecar if this is expected",
                 self.limit
             ));
         }
+        self.used = total;
         Ok(true)
     }
 
@@ -98,6 +108,18 @@ impl wasmtime::ResourceLimiter for MemoryLimiter {
         _max: Option<usize>,
     ) -> wasmtime::Result<bool> {
         Ok(desired <= 1_000_000)
+    }
+
+    fn instances(&self) -> usize {
+        self.caps.instances
+    }
+
+    fn memories(&self) -> usize {
+        self.caps.memories
+    }
+
+    fn tables(&self) -> usize {
+        self.caps.tables
     }
 }
 
@@ -122,6 +144,9 @@ pub struct HostState {
     pub actions: Vec<Action>,
     /// The guest's captured stdout/stderr (no stdio grant).
     pub output: Option<super::stdio::GuestOutput>,
+    /// The names the guest may look up (its network grant's).
+    pub lookup: LookupPolicy,
+    lookup_refused_logged: bool,
     /// The sidecar's caps on handles, actions and log bytes.
     pub caps: CallCaps,
     /// Object handles pushed and not yet dropped.
@@ -156,6 +181,8 @@ impl HostState {
             limiter: MemoryLimiter {
                 limit: memory_limit,
                 exceeded: false,
+                used: 0,
+                caps: StoreCaps::default(),
             },
             scope: None,
             snapshots: Vec::new(),
@@ -163,12 +190,28 @@ impl HostState {
             kinds_for: None,
             actions: Vec::new(),
             output: None,
+            lookup: LookupPolicy::default(),
+            lookup_refused_logged: false,
             caps: CallCaps::default(),
             live_handles: 0,
             log_bytes: 0,
             cap_hit: None,
             deadline: None,
             wait_cut: false,
+        }
+    }
+
+    /// What `wasi:sockets/ip-name-lookup` calls see (see
+    /// [`super::network::GuardedLookup`]).
+    pub fn lookup_view(&mut self) -> GuardedLookupView<'_> {
+        GuardedLookupView {
+            plugin: &self.plugin,
+            policy: &self.lookup,
+            refused_logged: &mut self.lookup_refused_logged,
+            sockets: wasmtime_wasi::sockets::WasiSocketsCtxView {
+                ctx: self.wasi.sockets(),
+                table: &mut self.table,
+            },
         }
     }
 

@@ -48,7 +48,8 @@ pub struct Manifest {
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
 pub struct Limits {
-    /// Linear memory cap per instance (`64Mi`, `1Gi`, bytes).
+    /// Linear memory cap per instance, all its memories together (`64Mi`,
+    /// `1Gi`, bytes).
     #[serde(deserialize_with = "de_bytes")]
     pub memory: u64,
     /// Deadline for one call (`1s`, `250ms`).
@@ -133,7 +134,9 @@ impl Default for Limits {
     }
 }
 
-/// What of the outside world the plugin may see. Nothing by default.
+/// What of the outside world the plugin may see. Nothing by default, and
+/// never more than the host config's `grants` ceiling (see
+/// [`super::grants`]), checked at load.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct Grants {
@@ -146,8 +149,8 @@ pub struct Grants {
     /// Read-only directories.
     #[serde(default)]
     pub dirs: Vec<DirGrant>,
-    /// Destinations the plugin may connect or send to (`host:port`);
-    /// name lookup is allowed whenever one is listed.
+    /// Destinations the plugin may connect or send to (`host:port`); the
+    /// names listed are the only ones it may look up.
     #[serde(default)]
     pub network: NetworkGrant,
 }

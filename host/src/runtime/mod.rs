@@ -10,6 +10,7 @@ mod common;
 pub mod compiler;
 pub mod deadline;
 pub mod engine;
+pub mod grants;
 pub mod host;
 pub mod language;
 pub mod limits;
@@ -102,8 +103,11 @@ impl LoadError {
 pub struct Runtime {
     engine: WasmEngine,
     linker: Arc<Linker<HostState>>,
-    /// What no sidecar's limits may exceed.
-    ceiling: limits::Ceiling,
+    /// What no sidecar's limits and grants may exceed.
+    ceiling: Arc<limits::Ceiling>,
+    /// The memory the loaded plugin versions reserve, against the
+    /// ceiling's `totalMemory`.
+    budget: Arc<limits::MemoryBudget>,
     telemetry: Option<crate::telemetry::Telemetry>,
 }
 
@@ -138,8 +142,12 @@ pub struct Prepared {
     pub instantiations: std::sync::atomic::AtomicU64,
     /// Calls failed on each cap of the sidecar's limits.
     pub cap_counters: limits::CapCounters,
+    /// What each instance's store may create (the host's ceiling).
+    pub store_caps: limits::StoreCaps,
     /// Keeps the compiled artifact this version maps from eviction.
     _pin: Option<cache::Pin>,
+    /// This version's share of the host's memory budget.
+    _reservation: limits::Reservation,
 }
 
 impl std::fmt::Debug for Prepared {
@@ -151,8 +159,10 @@ impl std::fmt::Debug for Prepared {
 }
 
 impl Prepared {
-    /// The WASI context: nothing unless the manifest grants it. Without a
-    /// stdio grant, stdout and stderr go to a bounded capture the actor logs.
+    /// The WASI context: nothing unless the manifest grants it (the grants
+    /// were checked against the host's ceiling at load, and its directories
+    /// canonicalized). Without a stdio grant, stdout and stderr go to a
+    /// bounded capture the actor logs.
     pub fn wasi_ctx(&self) -> Result<(WasiCtx, Option<stdio::GuestOutput>), String> {
         let grants = &self.manifest.grants;
         let mut b = WasiCtxBuilder::new();
@@ -322,19 +332,48 @@ impl Runtime {
             .map_err(|e| engine::EngineError::Config(format!("{e:#}")))?;
         deadline::add_to_linker(&mut linker)
             .map_err(|e| engine::EngineError::Config(format!("{e:#}")))?;
-        Ok(Self {
+        // wasmtime-wasi's name lookup allows every name or none: a guest
+        // may look up only the names its grant lists.
+        linker.allow_shadowing(true);
+        wasmtime_wasi::p2::bindings::sockets::ip_name_lookup::add_to_linker::<
+            HostState,
+            network::GuardedLookup,
+        >(&mut linker, HostState::lookup_view)
+        .map_err(|e| engine::EngineError::Config(format!("{e:#}")))?;
+        linker.allow_shadowing(false);
+        let mut runtime = Self {
             engine,
             linker: Arc::new(linker),
-            ceiling: limits::Ceiling::default(),
+            ceiling: Arc::default(),
+            budget: Arc::default(),
             telemetry: None,
-        })
+        };
+        runtime.install_ceiling(limits::Ceiling::default());
+        Ok(runtime)
     }
 
-    /// Sets the host-wide ceiling on sidecar limits.
+    /// Sets the host-wide ceiling on sidecar limits and grants (and a fresh
+    /// memory budget under it).
     #[must_use]
     pub fn with_ceiling(mut self, ceiling: limits::Ceiling) -> Self {
-        self.ceiling = ceiling;
+        self.install_ceiling(ceiling);
         self
+    }
+
+    fn install_ceiling(&mut self, mut ceiling: limits::Ceiling) {
+        // The engine's own files are never granted.
+        let cache = self.engine.cache().map(|c| c.dir().to_owned());
+        let key = self.engine.artifact_key_file();
+        ceiling
+            .grants
+            .protect(cache.into_iter().chain(key).map(|p| grants::absolute(&p)));
+        self.budget = Arc::new(limits::MemoryBudget::new(ceiling.total_memory));
+        self.ceiling = Arc::new(ceiling);
+    }
+
+    /// The ceiling in force.
+    pub fn ceiling(&self) -> &limits::Ceiling {
+        &self.ceiling
     }
 
     /// Counts calls failed on a cap in `telemetry`'s metrics.
@@ -371,11 +410,19 @@ impl Runtime {
         bytes: &[u8],
         manifest: Manifest,
     ) -> Result<Prepared, LoadError> {
+        let (manifest, reservation) = self.admit(name, manifest)?;
         self.check_file(bytes, &manifest)?;
         let language = language::detect(bytes);
         let start = Instant::now();
         let obtained = self.engine.obtain_blocking(name, bytes)?;
-        self.finish(name, obtained, start.elapsed(), manifest, language)
+        self.finish(
+            name,
+            obtained,
+            start.elapsed(),
+            manifest,
+            reservation,
+            language,
+        )
     }
 
     /// [`prepare`](Self::prepare) off the async threads, compiling with
@@ -387,6 +434,7 @@ impl Runtime {
         manifest: Manifest,
     ) -> Result<Prepared, LoadError> {
         let content = content.into();
+        let (manifest, reservation) = self.admit(name, manifest)?;
         self.check_file(content.bytes(), &manifest)?;
         let language = language::detect(content.bytes());
         let start = Instant::now();
@@ -394,10 +442,41 @@ impl Runtime {
         let compile_time = start.elapsed();
         let (runtime, name) = (self.clone(), name.to_owned());
         tokio::task::spawn_blocking(move || {
-            runtime.finish(&name, obtained, compile_time, manifest, language)
+            runtime.finish(
+                &name,
+                obtained,
+                compile_time,
+                manifest,
+                reservation,
+                language,
+            )
         })
         .await
         .map_err(|e| LoadError::Start(e.to_string()))?
+    }
+
+    /// The sidecar checked against the host's ceiling before anything is
+    /// compiled: its limits, its grants (directory grants come back
+    /// canonicalized: what is preopened), and its memory x concurrency
+    /// reserved in the host's memory budget.
+    pub fn admit(
+        &self,
+        name: &str,
+        mut manifest: Manifest,
+    ) -> Result<(Manifest, limits::Reservation), LoadError> {
+        self.ceiling
+            .check(&manifest.limits)
+            .map_err(LoadError::OverCeiling)?;
+        manifest.grants.dirs = self
+            .ceiling
+            .grants
+            .check(&manifest.grants)
+            .map_err(LoadError::OverCeiling)?;
+        let reservation = self
+            .budget
+            .reserve(name, limits::plugin_memory(&manifest.limits))
+            .map_err(LoadError::OverCeiling)?;
+        Ok((manifest, reservation))
     }
 
     /// What can be refused before compiling: the sidecar's limits and the
@@ -486,6 +565,7 @@ impl Runtime {
         obtained: Obtained,
         compile_time: Duration,
         manifest: Manifest,
+        reservation: limits::Reservation,
         language: Option<String>,
     ) -> Result<Prepared, LoadError> {
         let Obtained {
@@ -517,7 +597,9 @@ impl Runtime {
                 .as_ref()
                 .map(|t| t.metrics().plugin_caps(name))
                 .unwrap_or_default(),
+            store_caps: self.ceiling.store_caps(),
             _pin: pin,
+            _reservation: reservation,
         })
     }
 }

@@ -3,14 +3,25 @@
 //! is created (at load, and again whenever a trapped instance is replaced),
 //! and every connect or send is checked against the resulting addresses, so
 //! a guest that resolves a name itself and connects to the address is
-//! treated the same as one that is given an address.
+//! treated the same as one that is given an address. A guest may look up
+//! only the names its grant lists (any other lookup would carry data out
+//! to whoever serves that name's zone), and a grant may name only what the
+//! host config's `grants.network` ceiling allows.
 
 use std::fmt;
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::sync::Arc;
 
 use serde::{Deserialize, Deserializer};
-use wasmtime_wasi::sockets::SocketAddrUse;
+use wasmtime::component::Resource;
+use wasmtime_wasi::p2::SocketError;
+use wasmtime_wasi::p2::bindings::sockets::ip_name_lookup::{
+    Host as LookupHost, HostResolveAddressStream, ResolveAddressStream,
+};
+use wasmtime_wasi::p2::bindings::sockets::network::{
+    Error as NetworkError, ErrorCode, Host as NetworkHost, HostNetwork, IpAddress, Network,
+};
+use wasmtime_wasi::sockets::{SocketAddrUse, WasiSocketsCtxView};
 
 /// Where a destination points.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -212,6 +223,242 @@ impl NetworkPolicy {
     }
 }
 
+/// The name lookups a grant allows: exactly the names it lists (IP
+/// literals need no lookup and always pass).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LookupPolicy {
+    names: Vec<String>,
+}
+
+impl LookupPolicy {
+    pub fn new(grant: &NetworkGrant) -> Self {
+        let mut names: Vec<String> = grant
+            .allow
+            .iter()
+            .filter_map(|d| match &d.host {
+                Host::Name(n) => Some(n.clone()),
+                Host::Net(..) => None,
+            })
+            .collect();
+        names.sort();
+        names.dedup();
+        Self { names }
+    }
+
+    /// Whether the guest may look `name` up.
+    pub fn allows(&self, name: &str) -> bool {
+        let bare = name.strip_prefix('[').and_then(|n| n.strip_suffix(']'));
+        if name.parse::<IpAddr>().is_ok() || bare.is_some_and(|b| b.parse::<IpAddr>().is_ok()) {
+            return true;
+        }
+        let name = name.trim_end_matches('.').to_ascii_lowercase();
+        self.names.binary_search(&name).is_ok()
+    }
+}
+
+/// `wasi:sockets/ip-name-lookup` as the guest sees it: wasmtime-wasi's own
+/// lookup for the names the grant allows, `access-denied` for any other
+/// (wasmtime-wasi can only allow every name or none).
+pub struct GuardedLookup;
+
+impl wasmtime::component::HasData for GuardedLookup {
+    type Data<'a> = GuardedLookupView<'a>;
+}
+
+/// The state one lookup call borrows from the store.
+pub struct GuardedLookupView<'a> {
+    pub plugin: &'a str,
+    pub policy: &'a LookupPolicy,
+    /// Set once a refusal has been logged: a guest retrying in a loop logs
+    /// once per instance.
+    pub refused_logged: &'a mut bool,
+    pub sockets: WasiSocketsCtxView<'a>,
+}
+
+impl LookupHost for GuardedLookupView<'_> {
+    fn resolve_addresses(
+        &mut self,
+        network: Resource<Network>,
+        name: String,
+    ) -> Result<Resource<ResolveAddressStream>, SocketError> {
+        if !self.policy.allows(&name) {
+            if !*self.refused_logged {
+                *self.refused_logged = true;
+                tracing::warn!(
+                    plugin = self.plugin,
+                    name = %name.chars().take(256).collect::<String>(),
+                    "name lookup refused: the plugin may look up only the names its grants.network lists (further refusals of this instance are not logged)"
+                );
+            }
+            return Err(ErrorCode::AccessDenied.into());
+        }
+        LookupHost::resolve_addresses(&mut self.sockets, network, name)
+    }
+}
+
+// The lookup interface's traits require the network interface's: both
+// are wasmtime-wasi's own.
+impl NetworkHost for GuardedLookupView<'_> {
+    fn convert_error_code(&mut self, error: SocketError) -> wasmtime::Result<ErrorCode> {
+        NetworkHost::convert_error_code(&mut self.sockets, error)
+    }
+
+    fn network_error_code(
+        &mut self,
+        err: Resource<NetworkError>,
+    ) -> wasmtime::Result<Option<ErrorCode>> {
+        NetworkHost::network_error_code(&mut self.sockets, err)
+    }
+}
+
+impl HostNetwork for GuardedLookupView<'_> {
+    fn drop(&mut self, network: Resource<Network>) -> wasmtime::Result<()> {
+        HostNetwork::drop(&mut self.sockets, network)
+    }
+}
+
+impl HostResolveAddressStream for GuardedLookupView<'_> {
+    fn resolve_next_address(
+        &mut self,
+        stream: Resource<ResolveAddressStream>,
+    ) -> Result<Option<IpAddress>, SocketError> {
+        HostResolveAddressStream::resolve_next_address(&mut self.sockets, stream)
+    }
+
+    fn subscribe(
+        &mut self,
+        stream: Resource<ResolveAddressStream>,
+    ) -> wasmtime::Result<Resource<wasmtime_wasi::p2::DynPollable>> {
+        HostResolveAddressStream::subscribe(&mut self.sockets, stream)
+    }
+
+    fn drop(&mut self, stream: Resource<ResolveAddressStream>) -> wasmtime::Result<()> {
+        HostResolveAddressStream::drop(&mut self.sockets, stream)
+    }
+}
+
+/// One entry of the host config's `grants.network` ceiling: a destination
+/// as a grant writes it, or `*.domain:port` for every name under a domain.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Pattern {
+    Exact(Destination),
+    /// Names strictly under `suffix` (`*.example.com` covers
+    /// `api.example.com`, not `example.com`).
+    Subdomains {
+        suffix: String,
+        port: Option<u16>,
+    },
+}
+
+impl Pattern {
+    pub fn parse(s: &str) -> Result<Self, String> {
+        let Some(rest) = s.strip_prefix("*.") else {
+            return Destination::parse(s)
+                .map(Pattern::Exact)
+                .map_err(|e| e.replacen("grants.network.allow", "grants.network", 1));
+        };
+        // The same checks as a destination of the domain itself.
+        let domain = Destination::parse(rest).map_err(|e| {
+            e.replacen("grants.network.allow", "grants.network", 1)
+                .replacen(&format!("{rest:?}"), &format!("{s:?}"), 1)
+        })?;
+        match domain.host {
+            Host::Name(suffix) => Ok(Pattern::Subdomains {
+                suffix,
+                port: domain.port,
+            }),
+            Host::Net(..) => Err(format!(
+                "grants.network entry {s:?}: `*.` goes before a domain name, not an address (write 10.0.0.0/8:443 for a network)"
+            )),
+        }
+    }
+
+    /// Whether a grant's destination `d` is within this pattern: the same
+    /// port (or any, `*`), and a name equal to or under the pattern's, or
+    /// an address range inside the pattern's network. A name is covered
+    /// only by names: what it resolves to is not known until an instance
+    /// starts.
+    pub fn covers(&self, d: &Destination) -> bool {
+        let port = |p: &Option<u16>| p.is_none_or(|p| d.port == Some(p));
+        match (self, &d.host) {
+            (Pattern::Exact(e), _) if !port(&e.port) => false,
+            (Pattern::Exact(e), host) => match (&e.host, host) {
+                (Host::Name(a), Host::Name(b)) => a == b,
+                (Host::Net(net, bits), Host::Net(ip, dbits)) => {
+                    ip.is_ipv4() == net.is_ipv4() && dbits >= bits && in_net(*ip, *net, *bits)
+                }
+                _ => false,
+            },
+            (Pattern::Subdomains { suffix, port: p }, Host::Name(name)) => {
+                port(p)
+                    && name.len() > suffix.len() + 1
+                    && name.ends_with(suffix.as_str())
+                    && name.as_bytes()[name.len() - suffix.len() - 1] == b'.'
+            }
+            (Pattern::Subdomains { .. }, Host::Net(..)) => false,
+        }
+    }
+}
+
+impl fmt::Display for Pattern {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Pattern::Exact(d) => d.fmt(f),
+            Pattern::Subdomains { suffix, port } => match port {
+                Some(p) => write!(f, "*.{suffix}:{p}"),
+                None => write!(f, "*.{suffix}:*"),
+            },
+        }
+    }
+}
+
+/// The host config's `grants.network`: where sidecars' network grants may
+/// point. Empty (the default): no sidecar may grant any network.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NetworkCeiling {
+    pub allow: Vec<Pattern>,
+}
+
+impl<'de> Deserialize<'de> for NetworkCeiling {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let raw = Vec::<String>::deserialize(d).map_err(|_| {
+            serde::de::Error::custom(
+                "grants.network must be a list of destinations, e.g. [\"*.example.com:443\", \"10.0.0.0/8:*\"]",
+            )
+        })?;
+        raw.iter()
+            .map(|s| Pattern::parse(s))
+            .collect::<Result<Vec<_>, _>>()
+            .map(|allow| Self { allow })
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+impl NetworkCeiling {
+    /// The first destination of `grant` no pattern covers, as an error
+    /// naming it and the ceiling.
+    pub fn check(&self, grant: &NetworkGrant) -> Result<(), String> {
+        for d in &grant.allow {
+            if !self.allow.iter().any(|p| p.covers(d)) {
+                let ceiling = if self.allow.is_empty() {
+                    "none: the default".to_owned()
+                } else {
+                    self.allow
+                        .iter()
+                        .map(ToString::to_string)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                };
+                return Err(format!(
+                    "the sidecar's grants.network.allow entry {:?} is outside the host's ceiling grants.network ({ceiling}; host config): remove it from the sidecar, or add it (or a network or *.domain covering it) to the host config's grants.network",
+                    d.to_string()
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -273,5 +520,86 @@ mod tests {
         let none = NetworkPolicy::resolve("p", &NetworkGrant::default());
         assert!(!none.allows(at(&format!("127.0.0.1:{port}")), SocketAddrUse::TcpConnect));
         drop(listener);
+    }
+
+    fn ceiling(list: &[&str]) -> NetworkCeiling {
+        NetworkCeiling {
+            allow: list.iter().map(|s| Pattern::parse(s).unwrap()).collect(),
+        }
+    }
+
+    #[test]
+    fn grants_must_stay_inside_the_hosts_network_ceiling() {
+        let c = ceiling(&[
+            "*.example.com:443",
+            "10.0.0.0/8:*",
+            "db.internal:5432",
+            "[fd00::/8]:53",
+        ]);
+        for ok in [
+            "{allow: ['api.example.com:443', 'a.b.example.com:443']}",
+            "{allow: ['10.1.2.3:80', '10.1.0.0/16:5432']}",
+            "{allow: ['db.internal:5432', '[fd00::1]:53']}",
+            "{allow: []}",
+        ] {
+            assert!(c.check(&grant(ok).unwrap()).is_ok(), "{ok}");
+        }
+        for (bad, entry) in [
+            ("{allow: ['example.com:443']}", "example.com:443"),
+            ("{allow: ['api.example.com:80']}", "api.example.com:80"),
+            ("{allow: ['api.example.com:*']}", "api.example.com:*"),
+            ("{allow: ['notexample.com:443']}", "notexample.com:443"),
+            ("{allow: ['10.0.0.0/7:80']}", "10.0.0.0/7:80"),
+            ("{allow: ['11.0.0.1:80']}", "11.0.0.1:80"),
+            // A name that resolves into 10/8 is still a name.
+            ("{allow: ['db.other:5432']}", "db.other:5432"),
+            ("{allow: ['db.internal:5433']}", "db.internal:5433"),
+            ("{allow: ['[fd00::1]:54']}", "[fd00::1]:54"),
+        ] {
+            let e = c.check(&grant(bad).unwrap()).unwrap_err();
+            assert!(
+                e.contains(&format!("{entry:?}"))
+                    && e.contains("ceiling grants.network")
+                    && e.contains("*.example.com:443"),
+                "{bad}: {e}"
+            );
+        }
+        // The default ceiling allows nothing, and says so.
+        let e = NetworkCeiling::default()
+            .check(&grant("{allow: ['127.0.0.1:80']}").unwrap())
+            .unwrap_err();
+        assert!(e.contains("none: the default"), "{e}");
+        // Ceiling entries are validated like grants.
+        let parsed: Result<NetworkCeiling, _> = serde_yaml_ng::from_str("['*.10.0.0.1:80']");
+        assert!(parsed.unwrap_err().to_string().contains("*.10.0.0.1:80"));
+        let parsed: Result<NetworkCeiling, _> = serde_yaml_ng::from_str("['*:80']");
+        assert!(parsed.is_err());
+    }
+
+    #[test]
+    fn only_granted_names_may_be_looked_up() {
+        let p = LookupPolicy::new(
+            &grant("{allow: ['API.example.com:443', '10.0.0.0/8:5432', 'db.internal:*']}").unwrap(),
+        );
+        for ok in [
+            "api.example.com",
+            "API.Example.com.",
+            "db.internal",
+            "10.1.2.3",
+            "::1",
+            "[::1]",
+        ] {
+            assert!(p.allows(ok), "{ok}");
+        }
+        for refused in [
+            "example.com",
+            "x.api.example.com",
+            "leak-c2VjcmV0.attacker.example",
+            "",
+            ".",
+        ] {
+            assert!(!p.allows(refused), "{refused}");
+        }
+        assert!(!LookupPolicy::default().allows("api.example.com"));
     }
 }
