@@ -16,6 +16,7 @@ pub mod object;
 pub mod pointer;
 pub mod precompile;
 pub mod rbac;
+pub mod redact;
 pub mod reload;
 pub mod runtime;
 pub mod scaffold;
