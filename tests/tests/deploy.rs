@@ -154,7 +154,23 @@ fn committed_rbac_is_what_kubewasm_rbac_generates_and_grants_only_what_sidecars_
         .collect()
     );
     find(&d, "RoleBinding", "kubewasm-leader-election");
-    assert_eq!(d.len(), 4, "{generated}");
+    // --metrics-auth: the host reviews scrapers' tokens and access.
+    let reviews = find(&d, "ClusterRole", "kubewasm-metrics-auth");
+    assert_eq!(
+        rules(reviews),
+        [
+            ("authentication.k8s.io/tokenreviews", "create"),
+            ("authorization.k8s.io/subjectaccessreviews", "create"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect()
+    );
+    assert_eq!(
+        find(&d, "ClusterRoleBinding", "kubewasm-metrics-auth")["subjects"][0]["name"],
+        "kubewasm"
+    );
+    assert_eq!(d.len(), 6, "{generated}");
     assert!(
         generated.contains("# crashloop-watcher (reads the cache, writes)"),
         "each rule names the plugins that need it: {generated}"

@@ -69,6 +69,9 @@ pub struct RbacOptions {
     pub host_role: bool,
     /// Name of the leader-election Lease.
     pub lease_name: String,
+    /// With the host's own roles, also the ClusterRole `--metrics-auth`
+    /// needs (create TokenReviews and SubjectAccessReviews).
+    pub metrics_auth: bool,
     /// CustomResourceDefinition manifests (files or folders of YAML/JSON)
     /// for kinds the built-in table does not know.
     pub crds: Vec<PathBuf>,
@@ -85,6 +88,7 @@ impl RbacOptions {
             service_account: "kubewasm".into(),
             host_role: true,
             lease_name: "kubewasm".into(),
+            metrics_auth: true,
             crds: Vec::new(),
             cache_dir: crate::runtime::engine::default_cache_dir(),
         }

@@ -25,6 +25,10 @@ pub const EVENT_VERBS: &[&str] = &["create", "patch"];
 /// Leader election reads the Lease, creates it when missing, and renews or
 /// takes it over with an update (or a patch).
 pub const LEASE_VERBS: &[&str] = &["get", "patch", "update"];
+/// `--metrics-auth` asks the API server who a scraper's token is
+/// (TokenReview) and whether it may get `/metrics` (SubjectAccessReview):
+/// both are `create` on a review object that is never stored.
+pub const REVIEW_VERBS: &[&str] = &["create"];
 
 /// Why a plugin needs a rule.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -92,6 +96,9 @@ pub struct Policy {
     /// The host's namespace and its rules there (leader election).
     pub host_namespace: String,
     pub host: Vec<Rule>,
+    /// The host's cluster-wide rules: token and access reviews for
+    /// `--metrics-auth`.
+    pub host_cluster: Vec<Rule>,
 }
 
 /// Where a grant applies: `None` is every namespace.
@@ -260,11 +267,22 @@ pub fn derive(accesses: &[Access], host_namespace: &str, lease: &str) -> Policy 
     renew.resource_names = vec![lease.to_owned()];
     renew.host = Some("leader election: reads, renews and takes over its Lease".into());
 
+    let mut tokens = Rule::new("authentication.k8s.io", "tokenreviews".into());
+    tokens.verbs.extend(REVIEW_VERBS.iter().copied());
+    tokens.host = Some(
+        "--metrics-auth: asks who a request to /metrics or /dead-letters authenticates as".into(),
+    );
+    let mut access = Rule::new("authorization.k8s.io", "subjectaccessreviews".into());
+    access.verbs.extend(REVIEW_VERBS.iter().copied());
+    access.host =
+        Some("--metrics-auth: asks whether that user may get /metrics or /dead-letters".into());
+
     Policy {
         cluster: cluster.into_values().collect(),
         namespaced,
         host_namespace: host_namespace.to_owned(),
         host: vec![create, renew],
+        host_cluster: vec![tokens, access],
     }
 }
 

@@ -1,7 +1,7 @@
 //! The policy as Kubernetes YAML: a ClusterRole and binding when any rule
 //! spans the cluster, a Role and binding per namespace a plugin is confined
-//! to, and the host's leader-election Role, all bound to the host's
-//! ServiceAccount. Written by hand so that every rule carries a comment
+//! to, the host's leader-election Role, and the ClusterRole its
+//! `--metrics-auth` needs, all bound to the host's ServiceAccount. Written by hand so that every rule carries a comment
 //! naming the plugins that need it; the output is byte-for-byte stable.
 
 use std::fmt::Write;
@@ -132,7 +132,15 @@ pub fn render(opts: &RbacOptions, accesses: &[Access], policy: &Policy) -> Strin
             opts.name,
             opts.service_account,
             if opts.host_role {
-                format!(" --lease-name {}", opts.lease_name)
+                format!(
+                    " --lease-name {}{}",
+                    opts.lease_name,
+                    if opts.metrics_auth {
+                        ""
+                    } else {
+                        " --no-metrics-auth"
+                    }
+                )
             } else {
                 " --plugins-only".to_owned()
             }
@@ -183,6 +191,17 @@ pub fn render(opts: &RbacOptions, accesses: &[Access], policy: &Policy) -> Strin
             &policy.host,
             opts,
         );
+        if opts.metrics_auth {
+            role(
+                &mut out,
+                "ClusterRole",
+                &format!("{}-metrics-auth", opts.name),
+                None,
+                "The host's own: reviews of the tokens sent to /metrics and /dead-letters (--metrics-auth).",
+                &policy.host_cluster,
+                opts,
+            );
+        }
     }
     out
 }
@@ -212,9 +231,43 @@ mod tests {
             .filter(|v: &serde_json::Value| !v.is_null())
             .collect();
         let kinds: Vec<&str> = docs.iter().map(|d| d["kind"].as_str().unwrap()).collect();
-        assert_eq!(kinds, vec!["Role", "RoleBinding"]);
+        assert_eq!(
+            kinds,
+            vec!["Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"]
+        );
         assert_eq!(docs[0]["metadata"]["namespace"], "ops");
         assert_eq!(docs[0]["rules"][1]["resourceNames"][0], "kubewasm");
         assert_eq!(docs[1]["subjects"][0]["namespace"], "kubewasm");
+        assert_eq!(docs[2]["metadata"]["name"], "kubewasm-metrics-auth");
+        let reviews: Vec<(&str, &str, &str)> = docs[2]["rules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| {
+                (
+                    r["apiGroups"][0].as_str().unwrap(),
+                    r["resources"][0].as_str().unwrap(),
+                    r["verbs"][0].as_str().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            reviews,
+            [
+                ("authentication.k8s.io", "tokenreviews", "create"),
+                ("authorization.k8s.io", "subjectaccessreviews", "create")
+            ]
+        );
+        assert_eq!(docs[3]["roleRef"]["name"], "kubewasm-metrics-auth");
+        // Without --metrics-auth: the Lease's Role only.
+        let opts = RbacOptions {
+            metrics_auth: false,
+            ..opts
+        };
+        let text = render(&opts, &[], &policy);
+        assert!(
+            !text.contains("tokenreviews") && text.contains("--no-metrics-auth"),
+            "{text}"
+        );
     }
 }
