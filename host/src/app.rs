@@ -69,10 +69,29 @@ pub struct RunOptions {
     /// Listen address of `/healthz`, `/readyz` and `/metrics` (`main`
     /// serves it; an `App` alone never binds).
     pub metrics_addr: MetricsAddr,
-    /// Serve the web view under `/ui` on the metrics listener.
+    /// Serve the web view on its own listener (`admin.ui_addr`).
     pub ui: bool,
+    /// The admin surfaces: the web view's listener, metrics
+    /// authentication, redaction.
+    pub admin: AdminOptions,
     /// The host-wide ceiling on sidecar limits.
     pub limits: crate::runtime::limits::Ceiling,
+}
+
+/// Where the host's admin surfaces listen, whom they answer and what
+/// they hide (`main` serves the listeners; an `App` only redacts).
+#[derive(Debug, Clone, Default)]
+pub struct AdminOptions {
+    /// The web view's listen address (loopback by default).
+    pub ui_addr: crate::telemetry::ui::UiAddr,
+    /// Host names the web view answers to besides loopback and
+    /// `localhost`.
+    pub ui_allowed_hosts: Vec<String>,
+    /// `/metrics` and `/dead-letters` behind TokenReview and
+    /// SubjectAccessReview.
+    pub metrics_auth: bool,
+    /// What objects shown to people hide (Secrets, `sensitiveFields`).
+    pub redactor: crate::redact::Redactor,
 }
 
 /// Per-plugin figures of a run.
@@ -236,6 +255,7 @@ impl App {
         telemetry: Telemetry,
         cancel: CancellationToken,
     ) -> Result<Self, AppError> {
+        telemetry.set_redactor(opts.admin.redactor.clone());
         let Backend {
             kinds,
             source,

@@ -8,15 +8,17 @@ use std::time::Duration;
 
 use serde::{Deserialize, Deserializer};
 
-use crate::app::{ClusterTarget, RunOptions};
+use crate::app::{AdminOptions, ClusterTarget, RunOptions};
 use crate::dispatch::DispatchOptions;
 use crate::leader::{self, ElectionConfigError, ElectionOptions};
 use crate::object::StripOptions;
 use crate::runtime::grants::{GrantCeiling, absolute};
+use crate::redact::{RedactError, Redactor, SensitiveFields};
 use crate::runtime::limits::Ceiling;
 use crate::runtime::{Compiler, EngineOptions};
 use crate::source::kube::{InitialList, KubeTarget};
 use crate::telemetry::server::MetricsAddr;
+use crate::telemetry::ui::UiAddr;
 
 /// The only config file version so far.
 pub const API_VERSION: &str = "kubewasm.io/v1alpha1";
@@ -45,6 +47,8 @@ pub enum ConfigError {
     OutOfRange(String),
     #[error(transparent)]
     Election(#[from] ElectionConfigError),
+    #[error(transparent)]
+    Redact(#[from] RedactError),
 }
 
 /// Whether a real cluster can be reached without flags, in kubectl's order:
@@ -123,10 +127,26 @@ pub struct RunSettings {
     /// `/healthz`, `/readyz` and `/metrics` listen address (`HOST:PORT`,
     /// `:PORT` or `off`); default `0.0.0.0:9090`, off for `untilIdle` runs.
     pub metrics_addr: Option<MetricsAddr>,
-    /// Serve the live web view under `/ui` on the metrics listener
-    /// (read-only; default off). Needs the listener: not with
-    /// `metricsAddr: off`.
+    /// `/metrics` and `/dead-letters` need a Kubernetes bearer token that
+    /// may `get` them (TokenReview, then SubjectAccessReview); probes never
+    /// do. Default: on in a Pod using its service account, off elsewhere
+    /// (kubeconfig runs, the local cluster, which has no API server to ask).
+    pub metrics_auth: Option<bool>,
+    /// Serve the live web view (read-only; default off) on its own
+    /// listener, `uiAddr`.
     pub ui: Option<bool>,
+    /// The web view's listen address (`HOST:PORT`, or `:PORT` on
+    /// 127.0.0.1); default `127.0.0.1:9091`.
+    pub ui_addr: Option<UiAddr>,
+    /// Host names (or addresses) the web view answers to besides
+    /// `localhost` and loopback addresses, e.g. the name of a proxy in
+    /// front of it.
+    pub ui_allowed_hosts: Option<Vec<String>>,
+    /// Fields to redact wherever the host shows objects (web view,
+    /// `--dry-run` lines), by kind (`Kind` in every group, `Kind.group` in
+    /// one): JSON pointers, `*` matching every member or item. Secret
+    /// `data` and `stringData` are always redacted.
+    pub sensitive_fields: Option<SensitiveFields>,
     /// The ceiling on every sidecar's `limits` (memory, timeout, handles,
     /// actionsPerCall, logBytesPerCall, concurrency; pluginMemory and
     /// totalMemory; instances, memories, tables): a sidecar asking for more
@@ -283,7 +303,11 @@ impl RunSettings {
             leader_elect_namespace: self.leader_elect_namespace.or(file.leader_elect_namespace),
             shutdown_grace: self.shutdown_grace.or(file.shutdown_grace),
             metrics_addr: self.metrics_addr.or(file.metrics_addr),
+            metrics_auth: self.metrics_auth.or(file.metrics_auth),
             ui: self.ui.or(file.ui),
+            ui_addr: self.ui_addr.or(file.ui_addr),
+            ui_allowed_hosts: self.ui_allowed_hosts.or(file.ui_allowed_hosts),
+            sensitive_fields: self.sensitive_fields.or(file.sensitive_fields),
             limits: self.limits.or(file.limits),
             grants: self.grants.or(file.grants),
             config_file: self.config_file.or(file.config_file),
@@ -320,6 +344,7 @@ impl RunSettings {
         };
         self.check_ranges()?;
         let election = self.election(&cluster, env)?;
+        let admin = self.admin(&cluster, env)?;
         let mut engine = EngineOptions::default();
         if let Some(dir) = self.cache_dir {
             engine.cache_dir = Some(dir);
@@ -351,11 +376,6 @@ impl RunSettings {
             None => MetricsAddr::default(),
         };
         let ui = self.ui.unwrap_or(false);
-        if ui && metrics_addr == MetricsAddr::Off {
-            return Err(ConfigError::Conflict(
-                "--ui is served by the metrics listener, which is off: pass --metrics-addr HOST:PORT (e.g. 127.0.0.1:9090) with --ui".into(),
-            ));
-        }
         let mut limits = self.limits.unwrap_or_default();
         limits.grants = self.grants.unwrap_or_default();
         // The host's own files are never granted to a plugin.
@@ -394,7 +414,41 @@ impl RunSettings {
             shutdown_grace: self.shutdown_grace.unwrap_or(DEFAULT_SHUTDOWN_GRACE),
             metrics_addr,
             ui,
+            admin,
             limits,
+        })
+    }
+
+    /// The admin surfaces' settings. Metrics authentication is on by
+    /// default where election is (a Pod using its service account: the
+    /// listener is reachable from the cluster network), and refused on the
+    /// local cluster, which has no API server to review tokens.
+    fn admin(
+        &self,
+        cluster: &ClusterTarget,
+        env: &Environment,
+    ) -> Result<AdminOptions, ConfigError> {
+        let local = matches!(cluster, ClusterTarget::Local(_));
+        let explicit_config =
+            self.kubeconfig.is_some() || self.context.is_some() || env.kubeconfig_env;
+        let metrics_auth = match self.metrics_auth {
+            Some(true) if local => {
+                return Err(ConfigError::Conflict(
+                    "--metrics-auth needs a real cluster: the embedded local cluster (--local) has no API server to review tokens".into(),
+                ));
+            }
+            Some(on) => on,
+            None => env.in_cluster && !explicit_config && !local,
+        };
+        let redactor = match &self.sensitive_fields {
+            Some(fields) => Redactor::new(fields)?,
+            None => Redactor::default(),
+        };
+        Ok(AdminOptions {
+            ui_addr: self.ui_addr.clone().unwrap_or_default(),
+            ui_allowed_hosts: self.ui_allowed_hosts.clone().unwrap_or_default(),
+            metrics_auth,
+            redactor,
         })
     }
 
@@ -888,9 +942,12 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(e.contains("invalid metrics address \"nine\""), "{e}");
-        // The web view: off by default, a file key, and refused without
-        // the listener it is served by.
-        assert!(!none.clone().into_options(true).unwrap().ui);
+        // The web view: off by default, a file key, on its own loopback
+        // listener whatever the metrics listener does.
+        let defaults = none.clone().into_options(true).unwrap();
+        assert!(!defaults.ui);
+        assert_eq!(defaults.admin.ui_addr.as_str(), "127.0.0.1:9091");
+        assert!(defaults.admin.ui_allowed_hosts.is_empty());
         let ui = RunSettings::parse(
             "apiVersion: kubewasm.io/v1alpha1\nkind: HostConfig\nplugins: p\nlocal: l\nui: true\n",
             p,
@@ -901,14 +958,125 @@ mod tests {
             metrics_addr: Some(MetricsAddr::Off),
             ..ui.clone()
         };
-        let e = off.into_options(false).unwrap_err().to_string();
-        assert!(e.contains("--ui") && e.contains("--metrics-addr"), "{e}");
-        // A run until idle has the listener off unless given.
+        let opts = off.into_options(false).unwrap();
+        assert!(opts.ui && opts.metrics_addr == MetricsAddr::Off);
         let idle_ui = RunSettings {
             until_idle: Some(true),
             ..ui
         };
-        assert!(idle_ui.into_options(false).is_err());
+        assert!(idle_ui.into_options(false).unwrap().ui);
+    }
+
+    #[test]
+    fn the_web_view_address_and_hosts_and_sensitive_fields_from_the_file() {
+        let parse = |extra: &str| {
+            RunSettings::parse(
+                &format!(
+                    "apiVersion: kubewasm.io/v1alpha1\nkind: HostConfig\nplugins: p\nlocal: l\n{extra}"
+                ),
+                Path::new("/c.yaml"),
+            )
+        };
+        let opts = parse(
+            "ui: true\nuiAddr: \":8443\"\nuiAllowedHosts: [kubewasm.internal]\nsensitiveFields: {ConfigMap: [/data/password]}\n",
+        )
+        .unwrap()
+        .into_options(false)
+        .unwrap();
+        // `:PORT` stays on loopback.
+        assert_eq!(opts.admin.ui_addr.as_str(), "127.0.0.1:8443");
+        assert_eq!(opts.admin.ui_allowed_hosts, ["kubewasm.internal"]);
+        let mut cm = serde_json::json!({"data": {"password": "p", "user": "u"}});
+        opts.admin.redactor.redact("v1", "ConfigMap", &mut cm);
+        assert_eq!(cm["data"]["password"], crate::redact::MARKER);
+        assert_eq!(cm["data"]["user"], "u");
+        let e = parse("sensitiveFields: {ConfigMap: [data]}\n")
+            .unwrap()
+            .into_options(false)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("sensitiveFields.ConfigMap") && e.contains("\"data\""),
+            "{e}"
+        );
+        let e = parse("uiAddr: nine\n").unwrap_err().to_string();
+        assert!(e.contains("invalid web view address"), "{e}");
+    }
+
+    #[test]
+    fn metrics_auth_is_on_in_a_pod_off_elsewhere_and_needs_a_real_cluster() {
+        let base = RunSettings {
+            plugins: Some("p".into()),
+            ..RunSettings::default()
+        };
+        assert!(
+            base.clone()
+                .into_options_in(true, &pod())
+                .unwrap()
+                .admin
+                .metrics_auth
+        );
+        let kubeconfig = RunSettings {
+            kubeconfig: Some("k".into()),
+            ..base.clone()
+        };
+        assert!(
+            !kubeconfig
+                .clone()
+                .into_options_in(true, &pod())
+                .unwrap()
+                .admin
+                .metrics_auth
+        );
+        assert!(
+            !base
+                .clone()
+                .into_options_in(true, &Environment::default())
+                .unwrap()
+                .admin
+                .metrics_auth
+        );
+        let on = RunSettings {
+            metrics_auth: Some(true),
+            ..kubeconfig
+        };
+        assert!(
+            on.into_options_in(true, &Environment::default())
+                .unwrap()
+                .admin
+                .metrics_auth
+        );
+        let off = RunSettings {
+            metrics_auth: Some(false),
+            ..base.clone()
+        };
+        assert!(
+            !off.into_options_in(true, &pod())
+                .unwrap()
+                .admin
+                .metrics_auth
+        );
+        let local = RunSettings {
+            local: Some("l".into()),
+            metrics_auth: Some(true),
+            ..base
+        };
+        let e = local
+            .into_options_in(false, &pod())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--metrics-auth needs a real cluster"), "{e}");
+        let file = RunSettings::parse(
+            "apiVersion: kubewasm.io/v1alpha1\nkind: HostConfig\nplugins: p\nkubeconfig: k\nmetricsAuth: true\n",
+            Path::new("/c.yaml"),
+        )
+        .unwrap();
+        assert!(
+            file.into_options_in(false, &Environment::default())
+                .unwrap()
+                .admin
+                .metrics_auth
+        );
     }
 
     #[test]

@@ -2,14 +2,17 @@
 
 use std::io::Write;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
-use kubewasm::app::App;
+use kubewasm::app::{App, ClusterTarget};
 use kubewasm::config::{CompilerKind, RunSettings};
 use kubewasm::source::kube::InitialList;
+use kubewasm::telemetry::auth::{Authenticator, KubeReviewer};
 use kubewasm::telemetry::logging::LogFormat;
-use kubewasm::telemetry::server::{MetricsAddr, MetricsServer};
+use kubewasm::telemetry::server::{MetricsAddr, MetricsServer, UiServer};
+use kubewasm::telemetry::ui::{AllowedHosts, UiAddr};
 use kubewasm::telemetry::{Identity, Telemetry};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -216,6 +219,10 @@ struct DeadLettersArgs {
     /// File holding the listener address (the host's --metrics-addr-file).
     #[arg(long)]
     addr_file: Option<PathBuf>,
+    /// File holding a bearer token that may get /dead-letters (a host run
+    /// with --metrics-auth asks for one).
+    #[arg(long, env = "KUBEWASM_TOKEN_FILE")]
+    token_file: Option<PathBuf>,
     /// Output format.
     #[arg(long, short, value_enum, default_value = "table")]
     output: OutputFormat,
@@ -232,7 +239,19 @@ fn dead_letters(args: DeadLettersArgs) -> anyhow::Result<()> {
         (None, Some(f)) => probe::read_addr_file(&f)?,
         (None, None) => anyhow::bail!("pass --addr HOST:PORT or --addr-file FILE"),
     };
-    let (code, body) = probe::get(&addr, "/dead-letters", args.timeout)?;
+    let token = args
+        .token_file
+        .as_deref()
+        .map(probe::read_token_file)
+        .transpose()?;
+    let (code, body) =
+        probe::get_with_token(&addr, "/dead-letters", token.as_deref(), args.timeout)?;
+    if code == 401 || code == 403 {
+        anyhow::bail!(
+            "GET /dead-letters answered {code}: {} (the host runs with --metrics-auth: pass --token-file with a token whose user may get the non-resource URL /dead-letters)",
+            body.trim()
+        );
+    }
     if code != 200 {
         anyhow::bail!("GET /dead-letters answered {code}: {}", body.trim());
     }
@@ -285,6 +304,10 @@ struct ProbeArgs {
     /// File holding the listener address (the host's --metrics-addr-file).
     #[arg(long)]
     addr_file: Option<PathBuf>,
+    /// File holding a bearer token to send (for /metrics of a host run with
+    /// --metrics-auth; /healthz and /readyz need none).
+    #[arg(long, env = "KUBEWASM_TOKEN_FILE")]
+    token_file: Option<PathBuf>,
     /// Connect and read timeout.
     #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
     timeout: std::time::Duration,
@@ -297,7 +320,12 @@ fn probe(args: ProbeArgs) -> anyhow::Result<()> {
         (None, Some(f)) => probe::read_addr_file(&f)?,
         (None, None) => anyhow::bail!("pass --addr HOST:PORT or --addr-file FILE"),
     };
-    let (code, body) = probe::get(&addr, &args.path, args.timeout)?;
+    let token = args
+        .token_file
+        .as_deref()
+        .map(probe::read_token_file)
+        .transpose()?;
+    let (code, body) = probe::get_with_token(&addr, &args.path, token.as_deref(), args.timeout)?;
     if code != 200 {
         anyhow::bail!("GET {} answered {code}: {}", args.path, body.trim());
     }
@@ -327,6 +355,10 @@ struct RbacArgs {
     /// Name of the leader-election Lease.
     #[arg(long, default_value = "kubewasm")]
     lease_name: String,
+    /// Leave out the ClusterRole of --metrics-auth (create TokenReviews and
+    /// SubjectAccessReviews), for a host run with metrics authentication off.
+    #[arg(long)]
+    no_metrics_auth: bool,
     /// CustomResourceDefinition manifest (file or folder) for kinds not built in; repeatable.
     #[arg(long = "crd")]
     crds: Vec<PathBuf>,
@@ -342,6 +374,7 @@ async fn rbac(args: RbacArgs) -> anyhow::Result<()> {
     opts.name = args.name;
     opts.host_role = !args.plugins_only;
     opts.lease_name = args.lease_name;
+    opts.metrics_auth = !args.no_metrics_auth;
     opts.crds = args.crds;
     if args.cache_dir.is_some() {
         opts.cache_dir = args.cache_dir;
@@ -421,20 +454,37 @@ struct RunArgs {
     /// Keep managedFields and the last-applied annotation in the cache.
     #[arg(long)]
     keep_managed_fields: bool,
-    /// Listen address of /healthz, /readyz and /metrics: HOST:PORT, :PORT or
-    /// `off` (default 0.0.0.0:9090; off with --until-idle).
+    /// Listen address of /healthz, /readyz, /metrics and /dead-letters:
+    /// HOST:PORT, :PORT or `off` (default 0.0.0.0:9090; off with --until-idle).
     #[arg(long, env = "KUBEWASM_METRICS_ADDR")]
     metrics_addr: Option<MetricsAddr>,
+    /// /metrics and /dead-letters need a Kubernetes bearer token allowed to
+    /// get them (TokenReview + SubjectAccessReview); probes never do
+    /// [default: true in a Pod (KUBERNETES_SERVICE_HOST set, no kubeconfig), else false].
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", env = "KUBEWASM_METRICS_AUTH")]
+    metrics_auth: Option<bool>,
     /// Write the listener's bound address to this file (for `kubewasm probe
     /// --addr-file` when several replicas share a host network and listen
     /// on free ports).
     #[arg(long, env = "KUBEWASM_METRICS_ADDR_FILE")]
     metrics_addr_file: Option<PathBuf>,
-    /// Serve a live, read-only web view of the host under /ui on the
-    /// metrics listener (plugins, informers, a feed of deltas and actions,
-    /// the cache, dead letters); off by default.
+    /// Serve a live, read-only web view of the host (plugins, informers, a
+    /// feed of deltas and actions, the cache with Secrets redacted, dead
+    /// letters) on its own listener, --ui-addr; off by default.
     #[arg(long, env = "KUBEWASM_UI")]
     ui: bool,
+    /// Listen address of the web view: HOST:PORT, or :PORT on 127.0.0.1
+    /// [default: 127.0.0.1:9091; reach it with kubectl port-forward].
+    #[arg(long, env = "KUBEWASM_UI_ADDR")]
+    ui_addr: Option<UiAddr>,
+    /// A Host name (or address) the web view answers to besides localhost
+    /// and loopback addresses; repeatable.
+    #[arg(
+        long = "ui-allowed-host",
+        env = "KUBEWASM_UI_ALLOWED_HOSTS",
+        value_delimiter = ','
+    )]
+    ui_allowed_hosts: Vec<String>,
     #[command(flatten)]
     election: ElectionArgs,
     /// How long SIGTERM waits for in-flight calls and actions [default: 20s].
@@ -501,7 +551,10 @@ impl RunArgs {
             }),
             keep_managed_fields: self.keep_managed_fields.then_some(true),
             metrics_addr: self.metrics_addr,
+            metrics_auth: self.metrics_auth,
             ui: self.ui.then_some(true),
+            ui_addr: self.ui_addr,
+            ui_allowed_hosts: (!self.ui_allowed_hosts.is_empty()).then_some(self.ui_allowed_hosts),
             initial_list: self.initial_list.map(|i| match i {
                 InitialListArg::Auto => InitialList::Auto,
                 InitialListArg::Stream => InitialList::Stream,
@@ -547,12 +600,34 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         .into_options(kubewasm::config::default_cluster_available())?;
     let cancel = CancellationToken::new();
     let telemetry = Telemetry::new(Identity::from_env());
+    telemetry.set_redactor(opts.admin.redactor.clone());
+    let auth = match (&opts.cluster, opts.admin.metrics_auth) {
+        (ClusterTarget::Kube(target), true) => {
+            let client = target.client().await.context(
+                "--metrics-auth reviews scrapers' tokens with the API server, which cannot be reached",
+            )?;
+            Some(Arc::new(Authenticator::new(KubeReviewer::new(client))))
+        }
+        _ => None,
+    };
     // Listening first: probes answer (not ready) while plugins compile.
-    let server = MetricsServer::start_with(&opts.metrics_addr, telemetry.clone(), opts.ui).await?;
+    let server = MetricsServer::start_with(&opts.metrics_addr, telemetry.clone(), auth).await?;
     if let (Some(file), Some(server)) = (&metrics_addr_file, &server) {
         kubewasm::telemetry::probe::write_addr_file(file, server.local_addr())
             .with_context(|| format!("writing the listener address to {}", file.display()))?;
     }
+    let ui = if opts.ui {
+        Some(
+            UiServer::start(
+                &opts.admin.ui_addr,
+                telemetry.clone(),
+                AllowedHosts::new(&opts.admin.ui_allowed_hosts),
+            )
+            .await?,
+        )
+    } else {
+        None
+    };
     let app = App::start_with(&opts, None, telemetry, cancel.clone())
         .await
         .context("cannot start kubewasm")?;
@@ -564,8 +639,8 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         // Informers stop with their plugins: read the refused ones first.
         let refused = app.refused_informers();
         app.shutdown().await;
-        if let Some(server) = server {
-            server.stop().await;
+        for listener in [server, ui].into_iter().flatten() {
+            listener.stop().await;
         }
         let mut summary = app.summary();
         summary.refused_informers = refused;
@@ -585,8 +660,8 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     app.shutdown().await;
     tasks.close();
     tasks.wait().await;
-    if let Some(server) = server {
-        server.stop().await;
+    for listener in [server, ui].into_iter().flatten() {
+        listener.stop().await;
     }
     tracing::info!("stopped cleanly");
     Ok(())

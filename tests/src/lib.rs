@@ -136,6 +136,7 @@ pub fn options(plugins: &Path, local: &Path, cache: &Path) -> RunOptions {
         shutdown_grace: Duration::from_secs(20),
         metrics_addr: kubewasm::telemetry::server::MetricsAddr::Off,
         ui: false,
+        admin: Default::default(),
         limits: Default::default(),
     }
 }

@@ -412,15 +412,29 @@ impl TaskDied<'_> {
 #[derive(Debug)]
 pub struct MetricsListening {
     pub addr: std::net::SocketAddr,
-    /// The web view is served under `/ui`.
-    pub ui: bool,
+    /// `/metrics` and `/dead-letters` need a bearer token (`--metrics-auth`).
+    pub auth: bool,
 }
 
 impl MetricsListening {
     pub fn emit(self) {
-        tracing::info!(addr = %self.addr, "metrics listening");
-        if self.ui {
-            tracing::info!(url = %format!("http://{}/ui", self.addr), "web view serving");
+        tracing::info!(addr = %self.addr, auth = self.auth, "metrics listening");
+    }
+}
+
+/// The web view's listener is up.
+#[derive(Debug)]
+pub struct UiListening {
+    pub addr: std::net::SocketAddr,
+}
+
+impl UiListening {
+    pub fn emit(self) {
+        let url = format!("http://{}/ui", self.addr);
+        if self.addr.ip().is_loopback() {
+            tracing::info!(url = %url, "web view serving");
+        } else {
+            tracing::warn!(url = %url, "web view serving on a non-loopback address: whoever reaches it sees the host's plugins, caches and feed (Secrets redacted); list the names clients use with --ui-allowed-host");
         }
     }
 }

@@ -1,12 +1,15 @@
 //! Telemetry: log setup, Prometheus metrics, typed events, health and
-//! readiness, the replica's identity, the HTTP listener serving
-//! `/healthz`, `/readyz` and `/metrics`, and the live web view (`/ui`)
-//! with its feed.
+//! readiness, the replica's identity, the metrics listener serving
+//! `/healthz`, `/readyz` and `/metrics` (optionally behind Kubernetes
+//! authentication), and the live web view (`/ui`) with its feed on a
+//! listener of its own; objects shown by any of them are redacted with the
+//! handle's [`Redactor`].
 //!
 //! One [`Telemetry`] handle (cheap to clone) is shared by every part of a
 //! running host; parts built without one get a private handle, so
 //! benchmarks and unit tests need no wiring.
 
+pub mod auth;
 pub mod events;
 pub mod feed;
 pub mod identity;
@@ -22,6 +25,8 @@ use std::sync::Arc;
 use parking_lot::{Mutex, RwLock};
 
 pub use identity::Identity;
+
+use crate::redact::Redactor;
 pub use metrics::{
     ActionCounters, CacheSample, HostView, InformerCounters, LeaderFlag, Metrics, PluginCounters,
 };
@@ -33,6 +38,7 @@ struct Inner {
     identity: Identity,
     feed: feed::Feed,
     ui: RwLock<Option<Arc<dyn ui::UiSource>>>,
+    redactor: RwLock<Redactor>,
     /// Core tasks that ended unexpectedly.
     dead: Mutex<Vec<String>>,
 }
@@ -69,6 +75,7 @@ impl Telemetry {
                 identity,
                 feed: feed::Feed::default(),
                 ui: RwLock::new(None),
+                redactor: RwLock::new(Redactor::default()),
                 dead: Mutex::new(Vec::new()),
             }),
         }
@@ -99,6 +106,17 @@ impl Telemetry {
 
     pub(crate) fn ui_source(&self) -> Option<Arc<dyn ui::UiSource>> {
         self.inner.ui.read().clone()
+    }
+
+    /// What hides sensitive fields of the objects the host shows (the
+    /// web view, `--dry-run` lines): Secrets by default.
+    pub fn redactor(&self) -> Redactor {
+        self.inner.redactor.read().clone()
+    }
+
+    /// Sets the redactor (the host config's `sensitiveFields`).
+    pub fn set_redactor(&self, redactor: Redactor) {
+        *self.inner.redactor.write() = redactor;
     }
 
     /// The web view's live feed of handled deltas and actions.

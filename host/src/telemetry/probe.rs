@@ -4,7 +4,8 @@
 //! records it (`--metrics-addr-file`), and the kubelet runs
 //! `kubewasm probe /readyz --addr-file FILE` in the container (the image has
 //! no shell or curl). Plain HTTP/1.0 over a std socket: no client stack for
-//! one request.
+//! one request. With `--metrics-auth`, `/metrics` and `/dead-letters` need a
+//! bearer token (`--token-file`); probes never do.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
@@ -17,6 +18,13 @@ pub enum ProbeError {
         "cannot read the listener's address from {path}: {source} (is the host running with --metrics-addr-file {path}?)"
     )]
     AddrFile {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(
+        "cannot read a bearer token from {path}: {source} (pass --token-file with a file holding a Kubernetes token, e.g. from kubectl create token)"
+    )]
+    TokenFile {
         path: PathBuf,
         source: std::io::Error,
     },
@@ -54,8 +62,29 @@ pub fn read_addr_file(path: &Path) -> Result<String, ProbeError> {
         })
 }
 
+/// Reads a bearer token from a file (a projected service account token,
+/// or `kubectl create token` saved), trimmed.
+pub fn read_token_file(path: &Path) -> Result<String, ProbeError> {
+    std::fs::read_to_string(path)
+        .map(|s| s.trim().to_owned())
+        .map_err(|source| ProbeError::TokenFile {
+            path: path.to_owned(),
+            source,
+        })
+}
+
 /// GETs `path` from `addr`; the status code and the body.
 pub fn get(addr: &str, path: &str, timeout: Duration) -> Result<(u16, String), ProbeError> {
+    get_with_token(addr, path, None, timeout)
+}
+
+/// [`get`], sending `token` as a bearer token when given.
+pub fn get_with_token(
+    addr: &str,
+    path: &str,
+    token: Option<&str>,
+    timeout: Duration,
+) -> Result<(u16, String), ProbeError> {
     let sock = addr
         .to_socket_addrs()
         .ok()
@@ -73,7 +102,8 @@ pub fn get(addr: &str, path: &str, timeout: Duration) -> Result<(u16, String), P
     stream
         .set_write_timeout(Some(timeout))
         .map_err(request_error)?;
-    write!(stream, "GET {path} HTTP/1.0\r\nHost: {sock}\r\n\r\n").map_err(request_error)?;
+    let auth = token.map_or_else(String::new, |t| format!("Authorization: Bearer {t}\r\n"));
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: {sock}\r\n{auth}\r\n").map_err(request_error)?;
     let mut answer = Vec::new();
     stream
         .take(1 << 20)

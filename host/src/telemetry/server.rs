@@ -1,13 +1,23 @@
-//! The one HTTP listener of the host (`--metrics-addr`): `/healthz`
-//! (liveness: the process and its core tasks run), `/readyz` (every
-//! informer synced, every plugin file loaded or reported broken; leadership
-//! plays no part), `/metrics` (Prometheus, OpenMetrics text) and
-//! `/dead-letters` (JSON: the deltas plugins gave up on, for `kubewasm
-//! dead-letters`); with `--ui`, the live web view under `/ui` (see
-//! [`super::ui`]).
+//! The host's two HTTP listeners.
+//!
+//! The metrics listener (`--metrics-addr`, default `0.0.0.0:9090`), where
+//! the kubelet and Prometheus expect it: `/healthz` (liveness: the process
+//! and its core tasks run), `/readyz` (every informer synced, every plugin
+//! file loaded or reported broken; leadership plays no part), `/metrics`
+//! (Prometheus, OpenMetrics text) and `/dead-letters` (JSON: the deltas
+//! plugins gave up on, for `kubewasm dead-letters`). With `--metrics-auth`
+//! the last two need a bearer token that may `get` them (see
+//! [`super::auth`]); probes never do.
+//!
+//! The web view's listener (`--ui`, `--ui-addr`, default
+//! `127.0.0.1:9091`): the page, its data and its stream (see
+//! [`super::ui`]), answering only loopback and listed Host names (see
+//! [`super::ui::guard`]). Never the metrics listener: what Prometheus may
+//! reach is not what a person browsing the caches may.
 
 use std::net::SocketAddr;
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
@@ -18,8 +28,10 @@ use axum::routing::get;
 use tokio_util::sync::CancellationToken;
 
 use super::Telemetry;
-use super::events::MetricsListening;
+use super::auth::Authenticator;
+use super::events::{MetricsListening, UiListening};
 use super::metrics::CONTENT_TYPE;
+use super::ui::{AllowedHosts, UiAddr};
 
 /// The default listen address.
 pub const DEFAULT_ADDR: &str = "0.0.0.0:9090";
@@ -68,70 +80,58 @@ impl<'de> serde::Deserialize<'de> for MetricsAddr {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
-    #[error(
-        "cannot listen on {addr} for /healthz, /readyz and /metrics: {source} (pass --metrics-addr HOST:PORT for another address, or --metrics-addr off)"
-    )]
+    #[error("cannot listen on {addr} for {what}: {source} ({hint})")]
     Bind {
         addr: String,
+        what: &'static str,
+        hint: &'static str,
         source: std::io::Error,
     },
 }
 
-/// The running listener; [`stop`](Self::stop) ends it.
+/// A running listener; [`stop`](Self::stop) ends it.
 #[derive(Debug)]
-pub struct MetricsServer {
+pub struct Listener {
     addr: SocketAddr,
     cancel: CancellationToken,
     task: tokio::task::JoinHandle<()>,
 }
 
-impl MetricsServer {
-    /// Binds `addr` and serves until [`stop`](Self::stop); `None` when
-    /// `addr` is `off`.
-    pub async fn start(
-        addr: &MetricsAddr,
-        telemetry: Telemetry,
-    ) -> Result<Option<Self>, ServerError> {
-        Self::start_with(addr, telemetry, false).await
-    }
-
-    /// [`start`](Self::start), serving the web view under `/ui` when `ui`.
-    pub async fn start_with(
-        addr: &MetricsAddr,
-        telemetry: Telemetry,
-        ui: bool,
-    ) -> Result<Option<Self>, ServerError> {
-        let MetricsAddr::Listen(addr) = addr else {
-            return Ok(None);
-        };
+impl Listener {
+    /// Binds `addr` and serves `app(stop)` until [`stop`](Self::stop);
+    /// `stop` is cancelled first, so open streams end at once.
+    async fn start(
+        addr: &str,
+        what: &'static str,
+        hint: &'static str,
+        app: impl FnOnce(CancellationToken) -> Router,
+    ) -> Result<Self, ServerError> {
         let bind_error = |source| ServerError::Bind {
-            addr: addr.clone(),
+            addr: addr.to_owned(),
+            what,
+            hint,
             source,
         };
-        let listener = tokio::net::TcpListener::bind(addr.as_str())
+        let listener = tokio::net::TcpListener::bind(addr)
             .await
             .map_err(bind_error)?;
         let local = listener.local_addr().map_err(bind_error)?;
         let cancel = CancellationToken::new();
         let shutdown = cancel.clone().cancelled_owned();
-        let mut app = router(telemetry.clone());
-        if ui {
-            app = app.merge(super::ui::router(telemetry, cancel.clone()));
-        }
+        let app = app(cancel.clone());
         let task = tokio::spawn(async move {
             if let Err(e) = axum::serve(listener, app)
                 .with_graceful_shutdown(shutdown)
                 .await
             {
-                tracing::error!(error = %e, "metrics listener failed");
+                tracing::error!(listener = what, error = %e, "listener failed");
             }
         });
-        MetricsListening { addr: local, ui }.emit();
-        Ok(Some(Self {
+        Ok(Self {
             addr: local,
             cancel,
             task,
-        }))
+        })
     }
 
     /// The bound address (the real port when asked for port 0).
@@ -154,13 +154,94 @@ impl MetricsServer {
     }
 }
 
-/// The routes, for serving and for tests.
+/// The metrics listener: probes, metrics and dead letters.
+#[derive(Debug)]
+pub struct MetricsServer;
+
+impl MetricsServer {
+    /// Binds `addr` and serves until stopped, without authentication;
+    /// `None` when `addr` is `off`.
+    pub async fn start(
+        addr: &MetricsAddr,
+        telemetry: Telemetry,
+    ) -> Result<Option<Listener>, ServerError> {
+        Self::start_with(addr, telemetry, None).await
+    }
+
+    /// [`start`](Self::start), with `/metrics` and `/dead-letters` behind
+    /// `auth` when given.
+    pub async fn start_with(
+        addr: &MetricsAddr,
+        telemetry: Telemetry,
+        auth: Option<Arc<Authenticator>>,
+    ) -> Result<Option<Listener>, ServerError> {
+        let MetricsAddr::Listen(addr) = addr else {
+            return Ok(None);
+        };
+        let guarded = auth.is_some();
+        let listener = Listener::start(
+            addr,
+            "/healthz, /readyz and /metrics",
+            "pass --metrics-addr HOST:PORT for another address, or --metrics-addr off",
+            |_| router_with(telemetry, auth),
+        )
+        .await?;
+        MetricsListening {
+            addr: listener.local_addr(),
+            auth: guarded,
+        }
+        .emit();
+        Ok(Some(listener))
+    }
+}
+
+/// The web view's listener.
+#[derive(Debug)]
+pub struct UiServer;
+
+impl UiServer {
+    /// Binds `addr` and serves the web view until stopped, answering the
+    /// Host names `hosts` allows.
+    pub async fn start(
+        addr: &UiAddr,
+        telemetry: Telemetry,
+        hosts: AllowedHosts,
+    ) -> Result<Listener, ServerError> {
+        let listener = Listener::start(
+            addr.as_str(),
+            "the web view",
+            "pass --ui-addr HOST:PORT for another address (it stays on 127.0.0.1 unless a host is given)",
+            |stop| super::ui::router(telemetry, stop, hosts),
+        )
+        .await?;
+        UiListening {
+            addr: listener.local_addr(),
+        }
+        .emit();
+        Ok(listener)
+    }
+}
+
+/// The routes, for serving and for tests, without authentication.
 pub fn router(telemetry: Telemetry) -> Router {
+    router_with(telemetry, None)
+}
+
+/// The routes, `/metrics` and `/dead-letters` behind `auth` when given.
+pub fn router_with(telemetry: Telemetry, auth: Option<Arc<Authenticator>>) -> Router {
+    let mut guarded = Router::new()
+        .route("/metrics", get(metrics))
+        .route("/dead-letters", get(dead_letters));
+    if let Some(auth) = auth {
+        guarded = guarded.layer(axum::middleware::from_fn_with_state(
+            auth,
+            super::auth::require,
+        ));
+    }
     Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics))
-        .route("/dead-letters", get(dead_letters))
+        .merge(guarded)
         .with_state(telemetry)
 }
 
@@ -216,6 +297,8 @@ async fn metrics(State(t): State<Telemetry>) -> Response {
 mod tests {
     use super::*;
     use crate::telemetry::Identity;
+    use crate::telemetry::auth::{ReviewError, Reviewer, User};
+    use futures::future::BoxFuture;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     #[test]
@@ -237,10 +320,11 @@ mod tests {
         assert!("host:http".parse::<MetricsAddr>().is_err());
     }
 
-    async fn get(addr: SocketAddr, path: &str) -> (u16, String, String) {
+    /// A GET with extra header lines: (status, head, body).
+    async fn get_with(addr: SocketAddr, path: &str, headers: &str) -> (u16, String, String) {
         let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
         s.write_all(
-            format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
+            format!("GET {path} HTTP/1.1\r\n{headers}Connection: close\r\n\r\n").as_bytes(),
         )
         .await
         .unwrap();
@@ -249,6 +333,10 @@ mod tests {
         let (head, body) = out.split_once("\r\n\r\n").unwrap();
         let code = head[9..12].parse().unwrap();
         (code, head.to_owned(), body.to_owned())
+    }
+
+    async fn get(addr: SocketAddr, path: &str) -> (u16, String, String) {
+        get_with(addr, path, &format!("Host: {addr}\r\n")).await
     }
 
     #[tokio::test]
@@ -277,6 +365,9 @@ mod tests {
         let (code, head, body) = get(addr, "/dead-letters").await;
         assert_eq!((code, body.as_str()), (200, "[]"));
         assert!(head.to_lowercase().contains("application/json"), "{head}");
+        // The web view is never on this listener.
+        assert_eq!(get(addr, "/ui").await.0, 404);
+        assert_eq!(get(addr, "/ui/api/state").await.0, 404);
         // A second listener on the same port fails with the address named.
         let err = MetricsServer::start(&MetricsAddr::Listen(addr.to_string()), t.clone())
             .await
@@ -297,36 +388,56 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn the_web_view_is_served_only_when_asked_and_its_streams_end_on_stop() {
+    async fn the_web_view_has_its_own_listener_and_its_streams_end_on_stop() {
         let t = Telemetry::new(Identity::new(None, None, None));
-        let addr = "127.0.0.1:0".parse().unwrap();
-        let plain = MetricsServer::start(&addr, t.clone())
+        let server = UiServer::start(&":0".parse().unwrap(), t.clone(), AllowedHosts::default())
             .await
-            .unwrap()
-            .unwrap();
-        assert_eq!(get(plain.local_addr(), "/ui").await.0, 404);
-        plain.stop().await;
-
-        let server = MetricsServer::start_with(&addr, t.clone(), true)
-            .await
-            .unwrap()
             .unwrap();
         let addr = server.local_addr();
+        assert!(addr.ip().is_loopback(), "{addr}");
         let (code, head, body) = get(addr, "/ui").await;
         assert_eq!(code, 200);
         assert!(head.to_lowercase().contains("text/html"), "{head}");
+        assert!(
+            head.to_lowercase().contains("frame-ancestors 'none'"),
+            "{head}"
+        );
         assert!(body.contains("/ui/app.js"), "{body}");
         assert_eq!(get(addr, "/ui/app.js").await.0, 200);
         assert_eq!(get(addr, "/ui/api/objects").await.0, 400);
         let (code, _, body) = get(addr, "/ui/api/state").await;
         assert_eq!(code, 200, "{body}");
         assert!(body.contains("\"plugins\":[]"), "{body}");
+        // Not the metrics listener's routes.
+        for path in ["/metrics", "/healthz", "/dead-letters"] {
+            assert_eq!(get(addr, path).await.0, 404, "{path}");
+        }
+        // A foreign Host (DNS rebinding) and a foreign Origin are refused.
+        let (code, _, body) = get_with(addr, "/ui/api/state", "Host: evil.example:9091\r\n").await;
+        assert_eq!(code, 421, "{body}");
+        assert!(
+            body.contains("evil.example") && body.contains("--ui-allowed-host"),
+            "{body}"
+        );
+        let (code, _, body) = get_with(
+            addr,
+            "/ui/events",
+            &format!("Host: {addr}\r\nOrigin: http://evil.example\r\n"),
+        )
+        .await;
+        assert_eq!(code, 403, "{body}");
 
         // An open page: the first event is the state; the feed counts it.
         let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-        s.write_all(b"GET /ui/events?plugin=p HTTP/1.1\r\nHost: x\r\n\r\n")
-            .await
-            .unwrap();
+        s.write_all(
+            format!(
+                "GET /ui/events?plugin=p HTTP/1.1\r\nHost: localhost:{}\r\n\r\n",
+                addr.port()
+            )
+            .as_bytes(),
+        )
+        .await
+        .unwrap();
         let mut buf = vec![0u8; 4096];
         let mut got = String::new();
         while !got.contains("event: state") {
@@ -346,5 +457,93 @@ mod tests {
         );
         while s.read(&mut buf).await.unwrap() > 0 {}
         assert_eq!(t.feed().watchers(), 0);
+    }
+
+    /// Token `scraper` may get /metrics; `nobody` may get nothing.
+    struct Fake;
+
+    impl Reviewer for Fake {
+        fn user<'a>(&'a self, token: &'a str) -> BoxFuture<'a, Result<Option<User>, ReviewError>> {
+            Box::pin(async move {
+                Ok(["scraper", "nobody"].contains(&token).then(|| User {
+                    name: token.to_owned(),
+                    ..User::default()
+                }))
+            })
+        }
+
+        fn allowed<'a>(
+            &'a self,
+            user: &'a User,
+            _verb: &'a str,
+            path: &'a str,
+        ) -> BoxFuture<'a, Result<Result<(), Option<String>>, ReviewError>> {
+            Box::pin(async move {
+                Ok(if user.name == "scraper" && path == "/metrics" {
+                    Ok(())
+                } else {
+                    Err(None)
+                })
+            })
+        }
+    }
+
+    #[tokio::test]
+    async fn with_auth_metrics_and_dead_letters_need_a_token_and_probes_do_not() {
+        let t = Telemetry::new(Identity::new(None, None, None));
+        let server = MetricsServer::start_with(
+            &"127.0.0.1:0".parse().unwrap(),
+            t,
+            Some(Arc::new(Authenticator::new(Fake))),
+        )
+        .await
+        .unwrap()
+        .unwrap();
+        let addr = server.local_addr();
+        assert_eq!(get(addr, "/healthz").await.0, 200);
+        assert_eq!(get(addr, "/readyz").await.0, 503);
+        let host = format!("Host: {addr}\r\n");
+        for path in ["/metrics", "/dead-letters"] {
+            let (code, head, body) = get(addr, path).await;
+            assert_eq!(code, 401, "{path}: {body}");
+            assert!(
+                head.to_lowercase().contains("www-authenticate: bearer"),
+                "{head}"
+            );
+            let (code, _, body) = get_with(
+                addr,
+                path,
+                &format!("{host}Authorization: Bearer stolen\r\n"),
+            )
+            .await;
+            assert_eq!(code, 401, "{path}: {body}");
+            let (code, _, body) = get_with(
+                addr,
+                path,
+                &format!("{host}Authorization: Bearer nobody\r\n"),
+            )
+            .await;
+            assert_eq!(code, 403, "{path}: {body}");
+            assert!(
+                body.contains("nonResourceURLs") && body.contains(path),
+                "{body}"
+            );
+        }
+        let (code, _, body) = get_with(
+            addr,
+            "/metrics",
+            &format!("{host}Authorization: Bearer scraper\r\n"),
+        )
+        .await;
+        assert_eq!(code, 200, "{body}");
+        assert!(body.contains("kubewasm_leader"), "{body}");
+        let (code, _, _) = get_with(
+            addr,
+            "/dead-letters",
+            &format!("{host}Authorization: Bearer scraper\r\n"),
+        )
+        .await;
+        assert_eq!(code, 403, "a scraper may read metrics, not dead letters");
+        server.stop().await;
     }
 }

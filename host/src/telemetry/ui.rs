@@ -1,9 +1,13 @@
-//! The live web view (`kubewasm run --ui`), served under `/ui` by the
-//! metrics listener: read-only, one page whose assets are compiled into
-//! the binary (no download at run time), kept current by server-sent
-//! events.
+//! The live web view (`kubewasm run --ui`), served on its own listener
+//! (`--ui-addr`, default `127.0.0.1:9091`: reach it with `kubectl
+//! port-forward`), never on the metrics listener: read-only, one page whose
+//! assets are compiled into the binary (no download at run time), kept
+//! current by server-sent events. Only loopback and listed Host names are
+//! answered, and the data only to its own origin (see [`guard`]); objects
+//! are shown with their sensitive fields redacted (see [`crate::redact`]).
 //!
-//! - `GET /ui`: the page (`/ui/app.js`, `/ui/app.css` beside it).
+//! - `GET /ui`: the page (`/ui/app.js`, `/ui/app.css` beside it); `/`
+//!   redirects to it.
 //! - `GET /ui/events?plugin=&kind=&namespace=`: the event stream. A
 //!   `state` event every second (plugins, informers, dead letters) and a
 //!   `feed` event at most every 100 ms with the newest [`FEED_ROWS`] rows
@@ -12,7 +16,12 @@
 //! - `GET /ui/api/state`: the `state` event's data, once.
 //! - `GET /ui/api/objects?informer=&namespace=&selector=&limit=&after=`: a
 //!   page of one informer's cached objects (keys only), in key order.
-//! - `GET /ui/api/object?informer=&namespace=&name=`: one cached object.
+//! - `GET /ui/api/object?informer=&namespace=&name=`: one cached object,
+//!   redacted.
+
+pub mod guard;
+
+pub use guard::AllowedHosts;
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -22,7 +31,7 @@ use axum::Router;
 use axum::extract::{RawQuery, State};
 use axum::http::{StatusCode, header};
 use axum::response::sse::{Event, KeepAlive, Sse};
-use axum::response::{IntoResponse, Response};
+use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::get;
 use futures::Stream;
 use futures::future::BoxFuture;
@@ -47,9 +56,57 @@ pub const STATE_EVERY: Duration = Duration::from_secs(1);
 pub const LIST_DEFAULT: usize = 200;
 pub const LIST_MAX: usize = 1000;
 
+/// The web view's default listen address: loopback only.
+pub const DEFAULT_ADDR: &str = "127.0.0.1:9091";
+
 const INDEX: &str = include_str!("ui/index.html");
 const APP_JS: &str = include_str!("ui/app.js");
 const APP_CSS: &str = include_str!("ui/app.css");
+
+/// Where the web view listens: `HOST:PORT`, or `:PORT` on 127.0.0.1
+/// (unlike `--metrics-addr`, whose `:PORT` is every interface: binding the
+/// web view elsewhere than loopback is a choice to write out).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UiAddr(String);
+
+impl UiAddr {
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl Default for UiAddr {
+    fn default() -> Self {
+        Self(DEFAULT_ADDR.to_owned())
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid web view address {0:?}: expected HOST:PORT or :PORT (127.0.0.1)")]
+pub struct UiAddrError(String);
+
+impl std::str::FromStr for UiAddr {
+    type Err = UiAddrError;
+
+    fn from_str(s: &str) -> Result<Self, UiAddrError> {
+        let s = s.trim();
+        let (host, port) = s
+            .rsplit_once(':')
+            .ok_or_else(|| UiAddrError(s.to_owned()))?;
+        port.parse::<u16>().map_err(|_| UiAddrError(s.to_owned()))?;
+        if host.is_empty() {
+            return Ok(Self(format!("127.0.0.1:{port}")));
+        }
+        Ok(Self(s.to_owned()))
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for UiAddr {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
 
 /// One plugin as the page shows it.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -163,9 +220,11 @@ struct Ui {
     stop: CancellationToken,
 }
 
-/// The `/ui` routes; streams end when `stop` is cancelled.
-pub fn router(telemetry: Telemetry, stop: CancellationToken) -> Router {
+/// The web view's routes; streams end when `stop` is cancelled; only
+/// the Host names `hosts` allows are answered.
+pub fn router(telemetry: Telemetry, stop: CancellationToken, hosts: AllowedHosts) -> Router {
     Router::new()
+        .route("/", get(|| async { Redirect::temporary("/ui") }))
         .route("/ui", get(index))
         .route("/ui/", get(index))
         .route("/ui/app.js", get(app_js))
@@ -175,6 +234,7 @@ pub fn router(telemetry: Telemetry, stop: CancellationToken) -> Router {
         .route("/ui/api/objects", get(objects))
         .route("/ui/api/object", get(object))
         .with_state(Ui { telemetry, stop })
+        .layer(axum::middleware::from_fn_with_state(hosts, guard::guard))
 }
 
 fn asset(content_type: &'static str, body: &'static str) -> Response {
@@ -438,8 +498,11 @@ async fn object(State(ui): State<Ui>, RawQuery(q): RawQuery) -> Response {
     match cache.snapshot().get(&key) {
         Some(o) => (
             StatusCode::OK,
-            [(header::CONTENT_TYPE, "application/json")],
-            o.json().to_owned(),
+            [
+                (header::CONTENT_TYPE, "application/json"),
+                (header::CACHE_CONTROL, "no-store"),
+            ],
+            ui.telemetry.redactor().object_json(&o).into_owned(),
         )
             .into_response(),
         None => json(
