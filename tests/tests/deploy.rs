@@ -368,9 +368,25 @@ fn kustomize_renders_the_base_with_security_context_probes_and_plugins() {
         "--plugins=/plugins",
         "--cache-dir=/var/cache/kubewasm",
         "--metrics-addr=:9090",
+        "--metrics-auth",
         "--leader-elect",
     ] {
         assert!(args.contains(&a), "{a} missing from {args:?}");
+    }
+    // The web view is off in the base (it would listen on the Pod's
+    // loopback only, reached with kubectl port-forward).
+    assert!(
+        !args.iter().any(|a| a.starts_with("--ui")),
+        "the base turns the web view on: {args:?}"
+    );
+    // What a scraper is bound to under --metrics-auth.
+    for (role, url) in [
+        ("kubewasm-metrics-reader", "/metrics"),
+        ("kubewasm-dead-letters-reader", "/dead-letters"),
+    ] {
+        let rules = &find(&d, "ClusterRole", role)["rules"];
+        assert_eq!(rules[0]["nonResourceURLs"][0], url, "{role}");
+        assert_eq!(rules[0]["verbs"], serde_json::json!(["get"]), "{role}");
     }
     let env: BTreeMap<&str, &str> = c["env"]
         .as_array()
@@ -477,6 +493,19 @@ fn kustomize_renders_the_example_overlays() {
     find(&d, "Role", "kubewasm-recorder");
     find(&d, "RoleBinding", "kubewasm-recorder");
     find(&d, "ClusterRole", "kubewasm");
+
+    // The single node: hostNetwork replicas on free loopback ports, read
+    // from the node without a token, and no web view.
+    let d = docs(&kustomize(&deploy.join("examples/single-node")));
+    let args = container(find(&d, "Deployment", "kubewasm"), "kubewasm")["args"].to_string();
+    assert!(
+        args.contains("--metrics-addr=127.0.0.1:0") && args.contains("--metrics-auth=false"),
+        "{args}"
+    );
+    assert!(
+        !args.contains("--ui"),
+        "the single-node overlay turns the web view on: {args}"
+    );
 
     let d = docs(&kustomize(&deploy.join("examples/plugin-image")));
     assert!(
