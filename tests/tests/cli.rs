@@ -273,7 +273,9 @@ fn without_a_cluster_flag_or_kubeconfig_the_error_says_what_to_pass() {
 /// cluster: JSON logs (stderr is a file), /healthz up, /readyz 200 only with
 /// every informer synced and every plugin file loaded, 503 naming a plugin
 /// file that is not loaded yet, /metrics counters that move when an object
-/// changes, and the listener gone after SIGTERM.
+/// changes (no token asked: metrics authentication is off on the local
+/// cluster), no web view on this listener, and the listener gone after
+/// SIGTERM.
 #[test]
 fn probes_and_metrics_follow_the_running_host() {
     use std::time::{Duration, Instant};
@@ -322,7 +324,7 @@ fn probes_and_metrics_follow_the_running_host() {
     poll("the metrics listener", &mut || {
         addr = logs().lines().find_map(|l| {
             let v: serde_json::Value = serde_json::from_str(l).ok()?;
-            (v["fields"]["message"] == "metrics listening")
+            (v["fields"]["message"] == "metrics listening" && v["fields"]["auth"] == false)
                 .then(|| v["fields"]["addr"].as_str()?.parse().ok())?
         });
         addr.is_some()
@@ -331,6 +333,7 @@ fn probes_and_metrics_follow_the_running_host() {
     let child = Kill(child);
     assert_ne!(addr.port(), 0);
     assert_eq!(http_get(addr, "/healthz").unwrap().0, 200);
+    assert_eq!(http_get(addr, "/ui").unwrap().0, 404);
 
     // Ready only once every informer has synced.
     poll("/readyz 200", &mut || {

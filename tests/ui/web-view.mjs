@@ -4,12 +4,14 @@
 // with a timeout, never a sleep.
 //
 // Environment (set by the Rust test):
-//   UI_URL          http://HOST:PORT/ui of the host under test
+//   UI_URL          http://HOST:PORT/ui of the host under test (its own
+//                   listener, not the metrics one)
 //   UI_NAME         a label for screenshots and the report (local, apiserver)
 //   UI_PLUGINS      the host's plugin folder (plugins are dropped into it)
 //   UI_NOOP_WASM    a built plugin to drop (the noop plugin)
-//   UI_NAMESPACE    namespace the test's ConfigMaps go to (exists; the
-//                   config-replicator plugin watches all ConfigMaps)
+//   UI_NAMESPACE    namespace the test's ConfigMaps and its Secret go to
+//                   (exists; the config-replicator plugin watches all
+//                   ConfigMaps, the secret-reader plugin its Secrets)
 //   UI_OTHER_NS     a second namespace (for the filter)
 //   UI_ARTIFACTS    where screenshots go
 //   UI_CLUSTER_DIR  local cluster: its manifest folder (objects are files)
@@ -19,6 +21,9 @@
 //   CHROMIUM        the browser (default /usr/bin/chromium)
 //
 // Prints one `UI-RESULT {...}` line with the measured latencies.
+// Last, a Secret is created and viewed through the page: the cache browser
+// shows its keys with "<redacted>" values, and no part of the page ever
+// holds its value.
 import { env, openBrowser, report } from './browser.mjs';
 import fs from 'node:fs';
 import https from 'node:https';
@@ -31,7 +36,7 @@ const OTHER_NS = env('UI_OTHER_NS');
 const ARTIFACTS = env('UI_ARTIFACTS');
 fs.mkdirSync(ARTIFACTS, { recursive: true });
 
-// ---- the cluster: create a ConfigMap ----
+// ---- the cluster: create a ConfigMap or a Secret ----
 
 function configMap(ns, name, labels) {
   return { apiVersion: 'v1', kind: 'ConfigMap', metadata: { name, namespace: ns, labels }, data: { by: 'ui-test' } };
@@ -60,7 +65,7 @@ async function create(obj) {
   await new Promise((resolve, reject) => {
     const req = https.request({
       host: server.hostname, port: server.port, method: 'POST',
-      path: `/api/v1/namespaces/${obj.metadata.namespace}/configmaps`,
+      path: `/api/v1/namespaces/${obj.metadata.namespace}/${{ ConfigMap: 'configmaps', Secret: 'secrets' }[obj.kind]}`,
       ca,
       headers: { Authorization: `Bearer ${token}`, 'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(body) },
     }, (res) => {
@@ -165,6 +170,35 @@ try {
   await create(configMap(NS, after, {}));
   await page.waitForSelector(`#feed-rows tr[data-name="${after}"]`, { timeout: 5000 });
   await shot('filtered');
+
+  step('a Secret viewed through the page shows its keys with redacted values only');
+  await page.waitForSelector('#plugins tr[data-plugin="secret-reader"][data-state="serving"]');
+  await page.fill('#feed-plugin', 'secret-reader');
+  await page.waitForSelector(`#feed-section[data-filter="plugin=secret-reader&namespace=${NS}"]`);
+  const secret = `ui-secret-${Date.now()}`;
+  const plain = `hunter2-${Date.now()}`;
+  const encoded = Buffer.from(plain).toString('base64');
+  await create({
+    apiVersion: 'v1', kind: 'Secret', metadata: { name: secret, namespace: NS }, type: 'Opaque',
+    data: { password: encoded }, stringData: { token: `${plain}-token` },
+  });
+  await page.waitForSelector(`#feed-rows tr[data-plugin="secret-reader"][data-name="${secret}"]`, { timeout: 5000 });
+  await page.waitForSelector('#informers tr[data-informer^="secrets"]');
+  await page.selectOption('#cache-informer', { value: await page.getAttribute('#informers tr[data-informer^="secrets"]', 'data-informer') });
+  await page.fill('#cache-namespace', NS);
+  await page.fill('#cache-selector', '');
+  await page.click('#cache-load');
+  await page.waitForSelector(`#cache-list li[data-name="${secret}"]`);
+  await page.click(`#cache-list li[data-name="${secret}"]`);
+  await page.waitForFunction((n) => document.querySelector('#cache-object').textContent.includes(`"name": "${n}"`), secret);
+  const secretText = await page.textContent('#cache-object');
+  if (!secretText.includes('"password": "<redacted>"')) problems.push(`the Secret's password key is not shown redacted: ${secretText}`);
+  const pageText = await page.evaluate(() => document.documentElement.outerHTML + document.body.innerText);
+  for (const value of [plain, encoded]) {
+    if (secretText.includes(value) || pageText.includes(value)) problems.push(`the page shows the Secret's value ${value}`);
+  }
+  result.secretShown = JSON.parse(secretText).data;
+  await shot('secret');
 } catch (e) {
   problems.push(`${e.name}: ${e.message}`);
   await shot('failure').catch(() => {});
