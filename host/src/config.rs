@@ -142,8 +142,8 @@ pub struct RunSettings {
     /// `localhost` and loopback addresses, e.g. the name of a proxy in
     /// front of it.
     pub ui_allowed_hosts: Option<Vec<String>>,
-    /// Fields to redact wherever the host shows objects (web view,
-    /// `--dry-run` lines), by kind (`Kind` in every group, `Kind.group` in
+    /// Fields to redact where the host shows objects (the web view), by
+    /// kind (`Kind` in every group, `Kind.group` in
     /// one): JSON pointers, `*` matching every member or item. Secret
     /// `data` and `stringData` are always redacted.
     pub sensitive_fields: Option<SensitiveFields>,

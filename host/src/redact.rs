@@ -4,8 +4,10 @@
 //! config (`sensitiveFields`). Values become [`MARKER`]; keys and the
 //! object's shape stay, so a reader still sees which fields are set.
 //!
-//! Applied where the host displays objects (the web view's cache browser,
-//! `--dry-run` lines); the cache and what plugins read are never changed.
+//! Applied where the host displays objects (the web view's object API;
+//! [`Redactor::redact`] and [`Redactor::json_patch`] are there for action
+//! bodies printed by `--dry-run`); the cache and what plugins read are
+//! never changed.
 //! Redacting parses the object, so [`Redactor::object_json`] only does it
 //! for kinds with something to hide and hands every other object's text
 //! through as it is.

@@ -109,7 +109,8 @@ impl Telemetry {
     }
 
     /// What hides sensitive fields of the objects the host shows (the
-    /// web view, `--dry-run` lines): Secrets by default.
+    /// web view; whatever else prints objects should use it too): Secrets
+    /// by default.
     pub fn redactor(&self) -> Redactor {
         self.inner.redactor.read().clone()
     }
