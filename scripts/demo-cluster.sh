@@ -50,7 +50,10 @@ echo "cluster up in $((SECONDS - start))s in total; kubeconfig: $kc"
 step "importing the image and applying deploy/examples/single-node"
 ctr --address "$dir/node/containerd/containerd.sock" -n k8s.io images import --all-platforms "$image" >/dev/null
 if kubectl version --client >/dev/null 2>&1; then render=(kubectl kustomize); else render=(kustomize build); fi
+# The overlay has no web view; the demo turns it on, on each replica's own
+# free port of this machine's loopback (logged as `web view serving url=`).
 "${render[@]}" deploy/examples/single-node | sed "s/APISERVER_PORT/\"$port\"/" |
+  sed 's/^\( *\)- --metrics-auth=false$/&\n\1- --ui\n\1- --ui-addr=127.0.0.1:0/' |
   "$cp" apply --kubeconfig "$kc" --field-manager demo
 deployed=$SECONDS
 
@@ -89,9 +92,10 @@ for o in "resourcequotas default-quota team-a" "networkpolicies.networking.k8s.i
 done
 
 step "the web view (--ui) of the leader"
-# hostNetwork: each replica's listener is on a free port of this machine,
-# logged as `web view serving url=...` (elsewhere: kubectl port-forward -n
-# kubewasm deploy/kubewasm 9090, then http://127.0.0.1:9090/ui).
+# hostNetwork: each replica's web view is on a free loopback port of this
+# machine, logged as `web view serving url=...` (elsewhere: --ui, then
+# kubectl port-forward -n kubewasm deploy/kubewasm 9091 and
+# http://127.0.0.1:9091/ui).
 leader=$(get leases.coordination.k8s.io kubewasm kubewasm '{.spec.holderIdentity}')
 leader_pod=${leader%_*}
 ui_url=$(grep -rhoE '"url":"http://[^"]+/ui"' "$dir/node/pod-logs/" 2>/dev/null |

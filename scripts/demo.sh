@@ -28,9 +28,11 @@ echo
 echo "== annotations on Deployment team-a/shop"
 grep -A3 'annotations:' "$demo/cluster/team-a/shop.yaml" | head -4
 echo
-# The same run, live, with the web view (kubewasm run --ui): KEEP=1 keeps it.
-ui="127.0.0.1:${UI_PORT:-9090}"
-live=("$kubewasm" run --local "$demo/cluster" --plugins "$demo/plugins" --ui --metrics-addr "$ui")
+# The same run, live, with the web view (kubewasm run --ui, on its own
+# loopback listener): KEEP=1 keeps it.
+ui="127.0.0.1:${UI_PORT:-9091}"
+live=("$kubewasm" run --local "$demo/cluster" --plugins "$demo/plugins" --ui --ui-addr "$ui"
+  --metrics-addr "127.0.0.1:${METRICS_PORT:-9090}")
 if [[ "${KEEP:-}" == 1 ]]; then
   echo "== the host keeps running (edit files in $demo/cluster, drop plugins into $demo/plugins); Ctrl-C stops it"
   echo "== web view: http://$ui/ui"
