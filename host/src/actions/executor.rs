@@ -510,7 +510,7 @@ impl Runner {
         };
         tokio::pin!(ended);
         if self.options.dry_run {
-            dry_run(plugin, action);
+            dry_run(plugin, action, &self.telemetry.redactor());
             self.stats.applied.fetch_add(1, Ordering::Relaxed);
             counters.outcome(action.verb(), Outcome::DryRun).inc();
             return Ok(());
@@ -613,11 +613,13 @@ impl Runner {
 /// `--dry-run`'s line for an action: what would be sent, body included
 /// (an apply's object as it would go, with its preconditions; a patch's
 /// patch; an Event's note).
-fn dry_run(plugin: &str, action: &Action) {
+fn dry_run(plugin: &str, action: &Action, redactor: &crate::redact::Redactor) {
     match action {
         Action::Apply { target, object, .. } => {
+            let g = &target.kind.gvk;
             let mut body = object.clone();
             target.preconditions.embed_in(&mut body);
+            redactor.redact(&g.api_version(), &g.kind, &mut body);
             tracing::info!(plugin, action = %action.summary(), body = %body, "dry run: not sending (server-side apply)");
         }
         Action::Patch {
@@ -625,8 +627,10 @@ fn dry_run(plugin: &str, action: &Action) {
             patch_type: super::PatchType::Merge,
             patch,
         } => {
+            let g = &target.kind.gvk;
             let mut body = patch.clone();
             target.preconditions.embed_in(&mut body);
+            redactor.redact(&g.api_version(), &g.kind, &mut body);
             tracing::info!(plugin, action = %action.summary(), body = %body, "dry run: not sending (merge patch)");
         }
         Action::Patch {
@@ -634,9 +638,11 @@ fn dry_run(plugin: &str, action: &Action) {
             patch_type: super::PatchType::Json,
             patch,
         } => {
+            let g = &target.kind.gvk;
             let mut ops = target.preconditions.json_patch_ops();
             ops.extend(patch.as_array().into_iter().flatten().cloned());
-            let body = serde_json::Value::Array(ops);
+            let mut body = serde_json::Value::Array(ops);
+            redactor.json_patch(&g.api_version(), &g.kind, &mut body);
             tracing::info!(plugin, action = %action.summary(), body = %body, "dry run: not sending (JSON patch)");
         }
         Action::Delete { .. } | Action::Event { .. } => {

@@ -45,6 +45,12 @@ pub async fn load_folder(dir: &Path, runtime: &Runtime) -> Result<Vec<LoadedPlug
             Some(sidecar) => Manifest::load(&sidecar).map_err(|e| load_err(e.into()))?,
             None => Manifest::default(),
         };
+        // RBAC follows `access` alone: the sidecar's WASI grants are for the
+        // host that runs the plugin, and its ceilings are not this command's.
+        let manifest = Manifest {
+            grants: Default::default(),
+            ..manifest
+        };
         let rt = runtime.clone();
         let (owned, m) = (name.clone(), manifest.clone());
         let prepared = tokio::task::spawn_blocking(move || rt.prepare(&owned, &bytes, m))
