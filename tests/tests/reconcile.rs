@@ -107,16 +107,31 @@ async fn a_precondition_conflict_is_retried_with_the_fresh_object_and_succeeds()
     // stale) resourceVersion as a precondition.
     let gate = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let gate_addr = gate.local_addr().unwrap();
-    let host = HostProcess::start_with(cp.admin_kubeconfig(), |dir| {
-        install(
-            dir,
-            "conflicter",
-            "testkit",
-            Some(&format!(
-                "config: {{mode: conflict, connect: ['{gate_addr}']}}\nlimits: {{timeout: 50s}}\naccess:\n  - {{kinds: [pods, configmaps], verbs: [read, patch], namespaces: [{ns}]}}\ngrants:\n  network: {{allow: ['{gate_addr}']}}\n"
-            )),
-        );
-    });
+    // The host config lets sidecars point at loopback; the grant picks the
+    // gate's port.
+    let config = tempfile::tempdir().unwrap();
+    let config_file = config.path().join("kubewasm.yaml");
+    std::fs::write(
+        &config_file,
+        "apiVersion: kubewasm.io/v1alpha1\nkind: HostConfig\ngrants:\n  network: ['127.0.0.0/8:*']\n",
+    )
+    .unwrap();
+    let config_arg = config_file.to_str().unwrap();
+    let host = HostProcess::start_args(
+        cp.admin_kubeconfig(),
+        &["--config", config_arg],
+        &[],
+        |dir| {
+            install(
+                dir,
+                "conflicter",
+                "testkit",
+                Some(&format!(
+                    "config: {{mode: conflict, connect: ['{gate_addr}']}}\nlimits: {{timeout: 50s}}\naccess:\n  - {{kinds: [pods, configmaps], verbs: [read, patch], namespaces: [{ns}]}}\ngrants:\n  network: {{allow: ['{gate_addr}']}}\n"
+                )),
+            );
+        },
+    );
     let addr = host.metrics_addr(WAIT).await;
     create(&api, "conflict-a", "1").await;
     let (mut held, _) = tokio::time::timeout(WAIT, gate.accept())
