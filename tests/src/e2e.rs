@@ -486,6 +486,19 @@ pub fn recorder_sidecar(ns: &str, resources: &[&str]) -> String {
     )
 }
 
+/// A host config file (`apiVersion`/`kind` written for you) holding
+/// `body`, in a folder that lives as long as the returned guard.
+pub fn host_config(body: &str) -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("kubewasm.yaml");
+    std::fs::write(
+        &file,
+        format!("apiVersion: kubewasm.io/v1alpha1\nkind: HostConfig\n{body}"),
+    )
+    .unwrap();
+    (dir, file)
+}
+
 /// ConfigMap data by name.
 pub type DataByName = BTreeMap<String, Option<BTreeMap<String, String>>>;
 

@@ -385,13 +385,7 @@ async fn a_plugin_refused_for_an_unknown_kind_loads_once_its_crd_is_installed() 
     namespace(&client, ns, json!({})).await;
     // The plugin names a kind no CRD serves yet: refused, with the remedy.
     // (A 1 s folder poll, which is also when waiting plugins are retried.)
-    let config = tempfile::tempdir().unwrap();
-    let config_file = config.path().join("kubewasm.yaml");
-    std::fs::write(
-        &config_file,
-        "apiVersion: kubewasm.io/v1alpha1\nkind: HostConfig\npoll: 1s\n",
-    )
-    .unwrap();
+    let (_config, config_file) = host_config("poll: 1s\n");
     let config_arg = config_file.to_str().unwrap();
     let host = HostProcess::start_args(
         cp.admin_kubeconfig(),

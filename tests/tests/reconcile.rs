@@ -109,13 +109,7 @@ async fn a_precondition_conflict_is_retried_with_the_fresh_object_and_succeeds()
     let gate_addr = gate.local_addr().unwrap();
     // The host config lets sidecars point at loopback; the grant picks the
     // gate's port.
-    let config = tempfile::tempdir().unwrap();
-    let config_file = config.path().join("kubewasm.yaml");
-    std::fs::write(
-        &config_file,
-        "apiVersion: kubewasm.io/v1alpha1\nkind: HostConfig\ngrants:\n  network: ['127.0.0.0/8:*']\n",
-    )
-    .unwrap();
+    let (_config, config_file) = host_config("grants:\n  network: ['127.0.0.0/8:*']\n");
     let config_arg = config_file.to_str().unwrap();
     let host = HostProcess::start_args(
         cp.admin_kubeconfig(),
