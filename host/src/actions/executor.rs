@@ -429,11 +429,9 @@ pub(crate) struct Runner {
 }
 
 impl Runner {
+    /// Refuses `action` because this replica does not (or no longer) lead.
     fn fenced(&self, plugin: &str, counters: &ActionCounters, action: &Action) -> ActionError {
-        self.stats.fenced.fetch_add(1, Ordering::Relaxed);
-        counters.outcome(action.verb(), Outcome::Fenced).inc();
-        tracing::debug!(plugin, verb = action.verb(), resource = %action.target(), "not the leader: action not executed");
-        ActionError::NotLeader
+        self.refuse(plugin, counters, action, ActionError::NotLeader)
     }
 
     /// Refuses `action` because its plugin version is stopping.
@@ -443,10 +441,21 @@ impl Runner {
         counters: &ActionCounters,
         action: &Action,
     ) -> ActionError {
+        self.refuse(plugin, counters, action, ActionError::Stopping)
+    }
+
+    /// Counts and logs an action not executed, and returns why.
+    fn refuse(
+        &self,
+        plugin: &str,
+        counters: &ActionCounters,
+        action: &Action,
+        why: ActionError,
+    ) -> ActionError {
         self.stats.fenced.fetch_add(1, Ordering::Relaxed);
         counters.outcome(action.verb(), Outcome::Fenced).inc();
-        tracing::debug!(plugin, verb = action.verb(), resource = %action.target(), "plugin version stopping: action not executed");
-        ActionError::Stopping
+        tracing::debug!(plugin, verb = action.verb(), resource = %action.target(), reason = %why, "action not executed");
+        why
     }
 
     /// Shows one action's outcome in the web view's feed.

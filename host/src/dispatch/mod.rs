@@ -71,9 +71,10 @@ pub struct PluginStats {
     pub consecutive_traps: AtomicU64,
     /// Times the plugin was quarantined (see [`DispatchOptions::unhealthy_after`]).
     pub quarantines: AtomicU64,
-    /// Actions of calls still running when their version's stop grace ran
-    /// out: refused, the delta handed to the next version.
-    pub fenced_calls: AtomicU64,
+    /// Stops whose grace ran out with calls in flight: those calls were
+    /// fenced (their remaining actions refused), their deletes handed to the
+    /// next version.
+    pub fenced_stops: AtomicU64,
     /// From the informer receiving a delta to the plugin's call returning
     /// (queueing, coalescing and retries included).
     pub latency: LatencyHistogram,
@@ -563,7 +564,7 @@ impl Dispatcher {
             fenced = self.shared.queue.lock().abandon_in_flight();
             self.shared
                 .stats
-                .fenced_calls
+                .fenced_stops
                 .fetch_add(1, Ordering::Relaxed);
             tracing::warn!(plugin = %self.shared.plugin, grace = ?self.shared.options.stop_grace, handed_deletes = fenced.len(), "calls in flight did not finish within the stop grace: fenced (their remaining actions are refused), their deletes go to the next version");
         }

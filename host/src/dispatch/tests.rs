@@ -733,7 +733,7 @@ async fn a_call_outliving_the_stop_grace_is_fenced_and_its_delete_handed_over() 
     let left = r.dispatcher.stop().await;
     assert_eq!(left.len(), 1, "the fenced call's delete is handed over");
     assert_eq!(left[0].1.delta.dtype, DeltaType::Deleted);
-    assert_eq!(r.dispatcher.stats().fenced_calls.load(Ordering::Relaxed), 1);
+    assert_eq!(r.dispatcher.stats().fenced_stops.load(Ordering::Relaxed), 1);
     // The late call returns: its action is refused, not executed.
     release.send(()).unwrap();
     r.eventually("the fenced action refused", |r| {

@@ -72,7 +72,7 @@ pub(super) fn run<H: Handler + ?Sized>(
         };
         if !refresh(&shared, &key, &mut item) {
             // Gone (or recreated) since: its delete, and add, are on their way.
-            finish(&shared, &key, item.weight, |q| q.ok(&key));
+            finish(&shared, item.weight, |q| q.ok(&key));
             continue;
         }
         let (result, elapsed) = caller.handle(&item.delta);
@@ -366,7 +366,7 @@ async fn settle(
     let abandoned = |shared: &Shared, key: &Key, item: &Item| {
         let w = shared.queue.lock().take_abandoned(key, item);
         if let Some(w) = w {
-            finish(shared, key, w, |_| {});
+            finish(shared, w, |_| {});
             true
         } else {
             false
@@ -406,7 +406,7 @@ async fn settle(
                     shared.stats.dead_letters.lock().resolve(&key);
                     let requeue_at = requeue_after
                         .map(|after| tokio::time::Instant::now() + after.min(MAX_REQUEUE_AFTER));
-                    finish(shared, &key, item.weight, |q| {
+                    finish(shared, item.weight, |q| {
                         q.ok(&key);
                         if let Some(at) = requeue_at {
                             q.schedule_requeue(key.clone(), at);
@@ -420,7 +420,7 @@ async fn settle(
                 // Leadership lost: the queue is dropped, the next leader
                 // replays the cache.
                 Err(f) if f.error == ActionError::NotLeader => {
-                    finish(shared, &key, item.weight, |q| q.ok(&key));
+                    finish(shared, item.weight, |q| q.ok(&key));
                     return;
                 }
                 // Stopping: the delta goes to the next version.
@@ -468,7 +468,7 @@ async fn settle(
             ..item
         };
         to_dead_letters(shared, &key, record, &failure, call, None);
-        finish(shared, &key, weight, |q| q.permanent(&key));
+        finish(shared, weight, |q| q.permanent(&key));
         return;
     }
     let at_least = match &failure {
@@ -516,7 +516,7 @@ async fn settle(
         .emit(&shared.stats);
     }
     shared.timers_changed.notify_one();
-    finish(shared, &key, settle_weight, |_| {});
+    finish(shared, settle_weight, |_| {});
 }
 
 /// Records a key given up on (`retry_every` none) or parked (still
@@ -583,7 +583,7 @@ fn quarantine(shared: &Shared, failures: u64, err: &CallError) {
 
 /// Updates the key under the queue's lock, settles `weight` and wakes who
 /// waits for work or for idleness.
-fn finish(shared: &Shared, _key: &Key, weight: u64, update: impl FnOnce(&mut KeyedQueue<Key>)) {
+fn finish(shared: &Shared, weight: u64, update: impl FnOnce(&mut KeyedQueue<Key>)) {
     let (idle, none_in_flight) = {
         let mut q = shared.queue.lock();
         update(&mut q);

@@ -362,17 +362,22 @@ mod tests {
         ArtifactKey::from_bytes(&[3; 32], KeySource::Ephemeral)
     }
 
-    #[test]
-    fn the_child_signs_what_it_compiles_with_the_key_it_was_handed() {
-        let dir = tempfile::tempdir().unwrap();
+    /// A child's request to compile digest `d` into `dir`.
+    fn child_request(dir: &tempfile::TempDir) -> ChildRequest {
         let engine = wasmtime::Engine::new(&engine_config(false)).unwrap();
-        let request = ChildRequest {
+        ChildRequest {
             out: dir.path().join("a.cwasm"),
             compat: compat_key(&engine),
             digest: "d".into(),
             epoch_deadlines: false,
             parent: None,
-        };
+        }
+    }
+
+    #[test]
+    fn the_child_signs_what_it_compiles_with_the_key_it_was_handed() {
+        let dir = tempfile::tempdir().unwrap();
+        let request = child_request(&dir);
         let input = [key_frame(&key()), b"\0asm\x0d\0\x01\0".to_vec()].concat();
         let reply = compile_request(&request, &input[..]);
         assert!(matches!(reply, Reply::Compiled { .. }), "{reply:?}");
@@ -413,14 +418,7 @@ mod tests {
     #[test]
     fn the_child_reports_a_bad_component_and_writes_nothing() {
         let dir = tempfile::tempdir().unwrap();
-        let engine = wasmtime::Engine::new(&engine_config(false)).unwrap();
-        let request = ChildRequest {
-            out: dir.path().join("a.cwasm"),
-            compat: compat_key(&engine),
-            digest: "d".into(),
-            epoch_deadlines: false,
-            parent: None,
-        };
+        let request = child_request(&dir);
         let input = [key_frame(&key()), b"\0asm\x0d\0\x01\0garbage".to_vec()].concat();
         let reply = compile_request(&request, &input[..]);
         assert!(

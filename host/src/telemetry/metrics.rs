@@ -507,7 +507,7 @@ impl Collector for HostCollector {
             &mut enc,
             "kubewasm_plugin_fenced_stops",
             "Times a plugin version's stop grace ran out with calls in flight, which were fenced (their remaining actions refused), by plugin",
-            load(|s| s.fenced_calls.load(Ordering::Relaxed)).into_iter(),
+            load(|s| s.fenced_stops.load(Ordering::Relaxed)).into_iter(),
         )?;
         counter_rows(
             &mut enc,
