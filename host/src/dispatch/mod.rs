@@ -238,8 +238,9 @@ struct Quarantine {
     next: Duration,
 }
 
-/// One subscription pair's filter and cache.
-#[derive(Debug, Clone)]
+/// One subscription pair's filter and cache (shared: a retry or requeue
+/// reads it without copying the filter).
+#[derive(Debug)]
 struct Sub {
     filter: SubscriptionFilter,
     informer: Arc<Informer>,
@@ -281,11 +282,11 @@ struct Shared {
     telemetry: Telemetry,
     /// Each subscription pair's filter and informer: where a retry or a
     /// requeue reads the object's current state.
-    subs: Mutex<HashMap<SubId, Sub>>,
+    subs: Mutex<HashMap<SubId, Arc<Sub>>>,
 }
 
 impl Shared {
-    fn sub(&self, id: SubId) -> Option<Sub> {
+    fn sub(&self, id: SubId) -> Option<Arc<Sub>> {
         self.subs.lock().get(&id).cloned()
     }
 }
@@ -472,10 +473,10 @@ impl Dispatcher {
         ));
         self.shared.subs.lock().insert(
             id,
-            Sub {
+            Arc::new(Sub {
                 filter: filter.clone(),
                 informer: informer.clone(),
-            },
+            }),
         );
         let run = intake::run(
             self.shared.clone(),
