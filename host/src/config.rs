@@ -148,7 +148,7 @@ pub struct RunSettings {
     /// `data` and `stringData` are always redacted.
     pub sensitive_fields: Option<SensitiveFields>,
     /// The ceiling on every sidecar's `limits` (memory, timeout, handles,
-    /// actionsPerCall, logBytesPerCall, concurrency; pluginMemory and
+    /// actionsPerCall, logBytesPerCall, actionBytesPerCall, concurrency; pluginMemory and
     /// totalMemory; instances, memories, tables): a sidecar asking for more
     /// does not load.
     pub limits: Option<Ceiling>,

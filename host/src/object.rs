@@ -391,19 +391,53 @@ impl KObject {
     /// finds each, in one pass over the text that ends at the last of them
     /// (a handler reading `/spec/x` and `/status/y` skips the metadata once).
     pub fn fields<S: AsRef<str>>(&self, pointers: &[S]) -> Vec<Option<FieldValue>> {
+        self.fields_within(pointers, usize::MAX).unwrap_or_default()
+    }
+
+    /// [`fields`](Self::fields), or `Err(bytes)` when reading them would
+    /// take more than `budget` bytes: the pointers' segments (each a
+    /// string) or the values found. A guest asking for the whole object, or
+    /// for a pointer of 128 empty segments, a million times must not make
+    /// the host build it a million times.
+    pub fn fields_within<S: AsRef<str>>(
+        &self,
+        pointers: &[S],
+        budget: usize,
+    ) -> Result<Vec<Option<FieldValue>>, usize> {
+        let segment_bytes = pointers
+            .iter()
+            .map(|p| {
+                let p = p.as_ref();
+                crate::pointer::segment_count(p)
+                    .min(crate::pointer::MAX_SEGMENTS)
+                    .saturating_mul(std::mem::size_of::<String>())
+                    .saturating_add(p.len())
+            })
+            .fold(0usize, usize::saturating_add);
+        if segment_bytes > budget {
+            return Err(segment_bytes);
+        }
         let parsed: Vec<Option<Vec<String>>> = pointers
             .iter()
             .map(|p| crate::pointer::segments(p.as_ref()))
             .collect();
         let valid: Vec<Vec<String>> = parsed.iter().flatten().cloned().collect();
-        let mut found = crate::pointer::raw_at_many(&self.json, &valid).into_iter();
-        parsed
+        let found = crate::pointer::raw_at_many(&self.json, &valid);
+        let bytes = found
+            .iter()
+            .flatten()
+            .fold(0usize, |sum, raw| sum.saturating_add(raw.len()));
+        if bytes > budget {
+            return Err(bytes);
+        }
+        let mut found = found.into_iter();
+        Ok(parsed
             .iter()
             .map(|p| {
                 p.as_ref()?;
                 found.next().flatten().map(FieldValue::from_raw)
             })
-            .collect()
+            .collect())
     }
 
     /// The raw JSON text at a pointer (cheap equality checks between versions).
@@ -777,6 +811,27 @@ mod tests {
             Some(FieldValue::Text("x".into()))
         );
         assert_eq!(o.field("/data/0"), Some(FieldValue::Text("zero".into())));
+    }
+
+    /// `fields_within` refuses, before building anything, pointers whose
+    /// segments or values whose text would exceed the budget, and names
+    /// the size.
+    #[test]
+    fn fields_within_refuses_what_exceeds_the_budget() {
+        let o = pod();
+        let whole = o.json().len();
+        let pointers = vec![""; 1000];
+        assert_eq!(o.fields_within(&pointers, 999 * whole), Err(1000 * whole));
+        let fit = o.fields_within(&pointers, 1000 * whole).unwrap();
+        assert_eq!(fit.len(), 1000);
+        // 1000 pointers of 100 empty segments: 2.4 MB of segments to build.
+        let deep = vec!["/".repeat(100); 1000];
+        assert!(o.fields_within(&deep, 1 << 20).is_err());
+        assert_eq!(o.fields_within(&deep, 4 << 20).map(|v| v.len()), Ok(1000));
+        assert_eq!(
+            o.fields_within(&["/kind", "/nope"], 64),
+            Ok(vec![Some(FieldValue::Text("Pod".into())), None])
+        );
     }
 
     /// `fields` (one scan for key-only pointers) answers exactly what

@@ -8,13 +8,23 @@
 
 use std::borrow::Cow;
 
+/// Most segments a pointer can usefully have: objects are parsed with
+/// serde_json, which refuses nesting deeper than 128, so a longer pointer
+/// names nothing (and its segments are not built: `"/"` repeated a million
+/// times would be a million strings).
+pub const MAX_SEGMENTS: usize = 128;
+
 /// A pointer's segments, unescaped (`~1` is `/`, `~0` is `~`); `None` for
-/// text that is not a pointer (non-empty and not starting with `/`).
+/// text that is not a pointer (non-empty and not starting with `/`) or is
+/// deeper than [`MAX_SEGMENTS`].
 pub fn segments(pointer: &str) -> Option<Vec<String>> {
     if pointer.is_empty() {
         return Some(Vec::new());
     }
     let rest = pointer.strip_prefix('/')?;
+    if segment_count(pointer) > MAX_SEGMENTS {
+        return None;
+    }
     Some(
         rest.split('/')
             .map(|s| {
@@ -26,6 +36,11 @@ pub fn segments(pointer: &str) -> Option<Vec<String>> {
             })
             .collect(),
     )
+}
+
+/// How many segments `pointer` has (its `/`s), without building them.
+pub fn segment_count(pointer: &str) -> usize {
+    pointer.bytes().filter(|b| *b == b'/').count()
 }
 
 /// The array index a segment names, if it is one (RFC 6901: digits only, no
@@ -519,6 +534,12 @@ mod tests {
             assert_eq!(got, want, "{p}");
         }
         assert_eq!(segments("no-slash"), None);
+        // Deeper than any object serde_json parses: names nothing.
+        assert_eq!(
+            segments(&"/a".repeat(MAX_SEGMENTS)).map(|s| s.len()),
+            Some(MAX_SEGMENTS)
+        );
+        assert_eq!(segments(&"/".repeat(MAX_SEGMENTS + 1)), None);
     }
 
     #[test]

@@ -144,6 +144,7 @@ const YAML: &[&str] = &[
     "handles",
     "actionsPerCall",
     "logBytesPerCall",
+    "actionBytesPerCall",
     "poll",
     "pageSize",
     "dispatch",

@@ -324,8 +324,15 @@ impl Caller {
             state.lookup = super::network::LookupPolicy::new(&p.manifest.grants.network);
             p.instantiations
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let memory = usize::try_from(p.manifest.limits.memory).unwrap_or(usize::MAX);
             let mut store = Store::new(p.engine.engine(), state);
             store.limiter(|s| &mut s.limiter);
+            // What one host call may copy out of the guest (strings, lists:
+            // wasmtime counts the host's size of each element). A guest
+            // could otherwise pass one string a million times in a list and
+            // make the host copy each; no honest call passes more than the
+            // plugin's memory holds.
+            store.set_hostcall_fuel(memory);
             if p.engine.epoch_deadlines() {
                 store.set_epoch_deadline(self.deadline_ticks());
                 store.epoch_deadline_trap();

@@ -18,6 +18,11 @@ use crate::informer::{CacheView, Snapshot};
 use crate::kind::{Gvk, KindInfo, KindRef, KindRegistry};
 use crate::object::{ObjectHandle, ObjectKey};
 
+/// The largest request body the API server accepts (its
+/// `MaxRequestBodyBytes`, 3 MiB): an action larger than this could never
+/// be executed, so it is refused before it is parsed.
+const MAX_REQUEST_BYTES: usize = 3 << 20;
+
 /// What one registered plugin version may read and write.
 #[derive(Debug, Default)]
 pub struct PluginScope {
@@ -153,6 +158,8 @@ pub struct HostState {
     live_handles: usize,
     /// `log` bytes written in the current call.
     log_bytes: u64,
+    /// JSON bytes of the current call's applied objects and patches.
+    action_bytes: u64,
     /// The first cap the current call went over: the call fails with it.
     pub cap_hit: Option<CapExceeded>,
     /// When the current call's deadline passes (sleeps are cut there).
@@ -195,6 +202,7 @@ impl HostState {
             caps: CallCaps::default(),
             live_handles: 0,
             log_bytes: 0,
+            action_bytes: 0,
             cap_hit: None,
             deadline: None,
             wait_cut: false,
@@ -220,6 +228,7 @@ impl HostState {
         self.snapshots.clear();
         self.actions.clear();
         self.log_bytes = 0;
+        self.action_bytes = 0;
         self.cap_hit = None;
         self.wait_cut = false;
     }
@@ -275,6 +284,25 @@ impl HostState {
             return Err(WriteError::Invalid(format!("plugin exceeded {e}")));
         }
         self.actions.push(action);
+        Ok(())
+    }
+
+    /// Counts `json`, an applied object or a patch, against the call's
+    /// `limits.actionBytesPerCall` before it is parsed (parsed JSON takes
+    /// several times its text in host memory), and refuses one larger than
+    /// the API server accepts in a request.
+    fn charge_action_bytes(&mut self, what: &str, json: &str) -> Result<(), WriteError> {
+        if json.len() > MAX_REQUEST_BYTES {
+            return Err(WriteError::Invalid(format!(
+                "{what} is {} bytes; the API server refuses requests over {MAX_REQUEST_BYTES} bytes",
+                json.len()
+            )));
+        }
+        self.action_bytes = self.action_bytes.saturating_add(json.len() as u64);
+        if self.action_bytes > self.caps.action_bytes_per_call {
+            let e = self.exceeded(Cap::ActionBytesPerCall);
+            return Err(WriteError::Invalid(format!("plugin exceeded {e}")));
+        }
         Ok(())
     }
 
@@ -458,6 +486,7 @@ impl HostState {
         status: bool,
         preconditions: Preconditions,
     ) -> Result<(), WriteError> {
+        self.charge_action_bytes("the applied object", object_json)?;
         let object: Value = serde_json::from_str(object_json)
             .map_err(|e| WriteError::Invalid(format!("object is not valid JSON: {e}")))?;
         let field = |p: &str| object.pointer(p).and_then(Value::as_str).map(str::to_owned);
@@ -497,6 +526,7 @@ impl HostState {
         preconditions: Preconditions,
     ) -> Result<(), WriteError> {
         let target = self.target(target, Verb::Patch, preconditions)?;
+        self.charge_action_bytes("the patch", patch)?;
         let patch: Value = serde_json::from_str(patch)
             .map_err(|e| WriteError::Invalid(format!("patch is not valid JSON: {e}")))?;
         match patch_type {

@@ -1,6 +1,6 @@
 //! Bounds on what one plugin may cost the host: the per-call caps a sidecar
 //! sets in `limits` (live object handles, actions per call, log bytes per
-//! call) and the host-wide ceiling (host config `limits`) that no sidecar
+//! call, action bytes per call) and the host-wide ceiling (host config `limits`) that no sidecar
 //! can exceed, so a plugin cannot grant itself 3 GiB of memory: per
 //! instance, per plugin (memory x concurrency) and for all plugins
 //! together (a [`MemoryBudget`] every loaded version holds a share of),
@@ -26,10 +26,18 @@ pub enum Cap {
     ActionsPerCall,
     /// Bytes of `log` records in one call.
     LogBytesPerCall,
+    /// Bytes of JSON (applied objects and patches) buffered in one call:
+    /// the host holds them, parsed, until the call's actions run.
+    ActionBytesPerCall,
 }
 
 impl Cap {
-    pub const ALL: [Cap; 3] = [Cap::Handles, Cap::ActionsPerCall, Cap::LogBytesPerCall];
+    pub const ALL: [Cap; 4] = [
+        Cap::Handles,
+        Cap::ActionsPerCall,
+        Cap::LogBytesPerCall,
+        Cap::ActionBytesPerCall,
+    ];
 
     /// The sidecar key that sets it.
     pub fn key(self) -> &'static str {
@@ -37,6 +45,7 @@ impl Cap {
             Cap::Handles => "limits.handles",
             Cap::ActionsPerCall => "limits.actionsPerCall",
             Cap::LogBytesPerCall => "limits.logBytesPerCall",
+            Cap::ActionBytesPerCall => "limits.actionBytesPerCall",
         }
     }
 
@@ -46,6 +55,7 @@ impl Cap {
             Cap::Handles => "handles",
             Cap::ActionsPerCall => "actions_per_call",
             Cap::LogBytesPerCall => "log_bytes_per_call",
+            Cap::ActionBytesPerCall => "action_bytes_per_call",
         }
     }
 
@@ -60,6 +70,7 @@ pub struct CallCaps {
     pub handles: usize,
     pub actions_per_call: usize,
     pub log_bytes_per_call: u64,
+    pub action_bytes_per_call: u64,
 }
 
 impl CallCaps {
@@ -68,6 +79,7 @@ impl CallCaps {
             handles: usize::try_from(l.handles).unwrap_or(usize::MAX),
             actions_per_call: usize::try_from(l.actions_per_call).unwrap_or(usize::MAX),
             log_bytes_per_call: l.log_bytes_per_call,
+            action_bytes_per_call: l.action_bytes_per_call,
         }
     }
 
@@ -76,6 +88,7 @@ impl CallCaps {
             Cap::Handles => self.handles as u64,
             Cap::ActionsPerCall => self.actions_per_call as u64,
             Cap::LogBytesPerCall => self.log_bytes_per_call,
+            Cap::ActionBytesPerCall => self.action_bytes_per_call,
         }
     }
 }
@@ -99,6 +112,7 @@ impl std::fmt::Display for CapExceeded {
             Cap::Handles => "live object handles (objects the guest holds and has not dropped)",
             Cap::ActionsPerCall => "actions in one call",
             Cap::LogBytesPerCall => "bytes of log records in one call",
+            Cap::ActionBytesPerCall => "bytes of applied objects and patches in one call",
         };
         write!(
             f,
@@ -112,10 +126,10 @@ impl std::fmt::Display for CapExceeded {
 
 /// Per-plugin counters of calls failed on a cap, resolved once.
 #[derive(Debug, Clone, Default)]
-pub struct CapCounters([Counter; 3]);
+pub struct CapCounters([Counter; 4]);
 
 impl CapCounters {
-    pub fn new(counters: [Counter; 3]) -> Self {
+    pub fn new(counters: [Counter; 4]) -> Self {
         Self(counters)
     }
 
@@ -146,6 +160,9 @@ pub struct Ceiling {
     /// Most log bytes per call a sidecar may set.
     #[serde(deserialize_with = "super::manifest::de_bytes")]
     pub log_bytes_per_call: u64,
+    /// Most bytes of applied objects and patches per call a sidecar may set.
+    #[serde(deserialize_with = "super::manifest::de_bytes")]
+    pub action_bytes_per_call: u64,
     /// Most instances (threads) of one plugin a sidecar may set.
     pub concurrency: usize,
     /// Most memory one plugin may reserve: its `limits.memory` times its
@@ -176,6 +193,7 @@ impl Default for Ceiling {
             actions_per_call: 100_000,
             actions_per_second: 10_000,
             log_bytes_per_call: 16 << 20,
+            action_bytes_per_call: 256 << 20,
             concurrency: MAX_CONCURRENCY,
             plugin_memory: 1 << 30,
             total_memory: 4 << 30,
@@ -369,6 +387,13 @@ impl Ceiling {
                 format!("{} bytes", self.log_bytes_per_call),
             );
         }
+        if limits.action_bytes_per_call > self.action_bytes_per_call {
+            return over(
+                "actionBytesPerCall",
+                format!("{} bytes", limits.action_bytes_per_call),
+                format!("{} bytes", self.action_bytes_per_call),
+            );
+        }
         if limits.concurrency > self.concurrency {
             return over(
                 "concurrency",
@@ -466,6 +491,13 @@ mod tests {
                     ..Limits::default()
                 },
                 "limits.timeout",
+            ),
+            (
+                Limits {
+                    action_bytes_per_call: 1 << 30,
+                    ..Limits::default()
+                },
+                "limits.actionBytesPerCall",
             ),
         ] {
             let err = Ceiling::default().check(&limits).unwrap_err();

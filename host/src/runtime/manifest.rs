@@ -20,7 +20,7 @@ pub enum ManifestError {
         source: std::io::Error,
     },
     #[error(
-        "{path} is not a valid plugin manifest: {message} (keys: config, limits {{memory, timeout, concurrency, maxAttempts, handles, actionsPerCall, logBytesPerCall}}, access [{{kinds, verbs, namespaces | namespaceSelector}}], grants {{env, stdio, dirs, network {{allow}}}})"
+        "{path} is not a valid plugin manifest: {message} (keys: config, limits {{memory, timeout, concurrency, maxAttempts, handles, actionsPerCall, actionsPerSecond, logBytesPerCall, actionBytesPerCall}}, access [{{kinds, verbs, namespaces | namespaceSelector}}], grants {{env, stdio, dirs, network {{allow}}}})"
     )]
     Parse { path: PathBuf, message: String },
 }
@@ -72,6 +72,12 @@ pub struct Limits {
     /// over fails and the rest of its records are dropped.
     #[serde(deserialize_with = "de_bytes")]
     pub log_bytes_per_call: u64,
+    /// Bytes of JSON (applied objects and patches, as the guest wrote
+    /// them) one call may buffer (`8Mi`); the host holds them parsed until
+    /// the call's actions run, so this bounds the host memory a call can
+    /// claim. An action that goes over fails the call.
+    #[serde(deserialize_with = "de_bytes")]
+    pub action_bytes_per_call: u64,
 }
 
 /// Most instances one plugin may run at once (each is a thread).
@@ -97,6 +103,7 @@ impl Limits {
                 u64::from(self.actions_per_second),
             ),
             ("limits.logBytesPerCall", self.log_bytes_per_call),
+            ("limits.actionBytesPerCall", self.action_bytes_per_call),
         ] {
             if value == 0 {
                 return Err(format!("{key} must be at least 1"));
@@ -130,6 +137,7 @@ impl Default for Limits {
             actions_per_call: 1_000,
             actions_per_second: 100,
             log_bytes_per_call: 1 << 20,
+            action_bytes_per_call: 8 << 20,
         }
     }
 }
@@ -271,13 +279,18 @@ mod tests {
         assert_eq!(m.limits.timeout, Duration::from_millis(250));
         let caps = Manifest::parse(
             Path::new("p.yaml"),
-            "limits: {handles: 10, actionsPerCall: 5, logBytesPerCall: 4Ki}",
+            "limits: {handles: 10, actionsPerCall: 5, logBytesPerCall: 4Ki, actionBytesPerCall: 1Mi}",
         )
         .unwrap()
         .limits;
         assert_eq!(
-            (caps.handles, caps.actions_per_call, caps.log_bytes_per_call),
-            (10, 5, 4096)
+            (
+                caps.handles,
+                caps.actions_per_call,
+                caps.log_bytes_per_call,
+                caps.action_bytes_per_call
+            ),
+            (10, 5, 4096, 1 << 20)
         );
         assert_eq!(m.config_json(), r#"{"threshold":3}"#);
         assert_eq!(
@@ -345,6 +358,10 @@ mod tests {
             ("limits: {handles: 0}", "limits.handles"),
             ("limits: {actionsPerCall: 0}", "limits.actionsPerCall"),
             ("limits: {logBytesPerCall: 0}", "limits.logBytesPerCall"),
+            (
+                "limits: {actionBytesPerCall: 0}",
+                "limits.actionBytesPerCall",
+            ),
         ] {
             let err = Manifest::parse(Path::new("/x/p.yaml"), text)
                 .unwrap_err()

@@ -225,11 +225,17 @@ impl types::HostObject for HostState {
         obj: Resource<ObjectHandle>,
         pointers: Vec<String>,
     ) -> wasmtime::Result<Vec<Option<types::FieldValue>>> {
+        // What does not fit the guest's memory could not be returned to it
+        // anyway: trap before the host builds it.
+        let budget = self.limiter.limit;
         let o = self.object(&obj)?;
-        Ok(o.fields(&pointers)
-            .into_iter()
-            .map(|v| v.map(wit_field))
-            .collect())
+        let values = o.fields_within(&pointers, budget).map_err(|bytes| {
+            wasmtime::format_err!(
+                "object.fields: reading {} pointers takes {bytes} bytes, more than the plugin's memory limit ({budget} bytes)",
+                pointers.len()
+            )
+        })?;
+        Ok(values.into_iter().map(|v| v.map(wit_field)).collect())
     }
 
     fn to_json(&mut self, obj: Resource<ObjectHandle>) -> wasmtime::Result<String> {

@@ -269,7 +269,7 @@ impl Metrics {
         let limit_exceeded = Family::<L2, Counter>::default();
         registry.register(
             "kubewasm_plugin_limit_exceeded",
-            "Handler calls failed because they went over a cap of the plugin's limits (handles, actions_per_call, log_bytes_per_call), by plugin and limit",
+            "Handler calls failed because they went over a cap of the plugin's limits (handles, actions_per_call, log_bytes_per_call, action_bytes_per_call), by plugin and limit",
             limit_exceeded.clone(),
         );
         let throttled = Family::<L1, Counter>::default();
