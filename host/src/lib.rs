@@ -6,6 +6,7 @@ pub mod actions;
 pub mod activity;
 pub mod app;
 pub mod config;
+pub mod crd;
 pub mod dispatch;
 pub mod informer;
 pub mod kind;

@@ -54,6 +54,8 @@ enum Command {
     New(NewArgs),
     /// Print the least-privilege RBAC (YAML) the plugins of a folder need.
     Rbac(RbacArgs),
+    /// Print the CustomResourceDefinitions of Plugin and NamespacedPlugin (YAML).
+    Crds,
     /// GET a path of a running host's listener; exit 0 on 200 (for exec probes).
     Probe(ProbeArgs),
     /// List a running host's dead letters: deltas its plugins gave up on.
@@ -384,6 +386,12 @@ async fn rbac(args: RbacArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+fn crds() -> anyhow::Result<()> {
+    let yaml = kubewasm::crd::crds_yaml().context("cannot render the CRDs")?;
+    std::io::stdout().lock().write_all(yaml.as_bytes())?;
+    Ok(())
+}
+
 #[derive(clap::Args, Debug)]
 struct NewArgs {
     /// Language of the plugin.
@@ -684,6 +692,7 @@ fn main() -> std::process::ExitCode {
             Command::DeadLetters(args) => dead_letters(args),
             Command::New(args) => new_project(args),
             Command::Rbac(args) => rt.block_on(rbac(args)),
+            Command::Crds => crds(),
             Command::Compile(args) => {
                 // Progress lines of slow compiles need a runtime to tick on.
                 let _entered = rt.enter();

@@ -17,7 +17,19 @@ use crate::informer::selector::LabelSelector;
 use crate::kind::KindInfo;
 
 /// What a rule allows on its kinds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Deserialize,
+    serde::Serialize,
+    schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Verb {
     /// Subscribe and read the cache (get, list, watch).

@@ -1,0 +1,75 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use super::*;
+
+/// deploy/base/crds.yaml is what `kubewasm crds` prints: regenerate it with
+/// `cargo run -p kubewasm -- crds > deploy/base/crds.yaml`.
+#[test]
+fn deployed_crds_are_the_generated_ones() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/base/crds.yaml");
+    let deployed = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        deployed == crds_yaml().unwrap(),
+        "{} is stale: run `cargo run -p kubewasm -- crds > deploy/base/crds.yaml`",
+        path.display()
+    );
+}
+
+#[test]
+fn crds_carry_cel_rules_printer_columns_and_a_status_subresource() {
+    let text = crds_yaml().unwrap();
+    for needle in [
+        "module needs exactly one of oci, configMap or file",
+        "reference must be registry/repository@sha256",
+        "an access rule takes namespaces or namespaceSelector, not both",
+        "a NamespacedPlugin cannot load a file",
+        "x-kubernetes-preserve-unknown-fields: true",
+        "x-kubernetes-int-or-string: true",
+        "jsonPath: .status.digest",
+        "status: {}",
+    ] {
+        assert!(text.contains(needle), "{needle} missing from the CRDs");
+    }
+    let crds = crds();
+    assert_eq!(crds[0].spec.scope, "Cluster");
+    assert_eq!(crds[1].spec.scope, "Namespaced");
+}
+
+fn parts(yaml: &str) -> PluginParts {
+    serde_yaml_ng::from_str(yaml).unwrap()
+}
+
+#[test]
+fn a_spec_is_checked_as_its_sidecar_would_be() {
+    let p = parts(
+        "module: {file: x.wasm}\nconfig: {threshold: 3}\nlimits: {memory: 32Mi, timeout: 250ms}\naccess: [{kinds: [configmaps], verbs: [read, apply], namespaces: [a]}]\n",
+    );
+    let m = p.manifest("plugins.kubewasm.io/x").unwrap();
+    assert_eq!(m.limits.memory, 32 << 20);
+    assert_eq!(m.config_json(), r#"{"threshold":3}"#);
+    let bad = parts("module: {file: x.wasm}\nlimits: {memory: lots}\n");
+    let err = bad
+        .manifest("plugins.kubewasm.io/x")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("plugins.kubewasm.io/x") && err.contains("lots"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_namespaced_plugin_is_confined_to_its_namespace() {
+    let p = parts(
+        "module: {file: x.wasm}\naccess: [{kinds: [configmaps], verbs: [read]}, {kinds: [pods], verbs: [read], namespaces: ['*']}]\n",
+    );
+    let confined = p.confined_to("team-a").unwrap();
+    for rule in confined.access.as_ref().unwrap() {
+        assert_eq!(rule.namespaces.as_deref(), Some(&["team-a".to_owned()][..]));
+    }
+    let other = parts(
+        "module: {file: x.wasm}\naccess: [{kinds: [pods], verbs: [read], namespaces: [team-a, team-b]}]\n",
+    );
+    let err = other.confined_to("team-a").unwrap_err().to_string();
+    assert!(err.contains("team-b") && err.contains("access[0]"), "{err}");
+}

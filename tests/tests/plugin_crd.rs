@@ -1,0 +1,252 @@
+//! The Plugin and NamespacedPlugin CRDs (deploy/base/crds.yaml, generated
+//! from host/src/crd) on the real API server: they install and become
+//! Established; a good object is stored and its status subresource is
+//! writable; a bad spec is refused at create with a message that names the
+//! field (the CEL rules and the schema's enums and ranges); `kubectl get
+//! plugins` columns come from the server's Table output.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::Duration;
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::Api;
+use kube::api::{DynamicObject, Patch, PatchParams, PostParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use kubewasm_tests::controlplane::ControlPlane;
+use serde_json::{Value, json};
+
+const DIGEST: &str = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+
+async fn install_crds(client: &kube::Client) {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let text = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/base/crds.yaml"),
+    )
+    .unwrap();
+    for doc in serde_yaml_ng::Deserializer::from_str(&text) {
+        let crd: CustomResourceDefinition = serde::Deserialize::deserialize(doc).unwrap();
+        let name = crd.metadata.name.clone().unwrap();
+        crds.patch(
+            &name,
+            &PatchParams::apply("plugin-crd-test").force(),
+            &Patch::Apply(&crd),
+        )
+        .await
+        .unwrap();
+        let established = kube::runtime::wait::await_condition(
+            crds.clone(),
+            &name,
+            kube::runtime::wait::conditions::is_crd_established(),
+        );
+        tokio::time::timeout(Duration::from_secs(30), established)
+            .await
+            .expect("the CRD is established within 30 s")
+            .unwrap();
+    }
+}
+
+fn api(client: &kube::Client, kind: &str, namespace: Option<&str>) -> Api<DynamicObject> {
+    let gvk = GroupVersionKind::gvk("kubewasm.io", "v1alpha1", kind);
+    let plural = if kind == "Plugin" {
+        "plugins"
+    } else {
+        "namespacedplugins"
+    };
+    let ar = ApiResource::from_gvk_with_plural(&gvk, plural);
+    match namespace {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, &ar),
+        None => Api::all_with(client.clone(), &ar),
+    }
+}
+
+fn object(kind: &str, name: &str, spec: Value) -> DynamicObject {
+    serde_json::from_value(json!({
+        "apiVersion": "kubewasm.io/v1alpha1",
+        "kind": kind,
+        "metadata": {"name": name},
+        "spec": spec,
+    }))
+    .unwrap()
+}
+
+/// Creates the object and returns the server's refusal message (panics if
+/// it was accepted).
+async fn refused(api: &Api<DynamicObject>, obj: &DynamicObject) -> String {
+    match api.create(&PostParams::default(), obj).await {
+        Ok(_) => panic!(
+            "{} was accepted",
+            obj.metadata.name.as_deref().unwrap_or("")
+        ),
+        Err(kube::Error::Api(s)) => {
+            assert_eq!(s.code, 422, "{s:?}");
+            s.message
+        }
+        Err(e) => panic!("unexpected error: {e}"),
+    }
+}
+
+#[tokio::test]
+async fn plugin_crds_install_validate_and_print() {
+    let cp = ControlPlane::shared();
+    let client = cp.admin_client().await;
+    install_crds(&client).await;
+    let plugins = api(&client, "Plugin", None);
+
+    // A good Plugin is stored, and the host can write its status.
+    let good = object(
+        "Plugin",
+        "replicator",
+        json!({"module": {"oci": {"reference": format!("registry.example:5000/plugins/replicator@{DIGEST}")}},
+               "config": {"source": {"namespace": "a", "name": "b"}, "any": [1, {"x": null}]},
+               "limits": {"memory": "32Mi", "timeout": "250ms", "concurrency": 2},
+               "access": [{"kinds": ["configmaps"], "verbs": ["read", "apply"], "namespaces": ["a"]}]}),
+    );
+    let created = plugins.create(&PostParams::default(), &good).await.unwrap();
+    assert_eq!(
+        created.data["spec"]["config"]["any"],
+        json!([1, {"x": null}]),
+        "config is kept as written"
+    );
+    plugins
+        .patch_status(
+            "replicator",
+            &PatchParams::apply("kubewasm").force(),
+            &Patch::Apply(json!({
+                "apiVersion": "kubewasm.io/v1alpha1", "kind": "Plugin",
+                "status": {"observedGeneration": 1, "digest": DIGEST, "version": "0123456789ab",
+                    "conditions": [{"type": "Ready", "status": "True", "reason": "Serving",
+                        "message": "served by 2 of 2 replicas", "lastTransitionTime": "2026-11-26T00:00:00Z"}]}
+            })),
+        )
+        .await
+        .unwrap();
+
+    // `kubectl get plugins`: the server's Table has our columns and values.
+    let request = http::Request::get("/apis/kubewasm.io/v1alpha1/plugins")
+        .header(
+            "Accept",
+            "application/json;as=Table;v=v1;g=meta.k8s.io,application/json",
+        )
+        .body(Vec::new())
+        .unwrap();
+    let table: Value = client.request(request).await.unwrap();
+    let columns: Vec<&str> = table["columnDefinitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(columns, ["Name", "Module", "Ready", "Reason", "Age"]);
+    let row = &table["rows"][0]["cells"];
+    assert_eq!(row[0], "replicator");
+    assert_eq!(row[1], DIGEST);
+    assert_eq!(row[2], "True");
+
+    // Each bad spec is refused naming the field and what is wrong.
+    let cases: Vec<(&str, Value, &[&str])> = vec![
+        (
+            "two-sources",
+            json!({"module": {"file": "x.wasm", "oci": {"reference": format!("r.example/p@{DIGEST}")}}}),
+            &[
+                "spec.module",
+                "module needs exactly one of oci, configMap or file",
+            ],
+        ),
+        (
+            "no-source",
+            json!({"module": {}}),
+            &[
+                "spec.module",
+                "module needs exactly one of oci, configMap or file",
+            ],
+        ),
+        (
+            "bad-reference",
+            json!({"module": {"oci": {"reference": "replicator"}}}),
+            &[
+                "spec.module.oci.reference",
+                "reference must be registry/repository@sha256",
+            ],
+        ),
+        (
+            "path-in-file",
+            json!({"module": {"file": "../etc/x.wasm"}}),
+            &["spec.module.file", "without a path"],
+        ),
+        (
+            "both-namespace-forms",
+            json!({"module": {"file": "x.wasm"}, "access": [{"kinds": ["pods"], "verbs": ["events"],
+                "namespaces": ["a"], "namespaceSelector": {"matchLabels": {"t": "y"}}}]}),
+            &[
+                "spec.access[0]",
+                "namespaces or namespaceSelector, not both",
+            ],
+        ),
+        (
+            "read-by-label",
+            json!({"module": {"file": "x.wasm"}, "access": [{"kinds": ["pods"], "verbs": ["read"],
+                "namespaceSelector": {"matchLabels": {"t": "y"}}}]}),
+            &["spec.access[0]", "namespaceSelector cannot grant read"],
+        ),
+        (
+            "unknown-verb",
+            json!({"module": {"file": "x.wasm"}, "access": [{"kinds": ["pods"], "verbs": ["fly"]}]}),
+            &["spec.access[0].verbs[0]", "fly"],
+        ),
+        (
+            "too-many-instances",
+            json!({"module": {"file": "x.wasm"}, "limits": {"concurrency": 1000}}),
+            &["spec.limits.concurrency", "256"],
+        ),
+    ];
+    for (name, spec, wants) in cases {
+        let message = refused(&plugins, &object("Plugin", name, spec)).await;
+        for want in wants {
+            assert!(
+                message.contains(want),
+                "{name}: {want:?} not in {message:?}"
+            );
+        }
+    }
+
+    // A tenant's plugin cannot name a host file or host directories.
+    let tenants = api(&client, "NamespacedPlugin", Some("default"));
+    let message = refused(
+        &tenants,
+        &object(
+            "NamespacedPlugin",
+            "from-file",
+            json!({"module": {"file": "x.wasm"}}),
+        ),
+    )
+    .await;
+    assert!(
+        message.contains("cannot load a file from the host's plugin folder"),
+        "{message}"
+    );
+    let message = refused(
+        &tenants,
+        &object(
+            "NamespacedPlugin",
+            "with-dirs",
+            json!({"module": {"oci": {"reference": format!("r.example/p@{DIGEST}")}},
+                   "grants": {"dirs": [{"host": "/etc", "guest": "/etc"}]}}),
+        ),
+    )
+    .await;
+    assert!(
+        message.contains("cannot be granted host directories"),
+        "{message}"
+    );
+    tenants
+        .create(
+            &PostParams::default(),
+            &object(
+                "NamespacedPlugin",
+                "ok",
+                json!({"module": {"configMap": {"name": "modules", "key": "p.wasm"}}}),
+            ),
+        )
+        .await
+        .unwrap();
+}
