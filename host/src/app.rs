@@ -19,6 +19,7 @@ use crate::kind::KindRegistry;
 use crate::leader::{ElectionOptions, Elector, KubeLeases, Leadership};
 use crate::manager::PluginHost;
 use crate::object::StripOptions;
+use crate::objects::PluginObjects;
 use crate::reload::{DirError, PluginDir};
 use crate::runtime::{EngineOptions, Runtime};
 use crate::source::kube::{Discovery, KubeError, KubeSink, KubeSource, KubeTarget};
@@ -55,6 +56,9 @@ pub enum ClusterTarget {
 pub struct RunOptions {
     pub plugins: PathBuf,
     pub cluster: ClusterTarget,
+    /// Plugin objects (`Plugin`, `NamespacedPlugin`) beside the folder;
+    /// `None`: the folder alone (the local cluster, or turned off).
+    pub objects: Option<crate::objects::ObjectOptions>,
     pub dry_run: bool,
     pub until_idle: bool,
     pub engine: EngineOptions,
@@ -212,6 +216,8 @@ pub struct App {
     local: Option<Arc<LocalCluster>>,
     pub host: Arc<PluginHost>,
     pub plugin_dir: Arc<PluginDir>,
+    /// Plugin objects, when the cluster serves their CRDs.
+    pub objects: Option<Arc<PluginObjects>>,
     pub activity: Arc<Activity>,
     pub executor: Arc<Executor>,
     /// Whether this replica leads (always, without election); read it for
@@ -352,6 +358,24 @@ impl App {
         telemetry.attach(view.clone());
         telemetry.attach_ui(view);
         plugin_dir.scan().await?;
+        let objects = match (&opts.objects, &client) {
+            (Some(o), Some(client)) if PluginObjects::served(client).await => {
+                Some(Arc::new(PluginObjects::new(
+                    host.clone(),
+                    client.clone(),
+                    opts.plugins.clone(),
+                    leadership.clone(),
+                    o.clone(),
+                )))
+            }
+            (Some(_), Some(_)) => {
+                tracing::info!(
+                    "the cluster does not serve plugins.kubewasm.io (install deploy/base/crds.yaml): plugins come from the folder only"
+                );
+                None
+            }
+            _ => None,
+        };
         let election = match (&opts.election, client) {
             (None, _) => None,
             (Some(_), None) => return Err(AppError::ElectionWithoutCluster),
@@ -370,6 +394,7 @@ impl App {
             local,
             host,
             plugin_dir,
+            objects,
             activity,
             executor,
             leadership,
@@ -394,6 +419,14 @@ impl App {
                 }
             }
         });
+        if let Some(objects) = self.objects.clone() {
+            let cancel = self.cancel.clone();
+            let guard = self.telemetry.task("Plugin objects watcher");
+            tasks.spawn(async move {
+                objects.run(cancel).await;
+                guard.done();
+            });
+        }
         if let Some(cluster) = self.local.clone() {
             let cancel = self.cancel.clone();
             let guard = self.telemetry.task("local cluster watcher");

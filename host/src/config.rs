@@ -155,10 +155,25 @@ pub struct RunSettings {
     /// The ceiling on every sidecar's `grants` (dirs, env, network,
     /// stdio): nothing by default.
     pub grants: Option<GrantCeiling>,
+    /// Plugins as objects (`Plugin`, `NamespacedPlugin`): on against a
+    /// real cluster that serves their CRDs, unless turned off.
+    pub plugin_objects: Option<PluginObjectSettings>,
     /// The config file these settings came from (never granted to a
     /// plugin).
     #[serde(skip)]
     pub config_file: Option<PathBuf>,
+}
+
+/// Plugins as objects, in the host config (`pluginObjects:`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct PluginObjectSettings {
+    /// `false` turns Plugin objects off (the folder alone serves).
+    pub enabled: Option<bool>,
+    /// Namespaces whose NamespacedPlugins run (`*`: all); none by default:
+    /// a tenant's plugin runs on the host's CPU and memory, so the operator
+    /// opts each namespace in.
+    pub tenant_namespaces: Option<Vec<String>>,
 }
 
 /// Where plugins are compiled.
@@ -310,6 +325,7 @@ impl RunSettings {
             sensitive_fields: self.sensitive_fields.or(file.sensitive_fields),
             limits: self.limits.or(file.limits),
             grants: self.grants.or(file.grants),
+            plugin_objects: self.plugin_objects.or(file.plugin_objects),
             config_file: self.config_file.or(file.config_file),
         }
     }
@@ -398,9 +414,31 @@ impl RunSettings {
                 .filter(|p| !p.as_os_str().is_empty())
                 .map(|p| absolute(p)),
         );
+        let objects = match (&cluster, &self.plugin_objects) {
+            (ClusterTarget::Local(_), _) => None,
+            (
+                _,
+                Some(PluginObjectSettings {
+                    enabled: Some(false),
+                    ..
+                }),
+            ) => None,
+            (_, settings) => Some(crate::objects::ObjectOptions {
+                namespace: election
+                    .as_ref()
+                    .map(|e| e.namespace.clone())
+                    .or_else(|| env.namespace.clone())
+                    .unwrap_or_else(|| "kubewasm".into()),
+                tenant_namespaces: settings
+                    .as_ref()
+                    .and_then(|s| s.tenant_namespaces.clone())
+                    .unwrap_or_default(),
+            }),
+        };
         Ok(RunOptions {
             plugins,
             cluster,
+            objects,
             dry_run: self.dry_run.unwrap_or(false),
             until_idle,
             engine,

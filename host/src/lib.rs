@@ -14,6 +14,7 @@ pub mod leader;
 pub mod manager;
 pub mod names;
 pub mod object;
+pub mod objects;
 pub mod pointer;
 pub mod precompile;
 pub mod rbac;

@@ -537,3 +537,33 @@ pub async fn copies_match_sources(
     }
     Ok(Some(sources))
 }
+
+/// Installs the Plugin and NamespacedPlugin CRDs (deploy/base/crds.yaml)
+/// and waits until the API server serves them.
+pub async fn install_plugin_crds(client: &kube::Client) {
+    let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> = Api::all(client.clone());
+    let text = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/base/crds.yaml"),
+    )
+    .unwrap();
+    for doc in serde_yaml_ng::Deserializer::from_str(&text) {
+        let crd: k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition = serde::Deserialize::deserialize(doc).unwrap();
+        let name = crd.metadata.name.clone().unwrap();
+        crds.patch(
+            &name,
+            &kube::api::PatchParams::apply("kubewasm-tests").force(),
+            &kube::api::Patch::Apply(&crd),
+        )
+        .await
+        .unwrap();
+        let established = kube::runtime::wait::await_condition(
+            crds.clone(),
+            &name,
+            kube::runtime::wait::conditions::is_crd_established(),
+        );
+        tokio::time::timeout(Duration::from_secs(30), established)
+            .await
+            .expect("the CRD is established within 30 s")
+            .unwrap();
+    }
+}

@@ -117,6 +117,7 @@ pub fn init_logs() {
 /// Test options: a private compile cache, fast retries.
 pub fn options(plugins: &Path, local: &Path, cache: &Path) -> RunOptions {
     RunOptions {
+        objects: None,
         plugins: plugins.to_owned(),
         cluster: kubewasm::app::ClusterTarget::Local(local.to_owned()),
         dry_run: false,

@@ -6,44 +6,14 @@
 //! plugins` columns come from the server's Table output.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::time::Duration;
-
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Api;
 use kube::api::{DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use kubewasm_tests::controlplane::ControlPlane;
+use kubewasm_tests::e2e::install_plugin_crds;
 use serde_json::{Value, json};
 
 const DIGEST: &str = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
-
-async fn install_crds(client: &kube::Client) {
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let text = std::fs::read_to_string(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/base/crds.yaml"),
-    )
-    .unwrap();
-    for doc in serde_yaml_ng::Deserializer::from_str(&text) {
-        let crd: CustomResourceDefinition = serde::Deserialize::deserialize(doc).unwrap();
-        let name = crd.metadata.name.clone().unwrap();
-        crds.patch(
-            &name,
-            &PatchParams::apply("plugin-crd-test").force(),
-            &Patch::Apply(&crd),
-        )
-        .await
-        .unwrap();
-        let established = kube::runtime::wait::await_condition(
-            crds.clone(),
-            &name,
-            kube::runtime::wait::conditions::is_crd_established(),
-        );
-        tokio::time::timeout(Duration::from_secs(30), established)
-            .await
-            .expect("the CRD is established within 30 s")
-            .unwrap();
-    }
-}
 
 fn api(client: &kube::Client, kind: &str, namespace: Option<&str>) -> Api<DynamicObject> {
     let gvk = GroupVersionKind::gvk("kubewasm.io", "v1alpha1", kind);
@@ -89,7 +59,7 @@ async fn refused(api: &Api<DynamicObject>, obj: &DynamicObject) -> String {
 async fn plugin_crds_install_validate_and_print() {
     let cp = ControlPlane::shared();
     let client = cp.admin_client().await;
-    install_crds(&client).await;
+    install_plugin_crds(&client).await;
     let plugins = api(&client, "Plugin", None);
 
     // A good Plugin is stored, and the host can write its status.

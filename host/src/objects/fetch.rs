@@ -1,0 +1,123 @@
+//! A Plugin's module bytes, from where its spec says: a file of the plugin
+//! folder, a ConfigMap's `binaryData` key, or an OCI registry.
+
+use std::path::{Path, PathBuf};
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::Api;
+
+use crate::crd::ModuleSource;
+
+/// Why the module could not be had; each names the source and what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum FetchError {
+    #[error("module file {path}: {source} (is it in the host's plugin folder?)")]
+    File {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("module file {0:?} must be a file name in the plugin folder, without a path")]
+    FileName(String),
+    #[error("the host runs without a cluster: configMap and oci modules need one")]
+    NoCluster,
+    #[error("ConfigMap {namespace}/{name}: {source}")]
+    ConfigMap {
+        namespace: String,
+        name: String,
+        source: kube::Error,
+    },
+    #[error(
+        "ConfigMap {namespace}/{name} has no binaryData key {key:?} (modules are binary: `kubectl create configmap --from-file` puts .wasm files there)"
+    )]
+    MissingKey {
+        namespace: String,
+        name: String,
+        key: String,
+    },
+    #[error("OCI module {reference}: {message}")]
+    Oci { reference: String, message: String },
+    #[error("the module source names none of oci, configMap or file")]
+    NoSource,
+}
+
+impl FetchError {
+    /// The condition reason this failure reports.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::Oci { .. } => "PullFailed",
+            _ => "FetchFailed",
+        }
+    }
+}
+
+/// A fetched module: its bytes and, for OCI, the reference pinned by
+/// digest that it came from.
+pub struct Fetched {
+    pub bytes: Vec<u8>,
+    pub resolved_reference: Option<String>,
+}
+
+/// What fetching needs: the plugin folder, the cluster, and the namespace
+/// a ConfigMap or pull Secret without one is read from.
+pub struct Fetcher {
+    pub folder: PathBuf,
+    pub client: Option<kube::Client>,
+}
+
+impl Fetcher {
+    /// The module of `source`; `namespace` is the default namespace of a
+    /// ConfigMap it names (the host's, or a NamespacedPlugin's own, which
+    /// its CEL rules and [`crate::crd::PluginParts::confined_to`] keep it to).
+    pub async fn fetch(
+        &self,
+        source: &ModuleSource,
+        namespace: &str,
+    ) -> Result<Fetched, FetchError> {
+        if let Some(file) = &source.file {
+            return self.file(file).map(|bytes| Fetched {
+                bytes,
+                resolved_reference: None,
+            });
+        }
+        if let Some(cm) = &source.config_map {
+            let client = self.client.clone().ok_or(FetchError::NoCluster)?;
+            let ns = cm.namespace.as_deref().unwrap_or(namespace);
+            let map = Api::<ConfigMap>::namespaced(client, ns)
+                .get(&cm.name)
+                .await
+                .map_err(|source| FetchError::ConfigMap {
+                    namespace: ns.to_owned(),
+                    name: cm.name.clone(),
+                    source,
+                })?;
+            let bytes = map
+                .binary_data
+                .and_then(|mut d| d.remove(&cm.key))
+                .ok_or_else(|| FetchError::MissingKey {
+                    namespace: ns.to_owned(),
+                    name: cm.name.clone(),
+                    key: cm.key.clone(),
+                })?;
+            return Ok(Fetched {
+                bytes: bytes.0,
+                resolved_reference: None,
+            });
+        }
+        if let Some(oci) = &source.oci {
+            return Err(FetchError::Oci {
+                reference: oci.reference.clone(),
+                message: "this host has no OCI client configured".into(),
+            });
+        }
+        Err(FetchError::NoSource)
+    }
+
+    fn file(&self, name: &str) -> Result<Vec<u8>, FetchError> {
+        // The CRD's rule already refuses paths; the host does not rely on it.
+        if name.is_empty() || Path::new(name).file_name() != Some(std::ffi::OsStr::new(name)) {
+            return Err(FetchError::FileName(name.to_owned()));
+        }
+        let path = self.folder.join(name);
+        std::fs::read(&path).map_err(|source| FetchError::File { path, source })
+    }
+}

@@ -1,0 +1,479 @@
+//! Plugins as objects: every replica watches `Plugin` and
+//! `NamespacedPlugin` objects and loads what they name through the same
+//! install as the plugin folder (compiled off the hot path, the previous
+//! version handing over what it had not handled), so changing a spec is a
+//! hot swap with nothing lost and no rollout. A spec that cannot be served
+//! leaves the previous version serving and says why on the object's status,
+//! which the leader writes.
+
+mod fetch;
+mod status;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::{StreamExt, stream};
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
+use kube::{Api, ResourceExt};
+use tokio::sync::Mutex;
+use tokio_util::sync::CancellationToken;
+
+use crate::crd::{NamespacedPlugin, Plugin, PluginParts, PluginStatus};
+use crate::leader::Leadership;
+use crate::manager::PluginHost;
+use crate::runtime::{Content, LoadError};
+
+pub use fetch::{FetchError, Fetcher};
+pub use status::{MANAGER, Outcome, status_for};
+
+/// How often specs that could not be served are tried again (a registry
+/// back up, a ConfigMap created, a CRD installed).
+const RETRY: Duration = Duration::from_secs(30);
+
+/// Where Plugin objects may come from.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ObjectOptions {
+    /// The host's own namespace: where a Plugin's ConfigMap or pull Secret
+    /// without a namespace is read.
+    pub namespace: String,
+    /// Namespaces whose NamespacedPlugins run (`*`: every namespace);
+    /// empty: none do.
+    pub tenant_namespaces: Vec<String>,
+}
+
+impl ObjectOptions {
+    fn tenant_allowed(&self, namespace: &str) -> bool {
+        self.tenant_namespaces
+            .iter()
+            .any(|n| n == "*" || n == namespace)
+    }
+}
+
+/// Which object a plugin came from.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+enum Source {
+    Cluster(String),
+    Tenant { namespace: String, name: String },
+}
+
+impl Source {
+    /// The plugin's name in the host: a Plugin's name, or
+    /// `<namespace>/<name>` for a NamespacedPlugin (a slash no Plugin name
+    /// can hold, so the two never collide).
+    fn plugin_name(&self) -> String {
+        match self {
+            Self::Cluster(name) => name.clone(),
+            Self::Tenant { namespace, name } => format!("{namespace}/{name}"),
+        }
+    }
+
+    /// How errors name the object (`plugins.kubewasm.io/x`).
+    fn display(&self) -> String {
+        match self {
+            Self::Cluster(name) => format!("plugins.kubewasm.io/{name}"),
+            Self::Tenant { namespace, name } => {
+                format!("namespacedplugins.kubewasm.io/{name} in {namespace}")
+            }
+        }
+    }
+}
+
+/// One object as last seen, and what its reconcile came to.
+struct Known {
+    generation: Option<i64>,
+    parts: PluginParts,
+    /// The spec (parts) and module digest last installed.
+    installed: Option<(String, String)>,
+    /// What serves: (version, digest).
+    serving: Option<(String, String)>,
+    outcome: Outcome,
+    status: Option<PluginStatus>,
+}
+
+/// The Plugin objects of one host.
+pub struct PluginObjects {
+    host: Arc<PluginHost>,
+    client: kube::Client,
+    fetcher: Fetcher,
+    leadership: Leadership,
+    options: ObjectOptions,
+    known: Mutex<BTreeMap<Source, Known>>,
+}
+
+/// A watch event of either kind.
+enum Change {
+    Cluster(Event<Plugin>),
+    Tenant(Event<NamespacedPlugin>),
+}
+
+impl PluginObjects {
+    pub fn new(
+        host: Arc<PluginHost>,
+        client: kube::Client,
+        folder: std::path::PathBuf,
+        leadership: Leadership,
+        options: ObjectOptions,
+    ) -> Self {
+        Self {
+            fetcher: Fetcher {
+                folder,
+                client: Some(client.clone()),
+            },
+            host,
+            client,
+            leadership,
+            options,
+            known: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    /// Whether the cluster serves the Plugin kinds (their CRDs are
+    /// installed); without them the host runs from its folder alone.
+    pub async fn served(client: &kube::Client) -> bool {
+        Api::<Plugin>::all(client.clone())
+            .list(&kube::api::ListParams::default().limit(1))
+            .await
+            .is_ok()
+    }
+
+    /// Watches both kinds until `cancel`: loads, swaps and unloads as the
+    /// objects change, retries refused specs, and (while leading) writes
+    /// status.
+    pub async fn run(self: Arc<Self>, cancel: CancellationToken) {
+        let cluster = watcher(Api::<Plugin>::all(self.client.clone()))
+            .map(|e| e.map(Change::Cluster))
+            .boxed();
+        let tenants = watcher(Api::<NamespacedPlugin>::all(self.client.clone()))
+            .map(|e| e.map(Change::Tenant))
+            .boxed();
+        let mut changes = stream::select(cluster, tenants);
+        let mut leader = self.leadership.subscribe();
+        let mut retry = tokio::time::interval(RETRY);
+        retry.tick().await;
+        // Objects listed by the current initial list of each kind.
+        let mut listing: [Option<BTreeSet<Source>>; 2] = [None, None];
+        loop {
+            tokio::select! {
+                () = cancel.cancelled() => break,
+                change = changes.next() => match change {
+                    Some(Ok(change)) => self.apply(change, &mut listing).await,
+                    Some(Err(e)) => tracing::warn!(error = %e, "watching Plugin objects failed; retrying"),
+                    None => break,
+                },
+                Ok(()) = leader.changed() => {
+                    if leader.borrow_and_update().leading {
+                        self.write_all_statuses().await;
+                    }
+                }
+                _ = retry.tick() => self.retry_refused().await,
+            }
+        }
+    }
+
+    async fn apply(&self, change: Change, listing: &mut [Option<BTreeSet<Source>>; 2]) {
+        let (slot, event) = match change {
+            Change::Cluster(e) => (0, seen(e, object_of_cluster)),
+            Change::Tenant(e) => (1, seen(e, object_of_tenant)),
+        };
+        match event {
+            Event::Init => listing[slot] = Some(BTreeSet::new()),
+            Event::InitApply(obj) => {
+                if let Some(seen) = listing[slot].as_mut() {
+                    seen.insert(obj.source.clone());
+                }
+                self.reconcile(obj, false).await;
+            }
+            Event::Apply(obj) => self.reconcile(obj, false).await,
+            Event::Delete(obj) => self.remove(&obj.source).await,
+            Event::InitDone => {
+                // Objects deleted while the watch was down are unloaded.
+                let seen = listing[slot].take().unwrap_or_default();
+                let gone: Vec<Source> = self
+                    .known
+                    .lock()
+                    .await
+                    .keys()
+                    .filter(|s| matches!(s, Source::Cluster(_)) == (slot == 0))
+                    .filter(|s| !seen.contains(s))
+                    .cloned()
+                    .collect();
+                for source in gone {
+                    self.remove(&source).await;
+                }
+            }
+        }
+    }
+
+    async fn remove(&self, source: &Source) {
+        if self.known.lock().await.remove(source).is_some() {
+            let name = source.plugin_name();
+            self.host.unload(&name).await;
+            tracing::info!(plugin = %name, object = %source.display(), "Plugin object deleted; plugin unloaded");
+        }
+    }
+
+    async fn retry_refused(&self) {
+        let refused: Vec<Seen> = self
+            .known
+            .lock()
+            .await
+            .iter()
+            .filter(|(_, k)| matches!(k.outcome, Outcome::Refused { .. }))
+            .map(|(s, k)| Seen {
+                source: s.clone(),
+                generation: k.generation,
+                parts: k.parts.clone(),
+            })
+            .collect();
+        for obj in refused {
+            self.reconcile(obj, true).await;
+        }
+    }
+
+    /// Loads (or swaps to) what the object names, if its spec or module
+    /// changed, and writes its status while leading.
+    async fn reconcile(&self, obj: Seen, retrying: bool) {
+        let name = obj.source.plugin_name();
+        let spec_key = serde_json::to_string(&obj.parts).unwrap_or_default();
+        let (previous_install, serving, previous_status) = {
+            let known = self.known.lock().await;
+            match known.get(&obj.source) {
+                Some(k) => (k.installed.clone(), k.serving.clone(), k.status.clone()),
+                None => (None, None, None),
+            }
+        };
+        let outcome = match self.prepare(&obj).await {
+            Err((reason, message)) => Outcome::Refused {
+                reason,
+                message,
+                serving: serving.clone(),
+            },
+            Ok((manifest, fetched)) => {
+                let content = Content::hashed(fetched.bytes);
+                let digest = format!("sha256:{}", content.digest().unwrap_or_default());
+                let unchanged = previous_install
+                    .as_ref()
+                    .is_some_and(|(s, d)| *s == spec_key && *d == digest);
+                match (&serving, unchanged) {
+                    (Some((version, digest)), true) => Outcome::Serving {
+                        digest: digest.clone(),
+                        version: version.clone(),
+                        resolved_reference: fetched.resolved_reference,
+                    },
+                    _ => match self.host.install(&name, content, manifest).await {
+                        Ok(v) => {
+                            tracing::info!(plugin = %name, version = v.version(), %digest, object = %obj.source.display(), "Plugin object loaded");
+                            Outcome::Serving {
+                                digest,
+                                version: v.version().to_owned(),
+                                resolved_reference: fetched.resolved_reference,
+                            }
+                        }
+                        Err(e) => Outcome::Refused {
+                            reason: load_reason(&e),
+                            message: e.to_string(),
+                            serving: serving.clone(),
+                        },
+                    },
+                }
+            }
+        };
+        if let Outcome::Refused {
+            reason, message, ..
+        } = &outcome
+            && !retrying
+        {
+            tracing::warn!(plugin = %name, object = %obj.source.display(), reason, error = %message, "Plugin object not served");
+        }
+        let status = status_for(&outcome, obj.generation, previous_status.as_ref());
+        let (installed, serving) = match &outcome {
+            Outcome::Serving {
+                digest, version, ..
+            } => (
+                Some((spec_key, digest.clone())),
+                Some((version.clone(), digest.clone())),
+            ),
+            Outcome::Refused { .. } => (previous_install, serving),
+        };
+        let changed_status = previous_status
+            .as_ref()
+            .is_none_or(|p| !same_status(p, &status));
+        self.known.lock().await.insert(
+            obj.source.clone(),
+            Known {
+                generation: obj.generation,
+                parts: obj.parts,
+                installed,
+                serving,
+                outcome,
+                status: Some(status.clone()),
+            },
+        );
+        if changed_status && self.leadership.state().leading {
+            self.write_status(&obj.source, &status).await;
+        }
+    }
+
+    /// The manifest and module an object asks for, or why it cannot run:
+    /// (condition reason, message).
+    async fn prepare(
+        &self,
+        obj: &Seen,
+    ) -> Result<(crate::runtime::Manifest, fetch::Fetched), (&'static str, String)> {
+        let (parts, namespace) = match &obj.source {
+            Source::Cluster(_) => (obj.parts.clone(), self.options.namespace.as_str()),
+            Source::Tenant { namespace, .. } => {
+                if !self.options.tenant_allowed(namespace) {
+                    return Err((
+                        "NamespaceNotAllowed",
+                        format!(
+                            "namespace {namespace} may not run its own plugins: the host config's pluginObjects.tenantNamespaces does not list it"
+                        ),
+                    ));
+                }
+                if obj.parts.access.is_none() {
+                    return Err((
+                        "InvalidSpec",
+                        "a NamespacedPlugin lists its access (what it may read and write in its namespace)".into(),
+                    ));
+                }
+                let confined = obj
+                    .parts
+                    .confined_to(namespace)
+                    .map_err(|e| ("NotGranted", e.to_string()))?;
+                (confined, namespace.as_str())
+            }
+        };
+        let name = obj.source.plugin_name();
+        if let Some(running) = self.host.get(&name).await
+            && !self.known.lock().await.contains_key(&obj.source)
+        {
+            return Err((
+                "NameTaken",
+                format!(
+                    "a plugin named {name} (version {}) is loaded from the plugin folder; rename the object or remove the file",
+                    running.version()
+                ),
+            ));
+        }
+        let manifest = parts
+            .manifest(&obj.source.display())
+            .map_err(|e| ("InvalidSpec", e.to_string()))?;
+        let fetched = self
+            .fetcher
+            .fetch(&parts.module, namespace)
+            .await
+            .map_err(|e| (e.reason(), e.to_string()))?;
+        Ok((manifest, fetched))
+    }
+
+    async fn write_all_statuses(&self) {
+        let all: Vec<(Source, PluginStatus)> = self
+            .known
+            .lock()
+            .await
+            .iter()
+            .filter_map(|(s, k)| Some((s.clone(), k.status.clone()?)))
+            .collect();
+        for (source, status) in all {
+            self.write_status(&source, &status).await;
+        }
+    }
+
+    async fn write_status(&self, source: &Source, status: &PluginStatus) {
+        let result = match source {
+            Source::Cluster(name) => {
+                status::write(&Api::<Plugin>::all(self.client.clone()), name, status).await
+            }
+            Source::Tenant { namespace, name } => {
+                status::write(
+                    &Api::<NamespacedPlugin>::namespaced(self.client.clone(), namespace),
+                    name,
+                    status,
+                )
+                .await
+            }
+        };
+        if let Err(e) = result {
+            tracing::warn!(object = %source.display(), error = %e, "cannot write the Plugin object's status");
+        }
+    }
+}
+
+/// An object as the reconcile needs it.
+struct Seen {
+    source: Source,
+    generation: Option<i64>,
+    parts: PluginParts,
+}
+
+/// A watch event of either kind, as the reconcile sees its object.
+fn seen<K>(event: Event<K>, of: fn(&K) -> Seen) -> Event<Seen> {
+    match event {
+        Event::Init => Event::Init,
+        Event::InitApply(k) => Event::InitApply(of(&k)),
+        Event::InitDone => Event::InitDone,
+        Event::Apply(k) => Event::Apply(of(&k)),
+        Event::Delete(k) => Event::Delete(of(&k)),
+    }
+}
+
+fn object_of_cluster(p: &Plugin) -> Seen {
+    Seen {
+        source: Source::Cluster(p.name_any()),
+        generation: p.metadata.generation,
+        parts: p.spec.parts.clone(),
+    }
+}
+
+fn object_of_tenant(p: &NamespacedPlugin) -> Seen {
+    Seen {
+        source: Source::Tenant {
+            namespace: p.namespace().unwrap_or_default(),
+            name: p.name_any(),
+        },
+        generation: p.metadata.generation,
+        parts: p.spec.parts.clone(),
+    }
+}
+
+fn watcher<K>(api: Api<K>) -> impl futures::Stream<Item = Result<Event<K>, watcher::Error>> + Send
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+    K::DynamicType: Default,
+{
+    watcher::watcher(api, watcher::Config::default()).default_backoff()
+}
+
+/// Two statuses say the same (transition times aside).
+fn same_status(a: &PluginStatus, b: &PluginStatus) -> bool {
+    let strip = |s: &PluginStatus| {
+        let mut s = s.clone();
+        for c in &mut s.conditions {
+            c.last_transition_time = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+            );
+        }
+        s
+    };
+    strip(a) == strip(b)
+}
+
+/// The condition reason of a load failure.
+fn load_reason(e: &LoadError) -> &'static str {
+    match e {
+        LoadError::NotGranted(_) | LoadError::OverCeiling(_) => "NotGranted",
+        LoadError::Manifest(_) => "InvalidSpec",
+        LoadError::UnknownKind(_) => "UnknownKind",
+        LoadError::Register(_) | LoadError::BadRegistration(_) => "RegisterFailed",
+        LoadError::Compile(_) | LoadError::Invalid(_) | LoadError::Truncated => "CompileFailed",
+        LoadError::NotWasm
+        | LoadError::CoreModule
+        | LoadError::WrongVersion { .. }
+        | LoadError::NotAPlugin { .. }
+        | LoadError::Imports(_) => "NotAPlugin",
+        LoadError::Start(_) => "StartFailed",
+    }
+}

@@ -1,0 +1,142 @@
+//! The status a Plugin object shows: the module served and conditions
+//! saying whether the spec's version serves, and if not, why (the reason is
+//! a short CamelCase word for `kubectl get`, the message says what to do).
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Patch, PatchParams};
+use kube::{Api, Resource};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::crd::{Condition, ConditionType, PluginStatus};
+
+/// The field manager of the host's status writes.
+pub const MANAGER: &str = "kubewasm";
+
+/// What the last reconcile of one object came to.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    /// The spec's module serves as `version`.
+    Serving {
+        digest: String,
+        version: String,
+        resolved_reference: Option<String>,
+    },
+    /// The spec could not be served; `serving` is the version that still
+    /// does (an earlier spec's), if any.
+    Refused {
+        reason: &'static str,
+        message: String,
+        serving: Option<(String, String)>,
+    },
+}
+
+fn condition(
+    kind: ConditionType,
+    ok: bool,
+    reason: &str,
+    message: &str,
+    generation: Option<i64>,
+) -> Condition {
+    Condition {
+        type_: kind.as_str().to_owned(),
+        status: if ok { "True" } else { "False" }.to_owned(),
+        reason: reason.to_owned(),
+        message: message.to_owned(),
+        observed_generation: generation,
+        last_transition_time: Time(k8s_openapi::jiff::Timestamp::now()),
+    }
+}
+
+/// The status `outcome` amounts to for the object at `generation`.
+/// `previous` keeps a condition's transition time while its status holds,
+/// as the API conventions ask.
+pub fn status_for(
+    outcome: &Outcome,
+    generation: Option<i64>,
+    previous: Option<&PluginStatus>,
+) -> PluginStatus {
+    let mut conditions = match outcome {
+        Outcome::Serving { version, .. } => {
+            let msg = format!("version {version} serves the spec's module");
+            vec![
+                condition(ConditionType::Ready, true, "Serving", &msg, generation),
+                condition(ConditionType::Loaded, true, "Loaded", &msg, generation),
+                condition(ConditionType::Degraded, false, "AsExpected", "", generation),
+            ]
+        }
+        Outcome::Refused {
+            reason,
+            message,
+            serving,
+        } => {
+            let ready = match serving {
+                Some((version, _)) => condition(
+                    ConditionType::Ready,
+                    true,
+                    "PreviousVersionServing",
+                    &format!("version {version} of an earlier spec keeps serving: {message}"),
+                    generation,
+                ),
+                None => condition(ConditionType::Ready, false, reason, message, generation),
+            };
+            vec![
+                ready,
+                condition(ConditionType::Loaded, false, reason, message, generation),
+                condition(ConditionType::Degraded, true, reason, message, generation),
+            ]
+        }
+    };
+    if let Some(prev) = previous {
+        for c in &mut conditions {
+            if let Some(old) = prev.conditions.iter().find(|o| o.type_ == c.type_)
+                && old.status == c.status
+            {
+                c.last_transition_time = old.last_transition_time.clone();
+            }
+        }
+    }
+    let (digest, version, resolved_reference) = match outcome {
+        Outcome::Serving {
+            digest,
+            version,
+            resolved_reference,
+        } => (
+            Some(digest.clone()),
+            Some(version.clone()),
+            resolved_reference.clone(),
+        ),
+        Outcome::Refused { serving, .. } => match serving {
+            Some((version, digest)) => (Some(digest.clone()), Some(version.clone()), None),
+            None => (None, None, None),
+        },
+    };
+    PluginStatus {
+        observed_generation: generation,
+        digest,
+        resolved_reference,
+        version,
+        conditions,
+        replicas: Vec::new(),
+    }
+}
+
+/// Writes `status` to the object's status subresource (server-side apply,
+/// so only the host's fields are touched).
+pub async fn write<K>(api: &Api<K>, name: &str, status: &PluginStatus) -> Result<(), kube::Error>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Serialize + std::fmt::Debug,
+{
+    let patch = serde_json::json!({
+        "apiVersion": K::api_version(&()),
+        "kind": K::kind(&()),
+        "status": status,
+    });
+    api.patch_status(
+        name,
+        &PatchParams::apply(MANAGER).force(),
+        &Patch::Apply(&patch),
+    )
+    .await
+    .map(|_| ())
+}

@@ -1,0 +1,306 @@
+//! Plugins as objects on the real API server: the host (the binary, run
+//! with a kubeconfig and an empty plugin folder) loads a `Plugin` whose
+//! module is in a ConfigMap, reports it Ready with its digest, swaps it
+//! when the spec changes (the new config's log lines appear, no restart),
+//! keeps the old version serving when the spec names a broken module (and
+//! says so: Degraded, PreviousVersionServing), refuses a tenant's
+//! NamespacedPlugin in a namespace the host config does not list or one
+//! asking beyond its namespace, and unloads a deleted Plugin.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::Api;
+use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use kubewasm_tests::controlplane::ControlPlane;
+use kubewasm_tests::e2e::{
+    HostProcess, eventually_seen, host_config, install_plugin_crds, namespace,
+};
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+
+const WAIT: Duration = Duration::from_secs(60);
+
+fn api(client: &kube::Client, kind: &str, namespace: Option<&str>) -> Api<DynamicObject> {
+    let gvk = GroupVersionKind::gvk("kubewasm.io", "v1alpha1", kind);
+    let plural = if kind == "Plugin" {
+        "plugins"
+    } else {
+        "namespacedplugins"
+    };
+    let ar = ApiResource::from_gvk_with_plural(&gvk, plural);
+    match namespace {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, &ar),
+        None => Api::all_with(client.clone(), &ar),
+    }
+}
+
+/// The object's condition `type` as (status, reason), and its status.
+async fn condition(
+    api: &Api<DynamicObject>,
+    name: &str,
+    kind: &str,
+) -> Option<(String, String, Value)> {
+    let obj = api.get(name).await.ok()?;
+    let status = obj.data.get("status")?.clone();
+    let c = status["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == kind)?
+        .clone();
+    Some((
+        c["status"].as_str()?.to_owned(),
+        c["reason"].as_str()?.to_owned(),
+        status,
+    ))
+}
+
+/// Waits until condition `kind` of `name` has `status` and `reason`, and
+/// the status describes `generation`; returns the status.
+async fn wait_condition(
+    api: &Api<DynamicObject>,
+    host: &HostProcess,
+    name: &str,
+    generation: i64,
+    (kind, status, reason): (&str, &str, &str),
+) -> Value {
+    eventually_seen(
+        &format!("{name}: {kind}={status} ({reason})"),
+        WAIT,
+        || async {
+            match condition(api, name, kind).await {
+                Some((s, r, st))
+                    if s == status && r == reason && st["observedGeneration"] == generation =>
+                {
+                    Ok(st)
+                }
+                other => Err(format!("{other:?}\nhost log:\n{}", host.logs())),
+            }
+        },
+    )
+    .await
+}
+
+fn tags_seen(logs: &str) -> Vec<String> {
+    logs.lines()
+        .filter_map(|l| {
+            let at = l.find("testkit-requeue {")? + "testkit-requeue ".len();
+            let v: Value = serde_json::Deserializer::from_str(&l[at..])
+                .into_iter()
+                .next()?
+                .ok()?;
+            Some(format!("{}:{}", v["tag"].as_str()?, v["name"].as_str()?))
+        })
+        .collect()
+}
+
+fn spec(key: &str, tag: &str, ns: &str) -> Value {
+    json!({
+        "module": {"configMap": {"name": "modules", "key": key}},
+        "config": {"mode": "requeue", "count": 3_600_000, "tag": tag},
+        "access": [{"kinds": ["configmaps"], "verbs": ["read"], "namespaces": [ns]}],
+    })
+}
+
+#[tokio::test]
+async fn plugin_objects_load_swap_refuse_and_unload() {
+    let cp = ControlPlane::shared();
+    let client = cp.admin_client().await;
+    install_plugin_crds(&client).await;
+    let ns = "objects-watched";
+    for n in ["kubewasm", ns, "tenant-ok", "tenant-no"] {
+        namespace(&client, n, json!({})).await;
+    }
+    // The modules: testkit, and a file that is not WebAssembly.
+    let testkit = std::fs::read(kubewasm_tests::plugin_artifacts().join("testkit.wasm")).unwrap();
+    let hex: String = Sha256::digest(&testkit)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let digest = format!("sha256:{hex}");
+    let modules = BTreeMap::from([
+        ("testkit.wasm".to_owned(), ByteString(testkit.clone())),
+        (
+            "broken.wasm".to_owned(),
+            ByteString(b"not wasm at all".to_vec()),
+        ),
+    ]);
+    for n in ["kubewasm", "tenant-ok"] {
+        let cm: ConfigMap = serde_json::from_value(json!({
+            "metadata": {"name": "modules", "namespace": n},
+        }))
+        .unwrap();
+        let cm = ConfigMap {
+            binary_data: Some(modules.clone()),
+            ..cm
+        };
+        Api::<ConfigMap>::namespaced(client.clone(), n)
+            .create(&PostParams::default(), &cm)
+            .await
+            .unwrap();
+    }
+    let (_config, config_file) = host_config("pluginObjects:\n  tenantNamespaces: [tenant-ok]\n");
+    let host = HostProcess::start_args(
+        cp.admin_kubeconfig(),
+        &["--config", config_file.to_str().unwrap()],
+        &[],
+        |_| {},
+    );
+    let plugins = api(&client, "Plugin", None);
+    let watched = Api::<ConfigMap>::namespaced(client.clone(), ns);
+    let touch = |name: &'static str| {
+        let watched = watched.clone();
+        async move {
+            let cm: ConfigMap =
+                serde_json::from_value(json!({"metadata": {"name": name}, "data": {"k": "v"}}))
+                    .unwrap();
+            watched.create(&PostParams::default(), &cm).await.unwrap();
+        }
+    };
+
+    // Loaded from its ConfigMap, Ready, with the module's digest.
+    let obj: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "kubewasm.io/v1alpha1", "kind": "Plugin",
+        "metadata": {"name": "objtest"}, "spec": spec("testkit.wasm", "v1", ns),
+    }))
+    .unwrap();
+    plugins.create(&PostParams::default(), &obj).await.unwrap();
+    let status = wait_condition(&plugins, &host, "objtest", 1, ("Ready", "True", "Serving")).await;
+    assert_eq!(status["digest"], digest);
+    assert_eq!(
+        status["version"],
+        &digest["sha256:".len().."sha256:".len() + 12]
+    );
+    touch("requeue-first").await;
+    eventually_seen("v1 sees first", WAIT, || async {
+        let seen = tags_seen(&host.logs());
+        seen.contains(&"v1:requeue-first".to_owned())
+            .then_some(())
+            .ok_or_else(|| format!("{seen:?}\nhost log:\n{}", host.logs()))
+    })
+    .await;
+
+    // A new config: swapped in place, the new version's lines appear.
+    plugins
+        .patch(
+            "objtest",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"config": {"tag": "v2"}}})),
+        )
+        .await
+        .unwrap();
+    wait_condition(&plugins, &host, "objtest", 2, ("Ready", "True", "Serving")).await;
+    touch("requeue-second").await;
+    eventually_seen("v2 sees second", WAIT, || async {
+        let seen = tags_seen(&host.logs());
+        seen.contains(&"v2:requeue-second".to_owned())
+            .then_some(())
+            .ok_or_else(|| format!("{seen:?}\nhost log:\n{}", host.logs()))
+    })
+    .await;
+
+    // A broken module: refused, said so, and v2 keeps serving.
+    plugins
+        .patch(
+            "objtest",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"module": {"configMap": {"key": "broken.wasm"}}}})),
+        )
+        .await
+        .unwrap();
+    let status = wait_condition(
+        &plugins,
+        &host,
+        "objtest",
+        3,
+        ("Degraded", "True", "NotAPlugin"),
+    )
+    .await;
+    let ready = status["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Ready")
+        .unwrap();
+    assert_eq!(ready["reason"], "PreviousVersionServing", "{status}");
+    assert_eq!(status["digest"], digest, "the digest still served");
+    touch("requeue-third").await;
+    eventually_seen("v2 still serves: sees third", WAIT, || async {
+        let seen = tags_seen(&host.logs());
+        seen.contains(&"v2:requeue-third".to_owned())
+            .then_some(())
+            .ok_or_else(|| format!("{seen:?}\nhost log:\n{}", host.logs()))
+    })
+    .await;
+
+    // Tenants: a namespace the host config does not list is refused; one
+    // it lists runs, confined to it: a rule naming another namespace is not
+    // granted.
+    let refused_ns = api(&client, "NamespacedPlugin", Some("tenant-no"));
+    let tenant = |name: &str, spec: Value| -> DynamicObject {
+        serde_json::from_value(json!({
+            "apiVersion": "kubewasm.io/v1alpha1", "kind": "NamespacedPlugin",
+            "metadata": {"name": name}, "spec": spec,
+        }))
+        .unwrap()
+    };
+    refused_ns
+        .create(
+            &PostParams::default(),
+            &tenant("t", spec("testkit.wasm", "t", "tenant-no")),
+        )
+        .await
+        .unwrap();
+    wait_condition(
+        &refused_ns,
+        &host,
+        "t",
+        1,
+        ("Ready", "False", "NamespaceNotAllowed"),
+    )
+    .await;
+    let allowed = api(&client, "NamespacedPlugin", Some("tenant-ok"));
+    allowed
+        .create(
+            &PostParams::default(),
+            &tenant("t", spec("testkit.wasm", "t", "tenant-ok")),
+        )
+        .await
+        .unwrap();
+    wait_condition(&allowed, &host, "t", 1, ("Ready", "True", "Serving")).await;
+    allowed
+        .create(
+            &PostParams::default(),
+            &tenant("greedy", spec("testkit.wasm", "g", ns)),
+        )
+        .await
+        .unwrap();
+    let status = wait_condition(
+        &allowed,
+        &host,
+        "greedy",
+        1,
+        ("Ready", "False", "NotGranted"),
+    )
+    .await;
+    assert!(
+        status
+            .to_string()
+            .contains("confined to its namespace tenant-ok"),
+        "{status}"
+    );
+
+    // Deleted: unloaded.
+    plugins
+        .delete("objtest", &DeleteParams::default())
+        .await
+        .unwrap();
+    host.wait_log("Plugin object deleted; plugin unloaded", WAIT)
+        .await;
+    let (exit, logs) = host.stop_with_logs();
+    assert!(exit.success(), "{logs}");
+}
