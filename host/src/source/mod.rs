@@ -5,3 +5,4 @@
 
 pub mod kube;
 pub mod local;
+pub mod oci;

@@ -1,0 +1,310 @@
+//! The on-disk cache of pulled modules, by digest: the module layer at
+//! `<root>/oci/sha256/<hex>.wasm` and the manifest that names it at
+//! `<root>/oci/manifests/sha256/<hex>.json`. Both are content-addressed, so
+//! every read is checked against its name: a pull by digest is served with
+//! no network (the host starts while the registry is down), and a file
+//! that no longer hashes to its name is deleted and pulled again. Files are
+//! written atomically (temp file, synced, renamed) and kept under a byte
+//! cap by evicting the least recently used (a read touches the mtime), as
+//! the compile cache does.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use crate::runtime::cache::write_atomically;
+
+/// The default cap: a few versions of each of the 12-18 MB JavaScript and
+/// Python plugins plus every small one.
+pub const DEFAULT_MAX_BYTES: u64 = 512 << 20;
+
+/// Temp files older than this are a crashed writer's leftovers.
+const STALE_TMP: Duration = Duration::from_secs(3600);
+
+/// The cache folder (`<root>/oci`) and its cap in bytes.
+#[derive(Debug, Clone)]
+pub struct ModuleCache {
+    dir: PathBuf,
+    max_bytes: u64,
+}
+
+/// What one eviction pass did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Eviction {
+    pub removed: u64,
+    pub freed: u64,
+    pub kept: u64,
+}
+
+/// The hex of a `sha256:<64 hex>` digest; `None` for anything else, so a
+/// digest can never name a path outside the cache.
+pub(crate) fn sha256_hex(digest: &str) -> Option<&str> {
+    let hex = digest.strip_prefix("sha256:")?;
+    (hex.len() == 64 && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))).then_some(hex)
+}
+
+impl ModuleCache {
+    /// A cache under `root` (the host's cache folder; modules go to its
+    /// `oci/` subfolder) holding at most `max_bytes`.
+    pub fn new(root: &Path, max_bytes: u64) -> Self {
+        Self {
+            dir: root.join("oci"),
+            max_bytes,
+        }
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn max_bytes(&self) -> u64 {
+        self.max_bytes
+    }
+
+    /// Where the module layer with `digest` is kept.
+    pub fn module_path(&self, digest: &str) -> Option<PathBuf> {
+        sha256_hex(digest).map(|h| self.dir.join("sha256").join(format!("{h}.wasm")))
+    }
+
+    fn manifest_path(&self, digest: &str) -> Option<PathBuf> {
+        sha256_hex(digest).map(|h| self.dir.join("manifests/sha256").join(format!("{h}.json")))
+    }
+
+    /// The module layer with `digest`, if cached and intact.
+    pub fn module(&self, digest: &str) -> Option<Vec<u8>> {
+        self.read_verified(self.module_path(digest)?, digest)
+    }
+
+    /// The manifest with `digest`, if cached and intact.
+    pub fn manifest(&self, digest: &str) -> Option<Vec<u8>> {
+        self.read_verified(self.manifest_path(digest)?, digest)
+    }
+
+    /// Stores a module layer (its digest checked by the caller); returns its path.
+    pub fn put_module(&self, digest: &str, bytes: &[u8]) -> std::io::Result<PathBuf> {
+        let path = self.module_path(digest).ok_or_else(|| not_sha256(digest))?;
+        write_atomically(&path, &[bytes])?;
+        Ok(path)
+    }
+
+    /// Stores a manifest (its digest checked by the caller).
+    pub fn put_manifest(&self, digest: &str, bytes: &[u8]) -> std::io::Result<PathBuf> {
+        let path = self
+            .manifest_path(digest)
+            .ok_or_else(|| not_sha256(digest))?;
+        write_atomically(&path, &[bytes])?;
+        Ok(path)
+    }
+
+    fn read_verified(&self, path: PathBuf, digest: &str) -> Option<Vec<u8>> {
+        let bytes = match std::fs::read(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
+            Err(e) => {
+                tracing::warn!(path = %path.display(), error = %e, "cannot read OCI cache entry; pulling again");
+                return None;
+            }
+        };
+        let actual = super::sha256_digest(&bytes);
+        if actual != digest {
+            let removed = std::fs::remove_file(&path).is_ok();
+            tracing::warn!(
+                path = %path.display(),
+                expected = %digest,
+                actual = %actual,
+                removed,
+                "OCI cache entry does not match its digest (changed on disk); deleted, pulling again"
+            );
+            return None;
+        }
+        touch(&path);
+        Some(bytes)
+    }
+
+    /// Deletes the least recently used entries (modules and manifests
+    /// alike) until the cache is under its cap, never one of `fresh` (just
+    /// written or about to be served); also deletes stale temp files.
+    /// Errors only cost space (logged).
+    pub fn evict(&self, fresh: &[&Path]) -> Eviction {
+        let now = SystemTime::now();
+        let mut entries = Vec::new();
+        for sub in [self.dir.join("sha256"), self.dir.join("manifests/sha256")] {
+            let Ok(dir) = std::fs::read_dir(&sub) else {
+                continue;
+            };
+            for entry in dir.flatten() {
+                let Ok(meta) = entry.metadata() else { continue };
+                if !meta.is_file() {
+                    continue;
+                }
+                let modified = meta.modified().unwrap_or(SystemTime::UNIX_EPOCH);
+                let name = entry.file_name();
+                let name = name.to_string_lossy();
+                if name.starts_with('.') && name.ends_with(".tmp") {
+                    if now.duration_since(modified).unwrap_or_default() > STALE_TMP {
+                        let _ = std::fs::remove_file(entry.path());
+                    }
+                    continue;
+                }
+                entries.push((modified, meta.len(), entry.path()));
+            }
+        }
+        let mut report = Eviction {
+            kept: entries.iter().map(|(_, len, _)| len).sum(),
+            ..Eviction::default()
+        };
+        if report.kept <= self.max_bytes {
+            return report;
+        }
+        // Oldest first; ties by path, so the order is stable.
+        entries.sort();
+        for (_, len, path) in entries {
+            if report.kept <= self.max_bytes {
+                break;
+            }
+            if fresh.contains(&path.as_path()) {
+                continue;
+            }
+            match std::fs::remove_file(&path) {
+                Ok(()) => {
+                    report.kept -= len;
+                    report.removed += 1;
+                    report.freed += len;
+                }
+                Err(e) => {
+                    tracing::warn!(path = %path.display(), error = %e, "cannot evict OCI cache entry")
+                }
+            }
+        }
+        tracing::info!(
+            dir = %self.dir.display(),
+            removed = report.removed,
+            freed_bytes = report.freed,
+            kept_bytes = report.kept,
+            max_bytes = self.max_bytes,
+            "OCI module cache over its cap: least recently used entries evicted"
+        );
+        report
+    }
+}
+
+fn not_sha256(digest: &str) -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::InvalidInput,
+        format!("{digest:?} is not a sha256 digest"),
+    )
+}
+
+/// Sets `path`'s mtime to now: the LRU clock. A read-only cache keeps its times.
+fn touch(path: &Path) {
+    if let Ok(f) = std::fs::File::options().append(true).open(path) {
+        let _ = f.set_modified(SystemTime::now());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::source::oci::sha256_digest;
+
+    fn age(path: &Path, secs: u64) {
+        let f = std::fs::File::options().append(true).open(path).unwrap();
+        f.set_modified(SystemTime::now() - Duration::from_secs(secs))
+            .unwrap();
+    }
+
+    #[test]
+    fn entries_read_back_only_while_they_match_their_digest() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = ModuleCache::new(dir.path(), 1 << 20);
+        let bytes = b"\0asm module".to_vec();
+        let digest = sha256_digest(&bytes);
+        let path = cache.put_module(&digest, &bytes).unwrap();
+        assert!(path.ends_with(format!("oci/sha256/{}.wasm", sha256_hex(&digest).unwrap())));
+        assert_eq!(cache.module(&digest).unwrap(), bytes);
+
+        std::fs::write(&path, b"tampered").unwrap();
+        assert_eq!(cache.module(&digest), None);
+        assert!(!path.exists(), "a corrupt entry is deleted");
+    }
+
+    #[test]
+    fn digests_that_are_not_sha256_hex_name_no_path() {
+        let cache = ModuleCache::new(Path::new("/c"), 1);
+        assert!(cache.module_path("sha256:../../etc/passwd").is_none());
+        assert!(
+            cache
+                .module_path(&format!("sha512:{}", "a".repeat(64)))
+                .is_none()
+        );
+        assert!(
+            cache
+                .module_path(&format!("sha256:{}", "A".repeat(64)))
+                .is_none()
+        );
+        assert!(
+            cache
+                .module_path(&format!("sha256:{}", "a".repeat(64)))
+                .is_some()
+        );
+    }
+
+    #[test]
+    fn eviction_removes_the_least_recently_used_down_to_the_cap_sparing_fresh() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = ModuleCache::new(dir.path(), 250);
+        let put = |fill: u8, secs: u64| {
+            let bytes = vec![fill; 100];
+            let digest = sha256_digest(&bytes);
+            let path = cache.put_module(&digest, &bytes).unwrap();
+            age(&path, secs);
+            (digest, path)
+        };
+        let (oldest, oldest_path) = put(1, 300);
+        let (middle, _) = put(2, 200);
+        let (newest, _) = put(3, 100);
+        // Reading the middle one makes it the most recently used.
+        assert!(cache.module(&middle).is_some());
+
+        let report = cache.evict(&[]);
+        assert_eq!(
+            report,
+            Eviction {
+                removed: 1,
+                freed: 100,
+                kept: 200
+            }
+        );
+        assert!(cache.module(&oldest).is_none());
+        assert!(cache.module(&middle).is_some() && cache.module(&newest).is_some());
+
+        // A fresh entry is kept even when it is the oldest.
+        let (_, again) = put(1, 1000);
+        assert_eq!(again, oldest_path);
+        let report = cache.evict(&[again.as_path()]);
+        assert_eq!(report.removed, 1);
+        assert!(again.exists());
+        assert_eq!(report.kept, 200);
+    }
+
+    #[test]
+    fn under_the_cap_nothing_is_evicted_and_stale_temp_files_go() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = ModuleCache::new(dir.path(), 1 << 20);
+        let bytes = vec![7u8; 10];
+        cache.put_module(&sha256_digest(&bytes), &bytes).unwrap();
+        let tmp = cache.dir().join("sha256/.x.wasm.1.1.tmp");
+        std::fs::write(&tmp, b"partial").unwrap();
+        age(&tmp, 7200);
+        let report = cache.evict(&[]);
+        assert_eq!(
+            report,
+            Eviction {
+                removed: 0,
+                freed: 0,
+                kept: 10
+            }
+        );
+        assert!(!tmp.exists());
+    }
+}

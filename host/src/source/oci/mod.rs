@@ -1,0 +1,484 @@
+//! Plugin modules from OCI registries, in the CNCF Wasm OCI artifact
+//! layout ([`artifact`]): pull a reference (a tag resolved once to the
+//! manifest digest, which the caller records), verify every byte against
+//! its digest, keep the module in a digest-addressed disk cache
+//! ([`cache`]) that serves pinned pulls with no network, and push a
+//! `.wasm` as such an artifact. Credentials come from a dockerconfigjson
+//! ([`auth`]); TLS from the system roots plus an optional CA
+//! ([`transport`]). One [`OciClient`] serves every plugin: each call takes
+//! its own credentials and builds its own connection, so one plugin's
+//! Secret never authenticates another's pull.
+
+pub mod artifact;
+pub mod auth;
+pub mod cache;
+pub mod transport;
+
+use std::path::{Path, PathBuf};
+
+use futures::StreamExt;
+use oci_client::Reference;
+use sha2::{Digest, Sha256};
+
+pub use auth::{Credentials, DockerConfigError, credentials_from_docker_config};
+pub use cache::ModuleCache;
+pub use transport::Transport;
+
+/// The default largest module a pull accepts: the Python plugin is 18 MB.
+pub const DEFAULT_MAX_MODULE_BYTES: u64 = 64 << 20;
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(
+        "{reference:?} is not an OCI reference ({source}); write registry/repository:tag or registry/repository@sha256:<64 hex>"
+    )]
+    Reference {
+        reference: String,
+        source: oci_client::ParseError,
+    },
+    #[error(
+        "registry {registry} is unreachable for {reference}: {source}; check the address and that the registry is up"
+    )]
+    Unreachable {
+        reference: String,
+        registry: String,
+        source: BoxError,
+    },
+    #[error(
+        "TLS with registry {registry} failed for {reference}: {source:#}; if its certificate is signed by a private CA, trust that CA (--ca FILE, or the registry CA in the host config)"
+    )]
+    Tls {
+        reference: String,
+        registry: String,
+        source: BoxError,
+    },
+    #[error(
+        "{reference} is not in registry {registry}; check the repository, the tag or the digest"
+    )]
+    NotFound { reference: String, registry: String },
+    #[error(
+        "registry {registry} refused {reference}: unauthorized; give credentials that may pull (or push) it (a kubernetes.io/dockerconfigjson Secret, --username/--password or --docker-config)"
+    )]
+    Unauthorized { reference: String, registry: String },
+    #[error(
+        "{reference} is not a Wasm OCI artifact: {reason}; publish the module with `kubewasm push` (or wkg), whose config is application/vnd.wasm.config.v0+json and layer application/wasm"
+    )]
+    NotWasm { reference: String, reason: String },
+    #[error(
+        "{reference}: digest mismatch, expected {expected}, got {actual}; the bytes served are not the ones named, so they are refused (pin the digest the registry holds, or check what sits between it and this host)"
+    )]
+    DigestMismatch {
+        reference: String,
+        expected: String,
+        actual: String,
+    },
+    #[error(
+        "{reference}: the module is {size} bytes, over the limit of {limit}; raise the module size limit or make the module smaller"
+    )]
+    TooLarge {
+        reference: String,
+        size: u64,
+        limit: u64,
+    },
+    #[error("registry {registry} failed for {reference}: {source}")]
+    Registry {
+        reference: String,
+        registry: String,
+        source: BoxError,
+    },
+    #[error("bad registry CA {source_name}: {reason}; give a PEM file of CERTIFICATE blocks")]
+    Ca { source_name: String, reason: String },
+    #[error("cannot build the registry client: {source}")]
+    Client {
+        source: oci_client::errors::OciDistributionError,
+    },
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot write OCI cache entry for {digest} under {dir}: {source}")]
+    Cache {
+        digest: String,
+        dir: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// `sha256:<hex>` of `bytes`: the OCI digest.
+pub fn sha256_digest(bytes: &[u8]) -> String {
+    format!("sha256:{}", crate::runtime::engine::content_digest(bytes))
+}
+
+/// Limits and where pulled modules are kept.
+#[derive(Debug, Clone)]
+pub struct PullOptions {
+    /// Largest module layer accepted: refused from the manifest's size
+    /// before its download, and cut off if the registry sends more.
+    pub max_module_bytes: u64,
+    /// The digest cache; `None` pulls without one (the CLI).
+    pub cache: Option<ModuleCache>,
+}
+
+impl Default for PullOptions {
+    fn default() -> Self {
+        Self {
+            max_module_bytes: DEFAULT_MAX_MODULE_BYTES,
+            cache: None,
+        }
+    }
+}
+
+/// A pulled module.
+#[derive(Debug, Clone)]
+pub struct Pulled {
+    /// The reference as asked for.
+    pub reference: String,
+    /// The manifest's digest (`sha256:...`): what a tag resolved to; write
+    /// it to status and pin it.
+    pub digest: String,
+    /// `registry/repository@digest`: the pinned form of `reference`.
+    pub pinned: String,
+    /// The module layer's digest (the content hash of `bytes`).
+    pub layer_digest: String,
+    pub bytes: Vec<u8>,
+    /// Where the cache keeps it (when there is a cache).
+    pub path: Option<PathBuf>,
+    /// Served from the cache with no registry request.
+    pub from_cache: bool,
+}
+
+/// A pushed module.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pushed {
+    /// The manifest's digest: pull `pinned` to get exactly this module.
+    pub digest: String,
+    /// `REF@digest` (the reference as given, with the digest appended).
+    pub pinned: String,
+    pub layer_digest: String,
+}
+
+/// Pulls and pushes plugin modules.
+#[derive(Debug, Clone)]
+pub struct OciClient {
+    transport: Transport,
+    options: PullOptions,
+}
+
+fn parse(reference: &str) -> Result<Reference> {
+    reference.parse().map_err(|source| Error::Reference {
+        reference: reference.to_owned(),
+        source,
+    })
+}
+
+impl OciClient {
+    pub fn new(transport: Transport, options: PullOptions) -> Self {
+        Self { transport, options }
+    }
+
+    pub fn options(&self) -> &PullOptions {
+        &self.options
+    }
+
+    /// Pulls the module `reference` names. A digest reference whose
+    /// manifest and module are in the cache is served from it without
+    /// touching the network; a tag is resolved at the registry once, and
+    /// the returned [`Pulled::digest`] is what it resolved to.
+    pub async fn pull(&self, reference: &str, credentials: &Credentials) -> Result<Pulled> {
+        let parsed = parse(reference)?;
+        if let Some(digest) = parsed.digest()
+            && let Some(pulled) = self.cached(reference, &parsed, digest)?
+        {
+            tracing::debug!(reference, digest = %pulled.digest, "OCI module served from the digest cache");
+            return Ok(pulled);
+        }
+        let registry = parsed.resolve_registry().to_owned();
+        let client = self.transport.client()?;
+        let auth = credentials.to_registry_auth();
+        let (body, _) = client
+            .pull_manifest_raw(&parsed, &auth, artifact::ACCEPTED_MANIFESTS)
+            .await
+            .map_err(|e| transport::classify(reference, &registry, e))?;
+        // oci-client checks a pinned digest too; the digest we record is
+        // the one computed over the bytes we read.
+        let digest = sha256_digest(&body);
+        if let Some(expected) = parsed.digest()
+            && expected != digest
+        {
+            return Err(Error::DigestMismatch {
+                reference: reference.to_owned(),
+                expected: expected.to_owned(),
+                actual: digest,
+            });
+        }
+        let layer = self.wasm_layer(reference, &body)?;
+        let cached = self
+            .options
+            .cache
+            .as_ref()
+            .and_then(|c| c.module(&layer.digest));
+        let (bytes, from_cache) = match cached {
+            Some(bytes) => (bytes, true),
+            None => (
+                self.download(&client, reference, &parsed, &registry, &layer)
+                    .await?,
+                false,
+            ),
+        };
+        let path = self.store(&digest, &body, &layer.digest, &bytes, from_cache)?;
+        tracing::info!(
+            reference,
+            digest = %digest,
+            layer_digest = %layer.digest,
+            bytes = bytes.len(),
+            module_cached = from_cache,
+            "OCI module pulled"
+        );
+        Ok(Pulled {
+            reference: reference.to_owned(),
+            pinned: pinned(&parsed, &digest),
+            digest,
+            layer_digest: layer.digest,
+            bytes,
+            path,
+            from_cache: false,
+        })
+    }
+
+    /// A pinned pull from the cache alone; `None` on a miss (a corrupt
+    /// entry is deleted by the cache and counts as a miss).
+    fn cached(&self, reference: &str, parsed: &Reference, digest: &str) -> Result<Option<Pulled>> {
+        let Some(cache) = &self.options.cache else {
+            return Ok(None);
+        };
+        let Some(body) = cache.manifest(digest) else {
+            return Ok(None);
+        };
+        let layer = self.wasm_layer(reference, &body)?;
+        let Some(bytes) = cache.module(&layer.digest) else {
+            return Ok(None);
+        };
+        Ok(Some(Pulled {
+            reference: reference.to_owned(),
+            digest: digest.to_owned(),
+            pinned: pinned(parsed, digest),
+            layer_digest: layer.digest.clone(),
+            path: cache.module_path(&layer.digest),
+            bytes,
+            from_cache: true,
+        }))
+    }
+
+    fn wasm_layer(&self, reference: &str, body: &[u8]) -> Result<artifact::Descriptor> {
+        let layer = artifact::wasm_layer(body).map_err(|reason| Error::NotWasm {
+            reference: reference.to_owned(),
+            reason,
+        })?;
+        if cache::sha256_hex(&layer.digest).is_none() {
+            return Err(Error::NotWasm {
+                reference: reference.to_owned(),
+                reason: format!("its layer digest {:?} is not sha256", layer.digest),
+            });
+        }
+        if layer.size > self.options.max_module_bytes {
+            return Err(Error::TooLarge {
+                reference: reference.to_owned(),
+                size: layer.size,
+                limit: self.options.max_module_bytes,
+            });
+        }
+        Ok(layer)
+    }
+
+    /// Streams the layer, refusing more bytes than the limit (whatever the
+    /// manifest said) and bytes that do not hash to the layer's digest.
+    async fn download(
+        &self,
+        client: &oci_client::Client,
+        reference: &str,
+        parsed: &Reference,
+        registry: &str,
+        layer: &artifact::Descriptor,
+    ) -> Result<Vec<u8>> {
+        let limit = self.options.max_module_bytes;
+        let too_large = |size: u64| Error::TooLarge {
+            reference: reference.to_owned(),
+            size,
+            limit,
+        };
+        let descriptor = oci_client::manifest::OciDescriptor {
+            media_type: layer.media_type.clone(),
+            digest: layer.digest.clone(),
+            size: i64::try_from(layer.size).unwrap_or(i64::MAX),
+            ..Default::default()
+        };
+        let mut stream = client
+            .pull_blob_stream(parsed, &descriptor)
+            .await
+            .map_err(|e| transport::classify(reference, registry, e))?;
+        if let Some(len) = stream.content_length
+            && len > limit
+        {
+            return Err(too_large(len));
+        }
+        let mut bytes = Vec::with_capacity(usize::try_from(layer.size).unwrap_or(0));
+        let mut hasher = Sha256::new();
+        while let Some(chunk) = stream.stream.next().await {
+            let chunk = match chunk {
+                Ok(c) => c,
+                Err(e) => {
+                    if let Some((expected, actual)) = transport::stream_digest_error(&e) {
+                        return Err(Error::DigestMismatch {
+                            reference: reference.to_owned(),
+                            expected,
+                            actual,
+                        });
+                    }
+                    return Err(Error::Unreachable {
+                        reference: reference.to_owned(),
+                        registry: registry.to_owned(),
+                        source: Box::new(e),
+                    });
+                }
+            };
+            if (bytes.len() + chunk.len()) as u64 > limit {
+                return Err(too_large((bytes.len() + chunk.len()) as u64));
+            }
+            hasher.update(&chunk);
+            bytes.extend_from_slice(&chunk);
+        }
+        let actual = format!(
+            "sha256:{}",
+            hasher
+                .finalize()
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect::<String>()
+        );
+        if actual != layer.digest {
+            return Err(Error::DigestMismatch {
+                reference: reference.to_owned(),
+                expected: layer.digest.clone(),
+                actual,
+            });
+        }
+        Ok(bytes)
+    }
+
+    /// Writes the module, then its manifest (so a cached manifest's module
+    /// is there too), and trims the cache; returns the module's path.
+    fn store(
+        &self,
+        digest: &str,
+        manifest: &[u8],
+        layer_digest: &str,
+        module: &[u8],
+        module_cached: bool,
+    ) -> Result<Option<PathBuf>> {
+        let Some(cache) = &self.options.cache else {
+            return Ok(None);
+        };
+        let failed = |digest: &str, source| Error::Cache {
+            digest: digest.to_owned(),
+            dir: cache.dir().to_owned(),
+            source,
+        };
+        let module_path = if module_cached {
+            cache.module_path(layer_digest).unwrap_or_default()
+        } else {
+            cache
+                .put_module(layer_digest, module)
+                .map_err(|e| failed(layer_digest, e))?
+        };
+        let manifest_path = cache
+            .put_manifest(digest, manifest)
+            .map_err(|e| failed(digest, e))?;
+        cache.evict(&[module_path.as_path(), manifest_path.as_path()]);
+        Ok(Some(module_path))
+    }
+
+    /// Publishes `module` (a `.wasm` component or core module) under
+    /// `reference` as a Wasm OCI artifact.
+    pub async fn push(
+        &self,
+        module: &[u8],
+        reference: &str,
+        credentials: &Credentials,
+    ) -> Result<Pushed> {
+        let parsed = parse(reference)?;
+        let Some(os) = artifact::wasm_os(module) else {
+            return Err(Error::NotWasm {
+                reference: reference.to_owned(),
+                reason: "the file is not a WebAssembly binary (no \\0asm header)".to_owned(),
+            });
+        };
+        let registry = parsed.resolve_registry().to_owned();
+        let layer_digest = sha256_digest(module);
+        let created = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
+        let (config, manifest) = artifact::build(module.len() as u64, &layer_digest, os, created);
+        // Serializing a struct of strings cannot fail.
+        let body = serde_json::to_vec(&manifest).unwrap_or_default();
+        let digest = sha256_digest(&body);
+        let config_digest = sha256_digest(&config);
+
+        let client = self.transport.client()?;
+        let fail = |e| transport::classify(reference, &registry, e);
+        // Authenticates for push (oci-client then reuses the token).
+        client
+            .auth(
+                &parsed,
+                &credentials.to_registry_auth(),
+                oci_client::RegistryOperation::Push,
+            )
+            .await
+            .map_err(fail)?;
+        client
+            .push_blob(&parsed, module.to_vec(), &layer_digest)
+            .await
+            .map_err(fail)?;
+        client
+            .push_blob(&parsed, config, &config_digest)
+            .await
+            .map_err(fail)?;
+        client
+            .push_manifest_raw(
+                &parsed,
+                body,
+                http::HeaderValue::from_static(artifact::MANIFEST_MEDIA_TYPE),
+            )
+            .await
+            .map_err(fail)?;
+        tracing::info!(reference, digest = %digest, layer_digest = %layer_digest, "OCI module pushed");
+        Ok(Pushed {
+            pinned: format!(
+                "{}@{digest}",
+                reference.split('@').next().unwrap_or(reference)
+            ),
+            digest,
+            layer_digest,
+        })
+    }
+
+    /// [`OciClient::push`] of a file.
+    pub async fn push_file(
+        &self,
+        path: &Path,
+        reference: &str,
+        credentials: &Credentials,
+    ) -> Result<Pushed> {
+        let module = tokio::fs::read(path).await.map_err(|source| Error::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        self.push(&module, reference, credentials).await
+    }
+}
+
+fn pinned(parsed: &Reference, digest: &str) -> String {
+    format!("{}/{}@{digest}", parsed.registry(), parsed.repository())
+}

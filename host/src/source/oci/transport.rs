@@ -1,0 +1,227 @@
+//! How the registry is reached: HTTPS on the system roots plus the
+//! operator's CA, plain HTTP only for registries named for it, and the
+//! rustls provider kube already uses. Also sorts oci-client's errors into
+//! the causes an operator can act on.
+
+use std::error::Error as StdError;
+use std::sync::Once;
+use std::time::Duration;
+
+use oci_client::client::{Certificate, CertificateEncoding, ClientConfig, ClientProtocol};
+use oci_client::errors::{DigestError, OciDistributionError, OciErrorCode};
+use rustls::pki_types::CertificateDer;
+use rustls::pki_types::pem::PemObject;
+
+use super::Error;
+
+/// Transport settings shared by every pull and push of a client.
+#[derive(Debug, Clone)]
+pub struct Transport {
+    /// CA certificates (DER) trusted besides the system roots: a private
+    /// registry's CA. Add them with [`Transport::with_ca_pem`].
+    pub extra_roots: Vec<Vec<u8>>,
+    /// Registries (`host[:port]`, as in references) reached over plain
+    /// HTTP, for local development. Empty by default: HTTPS everywhere.
+    pub plain_http: Vec<String>,
+    pub connect_timeout: Duration,
+    /// Longest wait for the next bytes of a response.
+    pub read_timeout: Duration,
+}
+
+impl Default for Transport {
+    fn default() -> Self {
+        Self {
+            extra_roots: Vec::new(),
+            plain_http: Vec::new(),
+            connect_timeout: Duration::from_secs(10),
+            read_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+impl Transport {
+    /// Trusts the certificates of a PEM bundle besides the system roots.
+    /// `source` names the bundle in the error (a file, a Secret key).
+    pub fn with_ca_pem(mut self, pem: &[u8], source: &str) -> Result<Self, Error> {
+        let bad = |reason: String| Error::Ca {
+            source_name: source.to_owned(),
+            reason,
+        };
+        let mut found = 0;
+        for cert in CertificateDer::pem_slice_iter(pem) {
+            let cert = cert.map_err(|e| bad(format!("not a PEM certificate bundle ({e})")))?;
+            self.extra_roots.push(cert.as_ref().to_vec());
+            found += 1;
+        }
+        if found == 0 {
+            return Err(bad("it holds no PEM CERTIFICATE block".to_owned()));
+        }
+        Ok(self)
+    }
+
+    /// Reaches `registry` over plain HTTP (never the default).
+    pub fn with_plain_http(mut self, registry: &str) -> Self {
+        self.plain_http.push(registry.to_owned());
+        self
+    }
+
+    pub(crate) fn client(&self) -> Result<oci_client::Client, Error> {
+        install_crypto_provider();
+        let config = ClientConfig {
+            protocol: if self.plain_http.is_empty() {
+                ClientProtocol::Https
+            } else {
+                ClientProtocol::HttpsExcept(self.plain_http.clone())
+            },
+            extra_root_certificates: self
+                .extra_roots
+                .iter()
+                .map(|der| Certificate {
+                    encoding: CertificateEncoding::Der,
+                    data: der.clone(),
+                })
+                .collect(),
+            connect_timeout: Some(self.connect_timeout),
+            read_timeout: Some(self.read_timeout),
+            // A module is one artifact: an index is refused, not resolved.
+            platform_resolver: None,
+            user_agent: concat!("kubewasm/", env!("CARGO_PKG_VERSION")),
+            ..ClientConfig::default()
+        };
+        oci_client::Client::try_from(config).map_err(|e| Error::Client { source: e })
+    }
+}
+
+/// reqwest is built without a provider of its own (no aws-lc); ring, which
+/// kube uses, becomes the process default unless one is already set.
+pub fn install_crypto_provider() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    });
+}
+
+/// What went wrong talking to the registry, in an operator's terms.
+pub(crate) fn classify(reference: &str, registry: &str, e: OciDistributionError) -> Error {
+    let reference = reference.to_owned();
+    let registry = registry.to_owned();
+    match e {
+        OciDistributionError::RequestError(ref r) if is_tls(r) => Error::Tls {
+            reference,
+            registry,
+            source: Box::new(e),
+        },
+        OciDistributionError::RequestError(ref r) if r.is_connect() || r.is_timeout() => {
+            Error::Unreachable {
+                reference,
+                registry,
+                source: Box::new(e),
+            }
+        }
+        OciDistributionError::UnauthorizedError { .. }
+        | OciDistributionError::AuthenticationFailure(_) => Error::Unauthorized {
+            reference,
+            registry,
+        },
+        OciDistributionError::ServerError {
+            code: 401 | 403, ..
+        } => Error::Unauthorized {
+            reference,
+            registry,
+        },
+        OciDistributionError::ServerError { code: 404, .. }
+        | OciDistributionError::ImageManifestNotFoundError(_) => Error::NotFound {
+            reference,
+            registry,
+        },
+        OciDistributionError::RegistryError { ref envelope, .. } => {
+            let code = envelope.errors.first().map(|e| &e.code);
+            match code {
+                Some(OciErrorCode::Unauthorized | OciErrorCode::Denied) => Error::Unauthorized {
+                    reference,
+                    registry,
+                },
+                Some(
+                    OciErrorCode::ManifestUnknown
+                    | OciErrorCode::NameUnknown
+                    | OciErrorCode::NotFound
+                    | OciErrorCode::BlobUnknown,
+                ) => Error::NotFound {
+                    reference,
+                    registry,
+                },
+                _ => Error::Registry {
+                    reference,
+                    registry,
+                    source: Box::new(e),
+                },
+            }
+        }
+        OciDistributionError::DigestError(DigestError::VerificationError { expected, actual }) => {
+            Error::DigestMismatch {
+                reference,
+                expected,
+                actual,
+            }
+        }
+        e => Error::Registry {
+            reference,
+            registry,
+            source: Box::new(e),
+        },
+    }
+}
+
+/// Whether a rustls error (a refused certificate, a failed handshake) is
+/// somewhere in the chain; io::Error hides its payload from `source()`.
+fn is_tls(e: &(dyn StdError + 'static)) -> bool {
+    let mut next: Option<&(dyn StdError + 'static)> = Some(e);
+    while let Some(err) = next {
+        if err.is::<rustls::Error>() {
+            return true;
+        }
+        if let Some(io) = err.downcast_ref::<std::io::Error>()
+            && let Some(inner) = io.get_ref()
+            && is_tls(inner)
+        {
+            return true;
+        }
+        next = err.source();
+    }
+    false
+}
+
+/// A digest error carried through a body stream's io::Error.
+pub(crate) fn stream_digest_error(e: &std::io::Error) -> Option<(String, String)> {
+    match e.get_ref()?.downcast_ref::<OciDistributionError>()? {
+        OciDistributionError::DigestError(DigestError::VerificationError { expected, actual }) => {
+            Some((expected.clone(), actual.clone()))
+        }
+        _ => None,
+    }
+    .or_else(|| match e.get_ref()?.downcast_ref::<DigestError>()? {
+        DigestError::VerificationError { expected, actual } => {
+            Some((expected.clone(), actual.clone()))
+        }
+        _ => None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn a_ca_bundle_must_hold_certificates() {
+        let err = Transport::default()
+            .with_ca_pem(b"not pem", "ca.pem")
+            .unwrap_err();
+        assert!(err.to_string().contains("ca.pem"), "{err}");
+    }
+
+    #[test]
+    fn plain_http_is_never_the_default() {
+        assert!(Transport::default().plain_http.is_empty());
+    }
+}
