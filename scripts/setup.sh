@@ -36,6 +36,9 @@ bash scripts/install-supply-chain-tools.sh
 # Pinned toolchains of the JavaScript, Python, C and Go plugins (apt,
 # npm from the lock file, pip into plugins/python/.venv, cargo install --locked).
 bash plugins/install-toolchains.sh
+# The OCI registry of the plugin distribution tests (tests/tests/oci.rs):
+# Debian's docker-registry and htpasswd (scripts/setup-registry.sh).
+bash scripts/setup-registry.sh
 # The test cluster: the node's packages (containerd, runc, CNI plugins,
 # busybox-static) and the control-plane binaries (scripts/setup-node.sh).
 bash scripts/setup-node.sh

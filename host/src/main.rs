@@ -9,6 +9,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use kubewasm::app::{App, ClusterTarget};
 use kubewasm::config::{CompilerKind, RunSettings};
 use kubewasm::source::kube::InitialList;
+use kubewasm::source::oci;
 use kubewasm::telemetry::auth::{Authenticator, KubeReviewer};
 use kubewasm::telemetry::logging::LogFormat;
 use kubewasm::telemetry::server::{MetricsAddr, MetricsServer, UiServer};
@@ -62,6 +63,10 @@ enum Command {
     DeadLetters(DeadLettersArgs),
     /// Precompile every plugin of a folder into the compile cache the host loads.
     Compile(CompileArgs),
+    /// Publish a .wasm to an OCI registry as a Wasm artifact; prints REF@sha256:...
+    Push(PushArgs),
+    /// Fetch a plugin module from an OCI registry (digest verified); prints its digest.
+    Pull(PullArgs),
     /// Compile one component from stdin into an artifact (the host's compiler child).
     #[command(name = "__compile", hide = true)]
     ChildCompile(ChildCompileArgs),
@@ -84,6 +89,129 @@ struct CompileArgs {
     /// Compile for a host run with --no-epoch-deadlines (benchmarks only).
     #[arg(long, hide = true)]
     no_epoch_deadlines: bool,
+}
+
+/// How `push` and `pull` reach and log in to a registry.
+#[derive(clap::Args, Debug)]
+struct RegistryArgs {
+    /// PEM file of a CA to trust besides the system roots (a private registry's).
+    #[arg(long, env = "KUBEWASM_REGISTRY_CA")]
+    ca: Option<PathBuf>,
+    /// Talk plain HTTP to REF's registry (local development only; never the default).
+    #[arg(long)]
+    insecure_http: bool,
+    /// Registry user (with --password).
+    #[arg(long, requires = "password", conflicts_with = "docker_config")]
+    username: Option<String>,
+    /// Registry password (with --username).
+    #[arg(
+        long,
+        requires = "username",
+        env = "KUBEWASM_REGISTRY_PASSWORD",
+        hide_env_values = true
+    )]
+    password: Option<String>,
+    /// A docker config.json (or a Secret's .dockerconfigjson) to take REF's registry credentials from.
+    #[arg(long)]
+    docker_config: Option<PathBuf>,
+}
+
+#[derive(clap::Args, Debug)]
+struct PushArgs {
+    /// The module to publish (a component or core module).
+    file: PathBuf,
+    /// Where: registry/repository:tag.
+    reference: String,
+    #[command(flatten)]
+    registry: RegistryArgs,
+}
+
+#[derive(clap::Args, Debug)]
+struct PullArgs {
+    /// What: registry/repository:tag or registry/repository@sha256:<hex>.
+    reference: String,
+    /// Where to write the module [default: <repository name>.wasm here].
+    #[arg(short, long)]
+    output: Option<PathBuf>,
+    /// Largest module accepted.
+    #[arg(long, value_parser = parse_size, default_value = "64Mi")]
+    max_module_size: u64,
+    #[command(flatten)]
+    registry: RegistryArgs,
+}
+
+impl RegistryArgs {
+    fn client(
+        &self,
+        reference: &str,
+        options: oci::PullOptions,
+    ) -> anyhow::Result<(oci::OciClient, oci::Credentials)> {
+        let registry = reference
+            .parse::<oci::Reference>()
+            .map(|r| r.resolve_registry().to_owned())
+            .with_context(|| format!("{reference:?} is not an OCI reference"))?;
+        let mut transport = oci::Transport::default();
+        if let Some(ca) = &self.ca {
+            let pem =
+                std::fs::read(ca).with_context(|| format!("cannot read --ca {}", ca.display()))?;
+            transport = transport.with_ca_pem(&pem, &ca.display().to_string())?;
+        }
+        if self.insecure_http {
+            transport = transport.with_plain_http(&registry);
+        }
+        let credentials = match (&self.username, &self.password, &self.docker_config) {
+            (Some(username), Some(password), _) => oci::Credentials::Basic {
+                username: username.clone(),
+                password: password.clone(),
+            },
+            (_, _, Some(file)) => {
+                let bytes = std::fs::read(file)
+                    .with_context(|| format!("cannot read --docker-config {}", file.display()))?;
+                oci::credentials_from_docker_config(&bytes, &registry)
+                    .with_context(|| format!("--docker-config {}", file.display()))?
+            }
+            _ => oci::Credentials::Anonymous,
+        };
+        Ok((oci::OciClient::new(transport, options), credentials))
+    }
+}
+
+async fn push(args: PushArgs) -> anyhow::Result<()> {
+    let (client, credentials) = args
+        .registry
+        .client(&args.reference, oci::PullOptions::default())?;
+    let pushed = client
+        .push_file(&args.file, &args.reference, &credentials)
+        .await?;
+    writeln!(std::io::stdout().lock(), "{}", pushed.pinned)?;
+    Ok(())
+}
+
+async fn pull(args: PullArgs) -> anyhow::Result<()> {
+    let options = oci::PullOptions {
+        max_module_bytes: args.max_module_size,
+        cache: None,
+    };
+    let (client, credentials) = args.registry.client(&args.reference, options)?;
+    let pulled = client.pull(&args.reference, &credentials).await?;
+    let output = match args.output {
+        Some(path) => path,
+        None => {
+            let parsed: oci::Reference = args.reference.parse()?;
+            let name = parsed.repository().rsplit('/').next().unwrap_or("module");
+            PathBuf::from(format!("{name}.wasm"))
+        }
+    };
+    std::fs::write(&output, &pulled.bytes)
+        .with_context(|| format!("cannot write {}", output.display()))?;
+    writeln!(
+        std::io::stdout().lock(),
+        "{}  {}  {} bytes",
+        pulled.pinned,
+        output.display(),
+        pulled.bytes.len()
+    )?;
+    Ok(())
 }
 
 fn parse_size(s: &str) -> Result<u64, String> {
@@ -698,6 +826,8 @@ fn main() -> std::process::ExitCode {
                 let _entered = rt.enter();
                 compile(args)
             }
+            Command::Push(args) => rt.block_on(push(args)),
+            Command::Pull(args) => rt.block_on(pull(args)),
             Command::ChildCompile(_) => Ok(()),
         });
     match result {

@@ -11,6 +11,8 @@ pub mod incluster;
 
 pub mod manifests;
 
+pub mod registry;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Arc, OnceLock};

@@ -17,11 +17,11 @@ pub mod transport;
 use std::path::{Path, PathBuf};
 
 use futures::StreamExt;
-use oci_client::Reference;
 use sha2::{Digest, Sha256};
 
 pub use auth::{Credentials, DockerConfigError, credentials_from_docker_config};
 pub use cache::ModuleCache;
+pub use oci_client::Reference;
 pub use transport::Transport;
 
 /// The default largest module a pull accepts: the Python plugin is 18 MB.
