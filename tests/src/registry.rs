@@ -188,6 +188,16 @@ impl Registry {
         self.dir.path().join("ca.crt")
     }
 
+    /// Where the registry's filesystem storage keeps blob `digest` (to
+    /// serve other bytes under its name).
+    pub fn blob_file(&self, digest: &str) -> PathBuf {
+        let hex = digest.strip_prefix("sha256:").unwrap();
+        self.dir.path().join(format!(
+            "data/docker/registry/v2/blobs/sha256/{}/{hex}/data",
+            &hex[..2]
+        ))
+    }
+
     pub fn ca_pem(&self) -> Vec<u8> {
         std::fs::read(self.ca_path()).unwrap()
     }

@@ -156,6 +156,49 @@ async fn the_digest_cache_serves_a_stopped_registry_and_repulls_a_tampered_file(
 }
 
 #[tokio::test]
+async fn a_registry_serving_other_bytes_than_the_digest_is_refused_naming_both() {
+    let registry = Registry::start().await;
+    let module = wasm("noop");
+    let cache_dir = tempfile::tempdir().unwrap();
+    let oci = client(
+        &registry,
+        Some(ModuleCache::new(cache_dir.path(), 64 << 20)),
+    );
+    let reference = format!("{}/plugins/noop:v1", registry.host());
+    let pushed = oci
+        .push(&module, &reference, &Credentials::Anonymous)
+        .await
+        .unwrap();
+    // Same length, one byte changed, in the registry's own storage.
+    let mut other = module.clone();
+    other[100] ^= 0xff;
+    std::fs::write(registry.blob_file(&pushed.layer_digest), &other).unwrap();
+    let err = oci
+        .pull(&reference, &Credentials::Anonymous)
+        .await
+        .unwrap_err();
+    let Error::DigestMismatch {
+        reference: r,
+        expected,
+        actual,
+    } = &err
+    else {
+        panic!("{err}")
+    };
+    assert_eq!(r, &reference);
+    assert_eq!(expected, &pushed.layer_digest);
+    assert_eq!(actual, &oci::sha256_digest(&other));
+    assert!(
+        !cache_dir.path().join("oci/sha256").exists()
+            || std::fs::read_dir(cache_dir.path().join("oci/sha256"))
+                .unwrap()
+                .count()
+                == 0,
+        "nothing refused reaches the cache"
+    );
+}
+
+#[tokio::test]
 async fn an_image_that_is_not_a_wasm_artifact_is_refused_by_name() {
     let registry = Registry::start().await;
     let config = registry.put_blob("images/app", b"{}").await;

@@ -193,18 +193,18 @@ fn is_tls(e: &(dyn StdError + 'static)) -> bool {
 
 /// A digest error carried through a body stream's io::Error.
 pub(crate) fn stream_digest_error(e: &std::io::Error) -> Option<(String, String)> {
-    match e.get_ref()?.downcast_ref::<OciDistributionError>()? {
-        OciDistributionError::DigestError(DigestError::VerificationError { expected, actual }) => {
-            Some((expected.clone(), actual.clone()))
-        }
-        _ => None,
-    }
-    .or_else(|| match e.get_ref()?.downcast_ref::<DigestError>()? {
+    let inner = e.get_ref()?;
+    let digest = match inner.downcast_ref::<OciDistributionError>() {
+        Some(OciDistributionError::DigestError(d)) => d,
+        Some(_) => return None,
+        None => inner.downcast_ref::<DigestError>()?,
+    };
+    match digest {
         DigestError::VerificationError { expected, actual } => {
             Some((expected.clone(), actual.clone()))
         }
         _ => None,
-    })
+    }
 }
 
 #[cfg(test)]
