@@ -35,6 +35,8 @@ pub enum AppError {
     #[error(transparent)]
     Plugins(#[from] DirError),
     #[error(transparent)]
+    Objects(#[from] crate::objects::ObjectsError),
+    #[error(transparent)]
     Engine(#[from] crate::runtime::engine::EngineError),
     #[error(transparent)]
     Kube(#[from] KubeError),
@@ -366,7 +368,7 @@ impl App {
                     opts.plugins.clone(),
                     leadership.clone(),
                     o.clone(),
-                )))
+                )?))
             }
             (Some(_), Some(_)) => {
                 tracing::info!(

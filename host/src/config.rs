@@ -174,6 +174,16 @@ pub struct PluginObjectSettings {
     /// a tenant's plugin runs on the host's CPU and memory, so the operator
     /// opts each namespace in.
     pub tenant_namespaces: Option<Vec<String>>,
+    /// PEM file of a CA registries may be signed by (besides the system
+    /// roots), e.g. a mounted ConfigMap.
+    #[serde(rename = "registryCA")]
+    pub registry_ca: Option<PathBuf>,
+    /// Registries spoken to over plain HTTP (development only).
+    pub plain_http_registries: Option<Vec<String>>,
+    /// Size cap of the pulled-module cache (`512Mi` default), kept by
+    /// digest under the compile cache's folder.
+    #[serde(default, deserialize_with = "de_opt_bytes")]
+    pub module_cache_max: Option<u64>,
 }
 
 /// Where plugins are compiled.
@@ -265,7 +275,11 @@ impl RunSettings {
         .into_iter()
         .flatten()
         .chain(s.grants.iter_mut().flat_map(|g| g.dirs.iter_mut()))
-        {
+        .chain(
+            s.plugin_objects
+                .iter_mut()
+                .filter_map(|o| o.registry_ca.as_mut()),
+        ) {
             if p.is_relative() {
                 *p = base.join(&*p);
             }
@@ -433,6 +447,20 @@ impl RunSettings {
                     .as_ref()
                     .and_then(|s| s.tenant_namespaces.clone())
                     .unwrap_or_default(),
+                registry_ca: settings.as_ref().and_then(|s| s.registry_ca.clone()),
+                plain_http_registries: settings
+                    .as_ref()
+                    .and_then(|s| s.plain_http_registries.clone())
+                    .unwrap_or_default(),
+                module_cache: engine.cache_dir.clone().map(|dir| {
+                    (
+                        dir,
+                        settings
+                            .as_ref()
+                            .and_then(|s| s.module_cache_max)
+                            .unwrap_or(crate::source::oci::cache::DEFAULT_MAX_BYTES),
+                    )
+                }),
             }),
         };
         Ok(RunOptions {

@@ -3,14 +3,11 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 pub mod controlplane;
-
 pub mod e2e;
 pub mod faultproxy;
-
 pub mod incluster;
-
 pub mod manifests;
-
+pub mod objects;
 pub mod registry;
 
 use std::path::{Path, PathBuf};

@@ -3,10 +3,11 @@
 
 use std::path::{Path, PathBuf};
 
-use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::Api;
 
-use crate::crd::ModuleSource;
+use crate::crd::{ModuleSource, OciModule};
+use crate::source::oci::{self, Credentials, OciClient, Reference};
 
 /// Why the module could not be had; each names the source and what to do.
 #[derive(Debug, thiserror::Error)]
@@ -36,6 +37,16 @@ pub enum FetchError {
     },
     #[error("OCI module {reference}: {message}")]
     Oci { reference: String, message: String },
+    #[error(transparent)]
+    Pull(#[from] oci::Error),
+    #[error(
+        "pull Secret {namespace}/{name}: {message} (a Secret of type kubernetes.io/dockerconfigjson with the registry's credentials)"
+    )]
+    PullSecret {
+        namespace: String,
+        name: String,
+        message: String,
+    },
     #[error("the module source names none of oci, configMap or file")]
     NoSource,
 }
@@ -44,7 +55,7 @@ impl FetchError {
     /// The condition reason this failure reports.
     pub fn reason(&self) -> &'static str {
         match self {
-            Self::Oci { .. } => "PullFailed",
+            Self::Oci { .. } | Self::Pull(_) | Self::PullSecret { .. } => "PullFailed",
             _ => "FetchFailed",
         }
     }
@@ -62,6 +73,8 @@ pub struct Fetched {
 pub struct Fetcher {
     pub folder: PathBuf,
     pub client: Option<kube::Client>,
+    /// Pulls OCI modules (a digest cache under the host's cache folder).
+    pub oci: Option<OciClient>,
 }
 
 impl Fetcher {
@@ -103,13 +116,52 @@ impl Fetcher {
                 resolved_reference: None,
             });
         }
-        if let Some(oci) = &source.oci {
-            return Err(FetchError::Oci {
-                reference: oci.reference.clone(),
-                message: "this host has no OCI client configured".into(),
-            });
+        if let Some(module) = &source.oci {
+            return self.pull(module, namespace).await;
         }
         Err(FetchError::NoSource)
+    }
+
+    /// Pulls an OCI module: by digest from the cache when it holds it (the
+    /// registry may be down), else from the registry with the pull
+    /// Secret's credentials; every byte is checked against its digest.
+    async fn pull(&self, module: &OciModule, namespace: &str) -> Result<Fetched, FetchError> {
+        let client = self.oci.as_ref().ok_or_else(|| FetchError::Oci {
+            reference: module.reference.clone(),
+            message: "this host pulls no OCI modules (it runs without a cache folder)".into(),
+        })?;
+        let credentials = match &module.pull_secret {
+            None => Credentials::Anonymous,
+            Some(secret) => {
+                let ns = secret.namespace.as_deref().unwrap_or(namespace);
+                let refuse = |message: String| FetchError::PullSecret {
+                    namespace: ns.to_owned(),
+                    name: secret.name.clone(),
+                    message,
+                };
+                let kube = self.client.clone().ok_or(FetchError::NoCluster)?;
+                let found = Api::<Secret>::namespaced(kube, ns)
+                    .get(&secret.name)
+                    .await
+                    .map_err(|e| refuse(e.to_string()))?;
+                let config = found
+                    .data
+                    .and_then(|mut d| d.remove(".dockerconfigjson"))
+                    .ok_or_else(|| refuse("it has no .dockerconfigjson key".into()))?;
+                let registry = module
+                    .reference
+                    .parse::<Reference>()
+                    .map(|r| r.resolve_registry().to_owned())
+                    .map_err(|e| refuse(format!("the reference does not parse: {e}")))?;
+                oci::credentials_from_docker_config(&config.0, &registry)
+                    .map_err(|e| refuse(e.to_string()))?
+            }
+        };
+        let pulled = client.pull(&module.reference, &credentials).await?;
+        Ok(Fetched {
+            bytes: pulled.bytes,
+            resolved_reference: Some(pulled.pinned),
+        })
     }
 
     fn file(&self, name: &str) -> Result<Vec<u8>, FetchError> {

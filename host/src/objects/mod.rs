@@ -41,6 +41,25 @@ pub struct ObjectOptions {
     /// Namespaces whose NamespacedPlugins run (`*`: every namespace);
     /// empty: none do.
     pub tenant_namespaces: Vec<String>,
+    /// PEM file of a CA registries may be signed by, besides the system
+    /// roots.
+    pub registry_ca: Option<std::path::PathBuf>,
+    /// Registries spoken to over plain HTTP (development only).
+    pub plain_http_registries: Vec<String>,
+    /// Where pulled modules are kept by digest (`<dir>/oci`), and how much.
+    pub module_cache: Option<(std::path::PathBuf, u64)>,
+}
+
+/// Why Plugin objects cannot be served at all.
+#[derive(Debug, thiserror::Error)]
+pub enum ObjectsError {
+    #[error("registry CA {path}: {source}")]
+    CaRead {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Ca(#[from] crate::source::oci::Error),
 }
 
 impl ObjectOptions {
@@ -115,18 +134,40 @@ impl PluginObjects {
         folder: std::path::PathBuf,
         leadership: Leadership,
         options: ObjectOptions,
-    ) -> Self {
-        Self {
+    ) -> Result<Self, ObjectsError> {
+        use crate::source::oci::{ModuleCache, OciClient, PullOptions, Transport};
+        let mut transport = Transport::default();
+        if let Some(path) = &options.registry_ca {
+            let pem = std::fs::read(path).map_err(|source| ObjectsError::CaRead {
+                path: path.clone(),
+                source,
+            })?;
+            transport = transport.with_ca_pem(&pem, &path.display().to_string())?;
+        }
+        for registry in &options.plain_http_registries {
+            transport = transport.with_plain_http(registry);
+        }
+        let oci = options.module_cache.as_ref().map(|(dir, max)| {
+            OciClient::new(
+                transport.clone(),
+                PullOptions {
+                    cache: Some(ModuleCache::new(dir, *max)),
+                    ..PullOptions::default()
+                },
+            )
+        });
+        Ok(Self {
             fetcher: Fetcher {
                 folder,
                 client: Some(client.clone()),
+                oci,
             },
             host,
             client,
             leadership,
             options,
             known: Mutex::new(BTreeMap::new()),
-        }
+        })
     }
 
     /// Whether the cluster serves the Plugin kinds (their CRDs are
@@ -239,6 +280,17 @@ impl PluginObjects {
         let spec_key = serde_json::to_string(&obj.parts).unwrap_or_default();
         let (previous_install, serving, previous_status) = {
             let known = self.known.lock().await;
+            // The same generation again (the watch resumed, or the event is
+            // the host's own status write): nothing to do; refused specs are
+            // retried on their own timer.
+            if !retrying
+                && let Some(k) = known.get(&obj.source)
+                && k.generation.is_some()
+                && k.generation == obj.generation
+                && k.parts == obj.parts
+            {
+                return;
+            }
             match known.get(&obj.source) {
                 Some(k) => (k.installed.clone(), k.serving.clone(), k.status.clone()),
                 None => (None, None, None),

@@ -1,0 +1,126 @@
+//! Plugin objects whose modules come from an OCI registry (Debian's
+//! docker-registry on 127.0.0.1 with a test CA, `kubewasm_tests::registry`),
+//! against the real API server and the host binary. Its own test binary:
+//! every host watches every Plugin of its control plane.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::Api;
+use kube::api::{DynamicObject, Patch, PatchParams, PostParams};
+use kubewasm_tests::controlplane::ControlPlane;
+use kubewasm_tests::e2e::{
+    HostProcess, eventually_seen, host_config, install_plugin_crds, namespace,
+};
+use kubewasm_tests::objects::{WAIT, api, tags_seen, wait_condition};
+use serde_json::json;
+
+/// An OCI module: pulled by tag (the status pins the digest it resolved
+/// to), then by that digest; with the registry down, a spec change of a
+/// pinned module is served from the digest cache, and a tag the cache
+/// cannot answer is refused with PullFailed while the running version
+/// keeps serving.
+#[tokio::test]
+async fn oci_plugin_objects_pin_their_digest_and_survive_a_registry_outage() {
+    use kubewasm::source::oci::{Credentials, OciClient, PullOptions, Transport};
+    let cp = ControlPlane::shared();
+    let client = cp.admin_client().await;
+    install_plugin_crds(&client).await;
+    let ns = "objects-oci";
+    namespace(&client, ns, json!({})).await;
+    let mut registry = kubewasm_tests::registry::Registry::start().await;
+    let testkit = std::fs::read(kubewasm_tests::plugin_artifacts().join("testkit.wasm")).unwrap();
+    let pusher = OciClient::new(
+        Transport::default()
+            .with_ca_pem(&registry.ca_pem(), "test CA")
+            .unwrap(),
+        PullOptions::default(),
+    );
+    let tagged = format!("{}/plugins/testkit:v1", registry.host());
+    let pushed = pusher
+        .push(&testkit, &tagged, &Credentials::Anonymous)
+        .await
+        .unwrap();
+    let (_config, config_file) = host_config(&format!(
+        "pluginObjects:\n  registryCA: {}\n",
+        registry.ca_path().display()
+    ));
+    let host = HostProcess::start_args(
+        cp.admin_kubeconfig(),
+        &["--config", config_file.to_str().unwrap()],
+        &[],
+        |_| {},
+    );
+    let plugins = api(&client, "Plugin", None);
+    let spec = |reference: &str, tag: &str| {
+        json!({
+            "module": {"oci": {"reference": reference}},
+            "config": {"mode": "requeue", "count": 3_600_000, "tag": tag},
+            "access": [{"kinds": ["configmaps"], "verbs": ["read"], "namespaces": [ns]}],
+        })
+    };
+    let obj: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "kubewasm.io/v1alpha1", "kind": "Plugin",
+        "metadata": {"name": "ocitest"}, "spec": spec(&tagged, "o1"),
+    }))
+    .unwrap();
+    plugins.create(&PostParams::default(), &obj).await.unwrap();
+    let status = wait_condition(&plugins, &host, "ocitest", 1, ("Ready", "True", "Serving")).await;
+    let pinned = format!("{}/plugins/testkit@{}", registry.host(), pushed.digest);
+    assert_eq!(status["resolvedReference"], pinned, "{status}");
+
+    // Pinned by the digest the tag resolved to.
+    let set = |reference: String, tag: &'static str| {
+        let plugins = plugins.clone();
+        let spec = spec(&reference, tag);
+        async move {
+            plugins
+                .patch(
+                    "ocitest",
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"spec": spec})),
+                )
+                .await
+                .unwrap();
+        }
+    };
+    set(pinned.clone(), "o2").await;
+    wait_condition(&plugins, &host, "ocitest", 2, ("Ready", "True", "Serving")).await;
+
+    // The registry goes down: the pinned module comes from the cache.
+    registry.stop();
+    set(pinned.clone(), "o3").await;
+    wait_condition(&plugins, &host, "ocitest", 3, ("Ready", "True", "Serving")).await;
+    let watched = Api::<ConfigMap>::namespaced(client.clone(), ns);
+    let cm: ConfigMap =
+        serde_json::from_value(json!({"metadata": {"name": "requeue-oci"}, "data": {"k": "v"}}))
+            .unwrap();
+    watched.create(&PostParams::default(), &cm).await.unwrap();
+    eventually_seen("o3 sees requeue-oci", WAIT, || async {
+        let seen = tags_seen(&host.logs());
+        seen.contains(&"o3:requeue-oci".to_owned())
+            .then_some(())
+            .ok_or_else(|| format!("{seen:?}\nhost log:\n{}", host.logs()))
+    })
+    .await;
+
+    // A tag while the registry is down: refused, o3 keeps serving.
+    set(format!("{}/plugins/testkit:v2", registry.host()), "o4").await;
+    let status = wait_condition(
+        &plugins,
+        &host,
+        "ocitest",
+        4,
+        ("Degraded", "True", "PullFailed"),
+    )
+    .await;
+    assert!(
+        status["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["type"] == "Ready" && c["reason"] == "PreviousVersionServing"),
+        "{status}"
+    );
+    let (exit, logs) = host.stop_with_logs();
+    assert!(exit.success(), "{logs}");
+}
