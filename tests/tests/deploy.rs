@@ -170,7 +170,32 @@ fn committed_rbac_is_what_kubewasm_rbac_generates_and_grants_only_what_sidecars_
         find(&d, "ClusterRoleBinding", "kubewasm-metrics-auth")["subjects"][0]["name"],
         "kubewasm"
     );
-    assert_eq!(d.len(), 6, "{generated}");
+    // Plugin objects: watched, their status written, module ConfigMaps
+    // read; pull Secrets only in the host's namespace.
+    let objects = find(&d, "ClusterRole", "kubewasm-plugin-objects");
+    let objects = rules(objects);
+    for (resource, verbs) in [
+        ("kubewasm.io/plugins", "get,list,watch"),
+        ("kubewasm.io/plugins/status", "patch"),
+        ("kubewasm.io/namespacedplugins", "get,list,watch"),
+        ("kubewasm.io/namespacedplugins/status", "patch"),
+        ("/configmaps", "get"),
+    ] {
+        assert_eq!(
+            objects.get(resource).map(String::as_str),
+            Some(verbs),
+            "{objects:?}"
+        );
+    }
+    let pull = find(&d, "Role", "kubewasm-plugin-objects");
+    assert_eq!(pull["metadata"]["namespace"], "kubewasm");
+    assert_eq!(
+        rules(pull),
+        [("/secrets".to_owned(), "get".to_owned())]
+            .into_iter()
+            .collect()
+    );
+    assert_eq!(d.len(), 10, "{generated}");
     assert!(
         generated.contains("# crashloop-watcher (reads the cache, writes)"),
         "each rule names the plugins that need it: {generated}"

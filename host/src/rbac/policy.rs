@@ -29,6 +29,8 @@ pub const LEASE_VERBS: &[&str] = &["get", "patch", "update"];
 /// (TokenReview) and whether it may get `/metrics` (SubjectAccessReview):
 /// both are `create` on a review object that is never stored.
 pub const REVIEW_VERBS: &[&str] = &["create"];
+/// Every replica watches Plugin and NamespacedPlugin objects.
+pub const OBJECT_VERBS: &[&str] = &["get", "list", "watch"];
 
 /// Why a plugin needs a rule.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -99,6 +101,12 @@ pub struct Policy {
     /// The host's cluster-wide rules: token and access reviews for
     /// `--metrics-auth`.
     pub host_cluster: Vec<Rule>,
+    /// Plugins as objects: watch both kinds, write their status, read
+    /// module ConfigMaps (cluster-wide: a NamespacedPlugin's is in its own
+    /// namespace).
+    pub objects_cluster: Vec<Rule>,
+    /// Plugins as objects, in the host's namespace: pull Secrets.
+    pub objects_host: Vec<Rule>,
 }
 
 /// Where a grant applies: `None` is every namespace.
@@ -277,12 +285,40 @@ pub fn derive(accesses: &[Access], host_namespace: &str, lease: &str) -> Policy 
     access.host =
         Some("--metrics-auth: asks whether that user may get /metrics or /dead-letters".into());
 
+    let mut objects = Vec::new();
+    for plural in ["plugins", "namespacedplugins"] {
+        let mut read = Rule::new("kubewasm.io", plural.into());
+        read.verbs.extend(OBJECT_VERBS.iter().copied());
+        read.host = Some("plugins as objects: every replica loads what they name".into());
+        let mut status = Rule::new("kubewasm.io", format!("{plural}/status"));
+        status.verbs.insert("patch");
+        status.host = Some("plugins as objects: the leader writes their status".into());
+        objects.extend([read, status]);
+    }
+    // A NamespacedPlugin's module ConfigMap is in its own namespace.
+    let mut modules = Rule::new("", "configmaps".into());
+    modules.verbs.insert("get");
+    modules.host = Some(
+        "plugins as objects: reads a module from the ConfigMap a Plugin names (configMap source)"
+            .into(),
+    );
+    objects.push(modules);
+    // Pull Secrets: only in the host's namespace (a tenant's pull Secret
+    // needs a Role the operator grants in that namespace).
+    let mut pull = Rule::new("", "secrets".into());
+    pull.verbs.insert("get");
+    pull.host = Some(
+        "plugins as objects: reads the registry credentials a Plugin's oci.pullSecret names".into(),
+    );
+
     Policy {
         cluster: cluster.into_values().collect(),
         namespaced,
         host_namespace: host_namespace.to_owned(),
         host: vec![create, renew],
         host_cluster: vec![tokens, access],
+        objects_cluster: objects,
+        objects_host: vec![pull],
     }
 }
 

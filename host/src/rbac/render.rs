@@ -202,6 +202,24 @@ pub fn render(opts: &RbacOptions, accesses: &[Access], policy: &Policy) -> Strin
                 opts,
             );
         }
+        role(
+            &mut out,
+            "ClusterRole",
+            &format!("{}-plugin-objects", opts.name),
+            None,
+            "The host's own: Plugin and NamespacedPlugin objects (watch, status) and the ConfigMaps their modules are in.",
+            &policy.objects_cluster,
+            opts,
+        );
+        role(
+            &mut out,
+            "Role",
+            &format!("{}-plugin-objects", opts.name),
+            Some(&policy.host_namespace),
+            "The host's own: the registry credentials Plugin objects name (pull Secrets).",
+            &policy.objects_host,
+            opts,
+        );
     }
     out
 }
@@ -233,7 +251,16 @@ mod tests {
         let kinds: Vec<&str> = docs.iter().map(|d| d["kind"].as_str().unwrap()).collect();
         assert_eq!(
             kinds,
-            vec!["Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"]
+            vec![
+                "Role",
+                "RoleBinding",
+                "ClusterRole",
+                "ClusterRoleBinding",
+                "ClusterRole",
+                "ClusterRoleBinding",
+                "Role",
+                "RoleBinding"
+            ]
         );
         assert_eq!(docs[0]["metadata"]["namespace"], "ops");
         assert_eq!(docs[0]["rules"][1]["resourceNames"][0], "kubewasm");
@@ -259,7 +286,17 @@ mod tests {
             ]
         );
         assert_eq!(docs[3]["roleRef"]["name"], "kubewasm-metrics-auth");
-        // Without --metrics-auth: the Lease's Role only.
+        // Plugin objects: watched and their status written cluster-wide,
+        // pull Secrets read in the host's namespace only.
+        assert_eq!(docs[4]["metadata"]["name"], "kubewasm-plugin-objects");
+        let objects = docs[4]["rules"].to_string();
+        for needle in ["plugins/status", "namespacedplugins", "configmaps", "watch"] {
+            assert!(objects.contains(needle), "{needle}: {objects}");
+        }
+        assert!(!objects.contains("secrets"), "{objects}");
+        assert_eq!(docs[6]["metadata"]["namespace"], "ops");
+        assert_eq!(docs[6]["rules"][0]["resources"][0], "secrets");
+        // Without --metrics-auth: no token reviews.
         let opts = RbacOptions {
             metrics_auth: false,
             ..opts
