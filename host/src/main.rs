@@ -57,6 +57,8 @@ enum Command {
     Rbac(RbacArgs),
     /// Print the CustomResourceDefinitions of Plugin and NamespacedPlugin (YAML).
     Crds,
+    /// Print Plugin manifests for the plugins of a folder, their sidecars as specs (YAML).
+    Migrate(MigrateArgs),
     /// GET a path of a running host's listener; exit 0 on 200 (for exec probes).
     Probe(ProbeArgs),
     /// List a running host's dead letters: deltas its plugins gave up on.
@@ -514,6 +516,33 @@ async fn rbac(args: RbacArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+#[derive(clap::Args, Debug)]
+struct MigrateArgs {
+    /// Plugin folder (NAME.wasm and its sidecar NAME.yaml).
+    folder: PathBuf,
+    /// Take the modules from this ConfigMap (key NAME.wasm; `kubectl create configmap NAME
+    /// --from-file=FOLDER`) instead of the host's plugin folder.
+    #[arg(long)]
+    configmap: Option<String>,
+    /// The ConfigMap's namespace [default: the host's].
+    #[arg(long, requires = "configmap")]
+    configmap_namespace: Option<String>,
+}
+
+fn migrate(args: MigrateArgs) -> anyhow::Result<()> {
+    use kubewasm::objects::migrate::{ModuleFrom, manifests};
+    let from = match args.configmap {
+        Some(name) => ModuleFrom::ConfigMap {
+            name,
+            namespace: args.configmap_namespace,
+        },
+        None => ModuleFrom::Folder,
+    };
+    let yaml = manifests(&args.folder, &from)?;
+    std::io::stdout().lock().write_all(yaml.as_bytes())?;
+    Ok(())
+}
+
 fn crds() -> anyhow::Result<()> {
     let yaml = kubewasm::crd::crds_yaml().context("cannot render the CRDs")?;
     std::io::stdout().lock().write_all(yaml.as_bytes())?;
@@ -821,6 +850,7 @@ fn main() -> std::process::ExitCode {
             Command::New(args) => new_project(args),
             Command::Rbac(args) => rt.block_on(rbac(args)),
             Command::Crds => crds(),
+            Command::Migrate(args) => migrate(args),
             Command::Compile(args) => {
                 // Progress lines of slow compiles need a runtime to tick on.
                 let _entered = rt.enter();

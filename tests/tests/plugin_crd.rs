@@ -112,6 +112,35 @@ async fn plugin_crds_install_validate_and_print() {
     assert_eq!(row[1], DIGEST);
     assert_eq!(row[2], "True");
 
+    // `kubewasm migrate` turns the base's plugin folder into Plugins the
+    // API server accepts.
+    let out = std::process::Command::new(kubewasm_tests::e2e::kubewasm_bin())
+        .args(["migrate", "--configmap", "kubewasm-plugins"])
+        .arg(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/base/plugins"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let mut migrated = Vec::new();
+    for doc in serde_yaml_ng::Deserializer::from_str(&text) {
+        let obj: DynamicObject = serde::Deserialize::deserialize(doc).unwrap();
+        let name = obj.metadata.name.clone().unwrap();
+        plugins.create(&PostParams::default(), &obj).await.unwrap();
+        migrated.push(name);
+    }
+    assert_eq!(
+        migrated,
+        [
+            "config-replicator",
+            "crashloop-watcher",
+            "namespace-defaults"
+        ]
+    );
+
     // Each bad spec is refused naming the field and what is wrong.
     let cases: Vec<(&str, Value, &[&str])> = vec![
         (

@@ -7,6 +7,7 @@
 //! which the leader writes.
 
 mod fetch;
+pub mod migrate;
 mod status;
 
 use std::collections::{BTreeMap, BTreeSet};
