@@ -184,6 +184,12 @@ pub struct PluginObjectSettings {
     /// digest under the compile cache's folder.
     #[serde(default, deserialize_with = "de_opt_bytes")]
     pub module_cache_max: Option<u64>,
+    /// Which OCI modules must carry a cosign signature, and by which keys:
+    /// `[{prefix: registry.example.com/team, keys: [/etc/kubewasm/cosign.pub]}]`
+    /// (the longest matching prefix applies; `*` matches every registry).
+    /// A module none of its keys verifies is refused (`SignatureRefused`)
+    /// and the running version keeps serving. None by default.
+    pub signatures: Option<Vec<crate::source::oci::SignatureRuleSettings>>,
 }
 
 /// Where plugins are compiled.
@@ -275,11 +281,14 @@ impl RunSettings {
         .into_iter()
         .flatten()
         .chain(s.grants.iter_mut().flat_map(|g| g.dirs.iter_mut()))
-        .chain(
-            s.plugin_objects
-                .iter_mut()
-                .filter_map(|o| o.registry_ca.as_mut()),
-        ) {
+        .chain(s.plugin_objects.iter_mut().flat_map(|o| {
+            o.registry_ca.iter_mut().chain(
+                o.signatures
+                    .iter_mut()
+                    .flatten()
+                    .flat_map(|r| r.keys.iter_mut()),
+            )
+        })) {
             if p.is_relative() {
                 *p = base.join(&*p);
             }
@@ -451,6 +460,10 @@ impl RunSettings {
                 plain_http_registries: settings
                     .as_ref()
                     .and_then(|s| s.plain_http_registries.clone())
+                    .unwrap_or_default(),
+                signatures: settings
+                    .as_ref()
+                    .and_then(|s| s.signatures.clone())
                     .unwrap_or_default(),
                 module_cache: engine.cache_dir.clone().map(|dir| {
                     (
@@ -654,6 +667,26 @@ mod tests {
             }
             other => panic!("expected a kube target, got {other:?}"),
         }
+    }
+
+    /// `pluginObjects.signatures`: rules as written, key paths resolved
+    /// against the config file's folder like every other path.
+    #[test]
+    fn signature_rules_resolve_their_key_paths() {
+        let file = RunSettings::parse(
+            "apiVersion: kubewasm.io/v1alpha1\nkind: HostConfig\npluginObjects:\n  signatures:\n  - {prefix: reg.example/team, keys: [keys/cosign.pub, /abs/other.pub]}\n",
+            Path::new("/etc/kubewasm/config.yaml"),
+        )
+        .unwrap();
+        let rules = file.plugin_objects.unwrap().signatures.unwrap();
+        assert_eq!(rules[0].prefix, "reg.example/team");
+        assert_eq!(
+            rules[0].keys,
+            [
+                PathBuf::from("/etc/kubewasm/keys/cosign.pub"),
+                PathBuf::from("/abs/other.pub")
+            ]
+        );
     }
 
     /// The compile cache's cap and the compiler: defaults, file keys and

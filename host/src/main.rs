@@ -124,6 +124,14 @@ struct PushArgs {
     file: PathBuf,
     /// Where: registry/repository:tag.
     reference: String,
+    /// Also sign the pushed manifest digest with this private key and push
+    /// the signature where cosign keeps it (`sha256-<hex>.sig`), so that
+    /// `cosign verify --key` and a verifying pull accept it. An unencrypted
+    /// PKCS#8 (or SEC1) P-256 key PEM, e.g. from `openssl ecparam -genkey
+    /// -name prime256v1 -noout | openssl pkcs8 -topk8 -nocrypt`; cosign's
+    /// encrypted cosign.key is not read.
+    #[arg(long, value_name = "KEY.pem")]
+    sign_key: Option<PathBuf>,
     #[command(flatten)]
     registry: RegistryArgs,
 }
@@ -138,6 +146,10 @@ struct PullArgs {
     /// Largest module accepted.
     #[arg(long, value_parser = parse_size, default_value = "64Mi")]
     max_module_size: u64,
+    /// Write the module only if its cosign signature verifies with this
+    /// public key PEM (cosign.pub); repeat to accept any of several keys.
+    #[arg(long, value_name = "PUB.pem")]
+    verify_key: Vec<PathBuf>,
     #[command(flatten)]
     registry: RegistryArgs,
 }
@@ -179,6 +191,12 @@ impl RegistryArgs {
 }
 
 async fn push(args: PushArgs) -> anyhow::Result<()> {
+    // The key is read before anything is pushed: a bad key pushes nothing.
+    let key = args
+        .sign_key
+        .as_deref()
+        .map(oci::SigningKey::load)
+        .transpose()?;
     let (client, credentials) = args
         .registry
         .client(&args.reference, oci::PullOptions::default())?;
@@ -186,13 +204,29 @@ async fn push(args: PushArgs) -> anyhow::Result<()> {
         .push_file(&args.file, &args.reference, &credentials)
         .await?;
     writeln!(std::io::stdout().lock(), "{}", pushed.pinned)?;
+    if let Some(key) = key {
+        let signature = client
+            .push_signature(&args.reference, &pushed.digest, &key, &credentials)
+            .await?;
+        writeln!(std::io::stdout().lock(), "{signature}")?;
+    }
     Ok(())
 }
 
 async fn pull(args: PullArgs) -> anyhow::Result<()> {
+    let keys = args
+        .verify_key
+        .iter()
+        .map(|p| oci::PublicKey::load(p))
+        .collect::<Result<Vec<_>, _>>()?;
     let options = oci::PullOptions {
         max_module_bytes: args.max_module_size,
         cache: None,
+        signatures: if keys.is_empty() {
+            oci::SignaturePolicy::default()
+        } else {
+            oci::SignaturePolicy::everything(keys)
+        },
     };
     let (client, credentials) = args.registry.client(&args.reference, options)?;
     let pulled = client.pull(&args.reference, &credentials).await?;
@@ -206,9 +240,14 @@ async fn pull(args: PullArgs) -> anyhow::Result<()> {
     };
     std::fs::write(&output, &pulled.bytes)
         .with_context(|| format!("cannot write {}", output.display()))?;
+    let verified = pulled
+        .verified
+        .as_ref()
+        .map(|v| format!("  signature verified by {}", v.key))
+        .unwrap_or_default();
     writeln!(
         std::io::stdout().lock(),
-        "{}  {}  {} bytes",
+        "{}  {}  {} bytes{verified}",
         pulled.pinned,
         output.display(),
         pulled.bytes.len()

@@ -258,7 +258,7 @@ async fn modules_over_the_size_limit_are_refused_before_download() {
             .unwrap(),
         PullOptions {
             max_module_bytes: 1024,
-            cache: None,
+            ..PullOptions::default()
         },
     );
     let err = small

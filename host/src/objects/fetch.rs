@@ -55,6 +55,14 @@ impl FetchError {
     /// The condition reason this failure reports.
     pub fn reason(&self) -> &'static str {
         match self {
+            // A registry that cannot be read for the signature is a pull
+            // failure; a signature that is missing or does not verify is a
+            // refusal.
+            Self::Pull(oci::Error::Signature(e))
+                if !matches!(e, oci::SignatureError::Registry { .. }) =>
+            {
+                "SignatureRefused"
+            }
             Self::Oci { .. } | Self::Pull(_) | Self::PullSecret { .. } => "PullFailed",
             _ => "FetchFailed",
         }

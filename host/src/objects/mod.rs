@@ -49,6 +49,9 @@ pub struct ObjectOptions {
     pub plain_http_registries: Vec<String>,
     /// Where pulled modules are kept by digest (`<dir>/oci`), and how much.
     pub module_cache: Option<(std::path::PathBuf, u64)>,
+    /// Which OCI modules must carry a cosign signature by which keys
+    /// (key files, loaded when Plugin objects start).
+    pub signatures: Vec<crate::source::oci::SignatureRuleSettings>,
 }
 
 /// Why Plugin objects cannot be served at all.
@@ -61,6 +64,8 @@ pub enum ObjectsError {
     },
     #[error(transparent)]
     Ca(#[from] crate::source::oci::Error),
+    #[error("pluginObjects.signatures: {0}")]
+    SignatureKey(#[from] crate::source::oci::KeyError),
 }
 
 impl ObjectOptions {
@@ -136,7 +141,7 @@ impl PluginObjects {
         leadership: Leadership,
         options: ObjectOptions,
     ) -> Result<Self, ObjectsError> {
-        use crate::source::oci::{ModuleCache, OciClient, PullOptions, Transport};
+        use crate::source::oci::{ModuleCache, OciClient, PullOptions, SignaturePolicy, Transport};
         let mut transport = Transport::default();
         if let Some(path) = &options.registry_ca {
             let pem = std::fs::read(path).map_err(|source| ObjectsError::CaRead {
@@ -148,11 +153,13 @@ impl PluginObjects {
         for registry in &options.plain_http_registries {
             transport = transport.with_plain_http(registry);
         }
+        let signatures = SignaturePolicy::load(&options.signatures)?;
         let oci = options.module_cache.as_ref().map(|(dir, max)| {
             OciClient::new(
                 transport.clone(),
                 PullOptions {
                     cache: Some(ModuleCache::new(dir, *max)),
+                    signatures: signatures.clone(),
                     ..PullOptions::default()
                 },
             )

@@ -65,6 +65,30 @@ impl ModuleCache {
         sha256_hex(digest).map(|h| self.dir.join("sha256").join(format!("{h}.wasm")))
     }
 
+    /// The signature that verified the module of manifest `digest` (a
+    /// [`super::signature::Signature`] as JSON): not content-addressed, but
+    /// self-checking, since it is verified again on every cached pull.
+    fn signature_path(&self, digest: &str) -> Option<PathBuf> {
+        sha256_hex(digest).map(|h| self.dir.join("signatures/sha256").join(format!("{h}.json")))
+    }
+
+    /// The signature record of manifest `digest`, if cached.
+    pub fn signature(&self, digest: &str) -> Option<Vec<u8>> {
+        let path = self.signature_path(digest)?;
+        let bytes = std::fs::read(&path).ok()?;
+        touch(&path);
+        Some(bytes)
+    }
+
+    /// Stores the signature that verified manifest `digest`'s module.
+    pub fn put_signature(&self, digest: &str, bytes: &[u8]) -> std::io::Result<PathBuf> {
+        let path = self
+            .signature_path(digest)
+            .ok_or_else(|| not_sha256(digest))?;
+        write_atomically(&path, &[bytes])?;
+        Ok(path)
+    }
+
     fn manifest_path(&self, digest: &str) -> Option<PathBuf> {
         sha256_hex(digest).map(|h| self.dir.join("manifests/sha256").join(format!("{h}.json")))
     }
@@ -127,7 +151,11 @@ impl ModuleCache {
     pub fn evict(&self, fresh: &[&Path]) -> Eviction {
         let now = SystemTime::now();
         let mut entries = Vec::new();
-        for sub in [self.dir.join("sha256"), self.dir.join("manifests/sha256")] {
+        for sub in [
+            self.dir.join("sha256"),
+            self.dir.join("manifests/sha256"),
+            self.dir.join("signatures/sha256"),
+        ] {
             let Ok(dir) = std::fs::read_dir(&sub) else {
                 continue;
             };

@@ -7,11 +7,16 @@
 //! ([`auth`]); TLS from the system roots plus an optional CA
 //! ([`transport`]). One [`OciClient`] serves every plugin: each call takes
 //! its own credentials and builds its own connection, so one plugin's
-//! Secret never authenticates another's pull.
+//! Secret never authenticates another's pull. A [`SignaturePolicy`] in
+//! [`PullOptions`] makes a pull also verify the module's cosign signature
+//! ([`signature`]), cached pulls included; [`OciClient::push_signature`]
+//! signs a pushed module the way `cosign sign --key` does.
 
 pub mod artifact;
 pub mod auth;
 pub mod cache;
+pub mod sig_store;
+pub mod signature;
 pub mod transport;
 
 use std::path::{Path, PathBuf};
@@ -22,6 +27,10 @@ use sha2::{Digest, Sha256};
 pub use auth::{Credentials, DockerConfigError, credentials_from_docker_config};
 pub use cache::ModuleCache;
 pub use oci_client::Reference;
+pub use signature::{
+    KeyError, PublicKey, SignatureError, SignaturePolicy, SignatureRule, SignatureRuleSettings,
+    SigningKey, Verified,
+};
 pub use transport::Transport;
 
 /// The default largest module a pull accepts: the Python plugin is 18 MB.
@@ -99,6 +108,10 @@ pub enum Error {
         path: PathBuf,
         source: std::io::Error,
     },
+    /// The signature policy refused the module (or its signatures could
+    /// not be read): the Plugin's `SignatureRefused`.
+    #[error(transparent)]
+    Signature(#[from] SignatureError),
     #[error("cannot write OCI cache entry for {digest} under {dir}: {source}")]
     Cache {
         digest: String,
@@ -122,6 +135,9 @@ pub struct PullOptions {
     pub max_module_bytes: u64,
     /// The digest cache; `None` pulls without one (the CLI).
     pub cache: Option<ModuleCache>,
+    /// Which modules must carry a cosign signature by which keys; a pull
+    /// of such a module fails unless one verifies. Empty by default.
+    pub signatures: SignaturePolicy,
 }
 
 impl Default for PullOptions {
@@ -129,6 +145,7 @@ impl Default for PullOptions {
         Self {
             max_module_bytes: DEFAULT_MAX_MODULE_BYTES,
             cache: None,
+            signatures: SignaturePolicy::default(),
         }
     }
 }
@@ -145,6 +162,8 @@ pub struct Pulled {
     pub pinned: String,
     /// The module layer's digest (the content hash of `bytes`).
     pub layer_digest: String,
+    /// The signature that verified it, when the policy required one.
+    pub verified: Option<Verified>,
     pub bytes: Vec<u8>,
     /// Where the cache keeps it (when there is a cache).
     pub path: Option<PathBuf>,
@@ -188,8 +207,20 @@ impl OciClient {
     /// Pulls the module `reference` names. A digest reference whose
     /// manifest and module are in the cache is served from it without
     /// touching the network; a tag is resolved at the registry once, and
-    /// the returned [`Pulled::digest`] is what it resolved to.
+    /// the returned [`Pulled::digest`] is what it resolved to. When the
+    /// signature policy names keys for `reference`, the module is returned
+    /// only if one of them verifies its signature ([`OciClient::verify`]);
+    /// the module may then be in the cache already, but every later pull
+    /// verifies again before serving it.
     pub async fn pull(&self, reference: &str, credentials: &Credentials) -> Result<Pulled> {
+        let mut pulled = self.pull_unverified(reference, credentials).await?;
+        if let Some(keys) = self.options.signatures.required_keys(reference) {
+            pulled.verified = Some(self.verify(&pulled, keys, credentials).await?);
+        }
+        Ok(pulled)
+    }
+
+    async fn pull_unverified(&self, reference: &str, credentials: &Credentials) -> Result<Pulled> {
         let parsed = parse(reference)?;
         if let Some(digest) = parsed.digest()
             && let Some(pulled) = self.cached(reference, &parsed, digest)?
@@ -244,6 +275,7 @@ impl OciClient {
             pinned: pinned(&parsed, &digest),
             digest,
             layer_digest: layer.digest,
+            verified: None,
             bytes,
             path,
             from_cache: false,
@@ -269,6 +301,7 @@ impl OciClient {
             pinned: pinned(parsed, digest),
             layer_digest: layer.digest.clone(),
             path: cache.module_path(&layer.digest),
+            verified: None,
             bytes,
             from_cache: true,
         }))
