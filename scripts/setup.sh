@@ -39,6 +39,9 @@ bash plugins/install-toolchains.sh
 # The OCI registry of the plugin distribution tests (tests/tests/oci.rs):
 # Debian's docker-registry and htpasswd (scripts/setup-registry.sh).
 bash scripts/setup-registry.sh
+# The cosign CLI of the signature interoperability tests
+# (tests/tests/oci_signatures.rs), built from its Go module into .tools/bin.
+bash scripts/install-cosign.sh
 # The test cluster: the node's packages (containerd, runc, CNI plugins,
 # busybox-static) and the control-plane binaries (scripts/setup-node.sh).
 bash scripts/setup-node.sh
