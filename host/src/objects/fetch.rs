@@ -181,3 +181,28 @@ impl Fetcher {
         std::fs::read(&path).map_err(|source| FetchError::File { path, source })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::source::oci::SignatureError;
+
+    /// A refused signature is its own reason on status; a registry that
+    /// cannot be read for it stays a pull failure (retried, not refused).
+    #[test]
+    fn signature_refusals_report_signature_refused() {
+        let refused = FetchError::Pull(oci::Error::Signature(SignatureError::Unsigned {
+            reference: "reg.test/x:1".into(),
+            tag: "sha256-00.sig".into(),
+        }));
+        assert_eq!(refused.reason(), "SignatureRefused");
+        let down = FetchError::Pull(oci::Error::Signature(SignatureError::Registry {
+            reference: "reg.test/x:1".into(),
+            source: Box::new(oci::Error::NotFound {
+                reference: "reg.test/x:1".into(),
+                registry: "reg.test".into(),
+            }),
+        }));
+        assert_eq!(down.reason(), "PullFailed");
+    }
+}
