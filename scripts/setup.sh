@@ -41,7 +41,11 @@ bash plugins/install-toolchains.sh
 bash scripts/setup-registry.sh
 # The cosign CLI of the signature interoperability tests
 # (tests/tests/oci_signatures.rs), built from its Go module into .tools/bin.
-bash scripts/install-cosign.sh
+# scripts/test.sh starts this build in the background (its module downloads
+# overlap the Rust builds) and says so with KUBEWASM_COSIGN_BACKGROUND=1.
+if [[ "${KUBEWASM_COSIGN_BACKGROUND:-}" != 1 ]]; then
+  bash scripts/install-cosign.sh
+fi
 # The test cluster: the node's packages (containerd, runc, CNI plugins,
 # busybox-static) and the control-plane binaries (scripts/setup-node.sh).
 bash scripts/setup-node.sh

@@ -68,13 +68,50 @@ async fn plugin_objects_load_swap_refuse_and_unload() {
             .unwrap();
     }
     let (_config, config_file) = host_config("pluginObjects:\n  tenantNamespaces: [tenant-ok]\n");
-    let host = HostProcess::start_args(
-        cp.admin_kubeconfig(),
-        &["--config", config_file.to_str().unwrap()],
-        &[],
-        |_| {},
-    );
+    // Two replicas (no election: both act), each reporting its own load
+    // state under its Pod name.
+    let start = |pod: &str| {
+        HostProcess::start_args(
+            cp.admin_kubeconfig(),
+            &["--config", config_file.to_str().unwrap()],
+            &[("POD_NAME", pod)],
+            |_| {},
+        )
+    };
+    let host = start("replica-a");
+    let other = start("replica-b");
     let plugins = api(&client, "Plugin", None);
+    // (replica, loaded, version, reason) of each entry, once both replicas
+    // report `loaded` as wanted.
+    let replicas = |loaded: bool| {
+        let plugins = plugins.clone();
+        let logs = format!("{}\n--- replica-b:\n{}", host.logs(), other.logs());
+        async move {
+            let obj = plugins.get("objtest").await.map_err(|e| e.to_string())?;
+            let entries = obj.data["status"]["replicas"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            let mut view: Vec<(String, bool, String, String)> = entries
+                .iter()
+                .map(|e| {
+                    (
+                        e["name"].as_str().unwrap_or("").to_owned(),
+                        e["loaded"].as_bool().unwrap_or(false),
+                        e["version"].as_str().unwrap_or("").to_owned(),
+                        e["reason"].as_str().unwrap_or("").to_owned(),
+                    )
+                })
+                .collect();
+            view.sort();
+            let names: Vec<&str> = view.iter().map(|v| v.0.as_str()).collect();
+            if names == ["replica-a", "replica-b"] && view.iter().all(|v| v.1 == loaded) {
+                Ok(view)
+            } else {
+                Err(format!("{view:?}\n{logs}"))
+            }
+        }
+    };
     let watched = Api::<ConfigMap>::namespaced(client.clone(), ns);
     let touch = |name: &'static str| {
         let watched = watched.clone();
@@ -95,10 +132,10 @@ async fn plugin_objects_load_swap_refuse_and_unload() {
     plugins.create(&PostParams::default(), &obj).await.unwrap();
     let status = wait_condition(&plugins, &host, "objtest", 1, ("Ready", "True", "Serving")).await;
     assert_eq!(status["digest"], digest);
-    assert_eq!(
-        status["version"],
-        &digest["sha256:".len().."sha256:".len() + 12]
-    );
+    let version = &digest["sha256:".len().."sha256:".len() + 12];
+    assert_eq!(status["version"], version);
+    let both = eventually_seen("both replicas loaded", WAIT, || replicas(true)).await;
+    assert!(both.iter().all(|r| r.2 == version), "{both:?}");
     touch("requeue-first").await;
     eventually_seen("v1 sees first", WAIT, || async {
         let seen = tags_seen(&host.logs());
@@ -152,6 +189,11 @@ async fn plugin_objects_load_swap_refuse_and_unload() {
         .unwrap();
     assert_eq!(ready["reason"], "PreviousVersionServing", "{status}");
     assert_eq!(status["digest"], digest, "the digest still served");
+    let both = eventually_seen("both replicas refused it", WAIT, || replicas(false)).await;
+    assert!(
+        both.iter().all(|r| r.2 == version && r.3 == "NotAPlugin"),
+        "each still serves the old version and says why: {both:?}"
+    );
     touch("requeue-third").await;
     eventually_seen("v2 still serves: sees third", WAIT, || async {
         let seen = tags_seen(&host.logs());
@@ -226,5 +268,7 @@ async fn plugin_objects_load_swap_refuse_and_unload() {
     host.wait_log("Plugin object deleted; plugin unloaded", WAIT)
         .await;
     let (exit, logs) = host.stop_with_logs();
+    assert!(exit.success(), "{logs}");
+    let (exit, logs) = other.stop_with_logs();
     assert!(exit.success(), "{logs}");
 }

@@ -31,6 +31,7 @@ pub struct PluginStatus {
     /// Each replica's load state, where replicas differ (a follower that
     /// could not pull, a replica still on the previous version).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "replicas_schema")]
     pub replicas: Vec<ReplicaStatus>,
 }
 
@@ -71,6 +72,18 @@ impl ConditionType {
             Self::Degraded => "Degraded",
         }
     }
+}
+
+/// Each replica applies its own entry (its own field manager), so the list
+/// is a map keyed by `name` and entries of other replicas are kept.
+fn replicas_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    let mut schema = generator.subschema_for::<Vec<ReplicaStatus>>();
+    schema.insert("x-kubernetes-list-type".into(), "map".into());
+    schema.insert(
+        "x-kubernetes-list-map-keys".into(),
+        serde_json::json!(["name"]),
+    );
+    schema
 }
 
 /// metav1.Condition's list, keyed by `type` as the API conventions ask, so

@@ -27,7 +27,7 @@ use crate::manager::PluginHost;
 use crate::runtime::{Content, LoadError};
 
 pub use fetch::{FetchError, Fetcher};
-pub use status::{MANAGER, Outcome, status_for};
+pub use status::{MANAGER, Outcome, replica_for, status_for};
 
 /// How often specs that could not be served are tried again (a registry
 /// back up, a ConfigMap created, a CRD installed).
@@ -115,6 +115,8 @@ struct Known {
     serving: Option<(String, String)>,
     outcome: Outcome,
     status: Option<PluginStatus>,
+    /// This replica's entry of `status.replicas`, as last written.
+    replica: Option<crate::crd::ReplicaStatus>,
 }
 
 /// The Plugin objects of one host.
@@ -124,6 +126,8 @@ pub struct PluginObjects {
     fetcher: Fetcher,
     leadership: Leadership,
     options: ObjectOptions,
+    /// This replica's name on status (its Pod's, else the host name).
+    replica: String,
     known: Mutex<BTreeMap<Source, Known>>,
 }
 
@@ -174,6 +178,9 @@ impl PluginObjects {
             client,
             leadership,
             options,
+            replica: crate::telemetry::identity::Identity::from_env()
+                .instance()
+                .to_owned(),
             known: Mutex::new(BTreeMap::new()),
         })
     }
@@ -286,7 +293,7 @@ impl PluginObjects {
     async fn reconcile(&self, obj: Seen, retrying: bool) {
         let name = obj.source.plugin_name();
         let spec_key = serde_json::to_string(&obj.parts).unwrap_or_default();
-        let (previous_install, serving, previous_status) = {
+        let (previous_install, serving, previous_status, previous_replica) = {
             let known = self.known.lock().await;
             // The same generation again (the watch resumed, or the event is
             // the host's own status write): nothing to do; refused specs are
@@ -300,8 +307,13 @@ impl PluginObjects {
                 return;
             }
             match known.get(&obj.source) {
-                Some(k) => (k.installed.clone(), k.serving.clone(), k.status.clone()),
-                None => (None, None, None),
+                Some(k) => (
+                    k.installed.clone(),
+                    k.serving.clone(),
+                    k.status.clone(),
+                    k.replica.clone(),
+                ),
+                None => (None, None, None, None),
             }
         };
         let outcome = match self.prepare(&obj).await {
@@ -360,6 +372,8 @@ impl PluginObjects {
         let changed_status = previous_status
             .as_ref()
             .is_none_or(|p| !same_status(p, &status));
+        let replica = replica_for(&self.replica, &outcome);
+        let changed_replica = previous_replica.as_ref() != Some(&replica);
         self.known.lock().await.insert(
             obj.source.clone(),
             Known {
@@ -369,10 +383,14 @@ impl PluginObjects {
                 serving,
                 outcome,
                 status: Some(status.clone()),
+                replica: Some(replica.clone()),
             },
         );
         if changed_status && self.leadership.state().leading {
             self.write_status(&obj.source, &status).await;
+        }
+        if changed_replica {
+            self.write_replica(&obj.source, &replica).await;
         }
     }
 
@@ -439,6 +457,26 @@ impl PluginObjects {
             .collect();
         for (source, status) in all {
             self.write_status(&source, &status).await;
+        }
+    }
+
+    /// Every replica reports its own load state, leader or not.
+    async fn write_replica(&self, source: &Source, entry: &crate::crd::ReplicaStatus) {
+        let result = match source {
+            Source::Cluster(name) => {
+                status::write_replica(&Api::<Plugin>::all(self.client.clone()), name, entry).await
+            }
+            Source::Tenant { namespace, name } => {
+                status::write_replica(
+                    &Api::<NamespacedPlugin>::namespaced(self.client.clone(), namespace),
+                    name,
+                    entry,
+                )
+                .await
+            }
+        };
+        if let Err(e) = result {
+            tracing::warn!(object = %source.display(), replica = %entry.name, error = %e, "cannot write this replica's load state to the Plugin object's status");
         }
     }
 

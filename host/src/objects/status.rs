@@ -8,7 +8,7 @@ use kube::{Api, Resource};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::crd::{Condition, ConditionType, PluginStatus};
+use crate::crd::{Condition, ConditionType, PluginStatus, ReplicaStatus};
 
 /// The field manager of the host's status writes.
 pub const MANAGER: &str = "kubewasm";
@@ -119,6 +119,56 @@ pub fn status_for(
         conditions,
         replicas: Vec::new(),
     }
+}
+
+/// This replica's entry for `outcome`.
+pub fn replica_for(replica: &str, outcome: &Outcome) -> ReplicaStatus {
+    match outcome {
+        Outcome::Serving { version, .. } => ReplicaStatus {
+            name: replica.to_owned(),
+            version: Some(version.clone()),
+            loaded: true,
+            reason: None,
+            message: None,
+        },
+        Outcome::Refused {
+            reason,
+            message,
+            serving,
+        } => ReplicaStatus {
+            name: replica.to_owned(),
+            version: serving.as_ref().map(|(v, _)| v.clone()),
+            loaded: false,
+            reason: Some((*reason).to_owned()),
+            message: Some(message.clone()),
+        },
+    }
+}
+
+/// Applies this replica's entry of `status.replicas`, as field manager
+/// `kubewasm-replica-<name>`: every replica owns its own entry, the leader
+/// the rest of the status.
+pub async fn write_replica<K>(
+    api: &Api<K>,
+    name: &str,
+    entry: &ReplicaStatus,
+) -> Result<(), kube::Error>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Serialize + std::fmt::Debug,
+{
+    let patch = serde_json::json!({
+        "apiVersion": K::api_version(&()),
+        "kind": K::kind(&()),
+        "status": {"replicas": [entry]},
+    });
+    let manager = format!("{MANAGER}-replica-{}", entry.name);
+    api.patch_status(
+        name,
+        &PatchParams::apply(&manager).force(),
+        &Patch::Apply(&patch),
+    )
+    .await
+    .map(|_| ())
 }
 
 /// Writes `status` to the object's status subresource (server-side apply,
