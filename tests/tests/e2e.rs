@@ -1407,7 +1407,8 @@ async fn a_kind_that_cannot_be_watched_is_refused_at_registration() {
         "no informer was started for it"
     );
     assert!(!host.logs().contains("starting informer tokenreviews"));
-    assert!(host.stop().success());
+    let (exit, logs) = host.stop_with_logs();
+    assert!(exit.success(), "exit {exit:?} after SIGTERM; log:\n{logs}");
 }
 
 /// The local cluster's built-in kind table knows every built-in kind the
