@@ -307,3 +307,12 @@ impl Drop for Registry {
         self.stop();
     }
 }
+
+/// A P-256 signing key made from its name: deterministic, for tests only.
+pub fn test_key(name: &str) -> kubewasm::source::oci::SigningKey {
+    let mut secret = [0u8; 32];
+    for (i, b) in name.bytes().cycle().take(32).enumerate() {
+        secret[i] = b ^ (i as u8 + 1);
+    }
+    kubewasm::source::oci::SigningKey::from_bytes(&secret, name).unwrap()
+}

@@ -12,10 +12,10 @@ use std::process::{Command, Output};
 
 use kubewasm::source::oci::{
     self, Credentials, ModuleCache, OciClient, PublicKey, PullOptions, SignatureError,
-    SignaturePolicy, SigningKey, Transport,
+    SignaturePolicy, Transport,
 };
 use kubewasm_tests::e2e::kubewasm_bin;
-use kubewasm_tests::registry::Registry;
+use kubewasm_tests::registry::{Registry, test_key};
 
 /// An unencrypted PKCS#8 P-256 key pair made by openssl: (private, public).
 fn openssl_keys(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
@@ -205,14 +205,6 @@ fn client(registry: &Registry, cache: &Path, keys: Vec<PublicKey>) -> OciClient 
             ..PullOptions::default()
         },
     )
-}
-
-fn test_key(name: &str) -> SigningKey {
-    let mut secret = [0u8; 32];
-    for (i, b) in name.bytes().cycle().take(32).enumerate() {
-        secret[i] = b ^ (i as u8 + 1);
-    }
-    SigningKey::from_bytes(&secret, name).unwrap()
 }
 
 #[tokio::test]

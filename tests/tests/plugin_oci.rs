@@ -12,13 +12,16 @@ use kubewasm_tests::e2e::{
     HostProcess, eventually_seen, host_config, install_plugin_crds, namespace,
 };
 use kubewasm_tests::objects::{WAIT, api, tags_seen, wait_condition};
+use kubewasm_tests::registry::test_key;
 use serde_json::json;
 
 /// An OCI module: pulled by tag (the status pins the digest it resolved
 /// to), then by that digest; with the registry down, a spec change of a
 /// pinned module is served from the digest cache, and a tag the cache
 /// cannot answer is refused with PullFailed while the running version
-/// keeps serving.
+/// keeps serving. Under a signature rule, an unsigned module is refused
+/// (SignatureRefused), served once signed, and a new digest signed by
+/// another key is refused while the signed version keeps serving.
 #[tokio::test]
 async fn oci_plugin_objects_pin_their_digest_and_survive_a_registry_outage() {
     use kubewasm::source::oci::{Credentials, OciClient, PullOptions, Transport};
@@ -40,9 +43,17 @@ async fn oci_plugin_objects_pin_their_digest_and_survive_a_registry_outage() {
         .push(&testkit, &tagged, &Credentials::Anonymous)
         .await
         .unwrap();
+    // Modules under <registry>/signed/ must carry a cosign signature by
+    // `team`'s key; the rest need none.
+    let keys = tempfile::tempdir().unwrap();
+    let team = test_key("team");
+    let team_pub = keys.path().join("team.pub");
+    std::fs::write(&team_pub, team.public_key().to_pem()).unwrap();
     let (_config, config_file) = host_config(&format!(
-        "pluginObjects:\n  registryCA: {}\n",
-        registry.ca_path().display()
+        "pluginObjects:\n  registryCA: {}\n  signatures:\n    - {{prefix: '{}/signed', keys: ['{}']}}\n",
+        registry.ca_path().display(),
+        registry.host(),
+        team_pub.display()
     ));
     let host = HostProcess::start_args(
         cp.admin_kubeconfig(),
@@ -87,6 +98,85 @@ async fn oci_plugin_objects_pin_their_digest_and_survive_a_registry_outage() {
     wait_condition(&plugins, &host, "ocitest", 2, ("Ready", "True", "Serving")).await;
 
     // The registry goes down: the pinned module comes from the cache.
+    // Signatures: an unsigned module under the rule is refused with the
+    // reason; signed afterwards, the retry serves it; a new digest signed by
+    // another key is refused while the signed one keeps serving.
+    let signed_ref = format!("{}/signed/testkit:v1", registry.host());
+    let signed = pusher
+        .push(&testkit, &signed_ref, &Credentials::Anonymous)
+        .await
+        .unwrap();
+    let obj: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "kubewasm.io/v1alpha1", "kind": "Plugin",
+        "metadata": {"name": "signedtest"}, "spec": spec(&signed_ref, "s1"),
+    }))
+    .unwrap();
+    plugins.create(&PostParams::default(), &obj).await.unwrap();
+    let status = wait_condition(
+        &plugins,
+        &host,
+        "signedtest",
+        1,
+        ("Ready", "False", "SignatureRefused"),
+    )
+    .await;
+    assert!(status.to_string().contains("signed/testkit"), "{status}");
+    pusher
+        .push_signature(&signed_ref, &signed.digest, &team, &Credentials::Anonymous)
+        .await
+        .unwrap();
+    wait_condition(
+        &plugins,
+        &host,
+        "signedtest",
+        1,
+        ("Ready", "True", "Serving"),
+    )
+    .await;
+    let other_ref = format!("{}/signed/testkit:v2", registry.host());
+    let noop = kubewasm_tests::wasm("noop");
+    let other = pusher
+        .push(&noop, &other_ref, &Credentials::Anonymous)
+        .await
+        .unwrap();
+    pusher
+        .push_signature(
+            &other_ref,
+            &other.digest,
+            &test_key("mallory"),
+            &Credentials::Anonymous,
+        )
+        .await
+        .unwrap();
+    plugins
+        .patch(
+            "signedtest",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"module": {"oci": {"reference": other_ref}}}})),
+        )
+        .await
+        .unwrap();
+    let status = wait_condition(
+        &plugins,
+        &host,
+        "signedtest",
+        2,
+        ("Degraded", "True", "SignatureRefused"),
+    )
+    .await;
+    assert!(
+        status["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["type"] == "Ready" && c["reason"] == "PreviousVersionServing"),
+        "{status}"
+    );
+    plugins
+        .delete("signedtest", &kube::api::DeleteParams::default())
+        .await
+        .unwrap();
+
     registry.stop();
     set(pinned.clone(), "o3").await;
     wait_condition(&plugins, &host, "ocitest", 3, ("Ready", "True", "Serving")).await;
