@@ -21,7 +21,8 @@ use serde_json::json;
 /// cannot answer is refused with PullFailed while the running version
 /// keeps serving. Under a signature rule, an unsigned module is refused
 /// (SignatureRefused), served once signed, and a new digest signed by
-/// another key is refused while the signed version keeps serving.
+/// another key is refused while the signed version keeps serving. A
+/// Plugin naming its own verification keys is refused until they verify.
 #[tokio::test]
 async fn oci_plugin_objects_pin_their_digest_and_survive_a_registry_outage() {
     use kubewasm::source::oci::{Credentials, OciClient, PullOptions, Transport};
@@ -174,6 +175,45 @@ async fn oci_plugin_objects_pin_their_digest_and_survive_a_registry_outage() {
     );
     plugins
         .delete("signedtest", &kube::api::DeleteParams::default())
+        .await
+        .unwrap();
+
+    // Keys the Plugin itself names (a ConfigMap in the host's namespace):
+    // the unsigned testkit is refused until `team` signs it.
+    namespace(&client, "kubewasm", json!({})).await;
+    let keys_cm: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": "plugin-keys", "namespace": "kubewasm"},
+        "data": {"team.pub": team.public_key().to_pem()},
+    }))
+    .unwrap();
+    Api::<ConfigMap>::namespaced(client.clone(), "kubewasm")
+        .create(&PostParams::default(), &keys_cm)
+        .await
+        .unwrap();
+    let mut keyed_spec = spec(&pinned, "k1");
+    keyed_spec["module"]["oci"]["verifyKeys"] =
+        json!([{"configMap": "plugin-keys", "key": "team.pub"}]);
+    let obj: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "kubewasm.io/v1alpha1", "kind": "Plugin",
+        "metadata": {"name": "keyed"}, "spec": keyed_spec,
+    }))
+    .unwrap();
+    plugins.create(&PostParams::default(), &obj).await.unwrap();
+    wait_condition(
+        &plugins,
+        &host,
+        "keyed",
+        1,
+        ("Ready", "False", "SignatureRefused"),
+    )
+    .await;
+    pusher
+        .push_signature(&tagged, &pushed.digest, &team, &Credentials::Anonymous)
+        .await
+        .unwrap();
+    wait_condition(&plugins, &host, "keyed", 1, ("Ready", "True", "Serving")).await;
+    plugins
+        .delete("keyed", &kube::api::DeleteParams::default())
         .await
         .unwrap();
 

@@ -13,8 +13,8 @@ use kube::{CustomResource, CustomResourceExt, KubeSchema};
 use serde::{Deserialize, Serialize};
 
 pub use spec::{
-    AccessSpec, ConfigMapModule, DirGrantSpec, GrantsSpec, LimitsSpec, ModuleSource, NetworkSpec,
-    ObjectName, OciModule, PluginParts, SpecError,
+    AccessSpec, ConfigMapModule, DirGrantSpec, GrantsSpec, KeyRef, LimitsSpec, ModuleSource,
+    NetworkSpec, ObjectName, OciModule, PluginParts, SpecError,
 };
 pub use status::{Condition, ConditionType, PluginStatus, ReplicaStatus};
 

@@ -48,6 +48,25 @@ pub struct OciModule {
     /// NamespacedPlugin's own).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pull_secret: Option<ObjectName>,
+    /// Public keys (cosign's `cosign.pub`, PEM) one of which must verify
+    /// the module's cosign signature, on top of any key the host config
+    /// requires for the reference (both must hold).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 8))]
+    pub verify_keys: Vec<KeyRef>,
+}
+
+/// A public key in a ConfigMap (keys are not secret).
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct KeyRef {
+    /// The ConfigMap's name.
+    pub config_map: String,
+    /// Defaults to the host's namespace (a NamespacedPlugin's own).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// The `data` key holding the PEM.
+    pub key: String,
 }
 
 /// A namespaced object by name.

@@ -166,10 +166,42 @@ impl Fetcher {
             }
         };
         let pulled = client.pull(&module.reference, &credentials).await?;
+        if !module.verify_keys.is_empty() {
+            let keys = self.verify_keys(module, namespace).await?;
+            client.verify(&pulled, &keys, &credentials).await?;
+        }
         Ok(Fetched {
             bytes: pulled.bytes,
             resolved_reference: Some(pulled.pinned),
         })
+    }
+
+    /// The public keys a Plugin names, read from their ConfigMaps.
+    async fn verify_keys(
+        &self,
+        module: &OciModule,
+        namespace: &str,
+    ) -> Result<Vec<oci::PublicKey>, FetchError> {
+        let kube = self.client.clone().ok_or(FetchError::NoCluster)?;
+        let mut keys = Vec::with_capacity(module.verify_keys.len());
+        for key in &module.verify_keys {
+            let ns = key.namespace.as_deref().unwrap_or(namespace);
+            let source = format!("ConfigMap {ns}/{} key {}", key.config_map, key.key);
+            let refuse = |message: String| FetchError::Oci {
+                reference: module.reference.clone(),
+                message: format!("verification key {source}: {message}"),
+            };
+            let map = Api::<ConfigMap>::namespaced(kube.clone(), ns)
+                .get(&key.config_map)
+                .await
+                .map_err(|e| refuse(e.to_string()))?;
+            let pem = map
+                .data
+                .and_then(|mut d| d.remove(&key.key))
+                .ok_or_else(|| refuse("no such data key".into()))?;
+            keys.push(oci::PublicKey::from_pem(&pem, &source).map_err(|e| refuse(e.to_string()))?);
+        }
+        Ok(keys)
     }
 
     fn file(&self, name: &str) -> Result<Vec<u8>, FetchError> {
