@@ -189,7 +189,7 @@ pub struct PluginObjectSettings {
     /// (the longest matching prefix applies; `*` matches every registry).
     /// A module none of its keys verifies is refused (`SignatureRefused`)
     /// and the running version keeps serving. None by default.
-    pub signatures: Option<Vec<crate::source::oci::SignatureRuleSettings>>,
+    pub signatures: Option<Vec<crate::oci::SignatureRuleSettings>>,
 }
 
 /// Where plugins are compiled.
@@ -471,7 +471,7 @@ impl RunSettings {
                         settings
                             .as_ref()
                             .and_then(|s| s.module_cache_max)
-                            .unwrap_or(crate::source::oci::cache::DEFAULT_MAX_BYTES),
+                            .unwrap_or(crate::oci::cache::DEFAULT_MAX_BYTES),
                     )
                 }),
             }),

@@ -15,6 +15,7 @@ pub mod manager;
 pub mod names;
 pub mod object;
 pub mod objects;
+pub mod oci;
 pub mod pointer;
 pub mod precompile;
 pub mod rbac;

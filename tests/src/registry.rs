@@ -204,7 +204,7 @@ impl Registry {
 
     /// An HTTP client for the registry API, trusting only the test CA.
     pub fn http(&self) -> reqwest::Client {
-        kubewasm::source::oci::transport::install_crypto_provider();
+        kubewasm::oci::transport::install_crypto_provider();
         let ca = reqwest::Certificate::from_pem(&self.ca_pem()).unwrap();
         reqwest::Client::builder()
             .tls_certs_only([ca])
@@ -258,7 +258,7 @@ impl Registry {
 
     /// Uploads a blob to `repo` (POST then PUT); returns its digest.
     pub async fn put_blob(&self, repo: &str, bytes: &[u8]) -> String {
-        let digest = kubewasm::source::oci::sha256_digest(bytes);
+        let digest = kubewasm::oci::sha256_digest(bytes);
         let url = format!("https://{}/v2/{repo}/blobs/uploads/", self.addr);
         let resp = self
             .request(reqwest::Method::POST, &url)
@@ -309,10 +309,10 @@ impl Drop for Registry {
 }
 
 /// A P-256 signing key made from its name: deterministic, for tests only.
-pub fn test_key(name: &str) -> kubewasm::source::oci::SigningKey {
+pub fn test_key(name: &str) -> kubewasm::oci::SigningKey {
     let mut secret = [0u8; 32];
     for (i, b) in name.bytes().cycle().take(32).enumerate() {
         secret[i] = b ^ (i as u8 + 1);
     }
-    kubewasm::source::oci::SigningKey::from_bytes(&secret, name).unwrap()
+    kubewasm::oci::SigningKey::from_bytes(&secret, name).unwrap()
 }

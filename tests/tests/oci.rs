@@ -8,9 +8,7 @@
 
 use std::process::Command;
 
-use kubewasm::source::oci::{
-    self, Credentials, Error, ModuleCache, OciClient, PullOptions, Transport,
-};
+use kubewasm::oci::{self, Credentials, Error, ModuleCache, OciClient, PullOptions, Transport};
 use kubewasm_tests::e2e::kubewasm_bin;
 use kubewasm_tests::registry::Registry;
 use kubewasm_tests::wasm;

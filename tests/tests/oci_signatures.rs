@@ -10,7 +10,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use kubewasm::source::oci::{
+use kubewasm::oci::{
     self, Credentials, ModuleCache, OciClient, PublicKey, PullOptions, SignatureError,
     SignaturePolicy, Transport,
 };

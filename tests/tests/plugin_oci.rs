@@ -25,7 +25,7 @@ use serde_json::json;
 /// Plugin naming its own verification keys is refused until they verify.
 #[tokio::test]
 async fn oci_plugin_objects_pin_their_digest_and_survive_a_registry_outage() {
-    use kubewasm::source::oci::{Credentials, OciClient, PullOptions, Transport};
+    use kubewasm::oci::{Credentials, OciClient, PullOptions, Transport};
     let cp = ControlPlane::shared();
     let client = cp.admin_client().await;
     install_plugin_crds(&client).await;

@@ -7,7 +7,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::Api;
 
 use crate::crd::{ModuleSource, OciModule};
-use crate::source::oci::{self, Credentials, OciClient, Reference};
+use crate::oci::{self, Credentials, OciClient, Reference};
 
 /// Why the module could not be had; each names the source and what to do.
 #[derive(Debug, thiserror::Error)]
@@ -217,7 +217,7 @@ impl Fetcher {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::source::oci::SignatureError;
+    use crate::oci::SignatureError;
 
     /// A refused signature is its own reason on status; a registry that
     /// cannot be read for it stays a pull failure (retried, not refused).

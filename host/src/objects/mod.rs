@@ -51,7 +51,7 @@ pub struct ObjectOptions {
     pub module_cache: Option<(std::path::PathBuf, u64)>,
     /// Which OCI modules must carry a cosign signature by which keys
     /// (key files, loaded when Plugin objects start).
-    pub signatures: Vec<crate::source::oci::SignatureRuleSettings>,
+    pub signatures: Vec<crate::oci::SignatureRuleSettings>,
 }
 
 /// Why Plugin objects cannot be served at all.
@@ -63,9 +63,9 @@ pub enum ObjectsError {
         source: std::io::Error,
     },
     #[error(transparent)]
-    Ca(#[from] crate::source::oci::Error),
+    Ca(#[from] crate::oci::Error),
     #[error("pluginObjects.signatures: {0}")]
-    SignatureKey(#[from] crate::source::oci::KeyError),
+    SignatureKey(#[from] crate::oci::KeyError),
 }
 
 impl ObjectOptions {
@@ -145,7 +145,7 @@ impl PluginObjects {
         leadership: Leadership,
         options: ObjectOptions,
     ) -> Result<Self, ObjectsError> {
-        use crate::source::oci::{ModuleCache, OciClient, PullOptions, SignaturePolicy, Transport};
+        use crate::oci::{ModuleCache, OciClient, PullOptions, SignaturePolicy, Transport};
         let mut transport = Transport::default();
         if let Some(path) = &options.registry_ca {
             let pem = std::fs::read(path).map_err(|source| ObjectsError::CaRead {

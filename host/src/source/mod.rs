@@ -5,4 +5,3 @@
 
 pub mod kube;
 pub mod local;
-pub mod oci;

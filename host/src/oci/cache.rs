@@ -233,7 +233,7 @@ fn touch(path: &Path) {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use crate::source::oci::sha256_digest;
+    use crate::oci::sha256_digest;
 
     fn age(path: &Path, secs: u64) {
         let f = std::fs::File::options().append(true).open(path).unwrap();
