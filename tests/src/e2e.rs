@@ -567,3 +567,57 @@ pub async fn install_plugin_crds(client: &kube::Client) {
             .unwrap();
     }
 }
+
+/// The `testkit-requeue` lines of a host log: `(tag, type, namespace,
+/// name, attempt, initial)`, in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequeueLine {
+    pub tag: String,
+    pub delta: String,
+    pub namespace: String,
+    pub name: String,
+    pub attempt: u64,
+    pub initial: bool,
+}
+
+pub fn requeue_lines(logs: &str) -> Vec<RequeueLine> {
+    logs.lines()
+        .filter_map(|l| {
+            let at = l.find("testkit-requeue {")? + "testkit-requeue ".len();
+            let v: Value = serde_json::Deserializer::from_str(&l[at..])
+                .into_iter()
+                .next()?
+                .ok()?;
+            Some(RequeueLine {
+                tag: v["tag"].as_str()?.to_owned(),
+                delta: v["type"].as_str()?.to_owned(),
+                namespace: v["namespace"].as_str()?.to_owned(),
+                name: v["name"].as_str()?.to_owned(),
+                attempt: v["attempt"].as_u64()?,
+                initial: v["initial"].as_bool()?,
+            })
+        })
+        .collect()
+}
+
+/// A command's output, asserting it succeeded (its output in the message
+/// otherwise).
+pub fn succeeded(out: std::process::Output) -> std::process::Output {
+    assert!(
+        out.status.success(),
+        "stdout: {}\nstderr: {}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// A command's stderr, asserting it failed.
+pub fn refused(out: std::process::Output) -> String {
+    assert!(
+        !out.status.success(),
+        "expected a refusal, got: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}

@@ -8,7 +8,7 @@ use kube::api::DynamicObject;
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::Value;
 
-use crate::e2e::{HostProcess, eventually_seen};
+use crate::e2e::{HostProcess, eventually_seen, requeue_lines};
 
 /// How long a Plugin object's status may take.
 pub const WAIT: Duration = Duration::from_secs(60);
@@ -35,16 +35,20 @@ pub async fn condition(
 ) -> Option<(String, String, Value)> {
     let obj = api.get(name).await.ok()?;
     let status = obj.data.get("status")?.clone();
-    let c = status["conditions"]
-        .as_array()?
-        .iter()
-        .find(|c| c["type"] == kind)?
-        .clone();
+    let c = find_condition(&status, kind)?;
     Some((
         c["status"].as_str()?.to_owned(),
         c["reason"].as_str()?.to_owned(),
         status,
     ))
+}
+
+/// Condition `kind` of a status.
+pub fn find_condition<'a>(status: &'a Value, kind: &str) -> Option<&'a Value> {
+    status["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == kind)
 }
 
 /// Waits until condition `kind` of `name` has `status` and `reason`, and
@@ -73,15 +77,17 @@ pub async fn wait_condition(
     .await
 }
 
-pub fn tags_seen(logs: &str) -> Vec<String> {
-    logs.lines()
-        .filter_map(|l| {
-            let at = l.find("testkit-requeue {")? + "testkit-requeue ".len();
-            let v: Value = serde_json::Deserializer::from_str(&l[at..])
-                .into_iter()
-                .next()?
-                .ok()?;
-            Some(format!("{}:{}", v["tag"].as_str()?, v["name"].as_str()?))
-        })
-        .collect()
+/// Waits until the testkit `requeue` plugin logs a delta of object `name`
+/// under config tag `tag` (which version of the plugin saw it).
+pub async fn wait_requeue_seen(host: &HostProcess, tag: &str, name: &str) {
+    eventually_seen(&format!("{tag} sees {name}"), WAIT, || async {
+        let seen: Vec<String> = requeue_lines(&host.logs())
+            .into_iter()
+            .map(|l| format!("{}:{}", l.tag, l.name))
+            .collect();
+        seen.contains(&format!("{tag}:{name}"))
+            .then_some(())
+            .ok_or_else(|| format!("{seen:?}\nhost log:\n{}", host.logs()))
+    })
+    .await;
 }

@@ -9,7 +9,7 @@
 use std::process::Command;
 
 use kubewasm::oci::{self, Credentials, Error, ModuleCache, OciClient, PullOptions, Transport};
-use kubewasm_tests::e2e::kubewasm_bin;
+use kubewasm_tests::e2e::{kubewasm_bin, succeeded};
 use kubewasm_tests::registry::Registry;
 use kubewasm_tests::wasm;
 
@@ -329,18 +329,15 @@ fn the_cli_pushes_and_pulls_through_the_registry() {
     let dir = tempfile::tempdir().unwrap();
     let plugin = kubewasm_tests::plugin_artifacts().join("noop.wasm");
     let reference = format!("{}/plugins/noop:cli", registry.host());
-    let push = Command::new(kubewasm_bin())
-        .arg("push")
-        .arg(&plugin)
-        .arg(&reference)
-        .arg("--ca")
-        .arg(registry.ca_path())
-        .output()
-        .unwrap();
-    assert!(
-        push.status.success(),
-        "{}",
-        String::from_utf8_lossy(&push.stderr)
+    let push = succeeded(
+        Command::new(kubewasm_bin())
+            .arg("push")
+            .arg(&plugin)
+            .arg(&reference)
+            .arg("--ca")
+            .arg(registry.ca_path())
+            .output()
+            .unwrap(),
     );
     let pinned = String::from_utf8(push.stdout).unwrap().trim().to_owned();
     let digest = pinned
@@ -352,33 +349,27 @@ fn the_cli_pushes_and_pulls_through_the_registry() {
     );
 
     // By tag to the default name; by digest to -o.
-    let pull = Command::new(kubewasm_bin())
-        .current_dir(dir.path())
-        .args(["pull", &reference, "--ca"])
-        .arg(registry.ca_path())
-        .output()
-        .unwrap();
-    assert!(
-        pull.status.success(),
-        "{}",
-        String::from_utf8_lossy(&pull.stderr)
+    let pull = succeeded(
+        Command::new(kubewasm_bin())
+            .current_dir(dir.path())
+            .args(["pull", &reference, "--ca"])
+            .arg(registry.ca_path())
+            .output()
+            .unwrap(),
     );
     assert!(String::from_utf8_lossy(&pull.stdout).contains(digest));
     let module = std::fs::read(&plugin).unwrap();
     assert_eq!(std::fs::read(dir.path().join("noop.wasm")).unwrap(), module);
     let out = dir.path().join("pinned.wasm");
     let pinned_ref = format!("{}/plugins/noop@{digest}", registry.host());
-    let pull = Command::new(kubewasm_bin())
-        .args(["pull", &pinned_ref, "-o"])
-        .arg(&out)
-        .arg("--ca")
-        .arg(registry.ca_path())
-        .output()
-        .unwrap();
-    assert!(
-        pull.status.success(),
-        "{}",
-        String::from_utf8_lossy(&pull.stderr)
+    succeeded(
+        Command::new(kubewasm_bin())
+            .args(["pull", &pinned_ref, "-o"])
+            .arg(&out)
+            .arg("--ca")
+            .arg(registry.ca_path())
+            .output()
+            .unwrap(),
     );
     assert_eq!(std::fs::read(&out).unwrap(), module);
 

@@ -14,53 +14,40 @@ use kubewasm::oci::{
     self, Credentials, ModuleCache, OciClient, PublicKey, PullOptions, SignatureError,
     SignaturePolicy, Transport,
 };
-use kubewasm_tests::e2e::kubewasm_bin;
+use kubewasm_tests::e2e::{kubewasm_bin, refused, succeeded};
 use kubewasm_tests::registry::{Registry, test_key};
 
 /// An unencrypted PKCS#8 P-256 key pair made by openssl: (private, public).
 fn openssl_keys(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
     let key = dir.join(format!("{name}.key"));
     let public = dir.join(format!("{name}.pub"));
-    let sec1 = ok(Command::new("openssl")
-        .args(["ecparam", "-genkey", "-name", "prime256v1", "-noout"])
-        .output()
-        .unwrap());
+    let sec1 = succeeded(
+        Command::new("openssl")
+            .args(["ecparam", "-genkey", "-name", "prime256v1", "-noout"])
+            .output()
+            .unwrap(),
+    );
     let sec1_path = dir.join(format!("{name}.sec1"));
     std::fs::write(&sec1_path, sec1.stdout).unwrap();
-    ok(Command::new("openssl")
-        .args(["pkcs8", "-topk8", "-nocrypt", "-in"])
-        .arg(&sec1_path)
-        .arg("-out")
-        .arg(&key)
-        .output()
-        .unwrap());
-    ok(Command::new("openssl")
-        .args(["ec", "-pubout", "-in"])
-        .arg(&key)
-        .arg("-out")
-        .arg(&public)
-        .output()
-        .unwrap());
+    succeeded(
+        Command::new("openssl")
+            .args(["pkcs8", "-topk8", "-nocrypt", "-in"])
+            .arg(&sec1_path)
+            .arg("-out")
+            .arg(&key)
+            .output()
+            .unwrap(),
+    );
+    succeeded(
+        Command::new("openssl")
+            .args(["ec", "-pubout", "-in"])
+            .arg(&key)
+            .arg("-out")
+            .arg(&public)
+            .output()
+            .unwrap(),
+    );
     (key, public)
-}
-
-fn ok(out: Output) -> Output {
-    assert!(
-        out.status.success(),
-        "stdout: {}\nstderr: {}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
-
-fn refused(out: Output) -> String {
-    assert!(
-        !out.status.success(),
-        "expected a refusal, got: {}",
-        String::from_utf8_lossy(&out.stdout)
-    );
-    String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
 fn kubewasm(registry: &Registry, args: &[&str]) -> Output {
@@ -83,7 +70,7 @@ fn push(registry: &Registry, reference: &str, key: Option<&Path>) -> String {
     if let Some(key) = key {
         args.extend(["--sign-key", key.to_str().unwrap()]);
     }
-    let out = ok(kubewasm(registry, &args));
+    let out = succeeded(kubewasm(registry, &args));
     let stdout = String::from_utf8(out.stdout).unwrap();
     let mut lines = stdout.lines();
     let pinned = lines.next().unwrap().to_owned();
@@ -127,7 +114,7 @@ fn a_module_signed_by_push_verifies_and_unsigned_wrongly_signed_or_tampered_ones
         Some(&key),
     );
     let out = dir.path().join("signed.wasm");
-    let pulled = ok(pull(&registry, &signed, &out, &public));
+    let pulled = succeeded(pull(&registry, &signed, &out, &public));
     assert!(
         String::from_utf8_lossy(&pulled.stdout).contains("signature verified by"),
         "{}",
@@ -296,10 +283,12 @@ fn signatures_interoperate_with_the_cosign_cli_both_ways() {
     let registry = rt.block_on(Registry::start());
     let home = tempfile::tempdir().unwrap();
     let home = home.path();
-    ok(cosign_cmd(&registry, home)
-        .arg("generate-key-pair")
-        .output()
-        .unwrap());
+    succeeded(
+        cosign_cmd(&registry, home)
+            .arg("generate-key-pair")
+            .output()
+            .unwrap(),
+    );
     let (cosign_key, cosign_pub) = (home.join("cosign.key"), home.join("cosign.pub"));
 
     // cosign signs, kubewasm verifies.
@@ -308,16 +297,18 @@ fn signatures_interoperate_with_the_cosign_cli_both_ways() {
         &format!("{}/plugins/by-cosign:v1", registry.host()),
         None,
     );
-    ok(cosign_cmd(&registry, home)
-        .args(["sign", "--yes", "--tlog-upload=false", "--key"])
-        .arg(&cosign_key)
-        .arg("--registry-cacert")
-        .arg(registry.ca_path())
-        .arg(&by_cosign)
-        .output()
-        .unwrap());
+    succeeded(
+        cosign_cmd(&registry, home)
+            .args(["sign", "--yes", "--tlog-upload=false", "--key"])
+            .arg(&cosign_key)
+            .arg("--registry-cacert")
+            .arg(registry.ca_path())
+            .arg(&by_cosign)
+            .output()
+            .unwrap(),
+    );
     let out = home.join("by-cosign.wasm");
-    ok(pull(&registry, &by_cosign, &out, &cosign_pub));
+    succeeded(pull(&registry, &by_cosign, &out, &cosign_pub));
     assert_eq!(
         std::fs::read(&out).unwrap(),
         std::fs::read(plugin()).unwrap()
@@ -343,7 +334,7 @@ fn signatures_interoperate_with_the_cosign_cli_both_ways() {
             .output()
             .unwrap()
     };
-    let verified = ok(verify(&public));
+    let verified = succeeded(verify(&public));
     let claims: serde_json::Value = serde_json::from_slice(&verified.stdout).unwrap();
     assert_eq!(
         claims[0]["critical"]["image"]["docker-manifest-digest"],

@@ -8,26 +8,12 @@
 
 use kube::Api;
 use kube::api::{DynamicObject, Patch, PatchParams, PostParams};
-use kube::core::{ApiResource, GroupVersionKind};
 use kubewasm_tests::controlplane::ControlPlane;
 use kubewasm_tests::e2e::install_plugin_crds;
+use kubewasm_tests::objects::api;
 use serde_json::{Value, json};
 
 const DIGEST: &str = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
-
-fn api(client: &kube::Client, kind: &str, namespace: Option<&str>) -> Api<DynamicObject> {
-    let gvk = GroupVersionKind::gvk("kubewasm.io", "v1alpha1", kind);
-    let plural = if kind == "Plugin" {
-        "plugins"
-    } else {
-        "namespacedplugins"
-    };
-    let ar = ApiResource::from_gvk_with_plural(&gvk, plural);
-    match namespace {
-        Some(ns) => Api::namespaced_with(client.clone(), ns, &ar),
-        None => Api::all_with(client.clone(), &ar),
-    }
-}
 
 fn object(kind: &str, name: &str, spec: Value) -> DynamicObject {
     serde_json::from_value(json!({
@@ -114,15 +100,12 @@ async fn plugin_crds_install_validate_and_print() {
 
     // `kubewasm migrate` turns the base's plugin folder into Plugins the
     // API server accepts.
-    let out = std::process::Command::new(kubewasm_tests::e2e::kubewasm_bin())
-        .args(["migrate", "--configmap", "kubewasm-plugins"])
-        .arg(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/base/plugins"))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = kubewasm_tests::e2e::succeeded(
+        std::process::Command::new(kubewasm_tests::e2e::kubewasm_bin())
+            .args(["migrate", "--configmap", "kubewasm-plugins"])
+            .arg(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/base/plugins"))
+            .output()
+            .unwrap(),
     );
     let text = String::from_utf8(out.stdout).unwrap();
     let mut migrated = Vec::new();

@@ -18,7 +18,7 @@ use kubewasm_tests::controlplane::ControlPlane;
 use kubewasm_tests::e2e::{
     HostProcess, eventually_seen, host_config, install_plugin_crds, namespace,
 };
-use kubewasm_tests::objects::{WAIT, api, tags_seen, wait_condition};
+use kubewasm_tests::objects::{WAIT, api, find_condition, wait_condition, wait_requeue_seen};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
@@ -137,13 +137,7 @@ async fn plugin_objects_load_swap_refuse_and_unload() {
     let both = eventually_seen("both replicas loaded", WAIT, || replicas(true)).await;
     assert!(both.iter().all(|r| r.2 == version), "{both:?}");
     touch("requeue-first").await;
-    eventually_seen("v1 sees first", WAIT, || async {
-        let seen = tags_seen(&host.logs());
-        seen.contains(&"v1:requeue-first".to_owned())
-            .then_some(())
-            .ok_or_else(|| format!("{seen:?}\nhost log:\n{}", host.logs()))
-    })
-    .await;
+    wait_requeue_seen(&host, "v1", "requeue-first").await;
 
     // A new config: swapped in place, the new version's lines appear.
     plugins
@@ -156,13 +150,7 @@ async fn plugin_objects_load_swap_refuse_and_unload() {
         .unwrap();
     wait_condition(&plugins, &host, "objtest", 2, ("Ready", "True", "Serving")).await;
     touch("requeue-second").await;
-    eventually_seen("v2 sees second", WAIT, || async {
-        let seen = tags_seen(&host.logs());
-        seen.contains(&"v2:requeue-second".to_owned())
-            .then_some(())
-            .ok_or_else(|| format!("{seen:?}\nhost log:\n{}", host.logs()))
-    })
-    .await;
+    wait_requeue_seen(&host, "v2", "requeue-second").await;
 
     // A broken module: refused, said so, and v2 keeps serving.
     plugins
@@ -181,12 +169,7 @@ async fn plugin_objects_load_swap_refuse_and_unload() {
         ("Degraded", "True", "NotAPlugin"),
     )
     .await;
-    let ready = status["conditions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["type"] == "Ready")
-        .unwrap();
+    let ready = find_condition(&status, "Ready").unwrap();
     assert_eq!(ready["reason"], "PreviousVersionServing", "{status}");
     assert_eq!(status["digest"], digest, "the digest still served");
     let both = eventually_seen("both replicas refused it", WAIT, || replicas(false)).await;
@@ -195,13 +178,7 @@ async fn plugin_objects_load_swap_refuse_and_unload() {
         "each still serves the old version and says why: {both:?}"
     );
     touch("requeue-third").await;
-    eventually_seen("v2 still serves: sees third", WAIT, || async {
-        let seen = tags_seen(&host.logs());
-        seen.contains(&"v2:requeue-third".to_owned())
-            .then_some(())
-            .ok_or_else(|| format!("{seen:?}\nhost log:\n{}", host.logs()))
-    })
-    .await;
+    wait_requeue_seen(&host, "v2", "requeue-third").await;
 
     // Tenants: a namespace the host config does not list is refused; one
     // it lists runs, confined to it: a rule naming another namespace is not

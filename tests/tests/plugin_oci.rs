@@ -8,10 +8,8 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 use kube::api::{DynamicObject, Patch, PatchParams, PostParams};
 use kubewasm_tests::controlplane::ControlPlane;
-use kubewasm_tests::e2e::{
-    HostProcess, eventually_seen, host_config, install_plugin_crds, namespace,
-};
-use kubewasm_tests::objects::{WAIT, api, tags_seen, wait_condition};
+use kubewasm_tests::e2e::{HostProcess, host_config, install_plugin_crds, namespace};
+use kubewasm_tests::objects::{api, find_condition, wait_condition, wait_requeue_seen};
 use kubewasm_tests::registry::test_key;
 use serde_json::json;
 
@@ -165,12 +163,9 @@ async fn oci_plugin_objects_pin_their_digest_and_survive_a_registry_outage() {
         ("Degraded", "True", "SignatureRefused"),
     )
     .await;
-    assert!(
-        status["conditions"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|c| c["type"] == "Ready" && c["reason"] == "PreviousVersionServing"),
+    assert_eq!(
+        find_condition(&status, "Ready").unwrap()["reason"],
+        "PreviousVersionServing",
         "{status}"
     );
     plugins
@@ -225,13 +220,7 @@ async fn oci_plugin_objects_pin_their_digest_and_survive_a_registry_outage() {
         serde_json::from_value(json!({"metadata": {"name": "requeue-oci"}, "data": {"k": "v"}}))
             .unwrap();
     watched.create(&PostParams::default(), &cm).await.unwrap();
-    eventually_seen("o3 sees requeue-oci", WAIT, || async {
-        let seen = tags_seen(&host.logs());
-        seen.contains(&"o3:requeue-oci".to_owned())
-            .then_some(())
-            .ok_or_else(|| format!("{seen:?}\nhost log:\n{}", host.logs()))
-    })
-    .await;
+    wait_requeue_seen(&host, "o3", "requeue-oci").await;
 
     // A tag while the registry is down: refused, o3 keeps serving.
     set(format!("{}/plugins/testkit:v2", registry.host()), "o4").await;
@@ -243,12 +232,9 @@ async fn oci_plugin_objects_pin_their_digest_and_survive_a_registry_outage() {
         ("Degraded", "True", "PullFailed"),
     )
     .await;
-    assert!(
-        status["conditions"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|c| c["type"] == "Ready" && c["reason"] == "PreviousVersionServing"),
+    assert_eq!(
+        find_condition(&status, "Ready").unwrap()["reason"],
+        "PreviousVersionServing",
         "{status}"
     );
     let (exit, logs) = host.stop_with_logs();

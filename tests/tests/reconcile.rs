@@ -230,38 +230,6 @@ async fn a_precondition_conflict_is_retried_with_the_fresh_object_and_succeeds()
     assert!(host.stop().success());
 }
 
-/// The `testkit-requeue` lines of a host log: `(tag, type, namespace,
-/// name, attempt, initial)`, in order.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Seen {
-    tag: String,
-    delta: String,
-    namespace: String,
-    name: String,
-    attempt: u64,
-    initial: bool,
-}
-
-fn requeue_lines(logs: &str) -> Vec<Seen> {
-    logs.lines()
-        .filter_map(|l| {
-            let at = l.find("testkit-requeue {")? + "testkit-requeue ".len();
-            let v: Value = serde_json::Deserializer::from_str(&l[at..])
-                .into_iter()
-                .next()?
-                .ok()?;
-            Some(Seen {
-                tag: v["tag"].as_str()?.to_owned(),
-                delta: v["type"].as_str()?.to_owned(),
-                namespace: v["namespace"].as_str()?.to_owned(),
-                name: v["name"].as_str()?.to_owned(),
-                attempt: v["attempt"].as_u64()?,
-                initial: v["initial"].as_bool()?,
-            })
-        })
-        .collect()
-}
-
 #[tokio::test]
 async fn ten_resyncs_with_requeue_after_leave_one_pending_requeue() {
     let cp = ControlPlane::shared();
@@ -431,7 +399,7 @@ async fn a_narrowed_subscription_requeues_swaps_and_hands_over_in_every_namespac
             let seen = requeue_lines(&host.logs());
             let objects = objects.clone();
             async move {
-                let v2: Vec<Seen> = seen.into_iter().filter(|s| s.tag == "v2").collect();
+                let v2: Vec<RequeueLine> = seen.into_iter().filter(|s| s.tag == "v2").collect();
                 let deleted = v2
                     .iter()
                     .any(|s| s.delta == "deleted" && s.namespace == stuck.0 && s.name == stuck.1);
@@ -461,7 +429,7 @@ async fn a_narrowed_subscription_requeues_swaps_and_hands_over_in_every_namespac
         "{v2:#?}"
     );
     // The delete once, and the gone object not replayed.
-    let stuck_seen: Vec<&Seen> = v2
+    let stuck_seen: Vec<&RequeueLine> = v2
         .iter()
         .filter(|s| s.namespace == stuck.0 && s.name == stuck.1)
         .collect();
