@@ -462,40 +462,39 @@ impl PluginObjects {
 
     /// Every replica reports its own load state, leader or not.
     async fn write_replica(&self, source: &Source, entry: &crate::crd::ReplicaStatus) {
-        let result = match source {
-            Source::Cluster(name) => {
-                status::write_replica(&Api::<Plugin>::all(self.client.clone()), name, entry).await
-            }
-            Source::Tenant { namespace, name } => {
-                status::write_replica(
-                    &Api::<NamespacedPlugin>::namespaced(self.client.clone(), namespace),
-                    name,
-                    entry,
-                )
-                .await
-            }
-        };
-        if let Err(e) = result {
+        let manager = status::replica_manager(&entry.name);
+        let part = serde_json::json!({"replicas": [entry]});
+        if let Err(e) = self.apply_status(source, &manager, part).await {
             tracing::warn!(object = %source.display(), replica = %entry.name, error = %e, "cannot write this replica's load state to the Plugin object's status");
         }
     }
 
     async fn write_status(&self, source: &Source, status: &PluginStatus) {
-        let result = match source {
-            Source::Cluster(name) => {
-                status::write(&Api::<Plugin>::all(self.client.clone()), name, status).await
-            }
-            Source::Tenant { namespace, name } => {
-                status::write(
-                    &Api::<NamespacedPlugin>::namespaced(self.client.clone(), namespace),
-                    name,
-                    status,
-                )
-                .await
-            }
+        let result = match serde_json::to_value(status) {
+            Ok(part) => self.apply_status(source, MANAGER, part).await,
+            Err(e) => Err(kube::Error::SerdeError(e)),
         };
         if let Err(e) = result {
             tracing::warn!(object = %source.display(), error = %e, "cannot write the Plugin object's status");
+        }
+    }
+
+    /// Applies part of the status of the object `source` names, as `manager`.
+    async fn apply_status(
+        &self,
+        source: &Source,
+        manager: &str,
+        part: serde_json::Value,
+    ) -> Result<(), kube::Error> {
+        match source {
+            Source::Cluster(name) => {
+                let api = Api::<Plugin>::all(self.client.clone());
+                status::apply(&api, name, manager, part).await
+            }
+            Source::Tenant { namespace, name } => {
+                let api = Api::<NamespacedPlugin>::namespaced(self.client.clone(), namespace);
+                status::apply(&api, name, manager, part).await
+            }
         }
     }
 }

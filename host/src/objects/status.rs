@@ -145,35 +145,20 @@ pub fn replica_for(replica: &str, outcome: &Outcome) -> ReplicaStatus {
     }
 }
 
-/// Applies this replica's entry of `status.replicas`, as field manager
-/// `kubewasm-replica-<name>`: every replica owns its own entry, the leader
-/// the rest of the status.
-pub async fn write_replica<K>(
-    api: &Api<K>,
-    name: &str,
-    entry: &ReplicaStatus,
-) -> Result<(), kube::Error>
-where
-    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Serialize + std::fmt::Debug,
-{
-    let patch = serde_json::json!({
-        "apiVersion": K::api_version(&()),
-        "kind": K::kind(&()),
-        "status": {"replicas": [entry]},
-    });
-    let manager = format!("{MANAGER}-replica-{}", entry.name);
-    api.patch_status(
-        name,
-        &PatchParams::apply(&manager).force(),
-        &Patch::Apply(&patch),
-    )
-    .await
-    .map(|_| ())
+/// The field manager of a replica's own `status.replicas` entry: every
+/// replica owns its entry, the leader (as [`MANAGER`]) the rest.
+pub fn replica_manager(replica: &str) -> String {
+    format!("{MANAGER}-replica-{replica}")
 }
 
-/// Writes `status` to the object's status subresource (server-side apply,
-/// so only the host's fields are touched).
-pub async fn write<K>(api: &Api<K>, name: &str, status: &PluginStatus) -> Result<(), kube::Error>
+/// Server-side applies `status` (a part of the status subresource) as
+/// `manager`, so only that manager's fields change.
+pub async fn apply<K>(
+    api: &Api<K>,
+    name: &str,
+    manager: &str,
+    status: serde_json::Value,
+) -> Result<(), kube::Error>
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Serialize + std::fmt::Debug,
 {
@@ -184,7 +169,7 @@ where
     });
     api.patch_status(
         name,
-        &PatchParams::apply(MANAGER).force(),
+        &PatchParams::apply(manager).force(),
         &Patch::Apply(&patch),
     )
     .await

@@ -122,6 +122,14 @@ pub enum KeyError {
     NoKeys { prefix: String },
 }
 
+/// A key file's text.
+fn read_pem(path: &Path) -> Result<String, KeyError> {
+    std::fs::read_to_string(path).map_err(|source| KeyError::Read {
+        path: path.to_owned(),
+        source,
+    })
+}
+
 /// A public key signatures are verified against, named by where it came
 /// from (errors and logs say which key verified what).
 #[derive(Clone)]
@@ -154,10 +162,7 @@ impl PublicKey {
     }
 
     pub fn load(path: &Path) -> Result<Self, KeyError> {
-        let pem = std::fs::read_to_string(path).map_err(|source| KeyError::Read {
-            path: path.to_owned(),
-            source,
-        })?;
+        let pem = read_pem(path)?;
         Self::from_pem(&pem, &path.display().to_string())
     }
 
@@ -220,10 +225,7 @@ impl SigningKey {
     }
 
     pub fn load(path: &Path) -> Result<Self, KeyError> {
-        let pem = std::fs::read_to_string(path).map_err(|source| KeyError::Read {
-            path: path.to_owned(),
-            source,
-        })?;
+        let pem = read_pem(path)?;
         Self::from_pem(&pem, &path.display().to_string())
     }
 
