@@ -11,6 +11,7 @@ pub mod dispatch;
 pub mod informer;
 pub mod kind;
 pub mod leader;
+pub mod lru_files;
 pub mod manager;
 pub mod names;
 pub mod object;

@@ -9,16 +9,14 @@
 //! the compile cache does.
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
+use crate::lru_files;
 use crate::runtime::cache::write_atomically;
 
 /// The default cap: a few versions of each of the 12-18 MB JavaScript and
 /// Python plugins plus every small one.
 pub const DEFAULT_MAX_BYTES: u64 = 512 << 20;
-
-/// Temp files older than this are a crashed writer's leftovers.
-const STALE_TMP: Duration = Duration::from_secs(3600);
 
 /// The cache folder (`<root>/oci`) and its cap in bytes.
 #[derive(Debug, Clone)]
@@ -27,13 +25,7 @@ pub struct ModuleCache {
     max_bytes: u64,
 }
 
-/// What one eviction pass did.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct Eviction {
-    pub removed: u64,
-    pub freed: u64,
-    pub kept: u64,
-}
+pub use crate::lru_files::Eviction;
 
 /// The hex of a `sha256:<64 hex>` digest; `None` for anything else, so a
 /// digest can never name a path outside the cache.
@@ -149,59 +141,22 @@ impl ModuleCache {
     /// written or about to be served); also deletes stale temp files.
     /// Errors only cost space (logged).
     pub fn evict(&self, fresh: &[&Path]) -> Eviction {
-        let now = SystemTime::now();
-        let mut entries = Vec::new();
-        for sub in [
+        let files = [
             self.dir.join("sha256"),
             self.dir.join("manifests/sha256"),
             self.dir.join("signatures/sha256"),
-        ] {
-            let Ok(dir) = std::fs::read_dir(&sub) else {
-                continue;
-            };
-            for entry in dir.flatten() {
-                let Ok(meta) = entry.metadata() else { continue };
-                if !meta.is_file() {
-                    continue;
-                }
-                let modified = meta.modified().unwrap_or(SystemTime::UNIX_EPOCH);
-                let name = entry.file_name();
-                let name = name.to_string_lossy();
-                if name.starts_with('.') && name.ends_with(".tmp") {
-                    if now.duration_since(modified).unwrap_or_default() > STALE_TMP {
-                        let _ = std::fs::remove_file(entry.path());
-                    }
-                    continue;
-                }
-                entries.push((modified, meta.len(), entry.path()));
-            }
-        }
-        let mut report = Eviction {
-            kept: entries.iter().map(|(_, len, _)| len).sum(),
-            ..Eviction::default()
-        };
-        if report.kept <= self.max_bytes {
+        ]
+        .iter()
+        .flat_map(|sub| lru_files::scan(sub, |_| true))
+        .collect();
+        let report = lru_files::evict_oldest(
+            files,
+            self.max_bytes,
+            |path| fresh.contains(&path),
+            "OCI module cache",
+        );
+        if report.removed == 0 && report.kept <= self.max_bytes {
             return report;
-        }
-        // Oldest first; ties by path, so the order is stable.
-        entries.sort();
-        for (_, len, path) in entries {
-            if report.kept <= self.max_bytes {
-                break;
-            }
-            if fresh.contains(&path.as_path()) {
-                continue;
-            }
-            match std::fs::remove_file(&path) {
-                Ok(()) => {
-                    report.kept -= len;
-                    report.removed += 1;
-                    report.freed += len;
-                }
-                Err(e) => {
-                    tracing::warn!(path = %path.display(), error = %e, "cannot evict OCI cache entry")
-                }
-            }
         }
         tracing::info!(
             dir = %self.dir.display(),
@@ -237,7 +192,7 @@ mod tests {
 
     fn age(path: &Path, secs: u64) {
         let f = std::fs::File::options().append(true).open(path).unwrap();
-        f.set_modified(SystemTime::now() - Duration::from_secs(secs))
+        f.set_modified(SystemTime::now() - std::time::Duration::from_secs(secs))
             .unwrap();
     }
 

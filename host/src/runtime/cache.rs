@@ -26,20 +26,19 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use wasmtime::Engine;
 use wasmtime::component::Component;
 
 use super::artifact_key::{ArtifactKey, Refusal};
+use crate::lru_files;
 
 /// The default size cap: a few builds' worth of the JavaScript and Python
 /// plugins (30-60 MB each) plus every Rust one.
 pub const DEFAULT_MAX_BYTES: u64 = 1 << 30;
 
 const EXTENSION: &str = "cwasm";
-/// Temp files older than this are a crashed writer's leftovers.
-const STALE_TMP: Duration = Duration::from_secs(3600);
 
 #[derive(Debug, thiserror::Error)]
 pub enum CacheError {
@@ -94,17 +93,7 @@ impl Drop for Pin {
     }
 }
 
-/// What an eviction pass found and did.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Eviction {
-    /// Artifacts deleted.
-    pub removed: usize,
-    /// Their bytes.
-    pub freed: u64,
-    /// Bytes of artifacts left (over the cap only when those in use or just
-    /// written exceed it).
-    pub kept: u64,
-}
+pub use crate::lru_files::Eviction;
 
 impl CompileCache {
     /// `compat` is the engine's compatibility key (see
@@ -191,56 +180,16 @@ impl CompileCache {
     /// its cap, never one in use or `fresh` (just written); also deletes
     /// temp files a crashed writer left. Errors only cost space (logged).
     pub fn evict(&self, fresh: &[&Path]) -> Eviction {
-        let Ok(entries) = std::fs::read_dir(&self.dir) else {
-            return Eviction::default();
-        };
-        let now = SystemTime::now();
-        let mut artifacts = Vec::new();
-        for entry in entries.flatten() {
-            let path = entry.path();
-            let Ok(meta) = entry.metadata() else { continue };
-            if !meta.is_file() {
-                continue;
-            }
-            let modified = meta.modified().unwrap_or(SystemTime::UNIX_EPOCH);
-            let name = entry.file_name();
-            let name = name.to_string_lossy();
-            if name.starts_with('.') && name.ends_with(".tmp") {
-                if now.duration_since(modified).unwrap_or_default() > STALE_TMP {
-                    let _ = std::fs::remove_file(&path);
-                }
-                continue;
-            }
-            if path.extension().is_some_and(|e| e == EXTENSION) {
-                artifacts.push((modified, meta.len(), path));
-            }
-        }
-        let mut total: u64 = artifacts.iter().map(|(_, len, _)| len).sum();
-        let mut report = Eviction::default();
-        if total > self.max_bytes {
-            // Oldest first; ties by name, so the order is stable.
-            artifacts.sort();
-            let pinned = self.pinned.lock().clone();
-            for (_, len, path) in artifacts {
-                if total <= self.max_bytes {
-                    break;
-                }
-                if pinned.contains_key(&path) || fresh.contains(&path.as_path()) {
-                    continue;
-                }
-                match std::fs::remove_file(&path) {
-                    Ok(()) => {
-                        total -= len;
-                        report.removed += 1;
-                        report.freed += len;
-                    }
-                    Err(e) => {
-                        tracing::warn!(path = %path.display(), error = %e, "cannot evict compile cache entry")
-                    }
-                }
-            }
-        }
-        report.kept = total;
+        let files = lru_files::scan(&self.dir, |path| {
+            path.extension().is_some_and(|e| e == EXTENSION)
+        });
+        let pinned = self.pinned.lock().clone();
+        let report = lru_files::evict_oldest(
+            files,
+            self.max_bytes,
+            |path| pinned.contains_key(path) || fresh.contains(&path),
+            "compile cache",
+        );
         if report.removed > 0 {
             tracing::info!(
                 dir = %self.dir.display(),
@@ -378,7 +327,7 @@ mod tests {
     fn artifact(cache: &CompileCache, digest: &str, len: usize, age_s: u64) -> PathBuf {
         let path = cache.store(digest, &vec![0u8; len - HEADER_BYTES]).unwrap();
         let f = std::fs::File::options().append(true).open(&path).unwrap();
-        f.set_modified(SystemTime::now() - Duration::from_secs(age_s))
+        f.set_modified(SystemTime::now() - std::time::Duration::from_secs(age_s))
             .unwrap();
         path
     }
@@ -436,7 +385,7 @@ mod tests {
             .append(true)
             .open(&stale)
             .unwrap()
-            .set_modified(SystemTime::now() - 2 * STALE_TMP)
+            .set_modified(SystemTime::now() - 2 * crate::lru_files::STALE_TMP)
             .unwrap();
         cache.evict(&[]);
         assert!(dir.path().join("README").exists() && live.exists() && !stale.exists());
