@@ -79,6 +79,8 @@ func main() {
 			os.Exit(runApply(os.Args[2:]))
 		case "get":
 			os.Exit(runGet(os.Args[2:]))
+		case "kubectl-get":
+			os.Exit(runKubectlGet(os.Args[2:]))
 		}
 	}
 	os.Exit(run())

@@ -610,6 +610,29 @@ impl ControlPlane {
         }
     }
 
+    /// `kubectl get ARGS...` as the admin: kubectl's own get command
+    /// (k8s.io/kubectl, built into the control plane binary as
+    /// `kubectl-get`), so a test reads what an operator's terminal shows.
+    /// Returns stdout, or the exit status and stderr as the error.
+    pub fn kubectl_get(&self, args: &[&str]) -> anyhow::Result<String> {
+        let out = Command::new(binary()?)
+            .arg("kubectl-get")
+            .arg("--kubeconfig")
+            .arg(&self.admin_kubeconfig)
+            .args(args)
+            .output()
+            .context("running kubewasm-controlplane kubectl-get")?;
+        if !out.status.success() {
+            bail!(
+                "kubectl get {}: {}: {}",
+                args.join(" "),
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
     /// Every write in the audit log so far, in the order the server
     /// completed them (needs [`ControlPlaneBuilder::audit`]).
     pub fn audit_writes(&self) -> anyhow::Result<Vec<AuditWrite>> {

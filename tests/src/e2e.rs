@@ -621,3 +621,50 @@ pub fn refused(out: std::process::Output) -> String {
     );
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
+
+/// Creates, updates and deletes ConfigMaps labelled `label=true` in `ns`
+/// (the sources of a config-replicator) until `stop`, at about 20 changes
+/// a second (pacing, not synchronisation); returns how many it made.
+pub async fn churn(
+    client: kube::Client,
+    ns: &str,
+    label: &str,
+    stop: &std::sync::atomic::AtomicBool,
+) -> usize {
+    use kube::api::{DeleteParams, Patch, PatchParams};
+    let api: Api<ConfigMap> = Api::namespaced(client, ns);
+    let mut rng: u64 = 0x9e37_79b9_7f4a_7c15
+        ^ std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as u64;
+    let mut changes = 0;
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        let name = format!("src-{}", rng % 12);
+        let exists = api.get_opt(&name).await.unwrap().is_some();
+        let result = if exists && rng.is_multiple_of(4) {
+            api.delete(&name, &DeleteParams::default())
+                .await
+                .map(|_| ())
+        } else {
+            let cm = json!({
+                "apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": name, "labels": {label: "true"}},
+                "data": {"value": format!("{rng:x}")}
+            });
+            api.patch(&name, &PatchParams::apply("churn"), &Patch::Apply(&cm))
+                .await
+                .map(|_| ())
+        };
+        match result {
+            Ok(()) => changes += 1,
+            Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
+            Err(e) => panic!("churn on {ns}/{name}: {e}"),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    changes
+}

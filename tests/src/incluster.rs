@@ -135,6 +135,25 @@ pub async fn wait_available(client: &kube::Client, n: i32, timeout: Duration) {
     .await;
 }
 
+/// The current logs of every kubewasm container (for a failing test's
+/// message), each under its Pod's name.
+pub async fn host_logs(client: &kube::Client) -> String {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let mut out = String::new();
+    let Ok(list) = pods.list(&ListParams::default().labels(SELECTOR)).await else {
+        return out;
+    };
+    for pod in list.items {
+        let name = pod.metadata.name.unwrap_or_default();
+        let logs = pods
+            .logs(&name, &kube::api::LogParams::default())
+            .await
+            .unwrap_or_else(|e| format!("(logs unavailable: {e})"));
+        out.push_str(&format!("--- {name}:\n{logs}\n"));
+    }
+    out
+}
+
 /// The Lease's holder identity, if any: `<Pod name>_<per-process suffix>`
 /// (see [`holder_pod`]).
 pub async fn lease_holder(client: &kube::Client) -> Option<String> {

@@ -58,6 +58,31 @@ pub fn wasm(name: &str) -> Vec<u8> {
     std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
+/// `wasm` with a custom section appended: the same plugin under another
+/// digest (a new version as a registry sees it).
+pub fn with_custom_section(wasm: &[u8], name: &str, payload: &[u8]) -> Vec<u8> {
+    fn leb(mut n: usize, out: &mut Vec<u8>) {
+        loop {
+            let byte = (n & 0x7f) as u8;
+            n >>= 7;
+            if n == 0 {
+                out.push(byte);
+                return;
+            }
+            out.push(byte | 0x80);
+        }
+    }
+    let mut body = Vec::new();
+    leb(name.len(), &mut body);
+    body.extend_from_slice(name.as_bytes());
+    body.extend_from_slice(payload);
+    let mut out = wasm.to_vec();
+    out.push(0);
+    leb(body.len(), &mut out);
+    out.extend_from_slice(&body);
+    out
+}
+
 /// Copies plugin `artifact` into `dir` as `NAME.wasm`, with a sidecar.
 pub fn install(dir: &Path, name: &str, artifact: &str, sidecar: Option<&str>) {
     let tmp = dir.join(format!(".{name}.wasm.tmp"));

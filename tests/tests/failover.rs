@@ -22,10 +22,10 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, ListParams};
 use kubewasm_tests::controlplane::{AuditWrite, ControlPlane};
 use kubewasm_tests::e2e::{
-    copies_match_sources, eventually, namespace, recorded, recorder_sidecar, seen_view,
+    churn, copies_match_sources, eventually, namespace, recorded, recorder_sidecar, seen_view,
 };
 use kubewasm_tests::incluster::{
     NS, apply_all, build_and_import_image, container_memory, holder_pod, lease_holder,
@@ -127,46 +127,6 @@ async fn deploy(cp: &ControlPlane, client: &kube::Client) {
     }
 }
 
-/// Creates, updates and deletes source ConfigMaps until stopped, at about
-/// 20 changes a second (pacing, not synchronisation).
-async fn churn(client: kube::Client, stop: &AtomicBool) -> usize {
-    let api: Api<ConfigMap> = Api::namespaced(client, SOURCES);
-    let mut rng: u64 = 0x9e37_79b9_7f4a_7c15
-        ^ std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos() as u64;
-    let mut changes = 0;
-    while !stop.load(Ordering::Relaxed) {
-        rng ^= rng << 13;
-        rng ^= rng >> 7;
-        rng ^= rng << 17;
-        let name = format!("src-{}", rng % 12);
-        let exists = api.get_opt(&name).await.unwrap().is_some();
-        let result = if exists && rng.is_multiple_of(4) {
-            api.delete(&name, &DeleteParams::default())
-                .await
-                .map(|_| ())
-        } else {
-            let cm = json!({
-                "apiVersion": "v1", "kind": "ConfigMap",
-                "metadata": {"name": name, "labels": {"kubewasm.io/replicate": "true"}},
-                "data": {"value": format!("{rng:x}")}
-            });
-            api.patch(&name, &PatchParams::apply("churn"), &Patch::Apply(&cm))
-                .await
-                .map(|_| ())
-        };
-        match result {
-            Ok(()) => changes += 1,
-            Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
-            Err(e) => panic!("churn on {name}: {e}"),
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    changes
-}
-
 /// Nothing lost: the copies equal their sources in every tenant (and none
 /// outlives its source), and the leader's recorder saw exactly what the
 /// server holds in the churn namespace.
@@ -238,7 +198,7 @@ async fn trials(how: Handover) -> Vec<Duration> {
         let stop = std::sync::Arc::new(AtomicBool::new(false));
         let churner = tokio::spawn({
             let (client, stop) = (client.clone(), stop.clone());
-            async move { churn(client, &stop).await }
+            async move { churn(client, SOURCES, "kubewasm.io/replicate", &stop).await }
         });
         // Churn runs before, during and after the handover.
         let pods_api: Api<Pod> = Api::namespaced(client.clone(), NS);

@@ -225,7 +225,7 @@ impl OciClient {
         if let Some(digest) = parsed.digest()
             && let Some(pulled) = self.cached(reference, &parsed, digest)?
         {
-            tracing::debug!(reference, digest = %pulled.digest, "OCI module served from the digest cache");
+            tracing::info!(reference, digest = %pulled.digest, "OCI module served from the digest cache");
             return Ok(pulled);
         }
         let registry = parsed.resolve_registry().to_owned();
