@@ -95,8 +95,10 @@ pub struct RunSettings {
     pub dry_run: Option<bool>,
     pub until_idle: Option<bool>,
     pub cache_dir: Option<PathBuf>,
-    /// Size cap of the compile cache (`1Gi`, `512Mi` or bytes; default
-    /// 1Gi): after each new artifact, the least recently used others go.
+    /// Size cap of the compile cache and the modules pulled for Plugin
+    /// objects together (`1Gi`, `512Mi` or bytes; default 1Gi): after each
+    /// new artifact or pull, the least recently used others of either kind
+    /// go. One cap, not one per cache: the operator sizes one disk budget.
     #[serde(default, deserialize_with = "de_opt_bytes")]
     pub compile_cache_max: Option<u64>,
     /// Where plugins are compiled (default `child`).
@@ -180,10 +182,6 @@ pub struct PluginObjectSettings {
     pub registry_ca: Option<PathBuf>,
     /// Registries spoken to over plain HTTP (development only).
     pub plain_http_registries: Option<Vec<String>>,
-    /// Size cap of the pulled-module cache (`512Mi` default), kept by
-    /// digest under the compile cache's folder.
-    #[serde(default, deserialize_with = "de_opt_bytes")]
-    pub module_cache_max: Option<u64>,
     /// Which OCI modules must carry a cosign signature, and by which keys:
     /// `[{prefix: registry.example.com/team, keys: [/etc/kubewasm/cosign.pub]}]`
     /// (the longest matching prefix applies; `*` matches every registry).
@@ -465,15 +463,6 @@ impl RunSettings {
                     .as_ref()
                     .and_then(|s| s.signatures.clone())
                     .unwrap_or_default(),
-                module_cache: engine.cache_dir.clone().map(|dir| {
-                    (
-                        dir,
-                        settings
-                            .as_ref()
-                            .and_then(|s| s.module_cache_max)
-                            .unwrap_or(crate::oci::cache::DEFAULT_MAX_BYTES),
-                    )
-                }),
             }),
         };
         Ok(RunOptions {

@@ -645,7 +645,7 @@ struct RunArgs {
     /// Cache of compiled plugins (default: $XDG_CACHE_HOME/kubewasm/components).
     #[arg(long, env = "KUBEWASM_CACHE_DIR")]
     cache_dir: Option<PathBuf>,
-    /// Size cap of the compile cache, e.g. 512Mi [default: 1Gi]: least recently used artifacts beyond it are evicted.
+    /// Size cap of the compile cache and pulled modules together, e.g. 512Mi [default: 1Gi]: least recently used entries beyond it are evicted.
     #[arg(long, value_parser = parse_size, env = "KUBEWASM_COMPILE_CACHE_MAX")]
     compile_cache_max: Option<u64>,
     /// Where plugins are compiled: a child process (the host's memory returns after) or a host thread [default: child].

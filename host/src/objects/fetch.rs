@@ -7,6 +7,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::Api;
 
 use crate::crd::{ModuleSource, OciModule};
+use crate::lru_files::Pin;
 use crate::oci::{self, Credentials, OciClient, Reference};
 
 /// Why the module could not be had; each names the source and what to do.
@@ -74,6 +75,9 @@ impl FetchError {
 pub struct Fetched {
     pub bytes: Vec<u8>,
     pub resolved_reference: Option<String>,
+    /// Keep an OCI module's cache entries from eviction while its plugin
+    /// loads and then serves (a restart with the registry down needs them).
+    pub pins: Vec<Pin>,
 }
 
 /// What fetching needs: the plugin folder, the cluster, and the namespace
@@ -98,6 +102,7 @@ impl Fetcher {
             return self.file(file).map(|bytes| Fetched {
                 bytes,
                 resolved_reference: None,
+                pins: Vec::new(),
             });
         }
         if let Some(cm) = &source.config_map {
@@ -122,6 +127,7 @@ impl Fetcher {
             return Ok(Fetched {
                 bytes: bytes.0,
                 resolved_reference: None,
+                pins: Vec::new(),
             });
         }
         if let Some(module) = &source.oci {
@@ -166,6 +172,12 @@ impl Fetcher {
             }
         };
         let pulled = client.pull(&module.reference, &credentials).await?;
+        let pins = client
+            .options()
+            .cache
+            .as_ref()
+            .map(|c| c.pin(&pulled.digest, &pulled.layer_digest))
+            .unwrap_or_default();
         if !module.verify_keys.is_empty() {
             let keys = self.verify_keys(module, namespace).await?;
             client.verify(&pulled, &keys, &credentials).await?;
@@ -173,6 +185,7 @@ impl Fetcher {
         Ok(Fetched {
             bytes: pulled.bytes,
             resolved_reference: Some(pulled.pinned),
+            pins,
         })
     }
 

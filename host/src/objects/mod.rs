@@ -47,8 +47,6 @@ pub struct ObjectOptions {
     pub registry_ca: Option<std::path::PathBuf>,
     /// Registries spoken to over plain HTTP (development only).
     pub plain_http_registries: Vec<String>,
-    /// Where pulled modules are kept by digest (`<dir>/oci`), and how much.
-    pub module_cache: Option<(std::path::PathBuf, u64)>,
     /// Which OCI modules must carry a cosign signature by which keys
     /// (key files, loaded when Plugin objects start).
     pub signatures: Vec<crate::oci::SignatureRuleSettings>,
@@ -117,6 +115,8 @@ struct Known {
     status: Option<PluginStatus>,
     /// This replica's entry of `status.replicas`, as last written.
     replica: Option<crate::crd::ReplicaStatus>,
+    /// The serving module's cache entries, kept from eviction.
+    pins: Vec<crate::lru_files::Pin>,
 }
 
 /// The Plugin objects of one host.
@@ -158,11 +158,14 @@ impl PluginObjects {
             transport = transport.with_plain_http(registry);
         }
         let signatures = SignaturePolicy::load(&options.signatures)?;
-        let oci = options.module_cache.as_ref().map(|(dir, max)| {
+        // Pulled modules are kept by digest beside the compiled artifacts
+        // (`<cache>/oci`), under the compile cache's cap: one budget, one
+        // eviction pass over both.
+        let oci = host.runtime().engine().cache().map(|compiled| {
             OciClient::new(
                 transport.clone(),
                 PullOptions {
-                    cache: Some(ModuleCache::new(dir, *max)),
+                    cache: Some(ModuleCache::sharing(compiled.dir(), compiled.budget())),
                     signatures: signatures.clone(),
                     ..PullOptions::default()
                 },
@@ -316,6 +319,9 @@ impl PluginObjects {
                 None => (None, None, None, None),
             }
         };
+        // The new module's cache entries, pinned from the fetch on: kept
+        // while it loads and, once it serves, with it.
+        let mut fetched_pins = Vec::new();
         let outcome = match self.prepare(&obj).await {
             Err((reason, message)) => Outcome::Refused {
                 reason,
@@ -323,6 +329,7 @@ impl PluginObjects {
                 serving: serving.clone(),
             },
             Ok((manifest, fetched)) => {
+                fetched_pins = fetched.pins;
                 let content = Content::hashed(fetched.bytes);
                 let digest = format!("sha256:{}", content.digest().unwrap_or_default());
                 let unchanged = previous_install
@@ -374,7 +381,17 @@ impl PluginObjects {
             .is_none_or(|p| !same_status(p, &status));
         let replica = replica_for(&self.replica, &outcome);
         let changed_replica = previous_replica.as_ref() != Some(&replica);
-        self.known.lock().await.insert(
+        let mut known = self.known.lock().await;
+        // A refused spec leaves the previous module serving: its entries
+        // stay pinned, the refused one's are let go.
+        let pins = match &outcome {
+            Outcome::Serving { .. } => fetched_pins,
+            Outcome::Refused { .. } => known
+                .get_mut(&obj.source)
+                .map(|k| std::mem::take(&mut k.pins))
+                .unwrap_or_default(),
+        };
+        known.insert(
             obj.source.clone(),
             Known {
                 generation: obj.generation,
@@ -384,8 +401,10 @@ impl PluginObjects {
                 outcome,
                 status: Some(status.clone()),
                 replica: Some(replica.clone()),
+                pins,
             },
         );
+        drop(known);
         if changed_status && self.leadership.state().leading {
             self.write_status(&obj.source, &status).await;
         }

@@ -4,25 +4,23 @@
 //! every read is checked against its name: a pull by digest is served with
 //! no network (the host starts while the registry is down), and a file
 //! that no longer hashes to its name is deleted and pulled again. Files are
-//! written atomically (temp file, synced, renamed) and kept under a byte
-//! cap by evicting the least recently used (a read touches the mtime), as
-//! the compile cache does.
+//! written atomically (temp file, synced, renamed) and evicted least
+//! recently used first (a read touches the mtime). In the host the cache
+//! shares the compile cache's budget ([`ModuleCache::sharing`]): one cap,
+//! one eviction pass over compiled artifacts and pulled modules together,
+//! sparing the modules of plugins loading or serving ([`ModuleCache::pin`]).
 
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
-use crate::lru_files;
+use crate::lru_files::{Budget, Pin};
 use crate::runtime::cache::write_atomically;
 
-/// The default cap: a few versions of each of the 12-18 MB JavaScript and
-/// Python plugins plus every small one.
-pub const DEFAULT_MAX_BYTES: u64 = 512 << 20;
-
-/// The cache folder (`<root>/oci`) and its cap in bytes.
+/// The cache folder (`<root>/oci`) and the budget it is evicted under.
 #[derive(Debug, Clone)]
 pub struct ModuleCache {
     dir: PathBuf,
-    max_bytes: u64,
+    budget: Budget,
 }
 
 pub use crate::lru_files::Eviction;
@@ -35,12 +33,23 @@ pub(crate) fn sha256_hex(digest: &str) -> Option<&str> {
 }
 
 impl ModuleCache {
-    /// A cache under `root` (the host's cache folder; modules go to its
-    /// `oci/` subfolder) holding at most `max_bytes`.
+    /// A cache of its own under `root` (modules go to its `oci/`
+    /// subfolder) holding at most `max_bytes` (`kubewasm pull`, tests).
     pub fn new(root: &Path, max_bytes: u64) -> Self {
+        Self::sharing(root, &Budget::new(max_bytes))
+    }
+
+    /// A cache under `root` evicted under `budget` together with whatever
+    /// else it covers: the host passes the compile cache's folder and
+    /// budget, so pulled modules and compiled artifacts are one cap.
+    pub fn sharing(root: &Path, budget: &Budget) -> Self {
+        let dir = root.join("oci");
+        for sub in ["sha256", "manifests/sha256", "signatures/sha256"] {
+            budget.cover(&dir.join(sub), |_| true);
+        }
         Self {
-            dir: root.join("oci"),
-            max_bytes,
+            dir,
+            budget: budget.clone(),
         }
     }
 
@@ -49,7 +58,23 @@ impl ModuleCache {
     }
 
     pub fn max_bytes(&self) -> u64 {
-        self.max_bytes
+        self.budget.max_bytes()
+    }
+
+    /// Keeps a pulled module from eviction while the guards are held: its
+    /// layer, the manifest (`digest`) that names it and the signature that
+    /// verified it, all of which a pull from the cache needs (the registry
+    /// may be down when the host restarts).
+    pub fn pin(&self, digest: &str, layer_digest: &str) -> Vec<Pin> {
+        [
+            self.module_path(layer_digest),
+            self.manifest_path(digest),
+            self.signature_path(digest),
+        ]
+        .into_iter()
+        .flatten()
+        .map(|path| self.budget.pin(&path))
+        .collect()
     }
 
     /// Where the module layer with `digest` is kept.
@@ -136,37 +161,13 @@ impl ModuleCache {
         Some(bytes)
     }
 
-    /// Deletes the least recently used entries (modules and manifests
-    /// alike) until the cache is under its cap, never one of `fresh` (just
-    /// written or about to be served); also deletes stale temp files.
-    /// Errors only cost space (logged).
+    /// Deletes the least recently used entries of the budget (modules,
+    /// manifests and signatures, and compiled artifacts when it is the
+    /// compile cache's) until they are under its cap, never one pinned or
+    /// `fresh` (just written or about to be served); also deletes stale
+    /// temp files. Errors only cost space (logged).
     pub fn evict(&self, fresh: &[&Path]) -> Eviction {
-        let files = [
-            self.dir.join("sha256"),
-            self.dir.join("manifests/sha256"),
-            self.dir.join("signatures/sha256"),
-        ]
-        .iter()
-        .flat_map(|sub| lru_files::scan(sub, |_| true))
-        .collect();
-        let report = lru_files::evict_oldest(
-            files,
-            self.max_bytes,
-            |path| fresh.contains(&path),
-            "OCI module cache",
-        );
-        if report.removed == 0 && report.kept <= self.max_bytes {
-            return report;
-        }
-        tracing::info!(
-            dir = %self.dir.display(),
-            removed = report.removed,
-            freed_bytes = report.freed,
-            kept_bytes = report.kept,
-            max_bytes = self.max_bytes,
-            "OCI module cache over its cap: least recently used entries evicted"
-        );
-        report
+        self.budget.evict(fresh)
     }
 }
 
@@ -268,6 +269,82 @@ mod tests {
         assert_eq!(report.removed, 1);
         assert!(again.exists());
         assert_eq!(report.kept, 200);
+    }
+
+    /// The host's one budget: compiled artifacts and pulled modules are
+    /// evicted in one pass under the compile cache's cap, the least
+    /// recently used of either kind first, never an artifact a plugin has
+    /// loaded nor a module whose plugin loads or serves.
+    #[test]
+    fn modules_and_artifacts_share_one_cap_oldest_first_sparing_what_is_in_use() {
+        use crate::runtime::artifact_key::{ArtifactKey, HEADER_BYTES, KeySource};
+        use crate::runtime::cache::CompileCache;
+        let dir = tempfile::tempdir().unwrap();
+        let key = ArtifactKey::from_bytes(&[1; 32], KeySource::Ephemeral);
+        let compiled = CompileCache::new(dir.path().to_owned(), 300, "c".into(), key);
+        let modules = ModuleCache::sharing(dir.path(), compiled.budget());
+        assert_eq!(modules.max_bytes(), 300);
+        let artifact = |digest: &str, secs: u64| {
+            let path = compiled.store(digest, &[0u8; 100 - HEADER_BYTES]).unwrap();
+            age(&path, secs);
+            path
+        };
+        let module = |fill: u8, secs: u64| {
+            let bytes = vec![fill; 100];
+            let digest = sha256_digest(&bytes);
+            let path = modules.put_module(&digest, &bytes).unwrap();
+            age(&path, secs);
+            (digest, path)
+        };
+        // Oldest first: a loaded artifact, a serving module, then unused
+        // entries of both kinds, interleaved.
+        let loaded = artifact("a", 600);
+        let (serving, serving_path) = module(1, 500);
+        let (_, old_module) = module(2, 400);
+        let old_artifact = artifact("b", 300);
+        let (_, newer_module) = module(3, 200);
+        let newest = artifact("c", 100);
+        let loaded_pin = compiled.pin(&loaded);
+        let manifest = format!("sha256:{}", "e".repeat(64));
+        let serving_pins = modules.pin(&manifest, &serving);
+        assert_eq!(serving_pins.len(), 3, "layer, manifest and signature");
+
+        // Over the cap by 300 bytes: the compile cache's eviction (after a
+        // compile) trims modules too.
+        let report = compiled.evict(&[]);
+        assert_eq!(
+            report,
+            Eviction {
+                removed: 3,
+                freed: 300,
+                kept: 300
+            },
+            "600 bytes of six entries, two in use, down to the 300-byte cap"
+        );
+        for (gone, what) in [
+            (&old_module, "the oldest unused entry (a module)"),
+            (&old_artifact, "the next oldest (an artifact)"),
+            (&newer_module, "the next (a module)"),
+        ] {
+            assert!(!gone.exists(), "{what} was kept");
+        }
+        for (kept, what) in [
+            (&loaded, "the loaded artifact"),
+            (&serving_path, "the serving module"),
+            (&newest, "the newest artifact"),
+        ] {
+            assert!(kept.exists(), "{what} was evicted");
+        }
+
+        // Pins released, a module pulled: the module cache's eviction (after
+        // a pull) takes the oldest entry, an artifact.
+        drop(loaded_pin);
+        drop(serving_pins);
+        let (_, pulled) = module(4, 0);
+        let report = modules.evict(&[pulled.as_path()]);
+        assert_eq!((report.removed, report.kept), (1, 300));
+        assert!(!loaded.exists(), "the unpinned artifact, oldest, goes");
+        assert!(serving_path.exists() && newest.exists() && pulled.exists());
     }
 
     #[test]

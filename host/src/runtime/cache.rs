@@ -21,10 +21,8 @@
 //! child, `kubewasm compile` in CI) cannot write an entry the host finds
 //! without compiling.
 
-use std::collections::HashMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::SystemTime;
 
@@ -32,10 +30,11 @@ use wasmtime::Engine;
 use wasmtime::component::Component;
 
 use super::artifact_key::{ArtifactKey, Refusal};
-use crate::lru_files;
+use crate::lru_files::Budget;
 
 /// The default size cap: a few builds' worth of the JavaScript and Python
-/// plugins (30-60 MB each) plus every Rust one.
+/// plugins (30-60 MB each) plus every Rust one, and the modules pulled for
+/// Plugin objects (12-18 MB for JavaScript and Python), which share it.
 pub const DEFAULT_MAX_BYTES: u64 = 1 << 30;
 
 const EXTENSION: &str = "cwasm";
@@ -51,47 +50,32 @@ pub enum CacheError {
     Serialize(String),
 }
 
-/// The cache folder, its cap, and the artifacts in use.
+/// The cache folder, and the budget (cap and files in use) it shares with
+/// the OCI module cache.
 #[derive(Clone)]
 pub struct CompileCache {
     dir: PathBuf,
-    max_bytes: u64,
     compat: String,
     /// Signs what this cache writes and verifies what it loads.
     key: ArtifactKey,
-    /// Artifacts loaded by a running plugin version (with a count: two
-    /// plugins may run the same content); eviction skips them.
-    pinned: Arc<parking_lot::Mutex<HashMap<PathBuf, usize>>>,
+    /// The byte cap over this folder (and the pulled modules that join
+    /// it), and the artifacts loaded by a running plugin version, which
+    /// eviction skips.
+    budget: Budget,
 }
 
 impl std::fmt::Debug for CompileCache {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CompileCache")
             .field("dir", &self.dir)
-            .field("max_bytes", &self.max_bytes)
+            .field("budget", &self.budget)
             .field("key", &self.key)
             .finish_non_exhaustive()
     }
 }
 
 /// Keeps an artifact from eviction while held.
-#[derive(Debug)]
-pub struct Pin {
-    path: PathBuf,
-    pinned: Arc<parking_lot::Mutex<HashMap<PathBuf, usize>>>,
-}
-
-impl Drop for Pin {
-    fn drop(&mut self) {
-        let mut pinned = self.pinned.lock();
-        if let Some(n) = pinned.get_mut(&self.path) {
-            *n -= 1;
-            if *n == 0 {
-                pinned.remove(&self.path);
-            }
-        }
-    }
-}
+pub use crate::lru_files::Pin;
 
 pub use crate::lru_files::Eviction;
 
@@ -99,13 +83,20 @@ impl CompileCache {
     /// `compat` is the engine's compatibility key (see
     /// [`super::engine::compat_key`]); `key` signs and verifies artifacts.
     pub fn new(dir: PathBuf, max_bytes: u64, compat: String, key: ArtifactKey) -> Self {
+        let budget = Budget::new(max_bytes);
+        budget.cover(&dir, is_artifact);
         Self {
             dir,
-            max_bytes,
             compat,
             key,
-            pinned: Arc::default(),
+            budget,
         }
+    }
+
+    /// The budget this cache evicts under: a module cache that joins it
+    /// ([`crate::oci::ModuleCache::sharing`]) is trimmed in the same pass.
+    pub fn budget(&self) -> &Budget {
+        &self.budget
     }
 
     pub fn key(&self) -> &ArtifactKey {
@@ -117,7 +108,7 @@ impl CompileCache {
     }
 
     pub fn max_bytes(&self) -> u64 {
-        self.max_bytes
+        self.budget.max_bytes()
     }
 
     /// Where the artifact of content `digest` (SHA-256, hex) lives.
@@ -169,47 +160,22 @@ impl CompileCache {
 
     /// Keeps `path` from eviction until the returned guard drops.
     pub fn pin(&self, path: &Path) -> Pin {
-        *self.pinned.lock().entry(path.to_owned()).or_insert(0) += 1;
-        Pin {
-            path: path.to_owned(),
-            pinned: self.pinned.clone(),
-        }
+        self.budget.pin(path)
     }
 
-    /// Deletes the least recently used artifacts until the cache is under
-    /// its cap, never one in use or `fresh` (just written); also deletes
-    /// temp files a crashed writer left. Errors only cost space (logged).
+    /// Deletes the least recently used entries of the budget (artifacts,
+    /// and pulled modules when a module cache shares it) until they are
+    /// under its cap, never one in use or `fresh` (just written); also
+    /// deletes temp files a crashed writer left. Errors only cost space
+    /// (logged).
     pub fn evict(&self, fresh: &[&Path]) -> Eviction {
-        let files = lru_files::scan(&self.dir, |path| {
-            path.extension().is_some_and(|e| e == EXTENSION)
-        });
-        let pinned = self.pinned.lock().clone();
-        let report = lru_files::evict_oldest(
-            files,
-            self.max_bytes,
-            |path| pinned.contains_key(path) || fresh.contains(&path),
-            "compile cache",
-        );
-        if report.removed > 0 {
-            tracing::info!(
-                dir = %self.dir.display(),
-                removed = report.removed,
-                freed_bytes = report.freed,
-                kept_bytes = report.kept,
-                max_bytes = self.max_bytes,
-                "compile cache over its cap: least recently used artifacts evicted"
-            );
-        }
-        if report.kept > self.max_bytes {
-            tracing::warn!(
-                dir = %self.dir.display(),
-                kept_bytes = report.kept,
-                max_bytes = self.max_bytes,
-                "compile cache stays over its cap: the artifacts in use are bigger than it (raise --compile-cache-max)"
-            );
-        }
-        report
+        self.budget.evict(fresh)
     }
+}
+
+/// The files of the folder that are artifacts.
+fn is_artifact(path: &Path) -> bool {
+    path.extension().is_some_and(|e| e == EXTENSION)
 }
 
 /// Why a signed artifact file was not loaded.
