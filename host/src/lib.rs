@@ -17,6 +17,7 @@ pub mod names;
 pub mod object;
 pub mod objects;
 pub mod oci;
+pub mod origin;
 pub mod pointer;
 pub mod precompile;
 pub mod rbac;

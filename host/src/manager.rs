@@ -27,6 +27,7 @@ use crate::informer::{CacheView, Informer, InformerSet, InformerSpec, Subscripti
 use crate::kind::KindDiscovery;
 use crate::kind::{KindError, KindRef, KindRegistry};
 use crate::leader::Leadership;
+use crate::origin::{Origin, Origins};
 use crate::runtime::host::PluginScope;
 use crate::runtime::{Actor, CompileSource, Content, LoadError, Manifest, Registration, Runtime};
 use crate::telemetry::{PluginTelemetry, Telemetry};
@@ -206,6 +207,10 @@ pub struct PluginHost {
     discovery: Option<Arc<dyn KindDiscovery>>,
     leadership: Leadership,
     telemetry: Telemetry,
+    /// Which origin holds each name: taken when a load starts, kept while
+    /// a version serves, given back by an unload or a first load that
+    /// failed.
+    origins: Origins,
 }
 
 impl std::fmt::Debug for PluginHost {
@@ -236,6 +241,7 @@ impl PluginHost {
             discovery: None,
             leadership: Leadership::always(),
             telemetry: Telemetry::default(),
+            origins: Origins::default(),
         }
     }
 
@@ -346,8 +352,48 @@ impl PluginHost {
         content: impl Into<Content>,
         manifest: Manifest,
     ) -> Result<Arc<PluginVersion>, LoadError> {
+        self.install_from(Origin::Direct, name, content, manifest)
+            .await
+    }
+
+    /// [`install`](Self::install) for a plugin of `origin`: refused with
+    /// [`LoadError::NameTaken`] while another origin serves or loads a
+    /// plugin of that name.
+    pub async fn install_from(
+        &self,
+        origin: Origin,
+        name: &str,
+        content: impl Into<Content>,
+        manifest: Manifest,
+    ) -> Result<Arc<PluginVersion>, LoadError> {
+        let claimed = self
+            .origins
+            .claim(name, &origin)
+            .map_err(|holder| LoadError::NameTaken {
+                name: name.to_owned(),
+                holder: holder.to_string(),
+            })?;
+        let result = self.swap_in(name, content.into(), manifest).await;
+        // A first load that failed leaves nothing serving: the name is
+        // free again.
+        if result.is_err() && claimed {
+            self.origins.release(name, &origin);
+        }
+        result
+    }
+
+    /// Which source each plugin name belongs to.
+    pub fn origins(&self) -> &Origins {
+        &self.origins
+    }
+
+    async fn swap_in(
+        &self,
+        name: &str,
+        content: Content,
+        manifest: Manifest,
+    ) -> Result<Arc<PluginVersion>, LoadError> {
         let previous = self.plugins.lock().await.get(name).cloned();
-        let content = content.into();
         let version = match self
             .start(name, content, manifest, previous.as_deref())
             .await
@@ -439,9 +485,22 @@ impl PluginHost {
         version.dispatcher.hand_over(requeued);
     }
 
-    /// Stops and removes plugin `name` after its in-flight call.
+    /// [`unload`](Self::unload) if `origin` holds `name`: a source never
+    /// unloads another's plugin of the same name.
+    pub async fn unload_from(&self, origin: &Origin, name: &str) -> bool {
+        if self.origins.holder(name).as_ref() != Some(origin) {
+            return false;
+        }
+        self.unload(name).await
+    }
+
+    /// Stops and removes plugin `name` after its in-flight call; the name
+    /// is free for any origin afterwards.
     pub async fn unload(&self, name: &str) -> bool {
         let old = self.plugins.lock().await.remove(name);
+        if let Some(origin) = self.origins.holder(name) {
+            self.origins.release(name, &origin);
+        }
         match old {
             Some(old) => {
                 old.stop_for_good(&self.informers).await;

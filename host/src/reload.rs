@@ -21,6 +21,7 @@ use tokio::sync::{Mutex, mpsc};
 use tokio_util::sync::CancellationToken;
 
 use crate::manager::PluginHost;
+use crate::origin::Origin;
 use crate::runtime::manifest::ManifestError;
 use crate::runtime::{Content, LoadError, Manifest};
 use crate::telemetry::Telemetry;
@@ -77,6 +78,9 @@ pub struct PluginDir {
     /// Plugins refused for naming a kind the cluster does not serve, with
     /// the kind registry's generation then: retried when it moves.
     awaiting_kinds: parking_lot::Mutex<BTreeMap<String, u64>>,
+    /// Plugins refused because a Plugin object holds their name: loaded
+    /// again once it is free (the object deleted or renamed).
+    awaiting_names: parking_lot::Mutex<std::collections::BTreeSet<String>>,
     /// Readable without waiting for a scan in progress.
     states: parking_lot::Mutex<BTreeMap<String, FileState>>,
     telemetry: Telemetry,
@@ -127,6 +131,7 @@ impl PluginDir {
             running: Mutex::new(BTreeMap::new()),
             failed: parking_lot::Mutex::new(BTreeMap::new()),
             awaiting_kinds: parking_lot::Mutex::new(BTreeMap::new()),
+            awaiting_names: parking_lot::Mutex::new(std::collections::BTreeSet::new()),
             states: parking_lot::Mutex::new(BTreeMap::new()),
             telemetry: Telemetry::default(),
             debounce_ms: std::sync::atomic::AtomicU64::new(200),
@@ -244,7 +249,11 @@ impl PluginDir {
             }
             let digest: String = h.finalize().iter().map(|b| format!("{b:02x}")).collect();
             match known.get(name) {
-                Some(Known::Running(d)) | Some(Known::Failed(d)) if *d == digest => continue,
+                Some(Known::Running(d)) if *d == digest => continue,
+                // Refused for its name: tried again once the name is free.
+                Some(Known::Failed(d)) if *d == digest && !self.name_freed_for(name, path) => {
+                    continue;
+                }
                 _ => {}
             }
             self.set_state(name, FileState::Loading);
@@ -270,7 +279,7 @@ impl PluginDir {
             let result = match manifest {
                 Ok(m) => self
                     .host
-                    .install(name, content, m)
+                    .install_from(Origin::File(path.clone()), name, content, m)
                     .await
                     .map(|v| v.version().to_owned()),
                 Err(e) => Err(e),
@@ -289,6 +298,11 @@ impl PluginDir {
                     .insert(name.clone(), kinds_generation);
             } else {
                 self.awaiting_kinds.lock().remove(name);
+            }
+            if let Err(LoadError::NameTaken { .. }) = &result {
+                self.awaiting_names.lock().insert(name.clone());
+            } else {
+                self.awaiting_names.lock().remove(name);
             }
             let was_running = self.running.lock().await.contains_key(name);
             match result {
@@ -340,11 +354,26 @@ impl PluginDir {
             known.remove(&name);
             self.failed.lock().remove(&name);
             self.awaiting_kinds.lock().remove(&name);
-            if self.running.lock().await.remove(&name).is_some() && self.host.unload(&name).await {
+            self.awaiting_names.lock().remove(&name);
+            let origin = Origin::File(self.dir.join(format!("{name}.wasm")));
+            if self.running.lock().await.remove(&name).is_some()
+                && self.host.unload_from(&origin, &name).await
+            {
                 outcomes.insert(name, Outcome::Unloaded);
             }
         }
         Ok(outcomes)
+    }
+
+    /// Whether plugin `name` (file `path`) was refused for a name another
+    /// source held, which is free now.
+    fn name_freed_for(&self, name: &str, path: &Path) -> bool {
+        self.awaiting_names.lock().contains(name)
+            && self
+                .host
+                .origins()
+                .holder(name)
+                .is_none_or(|o| o == Origin::File(path.to_owned()))
     }
 
     /// Plugins refused for an unknown kind get another load once the
@@ -430,6 +459,8 @@ impl PluginDir {
         debouncer
             .watch(&self.dir, RecursiveMode::NonRecursive)
             .map_err(watch_error)?;
+        // A name a Plugin object gave back: a plugin refused for it loads now.
+        let mut freed = self.host.origins().freed();
         // `interval` panics on zero; the config refuses it, library callers get a floor.
         let mut ticker = tokio::time::interval(poll.max(Duration::from_millis(100)));
         ticker.tick().await;
@@ -446,6 +477,11 @@ impl PluginDir {
                 _ = ticker.tick() => {
                     self.retry_awaiting_kinds().await;
                 }
+                Ok(()) = freed.changed() => {
+                    if self.awaiting_names.lock().is_empty() {
+                        continue;
+                    }
+                }
             }
             while rx.try_recv().is_ok() {}
             if let Err(e) = self.scan().await {
@@ -455,5 +491,111 @@ impl PluginDir {
         drop(debouncer);
         drop(renames);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::actions::executor::{Executor, ExecutorOptions};
+    use crate::dispatch::{Activity, DispatchOptions};
+    use crate::informer::InformerSet;
+    use crate::kind::KindRegistry;
+    use crate::object::StripOptions;
+    use crate::runtime::{EngineOptions, Runtime};
+    use crate::source::local::LocalCluster;
+
+    /// A host over an empty local cluster, compiling nothing to disk.
+    fn host(cluster: &Path) -> Arc<PluginHost> {
+        let kinds = KindRegistry::builtin();
+        let local =
+            LocalCluster::new(cluster.to_owned(), kinds.clone(), StripOptions::default()).unwrap();
+        let activity = Arc::new(Activity::default());
+        let informers = Arc::new(InformerSet::new(
+            local.clone(),
+            activity.clone(),
+            CancellationToken::new(),
+        ));
+        let executor = Arc::new(Executor::new(local, ExecutorOptions::default()));
+        let runtime = Runtime::new(EngineOptions {
+            cache_dir: None,
+            ..EngineOptions::default()
+        })
+        .unwrap();
+        Arc::new(PluginHost::new(
+            runtime,
+            informers,
+            kinds,
+            executor,
+            activity,
+            DispatchOptions::default(),
+        ))
+    }
+
+    fn load_failures(dir: &PluginDir, plugin: &str) -> String {
+        let text = dir.telemetry.metrics().encode().unwrap();
+        let series = format!("kubewasm_plugin_load_failures_total{{plugin=\"{plugin}\"}} ");
+        text.lines()
+            .find_map(|l| l.strip_prefix(&series))
+            .unwrap_or("0")
+            .to_owned()
+    }
+
+    /// A folder plugin whose name a Plugin object holds is refused (the
+    /// object's plugin is left alone), counted as a load failure naming
+    /// both, not tried again while the name is held, and tried again on
+    /// the first scan after the object gives the name back.
+    #[tokio::test]
+    async fn a_folder_plugin_waits_for_a_name_an_object_holds() {
+        let cluster = tempfile::tempdir().unwrap();
+        let folder = tempfile::tempdir().unwrap();
+        let host = host(cluster.path());
+        let dir = PluginDir::new(folder.path().to_owned(), host.clone())
+            .with_telemetry(Telemetry::default());
+        let object = Origin::Object("plugins.kubewasm.io/x".into());
+        assert_eq!(host.origins().claim("x", &object), Ok(true));
+        let freed = host.origins().freed();
+        // Not a component: once it may load, the load fails for that, so
+        // the error says which check the file reached.
+        let file = folder.path().join("x.wasm");
+        std::fs::write(&file, b"not wasm").unwrap();
+
+        let outcomes = dir.scan().await.unwrap();
+        let Some(Outcome::Failed(error)) = outcomes.get("x") else {
+            panic!("{outcomes:?}");
+        };
+        assert!(
+            error.contains("plugins.kubewasm.io/x") && error.contains("rename"),
+            "{error}"
+        );
+        assert_eq!(dir.failures()["x"], *error);
+        assert_eq!(dir.file_states()["x"], "broken");
+        assert_eq!(load_failures(&dir, "x"), "1");
+        assert_eq!(host.origins().holder("x"), Some(object.clone()));
+
+        // The folder cannot unload the object's plugin.
+        assert!(!host.unload_from(&Origin::File(file.clone()), "x").await);
+        assert_eq!(host.origins().holder("x"), Some(object.clone()));
+
+        // Still held: the next scan leaves it (no new failure).
+        assert!(dir.scan().await.unwrap().is_empty());
+        assert_eq!(load_failures(&dir, "x"), "1");
+
+        // The object deleted: the name is free, and the file is loaded.
+        host.unload_from(&object, "x").await;
+        assert_eq!(host.origins().holder("x"), None);
+        assert!(freed.has_changed().unwrap());
+        let outcomes = dir.scan().await.unwrap();
+        let Some(Outcome::Failed(error)) = outcomes.get("x") else {
+            panic!("{outcomes:?}");
+        };
+        assert!(error.contains("WebAssembly"), "{error}");
+        assert_eq!(load_failures(&dir, "x"), "2");
+        // A first load that failed keeps no claim, and a file that fails
+        // for itself waits for a change, not for a name.
+        assert_eq!(host.origins().holder("x"), None);
+        assert!(dir.scan().await.unwrap().is_empty());
+        assert_eq!(host.origins().claim("x", &object), Ok(true));
     }
 }

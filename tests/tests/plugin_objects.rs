@@ -16,9 +16,11 @@ use kube::Api;
 use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kubewasm_tests::controlplane::ControlPlane;
 use kubewasm_tests::e2e::{
-    HostProcess, eventually_seen, host_config, install_plugin_crds, namespace,
+    HostProcess, eventually_seen, host_config, install_plugin_crds, namespace, requeue_lines,
 };
-use kubewasm_tests::objects::{WAIT, api, find_condition, wait_condition, wait_requeue_seen};
+use kubewasm_tests::objects::{
+    WAIT, api, condition, find_condition, wait_condition, wait_requeue_seen,
+};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
@@ -30,8 +32,14 @@ fn spec(key: &str, tag: &str, ns: &str) -> Value {
     })
 }
 
+/// The tests here share one control plane and every host loads every
+/// Plugin object: they take turns, so one's hosts never serve the other's
+/// objects.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 #[tokio::test]
 async fn plugin_objects_load_swap_refuse_and_unload() {
+    let _serial = SERIAL.lock().await;
     let cp = ControlPlane::shared();
     let client = cp.admin_client().await;
     install_plugin_crds(&client).await;
@@ -247,5 +255,149 @@ async fn plugin_objects_load_swap_refuse_and_unload() {
     let (exit, logs) = host.stop_with_logs();
     assert!(exit.success(), "{logs}");
     let (exit, logs) = other.stop_with_logs();
+    assert!(exit.success(), "{logs}");
+}
+
+/// A plugin folder file and a Plugin object of the same name never replace
+/// each other: whichever serves keeps serving; a later file is refused with
+/// an error naming both (the object serving on), a later object shows
+/// `NameTaken` (the file serving on), and each loads once the other gives
+/// the name back, without waiting for a poll.
+#[tokio::test]
+async fn a_folder_plugin_and_a_plugin_object_never_replace_each_other() {
+    let _serial = SERIAL.lock().await;
+    let cp = ControlPlane::shared();
+    let client = cp.admin_client().await;
+    install_plugin_crds(&client).await;
+    let ns = "clash-watched";
+    namespace(&client, ns, json!({})).await;
+    let testkit = std::fs::read(kubewasm_tests::plugin_artifacts().join("testkit.wasm")).unwrap();
+    let cm: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": "clash-modules", "namespace": ns},
+    }))
+    .unwrap();
+    let cm = ConfigMap {
+        binary_data: Some(BTreeMap::from([(
+            "testkit.wasm".to_owned(),
+            ByteString(testkit),
+        )])),
+        ..cm
+    };
+    let watched = Api::<ConfigMap>::namespaced(client.clone(), ns);
+    watched.create(&PostParams::default(), &cm).await.unwrap();
+    let touch = |name: &'static str| {
+        let watched = watched.clone();
+        async move {
+            let cm: ConfigMap =
+                serde_json::from_value(json!({"metadata": {"name": name}, "data": {"k": "v"}}))
+                    .unwrap();
+            watched.create(&PostParams::default(), &cm).await.unwrap();
+        }
+    };
+    let plugins = api(&client, "Plugin", None);
+    let object: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "kubewasm.io/v1alpha1", "kind": "Plugin",
+        "metadata": {"name": "clash"},
+        "spec": {
+            "module": {"configMap": {"name": "clash-modules", "namespace": ns, "key": "testkit.wasm"}},
+            "config": {"mode": "requeue", "count": 3_600_000, "tag": "object"},
+            "access": [{"kinds": ["configmaps"], "verbs": ["read"], "namespaces": [ns]}],
+        },
+    }))
+    .unwrap();
+    let sidecar = format!(
+        "config: {{mode: requeue, count: 3600000, tag: folder}}\naccess:\n  - {{kinds: [configmaps], verbs: [read], namespaces: [{ns}]}}\n"
+    );
+    let host = HostProcess::start_with(cp.admin_kubeconfig(), |_| {});
+    let file = host.plugins.path().join("clash.wasm");
+    let log_line = |needles: Vec<String>| {
+        let logs = host.logs();
+        async move {
+            logs.lines()
+                .find(|l| needles.iter().all(|n| l.contains(n.as_str())))
+                .map(str::to_owned)
+                .ok_or_else(|| format!("no line with {needles:?}:\n{logs}"))
+        }
+    };
+
+    // The object serves first.
+    plugins
+        .create(&PostParams::default(), &object)
+        .await
+        .unwrap();
+    wait_condition(&plugins, &host, "clash", 1, ("Ready", "True", "Serving")).await;
+    touch("requeue-clash-1").await;
+    wait_requeue_seen(&host, "object", "requeue-clash-1").await;
+
+    // A file of the same name is refused, naming the file and the object.
+    kubewasm_tests::install(host.plugins.path(), "clash", "testkit", Some(&sidecar));
+    let refused = eventually_seen("the file refused", WAIT, || {
+        log_line(vec![
+            "cannot load plugin".into(),
+            file.display().to_string(),
+            "taken by the object plugins.kubewasm.io/clash".into(),
+        ])
+    })
+    .await;
+    assert!(refused.contains("rename one of them"), "{refused}");
+    touch("requeue-clash-2").await;
+    wait_requeue_seen(&host, "object", "requeue-clash-2").await;
+    let (status, reason, _) = condition(&plugins, "clash", "Ready").await.unwrap();
+    assert_eq!((status.as_str(), reason.as_str()), ("True", "Serving"));
+    assert!(
+        requeue_lines(&host.logs())
+            .iter()
+            .all(|l| l.tag == "object"),
+        "the file's plugin never ran:\n{}",
+        host.logs()
+    );
+
+    // The object deleted: the file loads at once and serves.
+    plugins
+        .delete("clash", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually_seen("the file loaded", WAIT, || {
+        log_line(vec!["plugin loaded".into(), file.display().to_string()])
+    })
+    .await;
+    touch("requeue-clash-3").await;
+    wait_requeue_seen(&host, "folder", "requeue-clash-3").await;
+
+    // The object again: refused while the file serves, and says why.
+    plugins
+        .create(&PostParams::default(), &object)
+        .await
+        .unwrap();
+    let status = wait_condition(&plugins, &host, "clash", 1, ("Ready", "False", "NameTaken")).await;
+    let ready = find_condition(&status, "Ready").unwrap().to_string();
+    assert!(
+        ready.contains(&format!("the plugin folder's file {}", file.display())),
+        "{ready}"
+    );
+    touch("requeue-clash-4").await;
+    wait_requeue_seen(&host, "folder", "requeue-clash-4").await;
+    assert!(
+        !requeue_lines(&host.logs())
+            .iter()
+            .any(|l| l.tag == "object" && l.name == "requeue-clash-4"),
+        "the object's plugin did not come back:\n{}",
+        host.logs()
+    );
+
+    // The file removed: the object loads (its retry is due at once).
+    std::fs::remove_file(&file).unwrap();
+    std::fs::remove_file(host.plugins.path().join("clash.yaml")).unwrap();
+    wait_condition(&plugins, &host, "clash", 1, ("Ready", "True", "Serving")).await;
+    touch("requeue-clash-5").await;
+    wait_requeue_seen(&host, "object", "requeue-clash-5").await;
+
+    plugins
+        .delete("clash", &DeleteParams::default())
+        .await
+        .unwrap();
+    host.wait_log("Plugin object deleted; plugin unloaded", WAIT)
+        .await;
+    let (exit, logs) = host.stop_with_logs();
     assert!(exit.success(), "{logs}");
 }

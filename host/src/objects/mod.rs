@@ -24,6 +24,7 @@ use tokio_util::sync::CancellationToken;
 use crate::crd::{NamespacedPlugin, Plugin, PluginParts, PluginStatus};
 use crate::leader::Leadership;
 use crate::manager::PluginHost;
+use crate::origin::Origin;
 use crate::runtime::{Content, LoadError};
 
 pub use fetch::{FetchError, Fetcher};
@@ -90,6 +91,11 @@ impl Source {
             Self::Cluster(name) => name.clone(),
             Self::Tenant { namespace, name } => format!("{namespace}/{name}"),
         }
+    }
+
+    /// The object as the host tells plugin sources apart.
+    fn origin(&self) -> Origin {
+        Origin::Object(self.display())
     }
 
     /// How errors name the object (`plugins.kubewasm.io/x`).
@@ -211,6 +217,9 @@ impl PluginObjects {
         let mut leader = self.leadership.subscribe();
         let mut retry = tokio::time::interval(RETRY);
         retry.tick().await;
+        // A name the plugin folder gave back: an object refused for it
+        // loads now rather than at the next retry.
+        let mut freed = self.host.origins().freed();
         // Objects listed by the current initial list of each kind.
         let mut listing: [Option<BTreeSet<Source>>; 2] = [None, None];
         loop {
@@ -226,7 +235,8 @@ impl PluginObjects {
                         self.write_all_statuses().await;
                     }
                 }
-                _ = retry.tick() => self.retry_refused().await,
+                _ = retry.tick() => self.retry_refused(|_| true).await,
+                Ok(()) = freed.changed() => self.retry_refused(|reason| reason == "NameTaken").await,
             }
         }
     }
@@ -268,18 +278,23 @@ impl PluginObjects {
     async fn remove(&self, source: &Source) {
         if self.known.lock().await.remove(source).is_some() {
             let name = source.plugin_name();
-            self.host.unload(&name).await;
-            tracing::info!(plugin = %name, object = %source.display(), "Plugin object deleted; plugin unloaded");
+            // Only its own plugin: one refused for its name leaves the
+            // folder's plugin of that name serving.
+            if self.host.unload_from(&source.origin(), &name).await {
+                tracing::info!(plugin = %name, object = %source.display(), "Plugin object deleted; plugin unloaded");
+            }
         }
     }
 
-    async fn retry_refused(&self) {
+    /// Reconciles again the objects whose spec was refused for a reason
+    /// `due` accepts.
+    async fn retry_refused(&self, due: impl Fn(&str) -> bool) {
         let refused: Vec<Seen> = self
             .known
             .lock()
             .await
             .iter()
-            .filter(|(_, k)| matches!(k.outcome, Outcome::Refused { .. }))
+            .filter(|(_, k)| matches!(k.outcome, Outcome::Refused { reason, .. } if due(reason)))
             .map(|(s, k)| Seen {
                 source: s.clone(),
                 generation: k.generation,
@@ -341,7 +356,11 @@ impl PluginObjects {
                         version: version.clone(),
                         resolved_reference: fetched.resolved_reference,
                     },
-                    _ => match self.host.install(&name, content, manifest).await {
+                    _ => match self
+                        .host
+                        .install_from(obj.source.origin(), &name, content, manifest)
+                        .await
+                    {
                         Ok(v) => {
                             tracing::info!(plugin = %name, version = v.version(), %digest, object = %obj.source.display(), "Plugin object loaded");
                             Outcome::Serving {
@@ -443,17 +462,17 @@ impl PluginObjects {
                 (confined, namespace.as_str())
             }
         };
+        // Checked before fetching, so a taken name costs no pull; the
+        // install checks again (the folder may take it meanwhile).
         let name = obj.source.plugin_name();
-        if let Some(running) = self.host.get(&name).await
-            && !self.known.lock().await.contains_key(&obj.source)
+        if let Some(holder) = self.host.origins().holder(&name)
+            && holder != obj.source.origin()
         {
-            return Err((
-                "NameTaken",
-                format!(
-                    "a plugin named {name} (version {}) is loaded from the plugin folder; rename the object or remove the file",
-                    running.version()
-                ),
-            ));
+            let e = LoadError::NameTaken {
+                name,
+                holder: holder.to_string(),
+            };
+            return Err(("NameTaken", e.to_string()));
         }
         let manifest = parts
             .manifest(&obj.source.display())
@@ -591,5 +610,6 @@ fn load_reason(e: &LoadError) -> &'static str {
         | LoadError::NotAPlugin { .. }
         | LoadError::Imports(_) => "NotAPlugin",
         LoadError::Start(_) => "StartFailed",
+        LoadError::NameTaken { .. } => "NameTaken",
     }
 }

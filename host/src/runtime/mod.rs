@@ -77,6 +77,13 @@ pub enum LoadError {
     /// Compiling failed for a reason other than the component itself.
     #[error("{0}")]
     Compile(CompileError),
+    /// Another source (the plugin folder, a Plugin object) serves or loads
+    /// a plugin of this name: one name, one source, so neither silently
+    /// replaces the other's plugin.
+    #[error(
+        "the plugin name {name} is taken by {holder}, which keeps serving it: rename one of them (or remove {holder}); this one loads once the name is free"
+    )]
+    NameTaken { name: String, holder: String },
 }
 
 impl From<CompileError> for LoadError {
