@@ -510,7 +510,20 @@ fn probe(args: ProbeArgs) -> anyhow::Result<()> {
 struct RbacArgs {
     /// Folder of plugins (NAME.wasm plus optional NAME.yaml), loaded as `run` loads them.
     #[arg(long, env = "KUBEWASM_PLUGINS")]
-    plugins: PathBuf,
+    plugins: Option<PathBuf>,
+    /// Plugin and NamespacedPlugin manifests (a YAML file of one or more documents, or a folder of them),
+    /// as you would `kubectl apply` them: their access lists as the host grants them; repeatable.
+    #[arg(long = "objects", value_name = "PATH")]
+    objects: Vec<PathBuf>,
+    /// Also the Plugin and NamespacedPlugin objects of the cluster (--kubeconfig, --context).
+    #[arg(long)]
+    from_cluster: bool,
+    /// Kubeconfig of the cluster --from-cluster lists (unset: KUBECONFIG, the pod's service account, ~/.kube/config).
+    #[arg(long, requires = "from_cluster")]
+    kubeconfig: Option<PathBuf>,
+    /// Context of the kubeconfig to use (default: its current context).
+    #[arg(long, requires = "from_cluster")]
+    context: Option<String>,
     /// Namespace the host runs in (its ServiceAccount and Lease).
     #[arg(long, default_value = "kubewasm")]
     namespace: String,
@@ -539,7 +552,14 @@ struct RbacArgs {
 }
 
 async fn rbac(args: RbacArgs) -> anyhow::Result<()> {
-    let mut opts = kubewasm::rbac::RbacOptions::new(args.plugins);
+    let mut opts = kubewasm::rbac::RbacOptions {
+        plugins: args.plugins,
+        objects: args.objects,
+        from_cluster: args
+            .from_cluster
+            .then(|| kubewasm::source::kube::KubeTarget::new(args.kubeconfig, args.context)),
+        ..kubewasm::rbac::RbacOptions::default()
+    };
     opts.namespace = args.namespace;
     opts.service_account = args.service_account.unwrap_or_else(|| args.name.clone());
     opts.name = args.name;
@@ -550,7 +570,11 @@ async fn rbac(args: RbacArgs) -> anyhow::Result<()> {
     if args.cache_dir.is_some() {
         opts.cache_dir = args.cache_dir;
     }
-    let yaml = kubewasm::rbac::generate(&opts).await?;
+    let derived = kubewasm::rbac::derive(&opts).await?;
+    for note in &derived.notes {
+        eprintln!("note: {note}");
+    }
+    let yaml = kubewasm::rbac::render::render(&opts, &derived);
     std::io::stdout().lock().write_all(yaml.as_bytes())?;
     Ok(())
 }

@@ -435,3 +435,153 @@ fn probes_and_metrics_follow_the_running_host() {
     assert!(exit.success(), "{exit:?}\n{}", logs());
     assert!(std::net::TcpStream::connect(addr).is_err());
 }
+
+/// `kubewasm rbac` over a plugin folder and Plugin manifests together: the
+/// folder plugin's registration within its sidecar, the Plugin's access
+/// list cluster-wide or in the namespaces it lists, the NamespacedPlugin's
+/// confined to a Role in its namespace (what the ClusterRole grants already
+/// not repeated there), merged per rule; other kinds noted on stderr; a
+/// spec the host would refuse fails naming the object and the field.
+#[test]
+fn rbac_merges_the_folder_and_plugin_objects_as_the_host_grants_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let plugins = dir.path().join("plugins");
+    std::fs::create_dir_all(&plugins).unwrap();
+    install(
+        &plugins,
+        "recorder",
+        "recorder",
+        Some(&kubewasm_tests::e2e::recorder_sidecar(
+            "team-a",
+            &["configmaps"],
+        )),
+    );
+    let objects = dir.path().join("objects.yaml");
+    std::fs::write(
+        &objects,
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings}\n---\n\
+         apiVersion: kubewasm.io/v1alpha1\nkind: Plugin\nmetadata: {name: ops}\nspec:\n  module: {oci: {reference: 'registry.example/ops:1'}}\n  access:\n    - {kinds: [deployments.apps], verbs: [read, patch, status]}\n    - {kinds: [configmaps], verbs: [read], namespaces: [team-a]}\n---\n\
+         apiVersion: kubewasm.io/v1alpha1\nkind: NamespacedPlugin\nmetadata: {name: mine, namespace: team-b}\nspec:\n  module: {configMap: {name: modules, key: mine.wasm}}\n  access:\n    - {kinds: [configmaps, deployments.apps], verbs: [read, apply]}\n    - {kinds: [namespaces], verbs: [read]}\n",
+    )
+    .unwrap();
+    let rbac = |objects: &std::path::Path| {
+        Command::new(kubewasm_bin())
+            .args(["rbac", "--plugins-only", "--plugins"])
+            .arg(&plugins)
+            .arg("--objects")
+            .arg(objects)
+            .arg("--cache-dir")
+            .arg(dir.path().join("cache"))
+            .env("RUST_LOG", "warn")
+            .output()
+            .unwrap()
+    };
+    let out = rbac(&objects);
+    let (stdout, stderr) = (
+        String::from_utf8(out.stdout).unwrap(),
+        String::from_utf8(out.stderr).unwrap(),
+    );
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains("note: ") && stderr.contains("ConfigMap settings ignored"),
+        "{stderr}"
+    );
+    let docs: Vec<serde_json::Value> = serde_yaml_ng::Deserializer::from_str(&stdout)
+        .map(|d| serde::Deserialize::deserialize(d).unwrap())
+        .filter(|v: &serde_json::Value| !v.is_null())
+        .collect();
+    // (kind, namespace) -> its rules as "group/resource verbs".
+    let roles: Vec<(String, String, Vec<String>)> = docs
+        .iter()
+        .filter(|d| d["kind"] == "ClusterRole" || d["kind"] == "Role")
+        .map(|d| {
+            let rules = d["rules"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|r| {
+                    let verbs: Vec<&str> = r["verbs"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .map(|v| v.as_str().unwrap())
+                        .collect();
+                    format!(
+                        "{}/{} {}",
+                        r["apiGroups"][0].as_str().unwrap(),
+                        r["resources"][0].as_str().unwrap(),
+                        verbs.join(",")
+                    )
+                })
+                .collect();
+            (
+                d["kind"].as_str().unwrap().to_owned(),
+                d["metadata"]["namespace"].as_str().unwrap_or("").to_owned(),
+                rules,
+            )
+        })
+        .collect();
+    let expected: Vec<(String, String, Vec<String>)> = [
+        (
+            "ClusterRole",
+            "",
+            vec![
+                "apps/deployments get,list,patch,watch",
+                "apps/deployments/status patch",
+            ],
+        ),
+        (
+            "Role",
+            "team-a",
+            vec![
+                "/configmaps get,list,watch",
+                "events.k8s.io/events create,patch",
+            ],
+        ),
+        (
+            "Role",
+            "team-b",
+            vec![
+                "/configmaps create,get,list,patch,watch",
+                "apps/deployments create",
+            ],
+        ),
+    ]
+    .into_iter()
+    .map(|(k, ns, rules)| {
+        (
+            k.to_owned(),
+            ns.to_owned(),
+            rules.into_iter().map(str::to_owned).collect(),
+        )
+    })
+    .collect();
+    assert_eq!(roles, expected, "{stdout}");
+    // One rule for what both need, naming both.
+    assert!(
+        stdout.contains("# plugins.kubewasm.io/ops (may read); recorder (subscribes)"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("from the registrations and sidecar access lists of: recorder; and the access lists of the Plugin objects: plugins.kubewasm.io/ops, namespacedplugins.kubewasm.io/mine in team-b."),
+        "{stdout}"
+    );
+
+    // A tenant asking outside its namespace: refused as the host refuses it.
+    let greedy = dir.path().join("greedy.yaml");
+    std::fs::write(
+        &greedy,
+        "apiVersion: kubewasm.io/v1alpha1\nkind: NamespacedPlugin\nmetadata: {name: greedy, namespace: team-b}\nspec:\n  module: {configMap: {name: modules, key: g.wasm}}\n  access: [{kinds: [secrets], verbs: [read], namespaces: [kube-system]}]\n",
+    )
+    .unwrap();
+    let out = rbac(&greedy);
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("namespacedplugins.kubewasm.io/greedy in team-b")
+            && stderr.contains("greedy.yaml")
+            && stderr.contains("access[0] names namespace kube-system"),
+        "{stderr}"
+    );
+    assert!(out.stdout.is_empty());
+}

@@ -401,3 +401,142 @@ async fn a_folder_plugin_and_a_plugin_object_never_replace_each_other() {
     let (exit, logs) = host.stop_with_logs();
     assert!(exit.success(), "{logs}");
 }
+
+/// `kubewasm rbac --from-cluster` lists the Plugin and NamespacedPlugin
+/// objects of the kubeconfig's cluster (the context named) and renders
+/// their access as the host grants it: the Plugin's in the ClusterRole and
+/// a Role where it lists a namespace, the tenant's in a Role in its own
+/// namespace only.
+#[tokio::test]
+async fn rbac_from_the_cluster_follows_the_plugin_objects() {
+    let _serial = SERIAL.lock().await;
+    let cp = ControlPlane::shared();
+    let client = cp.admin_client().await;
+    install_plugin_crds(&client).await;
+    // The tests here take turns: whatever an earlier one left goes first.
+    let plugins = api(&client, "Plugin", None);
+    for p in plugins.list(&Default::default()).await.unwrap() {
+        let _ = plugins
+            .delete(&p.metadata.name.unwrap(), &DeleteParams::default())
+            .await;
+    }
+    let tenants_everywhere = api(&client, "NamespacedPlugin", None);
+    for p in tenants_everywhere.list(&Default::default()).await.unwrap() {
+        let ns = p.metadata.namespace.unwrap();
+        let _ = api(&client, "NamespacedPlugin", Some(&ns))
+            .delete(&p.metadata.name.unwrap(), &DeleteParams::default())
+            .await;
+    }
+    namespace(&client, "rbac-tenant", json!({})).await;
+    let object = |kind: &str, name: &str, spec: Value| -> DynamicObject {
+        serde_json::from_value(json!({
+            "apiVersion": "kubewasm.io/v1alpha1", "kind": kind,
+            "metadata": {"name": name}, "spec": spec,
+        }))
+        .unwrap()
+    };
+    plugins
+        .create(
+            &PostParams::default(),
+            &object(
+                "Plugin",
+                "rbac-ops",
+                json!({"module": {"configMap": {"name": "m", "key": "ops.wasm"}},
+                       "access": [{"kinds": ["deployments.apps"], "verbs": ["read", "apply"]},
+                                  {"kinds": ["secrets"], "verbs": ["read"], "namespaces": ["rbac-tenant"]}]}),
+            ),
+        )
+        .await
+        .unwrap();
+    api(&client, "NamespacedPlugin", Some("rbac-tenant"))
+        .create(
+            &PostParams::default(),
+            &object(
+                "NamespacedPlugin",
+                "mine",
+                json!({"module": {"configMap": {"name": "m", "key": "mine.wasm"}},
+                       "access": [{"kinds": ["configmaps"], "verbs": ["read", "delete", "events"]}]}),
+            ),
+        )
+        .await
+        .unwrap();
+    let kubeconfig: Value =
+        serde_yaml_ng::from_str(&std::fs::read_to_string(cp.admin_kubeconfig()).unwrap()).unwrap();
+    let context = kubeconfig["current-context"].as_str().unwrap().to_owned();
+    let out = kubewasm_tests::e2e::succeeded(
+        std::process::Command::new(kubewasm_tests::e2e::kubewasm_bin())
+            .args(["rbac", "--from-cluster", "--plugins-only", "--kubeconfig"])
+            .arg(cp.admin_kubeconfig())
+            .args(["--context", &context])
+            .env_remove("KUBECONFIG")
+            .output()
+            .unwrap(),
+    );
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let docs: Vec<Value> = serde_yaml_ng::Deserializer::from_str(&stdout)
+        .map(|d| serde::Deserialize::deserialize(d).unwrap())
+        .filter(|v: &Value| !v.is_null())
+        .collect();
+    let roles: Vec<(String, String, Vec<String>)> = docs
+        .iter()
+        .filter(|d| d["kind"] == "ClusterRole" || d["kind"] == "Role")
+        .map(|d| {
+            let rules = d["rules"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|r| {
+                    let verbs: Vec<&str> = r["verbs"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .map(|v| v.as_str().unwrap())
+                        .collect();
+                    format!(
+                        "{}/{} {}",
+                        r["apiGroups"][0].as_str().unwrap(),
+                        r["resources"][0].as_str().unwrap(),
+                        verbs.join(",")
+                    )
+                })
+                .collect();
+            (
+                d["kind"].as_str().unwrap().to_owned(),
+                d["metadata"]["namespace"].as_str().unwrap_or("").to_owned(),
+                rules,
+            )
+        })
+        .collect();
+    let expected = vec![
+        (
+            "ClusterRole".to_owned(),
+            String::new(),
+            vec!["apps/deployments create,get,list,patch,watch".to_owned()],
+        ),
+        (
+            "Role".to_owned(),
+            "rbac-tenant".to_owned(),
+            vec![
+                "/configmaps delete,get,list,watch".to_owned(),
+                "/secrets get,list,watch".to_owned(),
+                "events.k8s.io/events create,patch".to_owned(),
+            ],
+        ),
+    ];
+    assert_eq!(roles, expected, "{stdout}");
+    assert!(
+        stdout.contains("--from-cluster")
+            && stdout.contains("plugins.kubewasm.io/rbac-ops")
+            && stdout.contains("namespacedplugins.kubewasm.io/mine in rbac-tenant"),
+        "{stdout}"
+    );
+
+    plugins
+        .delete("rbac-ops", &DeleteParams::default())
+        .await
+        .unwrap();
+    api(&client, "NamespacedPlugin", Some("rbac-tenant"))
+        .delete("mine", &DeleteParams::default())
+        .await
+        .unwrap();
+}

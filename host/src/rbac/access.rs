@@ -1,7 +1,9 @@
 //! What one plugin may do, in RBAC terms: the resources it reads (its
 //! subscriptions, which are also all its cache can read), the resources it
-//! writes and with which verbs, and where it records Events: its
-//! registration within the access list of its sidecar. Kinds are resolved offline: the
+//! writes and with which verbs, and where it records Events: for a plugin
+//! of the folder, its registration within the access list of its sidecar;
+//! for a Plugin object, whose module is not loaded here, everything its
+//! access list grants ([`granted`]). Kinds are resolved offline: the
 //! built-in kind table, CRD manifests passed with `--crd`, else the name as
 //! the plugin wrote it.
 
@@ -12,8 +14,10 @@ use serde::Deserialize;
 
 use super::RbacError;
 use super::load::LoadedPlugin;
+use super::policy::Reason;
 use crate::kind::{KindError, KindInfo, KindRef, KindRegistry};
-use crate::runtime::access::{GrantKind, Namespaces, ReadRequest, ReadScope, Verb};
+use crate::runtime::Manifest;
+use crate::runtime::access::{GrantKind, Namespaces, ReadRequest, ReadScope, Rule, Verb};
 
 /// Whether a resource is namespaced.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -38,14 +42,16 @@ pub struct Resource {
     pub note: Option<String>,
 }
 
-/// One subscription, narrowed to what the sidecar grants.
+/// One subscription, narrowed to what the sidecar grants (or, for a
+/// Plugin object, one read its access list grants).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Read {
     pub resource: Resource,
     /// `None`: every namespace (or a cluster-scoped kind).
     pub namespace: Option<String>,
-    /// `false` for a cache-only subscription (no delta types).
-    pub delivers: bool,
+    /// [`Reason::Subscribes`], [`Reason::ReadsCache`] (a subscription with
+    /// no delta types) or [`Reason::MayRead`] (granted, module not loaded).
+    pub why: Reason,
 }
 
 /// Where a grant applies, in RBAC terms.
@@ -140,12 +146,16 @@ pub fn access(plugin: &LoadedPlugin, kinds: &KindRegistry) -> Result<Access, Rba
 
     let mut reads = Vec::with_capacity(subs.len());
     for ((resource, s), scope) in subs.into_iter().zip(scopes) {
-        let delivers = !s.deltas.is_empty();
+        let why = if s.deltas.is_empty() {
+            Reason::ReadsCache
+        } else {
+            Reason::Subscribes
+        };
         match scope {
             ReadScope::AsAsked => reads.push(Read {
                 resource,
                 namespace: s.namespace.clone(),
-                delivers,
+                why,
             }),
             ReadScope::Narrowed(namespaces) => {
                 for ns in namespaces {
@@ -155,7 +165,7 @@ pub fn access(plugin: &LoadedPlugin, kinds: &KindRegistry) -> Result<Access, Rba
                             ..resource.clone()
                         },
                         namespace: Some(ns),
-                        delivers,
+                        why,
                     });
                 }
             }
@@ -184,6 +194,16 @@ pub fn access(plugin: &LoadedPlugin, kinds: &KindRegistry) -> Result<Access, Rba
             }
         }
     }
+    Ok(Access {
+        plugin: plugin.name.clone(),
+        reads,
+        writes,
+        events: events(rules, kinds),
+    })
+}
+
+/// Where the `events` verb of `rules` lets a plugin record Events.
+fn events(rules: &[Rule], kinds: &KindRegistry) -> Vec<Where> {
     let mut events = Vec::new();
     for rule in rules.iter().filter(|r| r.verbs.contains(&Verb::Events)) {
         match &rule.namespaces {
@@ -191,7 +211,7 @@ pub fn access(plugin: &LoadedPlugin, kinds: &KindRegistry) -> Result<Access, Rba
             // rule for such kinds only needs that namespace.
             Namespaces::All => {
                 let cluster_only = rule.kinds.iter().all(|k| {
-                    resolve(&KindRef::Resource(k.to_string()))
+                    resolve(kinds, &KindRef::Resource(k.to_string()))
                         .is_ok_and(|res| res.scope == Scope::Cluster)
                 });
                 events.push(if cluster_only {
@@ -203,11 +223,80 @@ pub fn access(plugin: &LoadedPlugin, kinds: &KindRegistry) -> Result<Access, Rba
             other => events.push(Where::from(other)),
         }
     }
+    events
+}
+
+/// What the plugin of a Plugin object (`plugin` names it) may do: every
+/// read and write its access list grants, as the host's grant check
+/// ([`crate::runtime::access::Grant::check`]) would allow them. Its module
+/// is not loaded, so this covers whatever it registers within its grant. A
+/// cluster-scoped kind in a rule limited to namespaces is left out: the
+/// host never allows it there. Without an access list the plugin reads
+/// what its module subscribes to, which only the module says: nothing is
+/// derived (the caller notes it).
+pub fn granted(
+    plugin: &str,
+    manifest: &Manifest,
+    kinds: &KindRegistry,
+) -> Result<Access, RbacError> {
+    let fail = |message: String| RbacError::Kind {
+        plugin: plugin.to_owned(),
+        message,
+    };
+    let rules = manifest.rules.as_deref().unwrap_or_default();
+    let mut reads = Vec::new();
+    let mut writes = Vec::new();
+    for rule in rules {
+        for kind in &rule.kinds {
+            let mut resource =
+                resolve(kinds, &KindRef::Resource(kind.to_string())).map_err(fail)?;
+            if rule.namespaces != Namespaces::All {
+                match resource.scope {
+                    Scope::Cluster => continue,
+                    // Named by namespace: the host treats it as namespaced.
+                    Scope::Unknown => resource.scope = Scope::Namespaced,
+                    Scope::Namespaced => {}
+                }
+            }
+            if rule.verbs.contains(&Verb::Read) {
+                match &rule.namespaces {
+                    Namespaces::List(list) => {
+                        reads.extend(list.iter().map(|ns| Read {
+                            resource: resource.clone(),
+                            namespace: Some(ns.clone()),
+                            why: Reason::MayRead,
+                        }));
+                    }
+                    // A selector cannot grant read (the sidecar parser
+                    // refuses it).
+                    Namespaces::Selector(..) => {}
+                    Namespaces::All => reads.push(Read {
+                        resource: resource.clone(),
+                        namespace: None,
+                        why: Reason::MayRead,
+                    }),
+                }
+            }
+            let verbs: BTreeSet<Verb> = rule
+                .verbs
+                .iter()
+                .copied()
+                .filter(|v| Verb::WRITES.contains(v))
+                .collect();
+            if !verbs.is_empty() {
+                writes.push(Write {
+                    resource,
+                    verbs,
+                    at: Where::from(&rule.namespaces),
+                });
+            }
+        }
+    }
     Ok(Access {
-        plugin: plugin.name.clone(),
+        plugin: plugin.to_owned(),
         reads,
         writes,
-        events,
+        events: events(rules, kinds),
     })
 }
 
@@ -531,6 +620,86 @@ mod tests {
         // No access list: reads only, and a declared write is refused.
         let err = access(&plugin(""), &kinds).unwrap_err().to_string();
         assert!(err.contains("no access list"), "{err}");
+    }
+
+    /// A Plugin object's access: every read and write its rules grant,
+    /// where they grant it; a cluster-scoped kind only from a rule for
+    /// every namespace (as the host checks), an unknown kind named by
+    /// namespace taken as namespaced; no access list, nothing.
+    #[test]
+    fn a_plugin_objects_access_is_what_its_rules_grant() {
+        let kinds = KindRegistry::builtin();
+        let manifest = Manifest::parse(
+            Path::new("spec"),
+            "access:\n  - {kinds: [configmaps, namespaces], verbs: [read, apply, events], namespaces: [a, b]}\n  - {kinds: [deployments.apps, namespaces], verbs: [read, status]}\n  - {kinds: [widgets.example.com], verbs: [delete], namespaceSelector: {matchLabels: {team: x}}}\n",
+        )
+        .unwrap();
+        let a = granted("plugins.kubewasm.io/p", &manifest, &kinds).unwrap();
+        assert_eq!(a.plugin, "plugins.kubewasm.io/p");
+        let reads: Vec<(String, Option<String>, Reason)> = a
+            .reads
+            .iter()
+            .map(|r| (r.resource.plural.clone(), r.namespace.clone(), r.why))
+            .collect();
+        assert_eq!(
+            reads,
+            vec![
+                ("configmaps".into(), Some("a".into()), Reason::MayRead),
+                ("configmaps".into(), Some("b".into()), Reason::MayRead),
+                ("namespaces".into(), None, Reason::MayRead),
+                ("deployments".into(), None, Reason::MayRead),
+            ]
+        );
+        let writes: Vec<(String, Vec<Verb>, Where, Scope)> = a
+            .writes
+            .iter()
+            .map(|w| {
+                (
+                    w.resource.plural.clone(),
+                    w.verbs.iter().copied().collect(),
+                    w.at.clone(),
+                    w.resource.scope,
+                )
+            })
+            .collect();
+        assert_eq!(
+            writes,
+            vec![
+                (
+                    "configmaps".into(),
+                    vec![Verb::Apply],
+                    Where::List(vec!["a".into(), "b".into()]),
+                    Scope::Namespaced
+                ),
+                (
+                    "namespaces".into(),
+                    vec![Verb::Status],
+                    Where::All,
+                    Scope::Cluster
+                ),
+                (
+                    "deployments".into(),
+                    vec![Verb::Status],
+                    Where::All,
+                    Scope::Namespaced
+                ),
+                (
+                    "widgets".into(),
+                    vec![Verb::Delete],
+                    Where::Selector("team=x".into()),
+                    Scope::Namespaced
+                ),
+            ]
+        );
+        assert_eq!(a.events, vec![Where::List(vec!["a".into(), "b".into()])]);
+
+        let none = granted(
+            "plugins.kubewasm.io/q",
+            &Manifest::parse(Path::new("spec"), "config: {}\n").unwrap(),
+            &kinds,
+        )
+        .unwrap();
+        assert!(none.reads.is_empty() && none.writes.is_empty() && none.events.is_empty());
     }
 
     #[test]

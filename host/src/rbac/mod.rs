@@ -1,7 +1,11 @@
-//! `kubewasm rbac`: the least-privilege RBAC for a folder of plugins,
-//! derived from what each plugin declares at registration, the way the host
-//! loads it (compile, instantiate, `register`), within what its sidecar's
-//! access list grants, without a cluster.
+//! `kubewasm rbac`: the least-privilege RBAC for a host's plugins. For a
+//! folder of plugins it is derived from what each plugin declares at
+//! registration, the way the host loads it (compile, instantiate,
+//! `register`), within what its sidecar's access list grants, without a
+//! cluster. For Plugin objects (manifests, or the objects a cluster holds)
+//! it is what each access list grants, as the host would grant it: a
+//! NamespacedPlugin's confined to its namespace, so a tenant's rules are a
+//! Role there, never cluster-wide. Both merge into one set of roles.
 //!
 //! A plugin can only act inside its registration and its grant: the host
 //! refuses the rest, so RBAC that covers both covers everything the host
@@ -9,6 +13,7 @@
 
 pub mod access;
 pub mod load;
+pub mod objects;
 pub mod policy;
 pub mod render;
 
@@ -16,10 +21,12 @@ use std::path::PathBuf;
 
 pub use access::{Access, Read, Resource, Scope, Where, Write};
 pub use load::LoadedPlugin;
+pub use objects::PluginObject;
 pub use policy::{Policy, Rule};
 
 use crate::kind::KindRegistry;
 use crate::runtime::{EngineOptions, LoadError, Runtime};
+use crate::source::kube::KubeTarget;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RbacError {
@@ -51,13 +58,32 @@ pub enum RbacError {
     Crd { path: PathBuf, message: String },
     #[error("cannot start the WebAssembly engine: {0}")]
     Engine(#[from] crate::runtime::engine::EngineError),
+    #[error(
+        "nothing to derive RBAC from: pass --plugins DIR (the plugin folder), --objects FILE (Plugin manifests) or --from-cluster"
+    )]
+    NoSource,
+    #[error("{path} is not a YAML or JSON manifest: {message}")]
+    Manifests { path: PathBuf, message: String },
+    #[error("{object} ({from}): {message}")]
+    Object {
+        object: String,
+        from: String,
+        message: String,
+    },
+    #[error("--from-cluster: {0}")]
+    Cluster(String),
 }
 
 /// What `kubewasm rbac` is asked for.
 #[derive(Debug, Clone)]
 pub struct RbacOptions {
-    /// The plugin folder (`NAME.wasm` plus optional sidecars).
-    pub plugins: PathBuf,
+    /// The plugin folder (`NAME.wasm` plus optional sidecars), if any.
+    pub plugins: Option<PathBuf>,
+    /// Plugin and NamespacedPlugin manifests: YAML/JSON files (one or more
+    /// documents each) or folders of them.
+    pub objects: Vec<PathBuf>,
+    /// Also the Plugin and NamespacedPlugin objects of this cluster.
+    pub from_cluster: Option<KubeTarget>,
     /// Namespace the host runs in: its ServiceAccount and its Lease.
     pub namespace: String,
     /// Name of the roles and bindings.
@@ -80,9 +106,23 @@ pub struct RbacOptions {
 }
 
 impl RbacOptions {
+    /// For the plugin folder `plugins` (add objects with the fields).
     pub fn new(plugins: PathBuf) -> Self {
         Self {
-            plugins,
+            plugins: Some(plugins),
+            ..Self::default()
+        }
+    }
+}
+
+impl Default for RbacOptions {
+    /// No plugins yet; the host's usual names, its roles and
+    /// `--metrics-auth`'s, and the default compile cache.
+    fn default() -> Self {
+        Self {
+            plugins: None,
+            objects: Vec::new(),
+            from_cluster: None,
             namespace: "kubewasm".into(),
             name: "kubewasm".into(),
             service_account: "kubewasm".into(),
@@ -95,28 +135,229 @@ impl RbacOptions {
     }
 }
 
-/// Loads the folder and derives the policy.
-pub async fn policy(opts: &RbacOptions) -> Result<(Vec<Access>, Policy), RbacError> {
+/// What the plugins may do and the policy that covers it.
+#[derive(Debug, Clone)]
+pub struct Derived {
+    /// The folder's plugins, by name.
+    pub folder: Vec<Access>,
+    /// The Plugin objects', in the order read (files, then the cluster).
+    pub objects: Vec<Access>,
+    pub policy: Policy,
+    /// What a reader should know about the input (documents of other
+    /// kinds skipped, a Plugin whose reads only its module knows): the CLI
+    /// prints them on stderr.
+    pub notes: Vec<String>,
+}
+
+/// Loads the folder, reads the objects and derives the policy.
+pub async fn derive(opts: &RbacOptions) -> Result<Derived, RbacError> {
+    if opts.plugins.is_none() && opts.objects.is_empty() && opts.from_cluster.is_none() {
+        return Err(RbacError::NoSource);
+    }
     let kinds = KindRegistry::builtin();
     for path in &opts.crds {
         access::learn_crds(&kinds, path)?;
     }
-    let runtime = Runtime::new(EngineOptions {
-        epoch_deadlines: true,
-        cache_dir: opts.cache_dir.clone(),
-        ..EngineOptions::default()
-    })?;
-    let plugins = load::load_folder(&opts.plugins, &runtime).await?;
-    let accesses = plugins
-        .iter()
-        .map(|p| access::access(p, &kinds))
-        .collect::<Result<Vec<_>, _>>()?;
-    let policy = policy::derive(&accesses, &opts.namespace, &opts.lease_name);
-    Ok((accesses, policy))
+    // Objects first: a bad manifest fails before anything compiles.
+    let mut notes = Vec::new();
+    let mut found = objects::read(&opts.objects, &mut notes)?;
+    if let Some(target) = &opts.from_cluster {
+        found.extend(objects::list(target).await?);
+    }
+    let mut manifests = Vec::with_capacity(found.len());
+    for object in &found {
+        manifests.push(object.manifest()?);
+    }
+    let mut folder = Vec::new();
+    if let Some(dir) = &opts.plugins {
+        let runtime = Runtime::new(EngineOptions {
+            epoch_deadlines: true,
+            cache_dir: opts.cache_dir.clone(),
+            ..EngineOptions::default()
+        })?;
+        for p in load::load_folder(dir, &runtime).await? {
+            folder.push(access::access(&p, &kinds)?);
+        }
+    }
+    let mut from_objects = Vec::with_capacity(found.len());
+    for (object, manifest) in found.iter().zip(&manifests) {
+        if manifest.rules.is_none() {
+            notes.push(format!(
+                "{} ({}) lists no access: the host lets it read what its module subscribes to, which only the module says, so its reads are not in this RBAC; give it an access list (the host then grants exactly that)",
+                object.display, object.from
+            ));
+        }
+        if folder.iter().any(|a| a.plugin == object.plugin) {
+            notes.push(format!(
+                "{} ({}) and the folder's plugin {} share a name: the host serves only the one loaded first (the other is refused, NameTaken); both are in this RBAC",
+                object.display, object.from, object.plugin
+            ));
+        }
+        from_objects.push(access::granted(&object.display, manifest, &kinds)?);
+    }
+    let all: Vec<Access> = folder.iter().chain(&from_objects).cloned().collect();
+    let policy = policy::derive(&all, &opts.namespace, &opts.lease_name);
+    Ok(Derived {
+        folder,
+        objects: from_objects,
+        policy,
+        notes,
+    })
 }
 
-/// The YAML `kubewasm rbac` prints.
+/// The YAML `kubewasm rbac` prints (the notes dropped).
 pub async fn generate(opts: &RbacOptions) -> Result<String, RbacError> {
-    let (accesses, policy) = policy(opts).await?;
-    Ok(render::render(opts, &accesses, &policy))
+    let derived = derive(opts).await?;
+    Ok(render::render(opts, &derived))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn docs(yaml: &str) -> Vec<serde_json::Value> {
+        serde_yaml_ng::Deserializer::from_str(yaml)
+            .map(|d| serde::Deserialize::deserialize(d).unwrap())
+            .filter(|v: &serde_json::Value| !v.is_null())
+            .collect()
+    }
+
+    fn rules_text(doc: &serde_json::Value) -> Vec<String> {
+        doc["rules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| {
+                format!(
+                    "{}/{} {}",
+                    r["apiGroups"][0].as_str().unwrap(),
+                    r["resources"][0].as_str().unwrap(),
+                    r["verbs"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .map(|v| v.as_str().unwrap())
+                        .collect::<Vec<_>>()
+                        .join(",")
+                )
+            })
+            .collect()
+    }
+
+    /// Objects alone (no folder, no module loaded): the Plugin's rules in
+    /// the ClusterRole or a Role per namespace it lists, the tenant's in a
+    /// Role in its namespace whatever it asks (alone, it needs no
+    /// ClusterRole); rules merged as for the folder, naming every object
+    /// that needs them.
+    #[tokio::test]
+    async fn plugin_objects_alone_render_as_the_host_grants_them() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("ops.yaml"),
+            "apiVersion: kubewasm.io/v1alpha1\nkind: Plugin\nmetadata: {name: ops}\nspec:\n  module: {oci: {reference: 'r.example/p:1'}}\n  access:\n    - {kinds: [deployments.apps], verbs: [read, patch]}\n    - {kinds: [configmaps], verbs: [read], namespaces: [team]}\n\
+             ---\napiVersion: kubewasm.io/v1alpha1\nkind: Plugin\nmetadata: {name: blind}\nspec: {module: {file: b.wasm}}\n",
+        )
+        .unwrap();
+        let tenant = dir.path().join("tenant.yaml");
+        std::fs::write(
+            &tenant,
+            "apiVersion: kubewasm.io/v1alpha1\nkind: NamespacedPlugin\nmetadata: {name: mine, namespace: team}\nspec:\n  module: {configMap: {name: m, key: p.wasm}}\n  access:\n    - {kinds: [configmaps], verbs: [read, apply]}\n    - {kinds: [deployments.apps, namespaces], verbs: [read]}\n",
+        )
+        .unwrap();
+        let opts = RbacOptions {
+            objects: vec![dir.path().to_owned()],
+            host_role: false,
+            ..RbacOptions::default()
+        };
+        let derived = derive(&opts).await.unwrap();
+        assert_eq!(derived.notes.len(), 1, "{:?}", derived.notes);
+        assert!(
+            derived.notes[0].contains("plugins.kubewasm.io/blind")
+                && derived.notes[0].contains("lists no access"),
+            "{:?}",
+            derived.notes
+        );
+        let yaml = render::render(&opts, &derived);
+        assert!(
+            yaml.contains("kubewasm rbac --objects PATH --namespace")
+                && yaml.contains("the access lists of the Plugin objects: plugins.kubewasm.io/ops, plugins.kubewasm.io/blind, namespacedplugins.kubewasm.io/mine in team."),
+            "{yaml}"
+        );
+        let all = docs(&yaml);
+        let kinds: Vec<(&str, &str)> = all
+            .iter()
+            .map(|d| {
+                (
+                    d["kind"].as_str().unwrap(),
+                    d["metadata"]["namespace"].as_str().unwrap_or(""),
+                )
+            })
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                ("ClusterRole", ""),
+                ("ClusterRoleBinding", ""),
+                ("Role", "team"),
+                ("RoleBinding", "team")
+            ]
+        );
+        assert_eq!(
+            rules_text(&all[0]),
+            ["apps/deployments get,list,patch,watch"]
+        );
+        // In team: configmaps read by both, written by the tenant, one
+        // rule; its deployments read is the ClusterRole's already, its
+        // namespaces read (cluster-scoped) nowhere.
+        assert_eq!(
+            rules_text(&all[2]),
+            ["/configmaps create,get,list,patch,watch"],
+            "{yaml}"
+        );
+        let team = yaml.split("kind: Role\n").nth(1).unwrap();
+        assert!(
+            team.contains("namespacedplugins.kubewasm.io/mine in team (may read, writes); plugins.kubewasm.io/ops (may read)"),
+            "{team}"
+        );
+
+        // The tenant alone: a Role in its namespace and nothing cluster-wide.
+        let opts = RbacOptions {
+            objects: vec![tenant],
+            ..opts
+        };
+        let yaml = render::render(&opts, &derive(&opts).await.unwrap());
+        let all = docs(&yaml);
+        let kinds: Vec<(&str, &str)> = all
+            .iter()
+            .map(|d| {
+                (
+                    d["kind"].as_str().unwrap(),
+                    d["metadata"]["namespace"].as_str().unwrap_or(""),
+                )
+            })
+            .collect();
+        assert_eq!(kinds, [("Role", "team"), ("RoleBinding", "team")], "{yaml}");
+        assert_eq!(
+            rules_text(&all[0]),
+            [
+                "/configmaps create,get,list,patch,watch",
+                "apps/deployments get,list,watch"
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn nothing_to_derive_from_is_an_error_saying_what_to_pass() {
+        let err = derive(&RbacOptions::default())
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("--plugins")
+                && err.contains("--objects")
+                && err.contains("--from-cluster"),
+            "{err}"
+        );
+    }
 }

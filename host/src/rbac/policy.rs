@@ -39,6 +39,9 @@ pub enum Reason {
     Subscribes,
     /// A cache-only subscription.
     ReadsCache,
+    /// A read a Plugin object's access list grants (its module, not
+    /// loaded, may subscribe to it).
+    MayRead,
     Writes,
     WritesStatus,
     RecordsEvents,
@@ -49,6 +52,7 @@ impl Reason {
         match self {
             Reason::Subscribes => "subscribes",
             Reason::ReadsCache => "reads the cache",
+            Reason::MayRead => "may read",
             Reason::Writes => "writes",
             Reason::WritesStatus => "writes status",
             Reason::RecordsEvents => "records events",
@@ -190,11 +194,7 @@ pub fn derive(accesses: &[Access], host_namespace: &str, lease: &str) -> Policy 
     let mut b = Builder::default();
     for a in accesses {
         for r in &a.reads {
-            let why = if r.delivers {
-                Reason::Subscribes
-            } else {
-                Reason::ReadsCache
-            };
+            let why = r.why;
             let at = if r.resource.scope == Scope::Cluster {
                 None
             } else {
@@ -341,7 +341,11 @@ mod tests {
         Read {
             resource: r,
             namespace: ns.map(str::to_owned),
-            delivers,
+            why: if delivers {
+                Reason::Subscribes
+            } else {
+                Reason::ReadsCache
+            },
         }
     }
 

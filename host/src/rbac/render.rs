@@ -6,9 +6,9 @@
 
 use std::fmt::Write;
 
-use super::RbacOptions;
 use super::access::Access;
-use super::policy::{Policy, Rule};
+use super::policy::Rule;
+use super::{Derived, RbacOptions};
 
 /// A YAML scalar: plain when that is unambiguous, else double-quoted.
 fn scalar(s: &str) -> String {
@@ -114,10 +114,21 @@ fn role(
     binding(out, kind, name, namespace, opts);
 }
 
-/// Renders `policy` for the plugins of `accesses`.
-pub fn render(opts: &RbacOptions, accesses: &[Access], policy: &Policy) -> String {
+/// Renders the policy of `derived`.
+pub fn render(opts: &RbacOptions, derived: &Derived) -> String {
+    let policy = &derived.policy;
     let mut out = String::new();
-    let names: Vec<&str> = accesses.iter().map(|a| a.plugin.as_str()).collect();
+    let with_objects = !opts.objects.is_empty() || opts.from_cluster.is_some();
+    let mut sources = String::new();
+    if opts.plugins.is_some() {
+        sources.push_str(" --plugins DIR");
+    }
+    if !opts.objects.is_empty() {
+        sources.push_str(" --objects PATH");
+    }
+    if opts.from_cluster.is_some() {
+        sources.push_str(" --from-cluster");
+    }
     comment(
         &mut out,
         "",
@@ -127,7 +138,7 @@ pub fn render(opts: &RbacOptions, accesses: &[Access], policy: &Policy) -> Strin
         &mut out,
         "",
         &format!(
-            "  kubewasm rbac --plugins DIR --namespace {} --name {} --service-account {}{}",
+            "  kubewasm rbac{sources} --namespace {} --name {} --service-account {}{}",
             opts.namespace,
             opts.name,
             opts.service_account,
@@ -146,18 +157,36 @@ pub fn render(opts: &RbacOptions, accesses: &[Access], policy: &Policy) -> Strin
             }
         ),
     );
-    comment(
-        &mut out,
-        "",
-        &format!(
-            "from the registrations and sidecar access lists of: {}.",
+    let names = |accesses: &[Access]| {
+        let names: Vec<&str> = accesses.iter().map(|a| a.plugin.as_str()).collect();
+        if names.is_empty() {
+            "(none)".to_owned()
+        } else {
             names.join(", ")
-        ),
-    );
+        }
+    };
+    let mut from = Vec::new();
+    if opts.plugins.is_some() {
+        from.push(format!(
+            "the registrations and sidecar access lists of: {}",
+            names(&derived.folder)
+        ));
+    }
+    if with_objects {
+        from.push(format!(
+            "the access lists of the Plugin objects: {}",
+            names(&derived.objects)
+        ));
+    }
+    comment(&mut out, "", &format!("from {}.", from.join("; and ")));
     comment(
         &mut out,
         "",
-        "Do not edit: regenerate it when a plugin or its sidecar changes.",
+        if with_objects {
+            "Do not edit: regenerate it when a plugin, its sidecar or a Plugin object changes."
+        } else {
+            "Do not edit: regenerate it when a plugin or its sidecar changes."
+        },
     );
     if !policy.cluster.is_empty() {
         role(
@@ -242,8 +271,13 @@ mod tests {
     #[test]
     fn output_is_valid_yaml_with_the_bindings() {
         let opts = RbacOptions::new("p".into());
-        let policy = super::super::policy::derive(&[], "ops", "kubewasm");
-        let text = render(&opts, &[], &policy);
+        let derived = Derived {
+            folder: Vec::new(),
+            objects: Vec::new(),
+            policy: super::super::policy::derive(&[], "ops", "kubewasm"),
+            notes: Vec::new(),
+        };
+        let text = render(&opts, &derived);
         let docs: Vec<serde_json::Value> = serde_yaml_ng::Deserializer::from_str(&text)
             .map(|d| serde::Deserialize::deserialize(d).unwrap())
             .filter(|v: &serde_json::Value| !v.is_null())
@@ -301,7 +335,7 @@ mod tests {
             metrics_auth: false,
             ..opts
         };
-        let text = render(&opts, &[], &policy);
+        let text = render(&opts, &derived);
         assert!(
             !text.contains("tokenreviews") && text.contains("--no-metrics-auth"),
             "{text}"
