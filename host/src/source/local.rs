@@ -155,6 +155,9 @@ struct State {
     /// What each file held when the cluster last read it whole (or wrote
     /// it): a write goes only over that content.
     seen: BTreeMap<PathBuf, Fingerprint>,
+    /// Files the last rescan could not take whole (unreadable, unparsable,
+    /// or with a document it skipped): never written over.
+    unreadable: BTreeSet<PathBuf>,
     /// The garbage collector's pending work, run before a write returns.
     work: VecDeque<Work>,
     /// Work that failed (a file that cannot be written now), tried again
@@ -469,6 +472,7 @@ impl LocalCluster {
                 state.seen.insert(file, fp);
             }
         }
+        state.unreadable = broken.union(&refused).cloned().collect();
         for file in rewrite {
             if refused.contains(&file) {
                 continue;
@@ -700,19 +704,17 @@ impl LocalCluster {
     }
 
     /// Whether `file` changed since the cluster last read it; if so, reads
-    /// it (a rescan: its edits become deltas before the write is decided).
-    /// A file that still differs after that holds something the cluster
-    /// cannot read, and is not written over.
+    /// it (a rescan: its edits become deltas before the write is decided
+    /// again). A file the rescan could not take whole is not written over.
     fn read_edit(&self, state: &mut State, file: &Path) -> Result<bool, ActionError> {
         let now = files::fingerprint_file(file).map_err(|e| transient(file, e))?;
-        if now == state.seen.get(file).copied() {
+        if now == state.seen.get(file).copied() && !state.unreadable.contains(file) {
             return Ok(false);
         }
         tracing::info!(file = %file.display(), found = "before-write", "a manifest changed since the local cluster read it: reading the edit first, the write is decided again on top of it");
         self.rescan_locked(state)
             .map_err(|e| ActionError::Transient(e.to_string()))?;
-        let again = files::fingerprint_file(file).map_err(|e| transient(file, e))?;
-        if again != state.seen.get(file).copied() {
+        if state.unreadable.contains(file) {
             return Err(ActionError::Transient(format!(
                 "{} holds an edit the local cluster cannot read (its error is logged); not written, so the edit is kept: fix the file",
                 file.display()
