@@ -37,7 +37,7 @@
 mod files;
 mod lifecycle;
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -147,9 +147,52 @@ enum Next {
     Gone(Value),
 }
 
+/// Objects by uid and by the uids of their owners, for the garbage
+/// collector (kept by [`LocalCluster::store`], the one place objects change).
+#[derive(Default)]
+struct Owners {
+    by_uid: HashMap<String, Id>,
+    dependents: HashMap<String, BTreeSet<Id>>,
+}
+
+impl Owners {
+    fn insert(&mut self, id: &Id, v: &Value) {
+        if let Some(uid) = lifecycle::uid(v) {
+            self.by_uid.insert(uid.to_owned(), id.clone());
+        }
+        for (owner, _) in lifecycle::owners(v) {
+            self.dependents.entry(owner).or_default().insert(id.clone());
+        }
+    }
+
+    fn remove(&mut self, id: &Id, v: &Value) {
+        if let Some(uid) = lifecycle::uid(v)
+            && self.by_uid.get(uid) == Some(id)
+        {
+            self.by_uid.remove(uid);
+        }
+        for (owner, _) in lifecycle::owners(v) {
+            if let Some(deps) = self.dependents.get_mut(&owner) {
+                deps.remove(id);
+                if deps.is_empty() {
+                    self.dependents.remove(&owner);
+                }
+            }
+        }
+    }
+
+    fn dependents(&self, owner_uid: &str) -> Vec<Id> {
+        self.dependents
+            .get(owner_uid)
+            .map(|d| d.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+}
+
 #[derive(Default)]
 struct State {
     objects: BTreeMap<Id, Entry>,
+    owners: Owners,
     rv: u64,
     watchers: Vec<Watcher>,
     /// What each file held when the cluster last read it whole (or wrote
@@ -550,6 +593,10 @@ impl LocalCluster {
                 state.rv += 1;
                 set_rv(&mut value, state.rv);
                 let old = state.objects.get(id).cloned();
+                if let Some(old) = &old {
+                    state.owners.remove(id, &old.value);
+                }
+                state.owners.insert(id, &value);
                 let (file, detached) = match &old {
                     Some(e) => (e.file.clone(), e.detached),
                     None => (file.map(Path::to_owned).unwrap_or_default(), false),
@@ -575,13 +622,16 @@ impl LocalCluster {
                 state.rv += 1;
                 set_rv(&mut value, state.rv);
                 let old = state.objects.remove(id);
+                if let Some(old) = &old {
+                    state.owners.remove(id, &old.value);
+                }
                 self.notify(state, &id.0, old.as_ref().map(|e| &e.value), &value, true);
                 if let Some(uid) = lifecycle::uid(&value) {
                     state.work.push_back(Work::Collect(uid.to_owned()));
                 }
                 // An owner deleted in the foreground may be waiting for it.
                 for (owner, _) in lifecycle::owners(&value) {
-                    if let Some(owner) = self.by_uid(state, &owner)
+                    if let Some(owner) = state.owners.by_uid.get(&owner).cloned()
                         && !state.work.contains(&Work::Finalize(owner.clone()))
                     {
                         state.work.push_back(Work::Finalize(owner));
@@ -589,14 +639,6 @@ impl LocalCluster {
                 }
             }
         }
-    }
-
-    fn by_uid(&self, state: &State, uid: &str) -> Option<Id> {
-        state
-            .objects
-            .iter()
-            .find(|(_, e)| lifecycle::uid(&e.value) == Some(uid))
-            .map(|(id, _)| id.clone())
     }
 
     /// Tells each watcher what the API server's watch would: an update
@@ -813,19 +855,6 @@ impl LocalCluster {
         }
     }
 
-    fn dependents(state: &State, owner_uid: &str) -> Vec<Id> {
-        state
-            .objects
-            .iter()
-            .filter(|(_, e)| {
-                lifecycle::owners(&e.value)
-                    .iter()
-                    .any(|(u, _)| u == owner_uid)
-            })
-            .map(|(id, _)| id.clone())
-            .collect()
-    }
-
     /// One item of the garbage collector's work, as kube-controller-manager's
     /// garbage collector does it.
     fn collect(&self, state: &mut State, work: &Work) -> Result<(), ActionError> {
@@ -848,7 +877,7 @@ impl LocalCluster {
                 } else {
                     return Ok(());
                 };
-                for dep in Self::dependents(state, &uid) {
+                for dep in state.owners.dependents(&uid) {
                     self.write_object(state, &dep, None, |cur| {
                         Ok(match cur {
                             None => Next::Unchanged,
@@ -864,10 +893,12 @@ impl LocalCluster {
                 }
                 // The owner waits for the dependents that block it.
                 let blocked = gc == FOREGROUND
-                    && state.objects.values().any(|e| {
-                        lifecycle::owners(&e.value)
-                            .iter()
-                            .any(|(u, block)| *u == uid && *block)
+                    && state.owners.dependents(&uid).iter().any(|dep| {
+                        state.objects.get(dep).is_some_and(|e| {
+                            lifecycle::owners(&e.value)
+                                .iter()
+                                .any(|(u, block)| *u == uid && *block)
+                        })
                     });
                 if !blocked {
                     self.write_object(state, id, None, |cur| {
@@ -882,11 +913,11 @@ impl LocalCluster {
                 Ok(())
             }
             Work::Collect(owner_uid) => {
-                for dep in Self::dependents(state, owner_uid) {
+                for dep in state.owners.dependents(owner_uid) {
                     let live_owner = state.objects.get(&dep).is_some_and(|e| {
                         lifecycle::owners(&e.value)
                             .iter()
-                            .any(|(u, _)| u != owner_uid && self.by_uid(state, u).is_some())
+                            .any(|(u, _)| u != owner_uid && state.owners.by_uid.contains_key(u))
                     });
                     self.write_object(state, &dep, None, |cur| {
                         Ok(match cur {
