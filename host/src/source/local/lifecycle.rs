@@ -148,7 +148,7 @@ pub(super) fn carry_system_fields(stored: &Value, next: &mut Value) {
 /// generation 1 unless given. A deletionTimestamp is kept only with
 /// finalizers to wait for (the server never stores one without).
 pub(super) fn create(v: &mut Value, uid: impl FnOnce() -> String) {
-    let terminating = finalized(v);
+    let nothing_to_wait_for = finalized(v);
     let Some(meta) = meta_mut(v) else {
         return;
     };
@@ -165,7 +165,7 @@ pub(super) fn create(v: &mut Value, uid: impl FnOnce() -> String) {
     if !meta.get("generation").is_some_and(Value::is_i64) {
         meta.insert("generation".into(), json!(1));
     }
-    if terminating {
+    if nothing_to_wait_for {
         meta.remove("deletionTimestamp");
         meta.remove("deletionGracePeriodSeconds");
     }
