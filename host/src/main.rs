@@ -524,6 +524,10 @@ struct RbacArgs {
     /// Context of the kubeconfig to use (default: its current context).
     #[arg(long, requires = "from_cluster")]
     context: Option<String>,
+    /// The host's config file: NamespacedPlugins outside its `pluginObjects.tenantNamespaces`
+    /// are never run, so they get no rules (without it, every NamespacedPlugin counts).
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
     /// Namespace the host runs in (its ServiceAccount and Lease).
     #[arg(long, default_value = "kubewasm")]
     namespace: String,
@@ -567,6 +571,15 @@ async fn rbac(args: RbacArgs) -> anyhow::Result<()> {
     opts.lease_name = args.lease_name;
     opts.metrics_auth = !args.no_metrics_auth;
     opts.crds = args.crds;
+    if let Some(file) = &args.config {
+        let settings = kubewasm::config::RunSettings::from_file(file)?;
+        opts.tenant_namespaces = Some(
+            settings
+                .plugin_objects
+                .and_then(|o| o.tenant_namespaces)
+                .unwrap_or_default(),
+        );
+    }
     if args.cache_dir.is_some() {
         opts.cache_dir = args.cache_dir;
     }

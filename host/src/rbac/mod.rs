@@ -103,6 +103,10 @@ pub struct RbacOptions {
     pub crds: Vec<PathBuf>,
     /// Compile cache (as `run --cache-dir`); `None` compiles every time.
     pub cache_dir: Option<PathBuf>,
+    /// The host config's `pluginObjects.tenantNamespaces`, when known
+    /// (`--config`): a NamespacedPlugin elsewhere is never run by the host,
+    /// so it grants nothing. `None`: every NamespacedPlugin counts.
+    pub tenant_namespaces: Option<Vec<String>>,
 }
 
 impl RbacOptions {
@@ -131,6 +135,7 @@ impl Default for RbacOptions {
             metrics_auth: true,
             crds: Vec::new(),
             cache_dir: crate::runtime::engine::default_cache_dir(),
+            tenant_namespaces: None,
         }
     }
 }
@@ -163,6 +168,20 @@ pub async fn derive(opts: &RbacOptions) -> Result<Derived, RbacError> {
     let mut found = objects::read(&opts.objects, &mut notes)?;
     if let Some(target) = &opts.from_cluster {
         found.extend(objects::list(target).await?);
+    }
+    if let Some(allowed) = &opts.tenant_namespaces {
+        found.retain(|object| match &object.scope {
+            objects::Scope::Tenant { namespace }
+                if !allowed.iter().any(|n| n == "*" || n == namespace) =>
+            {
+                notes.push(format!(
+                    "{} ({}) is never run by this host (pluginObjects.tenantNamespaces does not list {namespace}): not in this RBAC",
+                    object.display, object.from
+                ));
+                false
+            }
+            _ => true,
+        });
     }
     let mut manifests = Vec::with_capacity(found.len());
     for object in &found {
@@ -243,6 +262,45 @@ mod tests {
                 )
             })
             .collect()
+    }
+
+    /// With the host config's tenant namespaces known, a NamespacedPlugin
+    /// the host would never run grants nothing (and says why); one in a
+    /// listed namespace gets its Role.
+    #[tokio::test]
+    async fn tenants_the_host_config_does_not_list_get_no_rules() {
+        let dir = tempfile::tempdir().unwrap();
+        let tenant = |ns: &str| {
+            format!(
+                "apiVersion: kubewasm.io/v1alpha1\nkind: NamespacedPlugin\nmetadata: {{name: mine, namespace: {ns}}}\nspec:\n  module: {{configMap: {{name: m, key: p.wasm}}}}\n  access:\n    - {{kinds: [configmaps], verbs: [read, apply]}}\n"
+            )
+        };
+        std::fs::write(
+            dir.path().join("t.yaml"),
+            format!("{}---\n{}", tenant("team-a"), tenant("team-b")),
+        )
+        .unwrap();
+        let opts = RbacOptions {
+            objects: vec![dir.path().to_owned()],
+            host_role: false,
+            tenant_namespaces: Some(vec!["team-a".into()]),
+            ..RbacOptions::default()
+        };
+        let derived = derive(&opts).await.unwrap();
+        assert_eq!(derived.objects.len(), 1);
+        assert_eq!(derived.notes.len(), 1, "{:?}", derived.notes);
+        assert!(
+            derived.notes[0].contains("team-b") && derived.notes[0].contains("never run"),
+            "{:?}",
+            derived.notes
+        );
+        let yaml = render::render(&opts, &derived);
+        let roles: Vec<_> = docs(&yaml)
+            .into_iter()
+            .filter(|d| d["kind"] == "Role")
+            .map(|d| d["metadata"]["namespace"].as_str().unwrap().to_owned())
+            .collect();
+        assert_eq!(roles, ["team-a"], "{yaml}");
     }
 
     /// Objects alone (no folder, no module loaded): the Plugin's rules in
