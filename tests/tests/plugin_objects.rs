@@ -75,7 +75,9 @@ async fn plugin_objects_load_swap_refuse_and_unload() {
             .await
             .unwrap();
     }
-    let (_config, config_file) = host_config("pluginObjects:\n  tenantNamespaces: [tenant-ok]\n");
+    // A ceiling on what any spec may ask for (limits.memory).
+    let (_config, config_file) =
+        host_config("pluginObjects:\n  tenantNamespaces: [tenant-ok]\nlimits:\n  memory: 256Mi\n");
     // Two replicas (no election: both act), each reporting its own load
     // state under its Pod name.
     let start = |pod: &str| {
@@ -244,6 +246,37 @@ async fn plugin_objects_load_swap_refuse_and_unload() {
             .contains("confined to its namespace tenant-ok"),
         "{status}"
     );
+
+    // A Plugin asking past the host config's ceiling: refused, naming it.
+    let mut greedy = spec("testkit.wasm", "c", ns);
+    greedy["limits"] = json!({"memory": "512Mi"});
+    plugins
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "apiVersion": "kubewasm.io/v1alpha1", "kind": "Plugin",
+                "metadata": {"name": "over-ceiling"}, "spec": greedy,
+            }))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    let status = wait_condition(
+        &plugins,
+        &host,
+        "over-ceiling",
+        1,
+        ("Ready", "False", "NotGranted"),
+    )
+    .await;
+    assert!(
+        status.to_string().contains("limits.memory"),
+        "the refusal names the ceiling: {status}"
+    );
+    plugins
+        .delete("over-ceiling", &DeleteParams::default())
+        .await
+        .unwrap();
 
     // Deleted: unloaded.
     plugins
