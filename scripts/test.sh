@@ -21,7 +21,7 @@ cargo fmt --all --check
 bash plugins/build.sh
 bash plugins/build-languages.sh
 (cd plugins && cargo clippy --release --target wasm32-wasip2 --workspace -- -D warnings)
-(cd plugins && cargo test -p kubewasm-sdk)
+(cd plugins && cargo test -p kubewasm-sdk -p config-replicator)
 cargo clippy --workspace --all-targets -- -D warnings
 if ! wait "$cosign_build"; then
   cat .tools/install-cosign.log >&2

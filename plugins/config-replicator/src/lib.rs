@@ -312,3 +312,110 @@ impl Plugin for ConfigReplicator {
 }
 
 kubewasm_sdk::export_plugin!(ConfigReplicator);
+
+/// Native unit tests through the SDK's fake host (`cargo test -p
+/// config-replicator`): no WebAssembly, no host.
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use kubewasm_sdk::fake::{Action, FakeHost};
+    use kubewasm_sdk::serde_json::{Value, json};
+
+    use super::*;
+
+    fn namespace(name: &str, labels: Value) -> Value {
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}})
+    }
+
+    fn source() -> Value {
+        json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "settings", "namespace": "default", "labels": {"kubewasm.io/replicate": "true"}},
+            "data": {"color": "blue"},
+        })
+    }
+
+    fn load(host: &FakeHost) -> ConfigReplicator {
+        host.put(namespace("default", json!({})))
+            .put(namespace("team-a", json!({"team": "a"})))
+            .put(namespace("team-b", json!({"team": "b"})));
+        host.load("replicator", r#"{"namespaceSelector": "team"}"#)
+            .unwrap()
+    }
+
+    #[test]
+    fn a_source_is_copied_into_each_matching_namespace() {
+        let host = FakeHost::new();
+        let mut plugin = load(&host);
+        let delta = host.added(source());
+        assert_eq!(delta.subscription, CONFIG_MAPS);
+        assert_eq!(host.handle(&mut plugin, delta), Ok(Done));
+        let actions = host.take_actions();
+        assert_eq!(
+            actions.iter().map(ToString::to_string).collect::<Vec<_>>(),
+            [
+                "apply ConfigMap team-a/settings force",
+                "apply ConfigMap team-b/settings force"
+            ]
+        );
+        let Action::Apply { object, .. } = &actions[0] else {
+            panic!("{actions:?}");
+        };
+        assert_eq!(
+            object,
+            &json!({
+                "apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {
+                    "name": "settings", "namespace": "team-a",
+                    "labels": {"kubewasm.io/replica": "true"},
+                    "annotations": {
+                        "kubewasm.io/replica-of": "default/settings",
+                        "kubewasm.io/replicated-by": "replicator",
+                    },
+                },
+                "data": {"color": "blue"},
+            })
+        );
+        assert_eq!(host.live_handles(), 0);
+    }
+
+    #[test]
+    fn a_copy_whose_source_is_gone_is_deleted() {
+        let host = FakeHost::new();
+        let mut plugin = load(&host);
+        let copy = |ns: &str, by: &str| {
+            json!({
+                "apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {
+                    "name": "settings", "namespace": ns,
+                    "labels": {"kubewasm.io/replica": "true"},
+                    "annotations": {"kubewasm.io/replica-of": "default/settings", "kubewasm.io/replicated-by": by},
+                },
+            })
+        };
+        host.put(source()).put(copy("team-b", "replicator"));
+        // The source goes: each of this replicator's copies is deleted,
+        // guarded by its uid.
+        let delta = host.deleted(source());
+        assert_eq!(host.handle(&mut plugin, delta), Ok(Done));
+        assert_eq!(
+            host.take_action_lines(),
+            ["delete ConfigMap team-b/settings background uid=uid-team-b-settings"]
+        );
+        // A copy seen later (a resync) with its source gone is an orphan;
+        // another replicator's copy is left alone.
+        let delta = host.resync(copy("team-a", "replicator"));
+        assert_eq!(host.handle(&mut plugin, delta), Ok(Done));
+        let delta = host.resync(copy("team-c", "someone-else"));
+        assert_eq!(host.handle(&mut plugin, delta), Ok(Done));
+        assert_eq!(
+            host.take_action_lines(),
+            ["delete ConfigMap team-a/settings background uid=uid-team-a-settings"]
+        );
+        assert_eq!(
+            host.logs().last().unwrap().to_string(),
+            "info orphan copy deleted copy=team-a/settings source=default/settings"
+        );
+    }
+}

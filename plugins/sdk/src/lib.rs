@@ -4,6 +4,8 @@ pub mod actions;
 pub mod cache;
 pub mod clock;
 mod error;
+#[cfg(not(target_arch = "wasm32"))]
+pub mod fake;
 mod kinds;
 mod label_selector;
 pub mod log;
@@ -19,6 +21,7 @@ use std::time::Duration;
 /// (`kubewasm:plugin@0.2.0`, world `plugin`). Everything a plugin usually
 /// needs is re-exported at the crate root with helpers around it; reach in
 /// here only for what the helpers do not cover.
+#[cfg(target_arch = "wasm32")]
 #[allow(missing_docs, unsafe_code, clippy::all)]
 pub mod bindings {
     wit_bindgen::generate!({
@@ -30,6 +33,41 @@ pub mod bindings {
         additional_derives: [PartialEq],
         additional_derives_ignore: ["delta"],
     });
+}
+
+/// The raw bindings of `wit/v0.2.0/plugin.wit`, built natively: the
+/// imported interfaces are the [`fake`] host's (same types and functions),
+/// so a plugin compiles unchanged for `cargo test` and its host calls reach
+/// the test's [`fake::FakeHost`]; the `handler` export is generated as on
+/// wasm32 (it never runs natively).
+#[cfg(not(target_arch = "wasm32"))]
+#[allow(missing_docs, unsafe_code, clippy::all)]
+pub mod bindings {
+    wit_bindgen::generate!({
+        path: "../../wit/v0.2.0",
+        world: "plugin",
+        pub_export_macro: true,
+        export_macro_name: "__export_guest",
+        default_bindings_module: "kubewasm_sdk::bindings",
+        additional_derives: [PartialEq],
+        additional_derives_ignore: ["delta"],
+        with: {
+            "kubewasm:plugin/types@0.2.0": crate::fake::wit::types,
+            "kubewasm:plugin/selectors@0.2.0": crate::fake::wit::selectors,
+            "kubewasm:plugin/cache@0.2.0": crate::fake::wit::cache,
+            "kubewasm:plugin/actions@0.2.0": crate::fake::wit::actions,
+            "kubewasm:plugin/log@0.2.0": crate::fake::wit::log,
+            "kubewasm:plugin/clock@0.2.0": crate::fake::wit::clock,
+        },
+    });
+
+    /// The imported interfaces, as on wasm32.
+    pub mod kubewasm {
+        /// `kubewasm:plugin@0.2.0`.
+        pub mod plugin {
+            pub use crate::fake::wit::{actions, cache, clock, log, selectors, types};
+        }
+    }
 }
 
 /// `Ok(Done)`: the delta is handled, nothing more until the object changes.
