@@ -10,6 +10,7 @@
 #                componentize-js 0.23.0                                 (JavaScript)
 #   PyPI         plugins/python/requirements.txt into plugins/python/.venv:
 #                componentize-py 0.25.1                                 (Python)
+#                plugins/python/requirements-test.txt: pytest 9.2.0     (its unit tests)
 #   Go           1.24 or newer must be on the machine (GOOS=wasip1 with
 #                go:wasmexport); it is not installed here.
 set -euo pipefail
@@ -67,6 +68,14 @@ if [[ "$(python/.venv/bin/componentize-py --version 2>/dev/null)" != "componenti
   step "pip install -r python/requirements.txt (plugins/python/.venv)"
   python3 -m venv python/.venv
   python/.venv/bin/pip install --quiet --disable-pip-version-check -r python/requirements.txt
+fi
+
+# pytest, for the SDK's fake-host unit tests (test-languages.sh), in the
+# same venv (the fake generates its bindings with componentize-py).
+want=$(sed -n 's/^pytest==//p' python/requirements-test.txt)
+if [[ "$(python/.venv/bin/python -m pytest --version 2>&1)" != "pytest $want" ]]; then
+  step "pip install -r python/requirements-test.txt (plugins/python/.venv)"
+  python/.venv/bin/pip install --quiet --disable-pip-version-check -r python/requirements-test.txt
 fi
 
 # Go: checked, not installed.

@@ -21,7 +21,8 @@ cargo fmt --all --check
 bash plugins/build.sh
 bash plugins/build-languages.sh
 (cd plugins && cargo clippy --release --target wasm32-wasip2 --workspace -- -D warnings)
-(cd plugins && cargo test -p kubewasm-sdk -p config-replicator)
+# The SDK-native unit tests (each SDK's fake host) of every language.
+bash plugins/test-languages.sh
 cargo clippy --workspace --all-targets -- -D warnings
 if ! wait "$cosign_build"; then
   cat .tools/install-cosign.log >&2

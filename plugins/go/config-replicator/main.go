@@ -1,5 +1,3 @@
-//go:build wasip1
-
 // config-replicator in Go: the same config, registration and actions as
 // plugins/config-replicator (see its README.md): copies source ConfigMaps
 // (matching a label selector) into every namespace matching another

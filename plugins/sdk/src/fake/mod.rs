@@ -640,4 +640,13 @@ fn parse_rfc3339(text: &str) -> Option<i64> {
 }
 
 #[cfg(test)]
-mod tests;
+mod tests {
+    #[test]
+    fn rfc3339_round_trips() {
+        for s in [0, 951_782_400, -86_400, 4_102_444_800, super::DEFAULT_NOW] {
+            assert_eq!(super::parse_rfc3339(&super::rfc3339(s)), Some(s), "{s}");
+        }
+        assert_eq!(super::rfc3339(super::DEFAULT_NOW), "2026-01-01T00:00:00Z");
+        assert_eq!(super::parse_rfc3339("2026-01-01 00:00:00"), None);
+    }
+}

@@ -1,9 +1,13 @@
+//! The fake host (`kubewasm_sdk::fake`), natively: cache reads, actions,
+//! registration checks, the clock, and label selectors against the same
+//! apimachinery golden cases as the host's parser.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use serde_json::json;
+use std::time::Duration;
 
-use super::*;
-use crate::prelude::*;
+use kubewasm_sdk::fake::FakeHost;
+use kubewasm_sdk::prelude::*;
+use kubewasm_sdk::serde_json::{self, Value, json};
 
 fn cm(ns: &str, name: &str, labels: Value) -> Value {
     json!({
@@ -210,14 +214,11 @@ fn clock_and_log_level() {
     host.advance(Duration::from_millis(1500));
     assert_eq!(clock::now_rfc3339(), "2024-03-01T00:00:00Z");
     assert_eq!(clock::now().nanoseconds, 500_000_000);
-    host.set_log_level(crate::log::Level::Info);
-    assert!(!crate::log::enabled(crate::log::Level::Debug));
+    host.set_log_level(kubewasm_sdk::log::Level::Info);
+    assert!(!kubewasm_sdk::log::enabled(kubewasm_sdk::log::Level::Debug));
     log::debug("hidden", &[]);
     log::warn("shown", &[("a", "b")]);
     assert_eq!(host.logs().len(), 1);
-    for s in [0, 951_782_400, -86_400, 4_102_444_800] {
-        assert_eq!(parse_rfc3339(&rfc3339(s)), Some(s), "{s}");
-    }
 }
 
 #[test]
