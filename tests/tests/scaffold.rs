@@ -1,7 +1,9 @@
 //! `kubewasm new` (host/src/scaffold): each language's project builds with
 //! its own `build.sh`, and the hello plugin it makes loads in the host and
 //! handles the delta of its own fixture (`fixtures/cluster.yaml`) with the
-//! exact action its `fixtures/README.md` promises. Toolchains as for the
+//! exact action its `fixtures/README.md` promises; and its own unit test
+//! passes with the language's test command, natively through the SDK's fake
+//! host (and fails when the plugin's action changes). Toolchains as for the
 //! language plugins: `plugins/install-toolchains.sh`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -56,6 +58,120 @@ fn build(lang: Lang, root: &Path) {
     }
     let status = cmd.status().expect("run build.sh");
     assert!(status.success(), "{lang}: build.sh failed");
+}
+
+/// The project's unit tests, run with its language's test command: the
+/// SDK's fake host stands in for the host (no WebAssembly, no kubewasm).
+fn unit_tests(lang: Lang, root: &Path) -> std::process::Output {
+    let plugins = repo_root().join("plugins");
+    let home = std::env::var("HOME").unwrap_or_default();
+    let path = std::env::var("PATH").unwrap_or_default();
+    let mut cmd = match lang {
+        Lang::Rust => {
+            let mut c = Command::new("cargo");
+            c.args(["test", "--quiet"]).env(
+                "CARGO_TARGET_DIR",
+                repo_root().join("target/scaffold-tools"),
+            );
+            c
+        }
+        Lang::Js => {
+            let mut c = Command::new("node");
+            c.arg("--test");
+            c
+        }
+        Lang::Python => {
+            // The venv of plugins/python: componentize-py (the fake generates
+            // the bindings with it) and pytest (plugins/install-toolchains.sh).
+            let mut c = Command::new(plugins.join("python/.venv/bin/python"));
+            c.args(["-m", "pytest", "-q", "-p", "no:cacheprovider"])
+                .env("PYTHONDONTWRITEBYTECODE", "1");
+            c
+        }
+        Lang::C => {
+            let mut c = Command::new("bash");
+            c.arg("test.sh");
+            c
+        }
+        Lang::Go => {
+            let mut c = Command::new("go");
+            c.args(["test", "-count=1", "./..."]);
+            c
+        }
+    };
+    cmd.current_dir(root).env(
+        "PATH",
+        format!("{home}/.cargo/bin:/usr/local/go/bin:{path}"),
+    );
+    cmd.output()
+        .unwrap_or_else(|e| panic!("{lang}: run the unit tests: {e}"))
+}
+
+/// The project's unit test passes as created, and fails once the hello
+/// plugin annotates with another key: it checks the plugin's action.
+fn unit_test_passes_then_catches_a_change(lang: Lang) {
+    let work = tempfile::tempdir().unwrap();
+    let root = scaffold::create(lang, "hello", work.path(), None).unwrap();
+    let started = std::time::Instant::now();
+    let out = unit_tests(lang, &root);
+    assert!(
+        out.status.success(),
+        "{lang}: the unit tests failed:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eprintln!("{lang}: unit tests passed in {:?}", started.elapsed());
+    let source = root.join(match lang {
+        Lang::Rust => "src/lib.rs",
+        Lang::Js => "index.js",
+        Lang::Python => "app.py",
+        Lang::C => "hello.c",
+        Lang::Go => "main.go",
+    });
+    // The key as the plugin's code spells it (not as comments or the Rust
+    // test module, in the same file, do).
+    let key = match lang {
+        Lang::Rust | Lang::C => "\"kubewasm.io/hello\",",
+        Lang::Js => "'kubewasm.io/hello'",
+        Lang::Python | Lang::Go => "\"kubewasm.io/hello\":",
+    };
+    let text = std::fs::read_to_string(&source).unwrap();
+    assert!(
+        text.contains(key),
+        "{lang}: {key} not in {}",
+        source.display()
+    );
+    std::fs::write(&source, text.replacen(key, &key.replace("hello", "bye"), 1)).unwrap();
+    let out = unit_tests(lang, &root);
+    assert!(
+        !out.status.success(),
+        "{lang}: the unit tests pass although the plugin annotates another key"
+    );
+}
+
+#[test]
+fn rust_scaffold_unit_test_runs_on_the_fake_host() {
+    unit_test_passes_then_catches_a_change(Lang::Rust);
+}
+
+#[test]
+fn js_scaffold_unit_test_runs_on_the_fake_host() {
+    unit_test_passes_then_catches_a_change(Lang::Js);
+}
+
+#[test]
+fn python_scaffold_unit_test_runs_on_the_fake_host() {
+    unit_test_passes_then_catches_a_change(Lang::Python);
+}
+
+#[test]
+fn c_scaffold_unit_test_runs_on_the_fake_host() {
+    unit_test_passes_then_catches_a_change(Lang::C);
+}
+
+#[test]
+fn go_scaffold_unit_test_runs_on_the_fake_host() {
+    unit_test_passes_then_catches_a_change(Lang::Go);
 }
 
 async fn builds_loads_and_handles_its_fixture(lang: Lang) {

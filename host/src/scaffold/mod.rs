@@ -5,14 +5,21 @@
 //! embedded in this binary, or copied from a folder), the language's
 //! kubewasm SDK where there is one in this repository, a `build.sh` that
 //! writes `dist/NAME.wasm` and copies the sidecar `NAME.yaml` (the access
-//! list the hello plugin needs) beside it, and `fixtures/` (a cluster manifest and a
+//! list the hello plugin needs) beside it, `fixtures/` (a cluster manifest and a
 //! README saying how to run the plugin against it with
-//! `kubewasm run --local fixtures --plugins dist --until-idle --dry-run`).
+//! `kubewasm run --local fixtures --plugins dist --until-idle --dry-run`),
+//! and a native unit test of the hello plugin through the SDK's fake host,
+//! run by the language's own test command (`cargo test`, `node --test`,
+//! `pytest`, `bash test.sh` for C, `go test ./...`).
 
 use std::path::{Path, PathBuf};
 
 /// The WIT new plugins target: the newest version this host implements.
 pub const PLUGIN_WIT: &str = include_str!("../../../wit/v0.2.0/plugin.wit");
+
+/// The WIT folder the repository's Rust SDK (`plugins/sdk`) generates its
+/// bindings from; a project's copy reads `wit/` beside `sdk/`.
+const RUST_SDK_WIT: &str = "\"../../wit/v0.2.0\"";
 
 /// A language `kubewasm new` can create a plugin project in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum)]
@@ -109,6 +116,101 @@ const RUST: &[TemplateFile] = &[
     ),
     ("build.sh", include_str!("templates/rust/build.sh"), true),
     ("README.md", include_str!("templates/rust/README.md"), false),
+    (
+        "sdk/Cargo.toml",
+        include_str!("templates/rust/sdk-Cargo.toml"),
+        false,
+    ),
+    (
+        "sdk/README.md",
+        include_str!("../../../plugins/sdk/README.md"),
+        false,
+    ),
+    (
+        "sdk/src/lib.rs",
+        include_str!("../../../plugins/sdk/src/lib.rs"),
+        false,
+    ),
+    (
+        "sdk/src/actions.rs",
+        include_str!("../../../plugins/sdk/src/actions.rs"),
+        false,
+    ),
+    (
+        "sdk/src/cache.rs",
+        include_str!("../../../plugins/sdk/src/cache.rs"),
+        false,
+    ),
+    (
+        "sdk/src/clock.rs",
+        include_str!("../../../plugins/sdk/src/clock.rs"),
+        false,
+    ),
+    (
+        "sdk/src/error.rs",
+        include_str!("../../../plugins/sdk/src/error.rs"),
+        false,
+    ),
+    (
+        "sdk/src/kinds.rs",
+        include_str!("../../../plugins/sdk/src/kinds.rs"),
+        false,
+    ),
+    (
+        "sdk/src/label_selector.rs",
+        include_str!("../../../plugins/sdk/src/label_selector.rs"),
+        false,
+    ),
+    (
+        "sdk/src/log.rs",
+        include_str!("../../../plugins/sdk/src/log.rs"),
+        false,
+    ),
+    (
+        "sdk/src/meta.rs",
+        include_str!("../../../plugins/sdk/src/meta.rs"),
+        false,
+    ),
+    (
+        "sdk/src/object.rs",
+        include_str!("../../../plugins/sdk/src/object.rs"),
+        false,
+    ),
+    (
+        "sdk/src/owners.rs",
+        include_str!("../../../plugins/sdk/src/owners.rs"),
+        false,
+    ),
+    (
+        "sdk/src/patch.rs",
+        include_str!("../../../plugins/sdk/src/patch.rs"),
+        false,
+    ),
+    (
+        "sdk/src/registration.rs",
+        include_str!("../../../plugins/sdk/src/registration.rs"),
+        false,
+    ),
+    (
+        "sdk/src/fake/mod.rs",
+        include_str!("../../../plugins/sdk/src/fake/mod.rs"),
+        false,
+    ),
+    (
+        "sdk/src/fake/selector.rs",
+        include_str!("../../../plugins/sdk/src/fake/selector.rs"),
+        false,
+    ),
+    (
+        "sdk/src/fake/state.rs",
+        include_str!("../../../plugins/sdk/src/fake/state.rs"),
+        false,
+    ),
+    (
+        "sdk/src/fake/wit.rs",
+        include_str!("../../../plugins/sdk/src/fake/wit.rs"),
+        false,
+    ),
 ];
 
 const JS: &[TemplateFile] = &[
@@ -123,6 +225,11 @@ const JS: &[TemplateFile] = &[
         false,
     ),
     ("index.js", include_str!("templates/js/index.js"), false),
+    (
+        "index.test.js",
+        include_str!("templates/js/index.test.js"),
+        false,
+    ),
     ("build.sh", include_str!("templates/js/build.sh"), true),
     ("README.md", include_str!("templates/js/README.md"), false),
     (
@@ -135,6 +242,26 @@ const JS: &[TemplateFile] = &[
         include_str!("../../../plugins/js/sdk/kubewasm.d.ts"),
         false,
     ),
+    (
+        "sdk/fake.js",
+        include_str!("../../../plugins/js/sdk/fake.js"),
+        false,
+    ),
+    (
+        "sdk/fake-hooks.js",
+        include_str!("../../../plugins/js/sdk/fake-hooks.js"),
+        false,
+    ),
+    (
+        "sdk/fake-imports.js",
+        include_str!("../../../plugins/js/sdk/fake-imports.js"),
+        false,
+    ),
+    (
+        "sdk/fake-selector.js",
+        include_str!("../../../plugins/js/sdk/fake-selector.js"),
+        false,
+    ),
 ];
 
 const PYTHON: &[TemplateFile] = &[
@@ -144,6 +271,16 @@ const PYTHON: &[TemplateFile] = &[
         false,
     ),
     ("app.py", include_str!("templates/python/app.py"), false),
+    (
+        "test_app.py",
+        include_str!("templates/python/test_app.py"),
+        false,
+    ),
+    (
+        "conftest.py",
+        include_str!("templates/python/conftest.py"),
+        false,
+    ),
     ("build.sh", include_str!("templates/python/build.sh"), true),
     (
         "README.md",
@@ -158,6 +295,16 @@ const PYTHON: &[TemplateFile] = &[
     (
         "sdk/kubewasm/patch.py",
         include_str!("../../../plugins/python/sdk/kubewasm/patch.py"),
+        false,
+    ),
+    (
+        "sdk/kubewasm_fake.py",
+        include_str!("../../../plugins/python/sdk/kubewasm_fake.py"),
+        false,
+    ),
+    (
+        "sdk/kubewasm_fake_selector.py",
+        include_str!("../../../plugins/python/sdk/kubewasm_fake_selector.py"),
         false,
     ),
 ];
@@ -182,6 +329,12 @@ const WASI_ADAPTER: &[TemplateFile] = &[
 
 const C: &[TemplateFile] = &[
     ("hello.c", include_str!("templates/c/hello.c"), false),
+    (
+        "hello_test.c",
+        include_str!("templates/c/hello_test.c"),
+        false,
+    ),
+    ("test.sh", include_str!("templates/c/test.sh"), true),
     ("build.sh", include_str!("templates/c/build.sh"), true),
     ("README.md", include_str!("templates/c/README.md"), false),
     (
@@ -194,11 +347,41 @@ const C: &[TemplateFile] = &[
         include_str!("../../../plugins/c/sdk/kubewasm.c"),
         false,
     ),
+    (
+        "sdk/fake/kubewasm_fake.h",
+        include_str!("../../../plugins/c/sdk/fake/kubewasm_fake.h"),
+        false,
+    ),
+    (
+        "sdk/fake/kubewasm_fake.c",
+        include_str!("../../../plugins/c/sdk/fake/kubewasm_fake.c"),
+        false,
+    ),
+    (
+        "sdk/fake/cJSON.h",
+        include_str!("../../../plugins/c/vendor/cjson/cJSON.h"),
+        false,
+    ),
+    (
+        "sdk/fake/cJSON.c",
+        include_str!("../../../plugins/c/vendor/cjson/cJSON.c"),
+        false,
+    ),
+    (
+        "sdk/fake/cJSON-LICENSE",
+        include_str!("../../../plugins/c/vendor/cjson/LICENSE"),
+        false,
+    ),
 ];
 
 const GO: &[TemplateFile] = &[
     ("go.mod", include_str!("templates/go/go.mod"), false),
     ("main.go", include_str!("templates/go/main.go"), false),
+    (
+        "main_test.go",
+        include_str!("templates/go/main_test.go"),
+        false,
+    ),
     ("build.sh", include_str!("templates/go/build.sh"), true),
     ("README.md", include_str!("templates/go/README.md"), false),
     (
@@ -209,6 +392,16 @@ const GO: &[TemplateFile] = &[
     (
         "sdk/actions.go",
         include_str!("../../../plugins/go/sdk/actions.go"),
+        false,
+    ),
+    (
+        "sdk/fake.go",
+        include_str!("../../../plugins/go/sdk/fake.go"),
+        false,
+    ),
+    (
+        "sdk/fake_selector.go",
+        include_str!("../../../plugins/go/sdk/fake_selector.go"),
         false,
     ),
     (
@@ -290,9 +483,13 @@ pub fn create(
     }
     for set in templates(lang) {
         for (path, text, executable) in set {
-            let text = text
+            let mut text = text
                 .replace("{{name}}", name)
                 .replace("{{crate}}", &crate_name);
+            if path.starts_with("sdk/src/") {
+                // The Rust SDK's bindings read the WIT beside it.
+                text = text.replace(RUST_SDK_WIT, "\"../wit\"");
+            }
             let path = path.replace("{{name}}", name);
             write(&root.join(path), &text, *executable)?;
         }
@@ -394,6 +591,82 @@ mod tests {
             create(Lang::Rust, "Bad", dir.path(), None),
             Err(ScaffoldError::InvalidName(_))
         ));
+    }
+
+    /// Every file of the repository's SDKs (but their own tests) is in the
+    /// projects, so a new SDK file cannot be left out of `kubewasm new`; and
+    /// each project ships its unit test and the fake host it runs on.
+    #[test]
+    fn ships_each_sdk_whole_with_its_fake_host_and_a_unit_test() {
+        let plugins = Path::new(env!("CARGO_MANIFEST_DIR")).join("../plugins");
+        fn files(dir: &Path, under: &Path, out: &mut Vec<String>) {
+            for entry in std::fs::read_dir(dir).unwrap() {
+                let path = entry.unwrap().path();
+                if path.is_dir() {
+                    if path.file_name().is_some_and(|n| n != "__pycache__") {
+                        files(&path, under, out);
+                    }
+                } else {
+                    out.push(
+                        path.strip_prefix(under)
+                            .unwrap()
+                            .to_string_lossy()
+                            .into_owned(),
+                    );
+                }
+            }
+        }
+        let cases: [(Lang, &str, &str, &[&str]); 4] = [
+            (
+                Lang::Rust,
+                "sdk/src",
+                "sdk/src",
+                &["src/lib.rs", "sdk/src/fake/mod.rs"],
+            ),
+            (Lang::Js, "js/sdk", "sdk", &["index.test.js", "sdk/fake.js"]),
+            (
+                Lang::Python,
+                "python/sdk",
+                "sdk",
+                &["test_app.py", "conftest.py"],
+            ),
+            (Lang::Go, "go/sdk", "sdk", &["main_test.go", "sdk/fake.go"]),
+        ];
+        for (lang, repo, project, tests) in cases {
+            let shipped: Vec<&str> = templates(lang)
+                .iter()
+                .flat_map(|set| set.iter().map(|(path, _, _)| *path))
+                .collect();
+            let mut sdk = Vec::new();
+            files(&plugins.join(repo), &plugins.join(repo), &mut sdk);
+            for file in sdk.iter().filter(|f| !f.ends_with("_test.go")) {
+                let want = format!("{project}/{file}");
+                assert!(
+                    shipped.contains(&want.as_str()),
+                    "{lang}: {want} is not shipped"
+                );
+            }
+            for test in tests {
+                assert!(shipped.contains(test), "{lang}: {test} is not shipped");
+            }
+        }
+        let c: Vec<&str> = templates(Lang::C)
+            .iter()
+            .flat_map(|set| set.iter().map(|(path, _, _)| *path))
+            .collect();
+        for file in [
+            "hello_test.c",
+            "test.sh",
+            "sdk/fake/kubewasm_fake.c",
+            "sdk/fake/cJSON.c",
+        ] {
+            assert!(c.contains(&file), "c: {file} is not shipped");
+        }
+        // The Rust SDK's copy generates its bindings from the project's wit/.
+        let dir = tempfile::tempdir().unwrap();
+        let root = create(Lang::Rust, "r", dir.path(), None).unwrap();
+        let lib = std::fs::read_to_string(root.join("sdk/src/lib.rs")).unwrap();
+        assert!(lib.contains(r#"path: "../wit""#) && !lib.contains(RUST_SDK_WIT));
     }
 
     #[test]

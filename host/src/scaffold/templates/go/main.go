@@ -1,5 +1,3 @@
-//go:build wasip1
-
 // {{name}}: a kubewasm plugin. It subscribes to ConfigMap `added` deltas and
 // annotates each ConfigMap with `kubewasm.io/hello: {{name}}`.
 package main

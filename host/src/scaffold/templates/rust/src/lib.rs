@@ -1,71 +1,67 @@
 //! {{name}}: a kubewasm plugin. It subscribes to ConfigMap `added` deltas
 //! and annotates each ConfigMap with `kubewasm.io/hello: <plugin name>`.
+//! `sdk/` is the kubewasm Rust SDK (`sdk/README.md` is its reference).
 
-wit_bindgen::generate!({ path: "wit", world: "plugin" });
+use kubewasm_sdk::prelude::*;
 
-use std::sync::OnceLock;
-
-use exports::kubewasm::plugin::handler::{
-    Context, Guest, Handled, HandlerError, Registration, Subscription,
-};
-use kubewasm::plugin::actions::{self, ObjectRef, PatchType, Preconditions};
-use kubewasm::plugin::log::{self, Level};
-use kubewasm::plugin::types::{Delta, DeltaType, GroupVersionKind, KindRef};
-
-/// The name the host loaded this plugin under (from `register`).
-static NAME: OnceLock<String> = OnceLock::new();
-
-fn config_map() -> KindRef {
-    KindRef::Gvk(GroupVersionKind {
-        group: String::new(),
-        version: "v1".to_owned(),
-        kind: "ConfigMap".to_owned(),
-    })
+struct Hello {
+    /// The name the host loaded this plugin under.
+    name: String,
 }
 
-struct Plugin;
-
-impl Guest for Plugin {
-    fn register(context: Context) -> Result<Registration, String> {
-        let _ = NAME.set(context.name);
-        Ok(Registration {
-            subscriptions: vec![Subscription {
-                kind: config_map(),
-                namespace: None,
-                label_selector: None,
-                field_selector: None,
-                deltas: vec![DeltaType::Added],
-                fields: Vec::new(),
-                // The host's default resync period.
-                resync_seconds: None,
-            }],
-            writes: vec![config_map()],
-            indexes: Vec::new(),
+impl Plugin for Hello {
+    fn new(ctx: &Context) -> Result<Self, String> {
+        Ok(Self {
+            name: ctx.name.clone(),
         })
     }
 
-    fn handle(delta: Delta) -> Result<Handled, HandlerError> {
-        log::write(
-            Level::Info,
-            "hello",
-            &[("name".to_owned(), delta.name.clone())],
-        );
-        let name = NAME.get().map_or("{{name}}", String::as_str);
-        let target = ObjectRef {
-            kind: config_map(),
-            namespace: delta.namespace,
-            name: delta.name,
-        };
-        let patch = format!(r#"{{"metadata":{{"annotations":{{"kubewasm.io/hello":"{name}"}}}}}}"#);
-        // Only the object this delta is about: not a namesake created since.
-        let only_this = Preconditions {
-            uid: Some(delta.uid),
-            resource_version: None,
-        };
-        actions::patch(&target, PatchType::Merge, &patch, &only_this)
-            .map_err(|e| HandlerError::Permanent(format!("patch refused: {e:?}")))?;
-        Ok(Handled::Done)
+    fn registration(&self) -> Registration {
+        Registration::new()
+            .subscribe(Subscription::kind::<ConfigMap>().deltas([DeltaType::Added]))
+            .writes::<ConfigMap>()
+    }
+
+    fn handle(&mut self, delta: Delta) -> Result<Handled, HandlerError> {
+        log::info("hello", &[("name", &delta.name)]);
+        // One merge patch, only if the ConfigMap is still the one this delta
+        // is about (its uid): a namesake created since is left alone.
+        actions::annotate(
+            &ObjectRef::for_delta::<ConfigMap>(&delta),
+            &[("kubewasm.io/hello", &self.name)],
+            &Preconditions::uid(&delta.uid),
+        )?;
+        Ok(Done)
     }
 }
 
-export!(Plugin);
+kubewasm_sdk::export_plugin!(Hello);
+
+/// A unit test through the SDK's fake host (`cargo test`): no WebAssembly,
+/// no host. `FakeHost` stands in for the host: put objects into its cache,
+/// load the plugin, hand it deltas, then check the actions it emitted
+/// (`take_action_lines`, `take_actions`) and what it logged (`take_logs`).
+#[cfg(test)]
+mod tests {
+    use kubewasm_sdk::fake::FakeHost;
+    use kubewasm_sdk::serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn annotates_each_config_map() {
+        let host = FakeHost::new();
+        let mut plugin: Hello = host.load("{{name}}", "{}").expect("loads");
+        let delta = host.added(json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "greeting", "namespace": "demo"},
+        }));
+        assert_eq!(host.handle(&mut plugin, delta), Ok(Done));
+        assert_eq!(
+            host.take_action_lines(),
+            [r#"patch ConfigMap demo/greeting merge {"metadata":{"annotations":{"kubewasm.io/hello":"{{name}}"}}} uid=uid-demo-greeting"#]
+        );
+        let logs: Vec<String> = host.take_logs().iter().map(ToString::to_string).collect();
+        assert_eq!(logs, ["info hello name=greeting"]);
+    }
+}
