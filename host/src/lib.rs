@@ -27,3 +27,4 @@ pub mod runtime;
 pub mod scaffold;
 pub mod source;
 pub mod telemetry;
+pub mod toolchain;

@@ -53,6 +53,8 @@ enum Command {
     Run(Box<RunArgs>),
     /// Create a plugin project (WIT bindings wired, a build command, a fixture test).
     New(NewArgs),
+    /// Make a core module (clang wasm32-wasi, Go wasip1) a plugin component.
+    Componentize(ComponentizeArgs),
     /// Print the least-privilege RBAC (YAML) the plugins of a folder need.
     Rbac(RbacArgs),
     /// Print the CustomResourceDefinitions of Plugin and NamespacedPlugin (YAML).
@@ -653,6 +655,37 @@ fn new_project(args: NewArgs) -> anyhow::Result<()> {
 }
 
 #[derive(clap::Args, Debug)]
+struct ComponentizeArgs {
+    /// The core module the compiler wrote.
+    core: PathBuf,
+    /// The component to write.
+    #[arg(long, short)]
+    output: PathBuf,
+    /// World to embed when the module carries no component type.
+    #[arg(long, default_value = kubewasm::toolchain::componentize::DEFAULT_WORLD)]
+    world: String,
+    /// WIT folder to take the world from [default: the WIT built into kubewasm, wit/v0.2.0].
+    #[arg(long)]
+    wit: Option<PathBuf>,
+}
+
+fn componentize(args: ComponentizeArgs) -> anyhow::Result<()> {
+    let opts = kubewasm::toolchain::Options {
+        wit: args.wit,
+        world: Some(args.world),
+    };
+    let done =
+        kubewasm::toolchain::componentize::componentize_file(&args.core, &args.output, &opts)?;
+    writeln!(
+        std::io::stdout().lock(),
+        "wrote {} ({} bytes): {done}",
+        args.output.display(),
+        done.component.len()
+    )?;
+    Ok(())
+}
+
+#[derive(clap::Args, Debug)]
 struct RunArgs {
     /// Config file (YAML or JSON, `apiVersion: kubewasm.io/v1alpha1`, `kind: HostConfig`); flags win over it.
     #[arg(long, env = "KUBEWASM_CONFIG")]
@@ -924,6 +957,7 @@ fn main() -> std::process::ExitCode {
             Command::Probe(args) => probe(args),
             Command::DeadLetters(args) => dead_letters(args),
             Command::New(args) => new_project(args),
+            Command::Componentize(args) => componentize(args),
             Command::Rbac(args) => rt.block_on(rbac(args)),
             Command::Crds => crds(),
             Command::Migrate(args) => migrate(args),

@@ -43,7 +43,7 @@ pub enum LoadError {
     #[error("not a WebAssembly file (no \\0asm header)")]
     NotWasm,
     #[error(
-        "this is a core WebAssembly module, not a component: build for wasm32-wasip2, or wrap it with `wasm-tools component new`"
+        "this is a core WebAssembly module, not a component: build for wasm32-wasip2, or make it one with `kubewasm componentize` (C, Go)"
     )]
     CoreModule,
     #[error("the component is invalid or truncated: {0}")]
