@@ -10,7 +10,11 @@
 # of the default (the test command does not build them).
 # A build whose sources, lock files, WIT and tool versions are unchanged
 # since its last build is skipped (stamp files under target/languages/build).
-# Generated bindings and intermediates go to target/languages/build/<lang>.
+# Intermediates go to target/languages/build/<lang>.
+# C and Go need their compiler and kubewasm only (`kubewasm componentize`,
+# no cargo, wasm-tools nor wit-bindgen): $KUBEWASM names the binary, else
+# this repository's is built with cargo when there is one, else the
+# `kubewasm` on PATH.
 set -euo pipefail
 cd "$(dirname "$0")"
 plugins="$PWD"
@@ -87,14 +91,37 @@ bench_wasm() {
   done
 }
 
-# The WASI preview1 reactor adapter (C and Go), from a crates.io crate.
-adapter() {
-  local a="$build/wasi_snapshot_preview1.reactor.wasm"
-  if [[ ! -f "$a" || "$plugins/c/wasi-adapter/Cargo.lock" -nt "$a" ]]; then
-    cargo run -q --release --locked --manifest-path "$plugins/c/wasi-adapter/Cargo.toml" \
-      --target-dir "$build/tools" -- "$a"
+# kubewasm for `componentize` (C and Go), found once: see the top.
+kubewasm=""
+kubewasm_tool() {
+  [[ -n "$kubewasm" ]] && return 0
+  if [[ -n "${KUBEWASM:-}" ]]; then
+    kubewasm="$KUBEWASM"
+  elif command -v cargo >/dev/null; then
+    (cd .. && cargo build -q -p kubewasm --bin kubewasm)
+    local target="${CARGO_TARGET_DIR:-target}"
+    [[ "$target" == /* ]] || target="$plugins/../$target"
+    kubewasm="$target/debug/kubewasm"
+  else
+    kubewasm="$(command -v kubewasm || true)"
   fi
-  echo "$a"
+  if [[ -z "$kubewasm" || ! -x "$kubewasm" ]]; then
+    echo "error: kubewasm not found: set KUBEWASM or put it on PATH" >&2
+    exit 1
+  fi
+}
+
+# componentize CORE.wasm OUT.wasm: the plugin component, with the world's
+# type of $wit and the WASI preview1 adapter that kubewasm embeds.
+componentize() {
+  "$kubewasm" componentize "$1" --wit "$wit" -o "$2" >/dev/null
+}
+
+# What the C and Go components depend on besides their sources: the
+# compiler's version (in the caller's string), kubewasm's componentize and
+# the crates it uses (wit-component, the adapter: ../Cargo.lock).
+componentize_inputs() {
+  echo "$plugins/../Cargo.lock" "$plugins/../host/src/toolchain"
 }
 
 js_deps() {
@@ -192,37 +219,30 @@ build_python-bench() {
 }
 
 c_tools() {
-  need wit-bindgen
-  need wasm-tools
   if [[ -z "$clang" ]]; then
     echo "error: clang-19 not found: run plugins/install-toolchains.sh" >&2
     exit 1
   fi
+  kubewasm_tool
 }
 
 c_fingerprint() {
-  fingerprint "$("$clang" --version | head -1) $(wit-bindgen --version) $(wasm-tools --version)" \
-    c/sdk c/wasi-adapter/Cargo.lock "$wit" "$@"
-}
-
-# c_bindings DIR: generates the C bindings into DIR/gen (DIR emptied first).
-c_bindings() {
-  local dir="$1"
-  rm -rf "$dir" && mkdir -p "$dir/gen"
-  wit-bindgen c "$wit" --world plugin --out-dir "$dir/gen" >"$dir/wit-bindgen.log" 2>&1 ||
-    { cat "$dir/wit-bindgen.log" >&2; exit 1; }
+  fingerprint "$("$clang" --version | head -1) $("$kubewasm" --version)" \
+    c/sdk $(componentize_inputs) "$wit" "$@"
 }
 
 # c_component DIR OUT.wasm CFLAGS_AND_SOURCES...: a reactor with the SDK and
-# DIR/gen's bindings, made a component with the reactor adapter.
+# its bindings (c/sdk/plugin.{c,h}, generated ahead of time), made a
+# component by kubewasm. Names kept (a trap's backtrace names the
+# functions), wasi-libc's DWARF dropped.
 c_component() {
   local dir="$1" wasm="$2"
   shift 2
+  mkdir -p "$dir"
   "$clang" --target=wasm32-wasi -mexec-model=reactor -O2 -Wall -Wextra -Werror \
-    -Wno-unused-parameter -I "$dir/gen" -I c/sdk \
-    "$@" c/sdk/kubewasm.c "$dir/gen/plugin.c" \
-    "$dir/gen/plugin_component_type.o" -Wl,--strip-all -o "$dir/core.wasm"
-  wasm-tools component new "$dir/core.wasm" --adapt "wasi_snapshot_preview1=$(adapter)" -o "$wasm"
+    -Wno-unused-parameter -I c/sdk \
+    "$@" c/sdk/kubewasm.c c/sdk/plugin.c -Wl,--strip-debug -o "$dir/core.wasm"
+  componentize "$dir/core.wasm" "$wasm"
 }
 
 build_c() {
@@ -230,7 +250,6 @@ build_c() {
   local stamp
   stamp=$(c_fingerprint c/config-replicator)
   fresh c "$stamp" && return 0
-  c_bindings "$build/c"
   c_component "$build/c" "$out/c-config-replicator.wasm" c/config-replicator/config_replicator.c
   done_lang c "$stamp"
 }
@@ -240,7 +259,6 @@ build_c-bench() {
   local stamp name extra
   stamp=$(c_fingerprint c/bench c/vendor)
   fresh c-bench "$stamp" $(bench_wasm c) && return 0
-  c_bindings "$build/c-bench"
   for name in "${bench_names[@]}"; do
     extra=()
     # parse-all parses with cJSON (vendored; the SDK has no JSON parser).
@@ -251,22 +269,21 @@ build_c-bench() {
 }
 
 # go_component DIR PACKAGE OUT.wasm: a wasip1 c-shared build of PACKAGE
-# (under plugins/go), embedded and made a component with the reactor adapter.
+# (under plugins/go), made a component by kubewasm. Not stripped (no
+# -ldflags=-s): a trap's backtrace names the Go functions.
 go_component() {
   local dir="$1" pkg="$2" wasm="$3"
   mkdir -p "$dir"
-  (cd go && GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -trimpath -ldflags=-s \
-    -o "$dir/core.wasm" "$pkg")
-  wasm-tools component embed "$wit" --world plugin "$dir/core.wasm" -o "$dir/embedded.wasm"
-  wasm-tools component new "$dir/embedded.wasm" --adapt "wasi_snapshot_preview1=$(adapter)" -o "$wasm"
+  (cd go && GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -trimpath -o "$dir/core.wasm" "$pkg")
+  componentize "$dir/core.wasm" "$wasm"
 }
 
 build_go() {
   need go
-  need wasm-tools
+  kubewasm_tool
   local stamp
-  stamp=$(fingerprint "$(go version) $(wasm-tools --version)" go/go.mod go/sdk go/config-replicator \
-    c/wasi-adapter/Cargo.lock "$wit")
+  stamp=$(fingerprint "$(go version) $("$kubewasm" --version)" go/go.mod go/sdk go/config-replicator \
+    $(componentize_inputs) "$wit")
   fresh go "$stamp" && return 0
   local dir="$build/go"
   mkdir -p "$dir"
@@ -283,10 +300,10 @@ build_go() {
 
 build_go-bench() {
   need go
-  need wasm-tools
+  kubewasm_tool
   local stamp name
-  stamp=$(fingerprint "$(go version) $(wasm-tools --version)" go/go.mod go/sdk go/bench \
-    c/wasi-adapter/Cargo.lock "$wit")
+  stamp=$(fingerprint "$(go version) $("$kubewasm" --version)" go/go.mod go/sdk go/bench \
+    $(componentize_inputs) "$wit")
   fresh go-bench "$stamp" $(bench_wasm go) && return 0
   (cd go && GOOS=wasip1 GOARCH=wasm go vet -unsafeptr=false ./bench/...)
   for name in "${bench_names[@]}"; do

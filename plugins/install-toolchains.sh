@@ -4,7 +4,6 @@
 # sudo for apt). Idempotent: what is already at the pinned version is kept.
 #
 #   Debian apt   clang-19 lld-19 libclang-rt-19-dev-wasm32 wasi-libc   (C)
-#   crates.io    wasm-tools 1.263.0, wit-bindgen-cli 0.63.0             (C, Go)
 #   rustup       targets wasm32-wasip2, wasm32-wasip1
 #   npm          plugins/js/package-lock.json (npm install --no-save): jco 1.35.0,
 #                componentize-js 0.23.0                                 (JavaScript)
@@ -13,12 +12,14 @@
 #                plugins/python/requirements-test.txt: pytest 9.2.0     (its unit tests)
 #   Go           1.24 or newer must be on the machine (GOOS=wasip1 with
 #                go:wasmexport); it is not installed here.
+# C and Go need nothing else: `kubewasm componentize` makes their core
+# modules components (the WIT world's type and the WASI adapter are built
+# into kubewasm), and the C bindings are generated ahead of time
+# (plugins/c/sdk/plugin.{c,h}).
 set -euo pipefail
 cd "$(dirname "$0")"
 export PATH="$HOME/.cargo/bin:/usr/local/go/bin:$PATH"
 
-WASM_TOOLS=1.263.0
-WIT_BINDGEN=0.63.0
 APT_PACKAGES=(clang-19 lld-19 libclang-rt-19-dev-wasm32 wasi-libc)
 
 step() { printf '==> %s\n' "$*"; }
@@ -39,17 +40,6 @@ fi
 if command -v rustup >/dev/null; then
   step "rustup target add wasm32-wasip2 wasm32-wasip1"
   rustup target add wasm32-wasip2 wasm32-wasip1 >/dev/null 2>&1
-fi
-
-# cargo install, with only the features the builds use (much faster).
-if [[ "$(wasm-tools --version 2>/dev/null)" != "wasm-tools $WASM_TOOLS"* ]]; then
-  step "cargo install wasm-tools@$WASM_TOOLS"
-  cargo install --quiet --locked "wasm-tools@$WASM_TOOLS" --no-default-features \
-    --features component,print,validate,strip,parse
-fi
-if [[ "$(wit-bindgen --version 2>/dev/null)" != "wit-bindgen-cli $WIT_BINDGEN"* ]]; then
-  step "cargo install wit-bindgen-cli@$WIT_BINDGEN"
-  cargo install --quiet --locked "wit-bindgen-cli@$WIT_BINDGEN" --no-default-features --features c
 fi
 
 # npm: the versions of the lock file. Not `npm ci`: npm 11 refuses this lock
@@ -89,4 +79,4 @@ if [[ "$minor" -lt 24 ]]; then
   exit 1
 fi
 
-step "toolchains ready: $(clang-19 --version | head -1); $(wasm-tools --version); $(wit-bindgen --version); node $(node --version); $(python/.venv/bin/componentize-py --version); $(go env GOVERSION)"
+step "toolchains ready: $(clang-19 --version | head -1); node $(node --version); $(python/.venv/bin/componentize-py --version); $(go env GOVERSION)"

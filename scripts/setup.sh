@@ -34,7 +34,8 @@ fi
 # schema validator into a venv of their own (.tools/venv).
 bash scripts/install-supply-chain-tools.sh
 # Pinned toolchains of the JavaScript, Python, C and Go plugins (apt,
-# npm from the lock file, pip into plugins/python/.venv, cargo install --locked).
+# npm from the lock file, pip into plugins/python/.venv; C and Go need only
+# their compiler and kubewasm).
 bash plugins/install-toolchains.sh
 # The OCI registry of the plugin distribution tests (tests/tests/oci.rs):
 # Debian's docker-registry and htpasswd (scripts/setup-registry.sh).

@@ -36,7 +36,7 @@ show() { sed 's/^/    /' "$1" >&2; }
 # --- Rust: cargo-deny over every workspace ---------------------------------
 # The root (host, tests), the guests, the benchmark and the native helpers
 # that CI or the benchmarks build: each has its own Cargo.lock.
-workspaces=(. plugins bench plugins/c/wasi-adapter bench/epoch-probe/probe bench/epoch-probe/guest)
+workspaces=(. plugins bench bench/epoch-probe/probe bench/epoch-probe/guest)
 
 # The RustSec database lives in a git repository, which a machine that
 # reaches only package registries (this project's, and its CI) cannot

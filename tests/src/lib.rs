@@ -278,13 +278,15 @@ pub fn install_file(dir: &Path, name: &str, path: &Path, sidecar: Option<&str>) 
 
 /// Builds the non-Rust plugins (`plugins/build-languages.sh`, a no-op when
 /// nothing changed) once per test process and returns their folder,
-/// `plugins/target/languages` (`<lang>-config-replicator.wasm`).
+/// `plugins/target/languages` (`<lang>-config-replicator.wasm`). C and Go
+/// are made components by the `kubewasm` binary the end-to-end tests use.
 pub fn language_artifacts() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
         let plugins = repo_root().join("plugins");
         let status = Command::new("bash")
             .arg(plugins.join("build-languages.sh"))
+            .env("KUBEWASM", e2e::kubewasm_bin())
             .status()
             .expect("run plugins/build-languages.sh");
         assert!(

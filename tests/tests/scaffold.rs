@@ -4,33 +4,86 @@
 //! exact action its `fixtures/README.md` promises; and its own unit test
 //! passes with the language's test command, natively through the SDK's fake
 //! host (and fails when the plugin's action changes). Toolchains as for the
-//! language plugins: `plugins/install-toolchains.sh`.
+//! language plugins: `plugins/install-toolchains.sh`. The C and Go projects
+//! build with a PATH of exactly their compiler and `kubewasm` (no cargo,
+//! wasm-tools nor wit-bindgen).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::Path;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use kubewasm::scaffold::{self, Lang};
+use kubewasm_tests::e2e::kubewasm_bin;
 use kubewasm_tests::{
     Harness, install_file, language_artifacts, precompile_into, record_until_idle, repo_root,
     write_cluster,
 };
 
-/// Runs the project's build.sh, reusing what the repository's own builds
-/// already fetched (npm packages, the Python venv, the WASI adapter, a
-/// cargo target folder) so the test needs no network of its own.
-fn build(lang: Lang, root: &Path) {
-    let built = language_artifacts(); // toolchains, node_modules, adapter
-    let plugins = repo_root().join("plugins");
+/// The PATH the test runs under, plus where rustup and Go install.
+fn full_path() -> OsString {
     let home = std::env::var("HOME").unwrap_or_default();
     let path = std::env::var("PATH").unwrap_or_default();
-    let mut cmd = Command::new("bash");
+    format!("{home}/.cargo/bin:/usr/local/go/bin:{path}").into()
+}
+
+/// `name` on `path` (a PATH value), if it is there.
+fn find_on(path: &std::ffi::OsStr, name: &str) -> Option<PathBuf> {
+    std::env::split_paths(path)
+        .map(|dir| dir.join(name))
+        .find(|p| p.is_file())
+}
+
+fn tool(name: &str) -> PathBuf {
+    find_on(&full_path(), name)
+        .unwrap_or_else(|| panic!("{name} not found: run plugins/install-toolchains.sh"))
+}
+
+/// A folder of links to exactly what a C or Go project's build.sh runs:
+/// the shell's coreutils, the compiler (clang-19 and the wasm-ld it calls,
+/// or go) and `kubewasm`. Nothing that builds Rust or handles components
+/// is findable on it.
+fn toolchain_bin(lang: Lang, dir: &Path) -> OsString {
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let mut tools: Vec<(String, PathBuf)> = ["dirname", "mkdir", "cp", "ls"]
+        .iter()
+        .map(|t| (t.to_string(), tool(t)))
+        .collect();
+    match lang {
+        Lang::C => {
+            // clang-19 runs `wasm-ld-19`, found on PATH.
+            tools.push(("clang-19".into(), tool("clang-19")));
+            tools.push(("wasm-ld-19".into(), tool("wasm-ld-19")));
+        }
+        Lang::Go => tools.push(("go".into(), tool("go"))),
+        _ => unreachable!("only C and Go build with kubewasm componentize"),
+    }
+    tools.push(("kubewasm".into(), kubewasm_bin().to_owned()));
+    for (name, target) in tools {
+        std::os::unix::fs::symlink(target, bin.join(name)).unwrap();
+    }
+    let path = OsString::from(&bin);
+    for absent in ["cargo", "rustc", "wasm-tools", "wit-bindgen"] {
+        assert_eq!(
+            find_on(&path, absent),
+            None,
+            "{absent} is on the build's PATH"
+        );
+    }
+    path
+}
+
+/// Runs the project's build.sh, reusing what the repository's own builds
+/// already fetched (npm packages, the Python venv, a cargo target folder)
+/// so the test needs no network of its own. C and Go get
+/// [`toolchain_bin`]'s PATH and nothing else.
+fn build(lang: Lang, root: &Path) {
+    let plugins = repo_root().join("plugins");
+    let mut cmd = Command::new(tool("bash"));
     cmd.arg("build.sh")
         .current_dir(root)
-        .env(
-            "PATH",
-            format!("{home}/.cargo/bin:/usr/local/go/bin:{path}"),
-        )
+        .env("PATH", full_path())
         .env(
             "CARGO_TARGET_DIR",
             repo_root().join("target/scaffold-tools"),
@@ -38,22 +91,21 @@ fn build(lang: Lang, root: &Path) {
     match lang {
         Lang::Rust => {}
         Lang::Js => {
+            language_artifacts(); // node_modules
             std::os::unix::fs::symlink(plugins.join("js/node_modules"), root.join("node_modules"))
                 .unwrap();
         }
         Lang::Python => {
+            language_artifacts(); // the venv
             cmd.env(
                 "COMPONENTIZE_PY",
                 plugins.join("python/.venv/bin/componentize-py"),
             );
         }
         Lang::C | Lang::Go => {
-            std::fs::create_dir_all(root.join("build")).unwrap();
-            std::fs::copy(
-                built.join("build/wasi_snapshot_preview1.reactor.wasm"),
-                root.join("build/wasi_snapshot_preview1.reactor.wasm"),
-            )
-            .unwrap();
+            let tools = root.parent().unwrap().join(format!("{lang}-tools"));
+            cmd.env_remove("CARGO_TARGET_DIR")
+                .env("PATH", toolchain_bin(lang, &tools));
         }
     }
     let status = cmd.status().expect("run build.sh");
@@ -219,4 +271,38 @@ async fn c_scaffold_builds_and_handles_a_delta() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn go_scaffold_builds_and_handles_a_delta() {
     builds_loads_and_handles_its_fixture(Lang::Go).await;
+}
+
+/// `kubewasm componentize` on what is not a core module: exit 1, the file
+/// named with what to do, and no output written.
+#[test]
+fn componentize_refuses_what_is_not_a_core_module() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out.wasm");
+    for (file, bytes, says) in [
+        (
+            "notes.txt",
+            &b"hello"[..],
+            "notes.txt: not a WebAssembly module (no \\0asm header): give the .wasm file your compiler wrote",
+        ),
+        (
+            "component.wasm",
+            &b"\0asm\x0d\0\x01\0"[..],
+            "component.wasm: already a component: componentize takes the core module a compiler writes",
+        ),
+    ] {
+        let input = dir.path().join(file);
+        std::fs::write(&input, bytes).unwrap();
+        let run = Command::new(kubewasm_bin())
+            .arg("componentize")
+            .arg(&input)
+            .arg("-o")
+            .arg(&out)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&run.stderr);
+        assert_eq!(run.status.code(), Some(1), "{stderr}");
+        assert!(stderr.contains(says), "{stderr}");
+        assert!(!out.exists());
+    }
 }

@@ -8,7 +8,9 @@ use wasmparser::{KnownCustom, Parser, Payload};
 /// for a linked interpreter, its own name in its data) say. What
 /// toolchains write, checked on this repository's plugins: a Rust guest
 /// names `wit-bindgen-rust` (release builds may strip everything); a C
-/// guest `wit-bindgen-c` (and so does a Rust guest's wasi-libc); a Go guest
+/// guest `wit-bindgen-c` (and so does a Rust guest's wasi-libc) or, built
+/// with `kubewasm componentize` (no type object of wit-bindgen's),
+/// `language: C99` or `C11` as clang writes it; a Go guest
 /// `language: go1.x`; componentize-js and componentize-py link an
 /// interpreter (`dylink.0` sections) whose producers say only `Rust`, so
 /// their own names are looked for in the data. Any guest embeds the WASI
@@ -50,7 +52,7 @@ pub fn detect(bytes: &[u8]) -> Option<String> {
         "Go"
     } else if tool("wit-bindgen-rust") {
         "Rust"
-    } else if tool("wit-bindgen-c") {
+    } else if tool("wit-bindgen-c") || languages.iter().any(|l| is_c(l)) {
         "C"
     } else if linked {
         // An interpreter this list does not know.
@@ -61,6 +63,13 @@ pub fn detect(bytes: &[u8]) -> Option<String> {
         return None;
     };
     Some(found.to_owned())
+}
+
+/// `c89`, `c99`, `c11`, `c17` (lowercased): clang's names for C.
+fn is_c(language: &str) -> bool {
+    language
+        .strip_prefix('c')
+        .is_some_and(|v| !v.is_empty() && v.chars().all(|c| c.is_ascii_digit()))
 }
 
 #[cfg(test)]
@@ -104,6 +113,16 @@ mod tests {
         );
         assert_eq!(
             detect(&[("processed-by", &["wit-component", "wit-bindgen-c"])]).as_deref(),
+            Some("C")
+        );
+        // A C guest made a component by `kubewasm componentize`: clang's
+        // language names, and the WASI adapter's `Rust` beside them.
+        assert_eq!(
+            detect(&[
+                ("language", &["C99", "C11", "Rust"]),
+                ("processed-by", &["Debian clang", "wit-component", "rustc"])
+            ])
+            .as_deref(),
             Some("C")
         );
         assert_eq!(

@@ -309,24 +309,6 @@ const PYTHON: &[TemplateFile] = &[
     ),
 ];
 
-const WASI_ADAPTER: &[TemplateFile] = &[
-    (
-        "tools/wasi-adapter/Cargo.toml",
-        include_str!("../../../plugins/c/wasi-adapter/Cargo.toml"),
-        false,
-    ),
-    (
-        "tools/wasi-adapter/Cargo.lock",
-        include_str!("../../../plugins/c/wasi-adapter/Cargo.lock"),
-        false,
-    ),
-    (
-        "tools/wasi-adapter/src/main.rs",
-        include_str!("../../../plugins/c/wasi-adapter/src/main.rs"),
-        false,
-    ),
-];
-
 const C: &[TemplateFile] = &[
     ("hello.c", include_str!("templates/c/hello.c"), false),
     (
@@ -370,6 +352,16 @@ const C: &[TemplateFile] = &[
     (
         "sdk/fake/cJSON-LICENSE",
         include_str!("../../../plugins/c/vendor/cjson/LICENSE"),
+        false,
+    ),
+    (
+        "sdk/plugin.h",
+        crate::toolchain::c_bindings::PLUGIN_H,
+        false,
+    ),
+    (
+        "sdk/plugin.c",
+        crate::toolchain::c_bindings::PLUGIN_C,
         false,
     ),
 ];
@@ -441,8 +433,8 @@ fn templates(lang: Lang) -> Vec<&'static [TemplateFile]> {
         Lang::Rust => vec![COMMON, RUST],
         Lang::Js => vec![COMMON, JS],
         Lang::Python => vec![COMMON, PYTHON],
-        Lang::C => vec![COMMON, C, WASI_ADAPTER],
-        Lang::Go => vec![COMMON, GO, WASI_ADAPTER],
+        Lang::C => vec![COMMON, C],
+        Lang::Go => vec![COMMON, GO],
     }
 }
 

@@ -5,6 +5,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* plugin.c (wit-bindgen's bindings) references this symbol to link in the
+ * `plugin_component_type.o` object that carries the world's type; the
+ * bindings here come without it, since `kubewasm componentize` embeds the
+ * type itself. */
+void __component_type_object_force_link_plugin(void) {}
+
 static void *xrealloc(void *p, size_t n) {
   void *q = realloc(p, n ? n : 1);
   if (!q) abort();

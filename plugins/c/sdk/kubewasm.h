@@ -1,7 +1,8 @@
 /*
  * kubewasm SDK for C plugins, WIT 0.2 (`kubewasm:plugin@0.2.0`): helpers
- * over the bindings wit-bindgen generates from wit/v0.2.0
- * (`wit-bindgen c WIT --world plugin`, plugin.h).
+ * over the bindings wit-bindgen's C generator writes for wit/v0.2.0's
+ * `plugin` world (plugin.h and plugin.c beside this file, generated ahead
+ * of time: host/src/toolchain/c_bindings.rs).
  *
  * A plugin defines kw_plugin_register() and kw_plugin_handle(); this SDK
  * exports the WIT `handler` functions around them (argument ownership,

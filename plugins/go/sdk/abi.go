@@ -6,7 +6,7 @@ package kubewasm
 // hand for Go's GOOS=wasip1 (64-bit pointers, so generated bindings whose
 // structs mirror the 32-bit memory layout cannot be used): imports are
 // //go:wasmimport functions over flat i32 parameters (with the legacy
-// core names wasm-tools' `component embed` expects: module
+// core names wit-component (`kubewasm componentize`) expects: module
 // `kubewasm:plugin/<interface>@0.2.0`, functions `[method]object.label`,
 // `[static]label-selector.parse`, `[resource-drop]object`), exports are
 // //go:wasmexport functions, and memory the host writes into (arguments of
