@@ -6,7 +6,8 @@
 //! host (and fails when the plugin's action changes). Toolchains as for the
 //! language plugins: `plugins/install-toolchains.sh`. The C and Go projects
 //! build with a PATH of exactly their compiler and `kubewasm` (no cargo,
-//! wasm-tools nor wit-bindgen).
+//! wasm-tools nor wit-bindgen), and a trap in their plugins names the
+//! functions it went through.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::ffi::OsString;
@@ -16,7 +17,7 @@ use std::process::Command;
 use kubewasm::scaffold::{self, Lang};
 use kubewasm_tests::e2e::kubewasm_bin;
 use kubewasm_tests::{
-    Harness, install_file, language_artifacts, precompile_into, record_until_idle, repo_root,
+    Harness, idle, install_file, language_artifacts, precompile_into, record_until_idle, repo_root,
     write_cluster,
 };
 
@@ -271,6 +272,162 @@ async fn c_scaffold_builds_and_handles_a_delta() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn go_scaffold_builds_and_handles_a_delta() {
     builds_loads_and_handles_its_fixture(Lang::Go).await;
+}
+
+/// A C plugin that aborts in a function of its own.
+const C_CRASHER: &str = r#"#include "kubewasm.h"
+#include <stdlib.h>
+
+bool kw_plugin_register(const kw_context *ctx, kw_registration *reg, char **error) {
+  (void)ctx;
+  (void)error;
+  const kw_delta_type deltas[] = {KW_ADDED};
+  kw_subscribe(reg, "", "v1", "ConfigMap", deltas, 1, NULL, 0);
+  return true;
+}
+
+__attribute__((noinline)) static void check_greeting(const kw_delta *d) {
+  if (d->name.len > 0) abort();
+}
+
+bool kw_plugin_handle(const kw_delta *d, kw_handled *handled, kw_error *err) {
+  (void)handled;
+  (void)err;
+  if (d->delta_type == KW_SYNCED) return true;
+  check_greeting(d);
+  return true;
+}
+"#;
+
+/// A Go plugin that panics (the SDK recovers it) on ConfigMap `boom` and
+/// deadlocks (a Go runtime crash: a trap) on `stuck`.
+const GO_CRASHER: &str = r#"//go:build wasip1
+
+package main
+
+import kw "hello/sdk"
+
+type crasher struct{}
+
+func (crasher) Registration() kw.Registration {
+	return kw.Registration{}.Subscribe(kw.Subscribe(kw.ConfigMap).WithDeltas(kw.Added))
+}
+
+func (crasher) Handle(d *kw.Delta) (kw.Handled, error) {
+	switch d.Name {
+	case "boom":
+		explode(d.Name)
+	case "stuck":
+		waitForever()
+	}
+	return kw.Done, nil
+}
+
+//go:noinline
+func explode(name string) {
+	panic("exploded on " + name)
+}
+
+//go:noinline
+func waitForever() {
+	var never chan int
+	<-never
+}
+
+func init() {
+	kw.Export(func(kw.Context) (kw.Plugin, error) { return crasher{}, nil })
+}
+
+func main() {}
+"#;
+
+/// The 1-based line of `source` that contains `needle`.
+fn line_of(source: &str, needle: &str) -> usize {
+    source.lines().position(|l| l.contains(needle)).unwrap() + 1
+}
+
+/// Builds `source` (written over the hello plugin's `file`) in a `kubewasm
+/// new` project, runs it over ConfigMaps `names` with one attempt per
+/// delta, and returns each dead letter's error by ConfigMap name.
+async fn crash(lang: Lang, file: &str, source: &str, names: &[&str]) -> Vec<(String, String)> {
+    let work = tempfile::tempdir().unwrap();
+    let root = scaffold::create(lang, "hello", work.path(), None).unwrap();
+    std::fs::write(root.join(file), source).unwrap();
+    build(lang, &root);
+    let h = Harness::new();
+    let mut cluster = "apiVersion: v1\nkind: Namespace\nmetadata: {name: demo}\n".to_owned();
+    for name in names {
+        cluster += &format!(
+            "---\napiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {name}, namespace: demo}}\n"
+        );
+    }
+    write_cluster(h.cluster.path(), &[("cluster.yaml", &cluster)]);
+    let wasm = root.join("dist/hello.wasm");
+    precompile_into(&h, &wasm);
+    install_file(
+        h.plugins.path(),
+        "hello",
+        &wasm,
+        Some("access:\n  - {kinds: [configmaps], verbs: [read]}\nlimits: {maxAttempts: 1}\n"),
+    );
+    let (app, _sink) = h.start_recording().await;
+    idle(&app).await;
+    let summary = app.summary();
+    app.shutdown().await;
+    let mut dead: Vec<(String, String)> = summary.plugins["hello"]
+        .dead_letters
+        .iter()
+        .map(|d| (d.name.clone(), d.last_error.clone()))
+        .collect();
+    dead.sort();
+    assert_eq!(
+        dead.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(),
+        names,
+        "{summary}"
+    );
+    dead
+}
+
+/// The C build keeps the name section: the trap's backtrace, as the host
+/// logs it, names the plugin's functions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_c_trap_names_the_plugins_functions() {
+    let dead = crash(Lang::C, "hello.c", C_CRASHER, &["greeting"]).await;
+    let error = &dead[0].1;
+    assert!(error.starts_with("plugin trapped: "), "{error}");
+    for frame in ["!abort", "!check_greeting", "!kw_plugin_handle"] {
+        assert!(error.contains(frame), "{frame} missing: {error}");
+    }
+    assert!(!error.contains("<wasm function"), "{error}");
+}
+
+/// The Go build keeps the name section: a Go runtime crash's backtrace
+/// names Go's functions, and the error names the plugin's function with
+/// its file and line (from the Go runtime's traceback); a panic the SDK
+/// recovers names them too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_go_crash_names_the_plugins_function_file_and_line() {
+    let dead = crash(Lang::Go, "main.go", GO_CRASHER, &["boom", "stuck"]).await;
+    let (boom, stuck) = (&dead[0].1, &dead[1].1);
+    assert_eq!(
+        boom,
+        &format!(
+            "plugin failed permanently: panic: exploded on boom (at main.explode, hello/main.go:{})",
+            line_of(GO_CRASHER, "panic(")
+        )
+    );
+    assert!(stuck.starts_with("plugin trapped: "), "{stuck}");
+    for frame in ["!runtime.fatal", "!runtime.checkdead"] {
+        assert!(stuck.contains(frame), "{frame} missing: {stuck}");
+    }
+    assert!(!stuck.contains("<wasm function"), "{stuck}");
+    assert!(
+        stuck.ends_with(&format!(
+            "(guest output: fatal error: all goroutines are asleep - deadlock! (at main.waitForever, hello/main.go:{}))",
+            line_of(GO_CRASHER, "<-never")
+        )),
+        "{stuck}"
+    );
 }
 
 /// `kubewasm componentize` on what is not a core module: exit 1, the file

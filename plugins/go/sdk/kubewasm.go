@@ -41,6 +41,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"time"
 )
@@ -113,7 +114,7 @@ func ParseConfig(config string, v any) error {
 func register(ctx Context) (reg Registration, err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			err = fmt.Errorf("panic: %v", r)
+			err = fmt.Errorf("panic: %v%s", r, panicSite())
 		}
 		dropOwned()
 	}()
@@ -136,7 +137,7 @@ func register(ctx Context) (reg Registration, err error) {
 func handle(d *Delta) (h Handled, err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			h, err = Done, Permanent(fmt.Sprint("panic: ", r))
+			h, err = Done, Permanent(fmt.Sprint("panic: ", r, panicSite()))
 		}
 		dropOwned()
 	}()
@@ -144,6 +145,52 @@ func handle(d *Delta) (h Handled, err error) {
 		return Done, Permanent("handle called before register")
 	}
 	return plugin.Handle(d)
+}
+
+// panicSite says where the panic being recovered was raised, as
+// " (at FUNCTION, FILE:LINE)": called from the deferred function that
+// recovers, the panicking frames are still on the stack, between
+// runtime.gopanic and this SDK's handle or register. The first of them
+// outside the Go runtime and this SDK is the plugin's own code (a panic the
+// SDK raises, such as an object used after its call, is the caller's); the
+// file is module-relative when built with -trimpath.
+func panicSite() string {
+	pcs := make([]uintptr, 64)
+	n := runtime.Callers(2, pcs)
+	frames := runtime.CallersFrames(pcs[:n])
+	self := sdkPrefix()
+	var first *runtime.Frame
+	panicking := false
+	for {
+		f, more := frames.Next()
+		if f.Function == self+"handle" || f.Function == self+"register" {
+			break // the export that recovers: the plugin's frames are above it
+		}
+		if panicking && !strings.HasPrefix(f.Function, "runtime.") {
+			if !strings.HasPrefix(f.Function, self) {
+				return fmt.Sprintf(" (at %s, %s:%d)", f.Function, f.File, f.Line)
+			}
+			if first == nil {
+				first = &f
+			}
+		}
+		panicking = panicking || f.Function == "runtime.gopanic"
+		if !more {
+			break
+		}
+	}
+	if first != nil {
+		return fmt.Sprintf(" (at %s, %s:%d)", first.Function, first.File, first.Line)
+	}
+	return ""
+}
+
+// sdkPrefix is this package's path and a dot ("example.com/x/sdk."): the
+// prefix of its functions' names.
+func sdkPrefix() string {
+	pc, _, _, _ := runtime.Caller(0)
+	name := runtime.FuncForPC(pc).Name() // "path/sdk.sdkPrefix"
+	return strings.TrimSuffix(name, "sdkPrefix")
 }
 
 // ---- outcomes --------------------------------------------------------------

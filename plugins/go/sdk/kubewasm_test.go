@@ -215,8 +215,11 @@ func TestRegisterThenHandle(t *testing.T) {
 	if h, err := handle(delta()); err != nil || h != RequeueAfter(time.Second) {
 		t.Fatalf("%v %+v", err, h)
 	}
-	// A panic is permanent.
-	if _, err := handle(delta()); err == nil || err.Error() != "panic: boom" || IsRetry(err) {
+	// A panic is permanent, and says where it was raised.
+	if _, err := handle(delta()); err == nil || IsRetry(err) ||
+		!strings.HasPrefix(err.Error(), "panic: boom (at ") ||
+		!strings.Contains(err.Error(), "(*counter).Handle, ") ||
+		!strings.Contains(err.Error(), "kubewasm_test.go:") {
 		t.Fatalf("%v", err)
 	}
 	if _, err := handle(delta()); !IsRetry(err) || err.Error() != "c had enough" {
