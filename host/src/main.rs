@@ -847,27 +847,39 @@ impl RunArgs {
     }
 }
 
-async fn shutdown_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
+/// SIGTERM and Ctrl-C, registered once at the start of `run`: a signal
+/// that arrives while the host is still starting is then held for it
+/// (under the default action it would kill the host mid-start, exit
+/// status "signal 15") and acted on as soon as startup is done.
+struct ShutdownSignal {
     #[cfg(unix)]
-    {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = ctrl_c => {}
-                    _ = term.recv() => {}
-                }
-            }
-            Err(_) => {
-                let _ = ctrl_c.await;
-            }
+    term: Option<tokio::signal::unix::Signal>,
+}
+
+impl ShutdownSignal {
+    fn install() -> Self {
+        Self {
+            #[cfg(unix)]
+            term: tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok(),
         }
     }
-    #[cfg(not(unix))]
-    let _ = ctrl_c.await;
+
+    async fn recv(&mut self) {
+        let ctrl_c = tokio::signal::ctrl_c();
+        #[cfg(unix)]
+        if let Some(term) = self.term.as_mut() {
+            tokio::select! {
+                _ = ctrl_c => {}
+                _ = term.recv() => {}
+            }
+            return;
+        }
+        let _ = ctrl_c.await;
+    }
 }
 
 async fn run(args: RunArgs) -> anyhow::Result<()> {
+    let mut shutdown = ShutdownSignal::install();
     let metrics_addr_file = args.metrics_addr_file.clone();
     let opts = args
         .settings()?
@@ -908,7 +920,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     if opts.until_idle {
         tokio::select! {
             () = app.wait_idle() => {}
-            () = shutdown_signal() => tracing::info!("signal received; shutting down"),
+            () = shutdown.recv() => tracing::info!("signal received; shutting down"),
         }
         // Informers stop with their plugins: read the refused ones first.
         let refused = app.refused_informers();
@@ -929,7 +941,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     }
     let tasks = TaskTracker::new();
     app.watch(opts.poll, &tasks);
-    shutdown_signal().await;
+    shutdown.recv().await;
     tracing::info!("signal received; draining in-flight calls");
     app.shutdown().await;
     tasks.close();
