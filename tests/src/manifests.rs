@@ -45,3 +45,38 @@ pub fn docs(yaml: &str) -> Vec<Value> {
         .filter(|v: &Value| !v.is_null())
         .collect()
 }
+
+/// The ClusterRoles and Roles of `kubewasm rbac` output, in order, as
+/// (kind, namespace or "", rules as "group/resource verb,verb").
+pub fn roles(yaml: &str) -> Vec<(String, String, Vec<String>)> {
+    docs(yaml)
+        .iter()
+        .filter(|d| d["kind"] == "ClusterRole" || d["kind"] == "Role")
+        .map(|d| {
+            let rules = d["rules"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|r| {
+                    let verbs: Vec<&str> = r["verbs"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .map(|v| v.as_str().unwrap())
+                        .collect();
+                    format!(
+                        "{}/{} {}",
+                        r["apiGroups"][0].as_str().unwrap(),
+                        r["resources"][0].as_str().unwrap(),
+                        verbs.join(",")
+                    )
+                })
+                .collect();
+            (
+                d["kind"].as_str().unwrap().to_owned(),
+                d["metadata"]["namespace"].as_str().unwrap_or("").to_owned(),
+                rules,
+            )
+        })
+        .collect()
+}

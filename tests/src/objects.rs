@@ -58,11 +58,31 @@ pub async fn wait_condition(
     host: &HostProcess,
     name: &str,
     generation: i64,
-    (kind, status, reason): (&str, &str, &str),
+    condition: (&str, &str, &str),
 ) -> Value {
+    wait_condition_for(api, name, generation, condition, WAIT, || async {
+        format!("host log:\n{}", host.logs())
+    })
+    .await
+}
+
+/// [`wait_condition`] for `timeout`, with `logs` (the hosts' logs, however
+/// they are read) shown while it waits in vain.
+pub async fn wait_condition_for<L, Fut>(
+    api: &Api<DynamicObject>,
+    name: &str,
+    generation: i64,
+    (kind, status, reason): (&str, &str, &str),
+    timeout: Duration,
+    logs: L,
+) -> Value
+where
+    L: Fn() -> Fut,
+    Fut: std::future::Future<Output = String>,
+{
     eventually_seen(
         &format!("{name}: {kind}={status} ({reason})"),
-        WAIT,
+        timeout,
         || async {
             match condition(api, name, kind).await {
                 Some((s, r, st))
@@ -70,7 +90,7 @@ pub async fn wait_condition(
                 {
                     Ok(st)
                 }
-                other => Err(format!("{other:?}\nhost log:\n{}", host.logs())),
+                other => Err(format!("{other:?}\n{}", logs().await)),
             }
         },
     )

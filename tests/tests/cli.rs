@@ -486,41 +486,8 @@ fn rbac_merges_the_folder_and_plugin_objects_as_the_host_grants_them() {
         stderr.contains("note: ") && stderr.contains("ConfigMap settings ignored"),
         "{stderr}"
     );
-    let docs: Vec<serde_json::Value> = serde_yaml_ng::Deserializer::from_str(&stdout)
-        .map(|d| serde::Deserialize::deserialize(d).unwrap())
-        .filter(|v: &serde_json::Value| !v.is_null())
-        .collect();
     // (kind, namespace) -> its rules as "group/resource verbs".
-    let roles: Vec<(String, String, Vec<String>)> = docs
-        .iter()
-        .filter(|d| d["kind"] == "ClusterRole" || d["kind"] == "Role")
-        .map(|d| {
-            let rules = d["rules"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|r| {
-                    let verbs: Vec<&str> = r["verbs"]
-                        .as_array()
-                        .unwrap()
-                        .iter()
-                        .map(|v| v.as_str().unwrap())
-                        .collect();
-                    format!(
-                        "{}/{} {}",
-                        r["apiGroups"][0].as_str().unwrap(),
-                        r["resources"][0].as_str().unwrap(),
-                        verbs.join(",")
-                    )
-                })
-                .collect();
-            (
-                d["kind"].as_str().unwrap().to_owned(),
-                d["metadata"]["namespace"].as_str().unwrap_or("").to_owned(),
-                rules,
-            )
-        })
-        .collect();
+    let roles = kubewasm_tests::manifests::roles(&stdout);
     let expected: Vec<(String, String, Vec<String>)> = [
         (
             "ClusterRole",

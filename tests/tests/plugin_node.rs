@@ -31,7 +31,7 @@ use kubewasm_tests::incluster::{
     NS, SELECTOR, apply_all, build_and_import_image, container_memory, host_logs, single_node_docs,
     wait_available,
 };
-use kubewasm_tests::objects::{api, condition, find_condition};
+use kubewasm_tests::objects::{api, find_condition, wait_condition_for};
 use kubewasm_tests::registry::{Registry, test_key};
 use kubewasm_tests::{language_artifacts, plugin_artifacts, with_custom_section};
 use serde_json::{Value, json};
@@ -136,22 +136,11 @@ async fn wait_condition(
     client: &kube::Client,
     name: &str,
     generation: i64,
-    (kind, status, reason): (&str, &str, &str),
+    condition: (&str, &str, &str),
 ) -> Value {
-    eventually_seen(
-        &format!("{name}: {kind}={status} ({reason})"),
-        TIMEOUT,
-        || async {
-            match condition(objects, name, kind).await {
-                Some((s, r, st))
-                    if s == status && r == reason && st["observedGeneration"] == generation =>
-                {
-                    Ok(st)
-                }
-                other => Err(format!("{other:?}\n{}", host_logs(client).await)),
-            }
-        },
-    )
+    wait_condition_for(objects, name, generation, condition, TIMEOUT, || {
+        host_logs(client)
+    })
     .await
 }
 

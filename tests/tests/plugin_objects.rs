@@ -506,40 +506,8 @@ async fn rbac_from_the_cluster_follows_the_plugin_objects() {
             .unwrap(),
     );
     let stdout = String::from_utf8(out.stdout).unwrap();
-    let docs: Vec<Value> = serde_yaml_ng::Deserializer::from_str(&stdout)
-        .map(|d| serde::Deserialize::deserialize(d).unwrap())
-        .filter(|v: &Value| !v.is_null())
-        .collect();
-    let roles: Vec<(String, String, Vec<String>)> = docs
-        .iter()
-        .filter(|d| d["kind"] == "ClusterRole" || d["kind"] == "Role")
-        .map(|d| {
-            let rules = d["rules"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|r| {
-                    let verbs: Vec<&str> = r["verbs"]
-                        .as_array()
-                        .unwrap()
-                        .iter()
-                        .map(|v| v.as_str().unwrap())
-                        .collect();
-                    format!(
-                        "{}/{} {}",
-                        r["apiGroups"][0].as_str().unwrap(),
-                        r["resources"][0].as_str().unwrap(),
-                        verbs.join(",")
-                    )
-                })
-                .collect();
-            (
-                d["kind"].as_str().unwrap().to_owned(),
-                d["metadata"]["namespace"].as_str().unwrap_or("").to_owned(),
-                rules,
-            )
-        })
-        .collect();
+    // (kind, namespace) -> its rules as "group/resource verbs".
+    let roles = kubewasm_tests::manifests::roles(&stdout);
     let expected = vec![
         (
             "ClusterRole".to_owned(),
