@@ -69,10 +69,14 @@ pub enum ObjectsError {
 
 impl ObjectOptions {
     fn tenant_allowed(&self, namespace: &str) -> bool {
-        self.tenant_namespaces
-            .iter()
-            .any(|n| n == "*" || n == namespace)
+        tenant_allowed(&self.tenant_namespaces, namespace)
     }
+}
+
+/// Whether `pluginObjects.tenantNamespaces` (`*`: all) lets `namespace`
+/// run its own NamespacedPlugins; `kubewasm rbac --config` asks the same.
+pub fn tenant_allowed(tenant_namespaces: &[String], namespace: &str) -> bool {
+    tenant_namespaces.iter().any(|n| n == "*" || n == namespace)
 }
 
 /// Which object a plugin came from.

@@ -172,7 +172,7 @@ pub async fn derive(opts: &RbacOptions) -> Result<Derived, RbacError> {
     if let Some(allowed) = &opts.tenant_namespaces {
         found.retain(|object| match &object.scope {
             objects::Scope::Tenant { namespace }
-                if !allowed.iter().any(|n| n == "*" || n == namespace) =>
+                if !crate::objects::tenant_allowed(allowed, namespace) =>
             {
                 notes.push(format!(
                     "{} ({}) is never run by this host (pluginObjects.tenantNamespaces does not list {namespace}): not in this RBAC",
