@@ -289,13 +289,7 @@ impl PluginHost {
     /// The first kind the registration names that the registry does not
     /// know.
     fn unknown_kind<'r>(&self, registration: &'r Registration) -> Option<&'r KindRef> {
-        registration
-            .subscriptions
-            .iter()
-            .map(|s| &s.kind)
-            .chain(registration.writes.iter())
-            .chain(registration.indexes.iter().map(|i| &i.kind))
-            .find(|k| matches!(self.kinds.resolve(k), Err(KindError::Unknown(_))))
+        unknown_kind(&self.kinds, registration)
     }
 
     /// Runs discovery again if any kind the registration names is unknown;
@@ -667,65 +661,12 @@ impl PluginHost {
         })
     }
 
-    /// Each subscription as an informer spec and a delivery filter, or an
-    /// error naming the subscription and what is wrong with it.
+    /// Each subscription as an informer spec and a delivery filter.
     fn resolve_subscriptions(
         &self,
         registration: &Registration,
     ) -> Result<Vec<(InformerSpec, SubscriptionFilter)>, LoadError> {
-        let mut resolved = Vec::new();
-        for (i, sub) in registration.subscriptions.iter().enumerate() {
-            let bad = |m: String| {
-                LoadError::BadRegistration(format!("subscription {i} ({}): {m}", sub.kind))
-            };
-            let kind = self
-                .kinds
-                .resolve(&sub.kind)
-                .map_err(|e| bad(e.to_string()))?;
-            self.kinds
-                .check_watchable(&kind)
-                .map_err(|e| bad(e.to_string()))?;
-            if let Some(s) = &sub.label_selector {
-                LabelSelector::parse(s).map_err(|e| bad(e.to_string()))?;
-            }
-            // The informer gets the canonical text (apimachinery's
-            // `String()`): what the server is sent and the informer's id
-            // shows, so two spellings of one selector share an informer.
-            let field_selector = match &sub.field_selector {
-                Some(s) => {
-                    let parsed = FieldSelector::parse(s).map_err(|e| bad(e.to_string()))?;
-                    parsed.check_supported(&kind).map_err(bad)?;
-                    (!parsed.is_empty()).then(|| parsed.to_string())
-                }
-                None => None,
-            };
-            if sub.namespace.is_some() && !kind.namespaced {
-                return Err(bad(format!(
-                    "{} is cluster-scoped; drop the namespace",
-                    kind.resource_name()
-                )));
-            }
-            if let Some(f) = sub.fields.iter().find(|f| !f.starts_with('/')) {
-                return Err(bad(format!(
-                    "field {f:?} is not a JSON pointer (it must start with '/')"
-                )));
-            }
-            let spec = InformerSpec {
-                kind: kind.clone(),
-                namespace: sub.namespace.clone(),
-                label_selector: sub.label_selector.clone(),
-                field_selector,
-            };
-            let filter = SubscriptionFilter {
-                index: u32::try_from(i).unwrap_or(u32::MAX),
-                kind: kind.gvk.clone(),
-                deltas: sub.deltas.clone(),
-                fields: sub.fields.clone(),
-                resync: sub.resync.period(self.dispatch.default_resync),
-            };
-            resolved.push((spec, filter));
-        }
-        Ok(resolved)
+        resolve_subscriptions(&self.kinds, self.dispatch.default_resync, registration)
     }
 
     /// The kinds the registration declares it writes.
@@ -733,17 +674,7 @@ impl PluginHost {
         &self,
         registration: &Registration,
     ) -> Result<(HashSet<crate::kind::Gvk>, Vec<crate::kind::KindInfo>), LoadError> {
-        let mut writes = HashSet::new();
-        let mut write_kinds = Vec::new();
-        for w in &registration.writes {
-            let info = self
-                .kinds
-                .resolve(w)
-                .map_err(|e| LoadError::BadRegistration(format!("writes: {e}")))?;
-            writes.insert(info.gvk.clone());
-            write_kinds.push(info);
-        }
-        Ok((writes, write_kinds))
+        resolve_writes(&self.kinds, registration)
     }
 
     /// The version's dispatcher: the host's dispatch options, with the
@@ -904,11 +835,100 @@ fn pair_id(position: usize) -> SubId {
     SubId::try_from(position).unwrap_or(SubId::MAX)
 }
 
+/// The first kind `registration` names that `kinds` does not know.
+pub fn unknown_kind<'r>(
+    kinds: &KindRegistry,
+    registration: &'r Registration,
+) -> Option<&'r KindRef> {
+    registration
+        .subscriptions
+        .iter()
+        .map(|s| &s.kind)
+        .chain(registration.writes.iter())
+        .chain(registration.indexes.iter().map(|i| &i.kind))
+        .find(|k| matches!(kinds.resolve(k), Err(KindError::Unknown(_))))
+}
+
+/// Each subscription as an informer spec and a delivery filter, or an
+/// error naming the subscription and what is wrong with it.
+pub fn resolve_subscriptions(
+    kinds: &KindRegistry,
+    default_resync: Option<Duration>,
+    registration: &Registration,
+) -> Result<Vec<(InformerSpec, SubscriptionFilter)>, LoadError> {
+    let mut resolved = Vec::new();
+    for (i, sub) in registration.subscriptions.iter().enumerate() {
+        let bad =
+            |m: String| LoadError::BadRegistration(format!("subscription {i} ({}): {m}", sub.kind));
+        let kind = kinds.resolve(&sub.kind).map_err(|e| bad(e.to_string()))?;
+        kinds
+            .check_watchable(&kind)
+            .map_err(|e| bad(e.to_string()))?;
+        if let Some(s) = &sub.label_selector {
+            LabelSelector::parse(s).map_err(|e| bad(e.to_string()))?;
+        }
+        // The informer gets the canonical text (apimachinery's
+        // `String()`): what the server is sent and the informer's id
+        // shows, so two spellings of one selector share an informer.
+        let field_selector = match &sub.field_selector {
+            Some(s) => {
+                let parsed = FieldSelector::parse(s).map_err(|e| bad(e.to_string()))?;
+                parsed.check_supported(&kind).map_err(bad)?;
+                (!parsed.is_empty()).then(|| parsed.to_string())
+            }
+            None => None,
+        };
+        if sub.namespace.is_some() && !kind.namespaced {
+            return Err(bad(format!(
+                "{} is cluster-scoped; drop the namespace",
+                kind.resource_name()
+            )));
+        }
+        if let Some(f) = sub.fields.iter().find(|f| !f.starts_with('/')) {
+            return Err(bad(format!(
+                "field {f:?} is not a JSON pointer (it must start with '/')"
+            )));
+        }
+        let spec = InformerSpec {
+            kind: kind.clone(),
+            namespace: sub.namespace.clone(),
+            label_selector: sub.label_selector.clone(),
+            field_selector,
+        };
+        let filter = SubscriptionFilter {
+            index: u32::try_from(i).unwrap_or(u32::MAX),
+            kind: kind.gvk.clone(),
+            deltas: sub.deltas.clone(),
+            fields: sub.fields.clone(),
+            resync: sub.resync.period(default_resync),
+        };
+        resolved.push((spec, filter));
+    }
+    Ok(resolved)
+}
+
+/// The kinds the registration declares it writes.
+pub fn resolve_writes(
+    kinds: &KindRegistry,
+    registration: &Registration,
+) -> Result<(HashSet<crate::kind::Gvk>, Vec<crate::kind::KindInfo>), LoadError> {
+    let mut writes = HashSet::new();
+    let mut write_kinds = Vec::new();
+    for w in &registration.writes {
+        let info = kinds
+            .resolve(w)
+            .map_err(|e| LoadError::BadRegistration(format!("writes: {e}")))?;
+        writes.insert(info.gvk.clone());
+        write_kinds.push(info);
+    }
+    Ok((writes, write_kinds))
+}
+
 /// Checks the registration against the sidecar's grant, and narrows each
 /// subscription to every namespace that the grant confines to a list into
 /// one subscription per granted namespace (the same delivery filter, so the
 /// plugin sees one subscription; its caches hold only what it may read).
-fn narrow_to_grant(
+pub fn narrow_to_grant(
     grant: &crate::runtime::access::Grant,
     resolved: Vec<(InformerSpec, SubscriptionFilter)>,
     writes: &[crate::kind::KindInfo],

@@ -186,6 +186,37 @@ pub struct ExecutorOptions {
     pub event_queue: usize,
     /// How long shutdown waits for queued Events to be recorded.
     pub event_drain: Duration,
+    /// How the waits between attempts pass.
+    pub attempt_wait: AttemptWait,
+}
+
+/// How the executor waits between attempts of an action.
+#[derive(Clone, Default)]
+pub enum AttemptWait {
+    /// Sleeps (the host).
+    #[default]
+    Sleep,
+    /// Does not sleep: tells a virtual clock how long the wait was
+    /// (`kubewasm test`, whose clock moves only when told).
+    Virtual(Arc<dyn Fn(Duration) + Send + Sync>),
+}
+
+impl std::fmt::Debug for AttemptWait {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            AttemptWait::Sleep => "Sleep",
+            AttemptWait::Virtual(_) => "Virtual",
+        })
+    }
+}
+
+impl AttemptWait {
+    async fn wait(&self, d: Duration) {
+        match self {
+            AttemptWait::Sleep => tokio::time::sleep(d).await,
+            AttemptWait::Virtual(advance) => advance(d),
+        }
+    }
 }
 
 impl Default for ExecutorOptions {
@@ -198,6 +229,7 @@ impl Default for ExecutorOptions {
             timeout: Duration::from_secs(10),
             event_queue: DEFAULT_EVENT_QUEUE,
             event_drain: Duration::from_secs(5),
+            attempt_wait: AttemptWait::Sleep,
         }
     }
 }
@@ -561,7 +593,7 @@ impl Runner {
                 biased;
                 () = &mut ended => return Err((self.fenced(plugin, counters, action), attempt)),
                 () = stop.cancelled() => return Err((self.refused(plugin, counters, action), attempt)),
-                () = tokio::time::sleep(wait) => {}
+                () = self.options.attempt_wait.wait(wait) => {}
             }
             attempt += 1;
         }

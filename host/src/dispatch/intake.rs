@@ -91,18 +91,14 @@ fn resync_all(shared: &Shared, id: SubId, filter: &SubscriptionFilter, informer:
 
 /// Filters one informer delta and queues it.
 fn accept(shared: &Shared, id: SubId, filter: &SubscriptionFilter, term: u64, delta: Delta) {
-    let wanted = in_term(shared, term)
-        && filter.deltas.contains(&delta.dtype)
-        && match (delta.dtype, &delta.old, &delta.object) {
-            (DeltaType::Updated, Some(old), Some(new)) => {
-                let m = filter.update_matters(old, new);
-                if !m {
-                    shared.stats.filtered.fetch_add(1, Ordering::Relaxed);
-                }
-                m
-            }
-            _ => true,
-        };
+    let wanted = in_term(shared, term) && filter.deltas.contains(&delta.dtype) && {
+        let m = filter.wants(delta.dtype, delta.old.as_deref(), delta.object.as_deref());
+        if !m {
+            // The type is wanted: an update that changed nothing that matters.
+            shared.stats.filtered.fetch_add(1, Ordering::Relaxed);
+        }
+        m
+    };
     if !wanted {
         shared.activity.settle(1);
         return;

@@ -55,6 +55,7 @@ pub use latency::LatencyHistogram;
 use queue::{Item, KeyedQueue};
 pub use retry::Failure;
 use retry::{RetryPolicy, RetryRate};
+pub use worker::MAX_REQUEUE_AFTER;
 
 pub use crate::activity::Activity;
 
@@ -177,7 +178,8 @@ impl Default for DispatchOptions {
 }
 
 impl DispatchOptions {
-    fn policy(&self) -> RetryPolicy {
+    /// How a plugin's failed keys are retried under these options.
+    pub fn policy(&self) -> RetryPolicy {
         RetryPolicy {
             base: self.base_backoff,
             cap: self.max_backoff,
@@ -201,6 +203,17 @@ pub struct SubscriptionFilter {
 }
 
 impl SubscriptionFilter {
+    /// Whether the subscription delivers a delta of type `dtype` (with its
+    /// old and new objects): its delta types, and for an update whether it
+    /// changed a field that matters.
+    pub fn wants(&self, dtype: DeltaType, old: Option<&KObject>, new: Option<&KObject>) -> bool {
+        self.deltas.contains(&dtype)
+            && match (dtype, old, new) {
+                (DeltaType::Updated, Some(old), Some(new)) => self.update_matters(old, new),
+                _ => true,
+            }
+    }
+
     /// Whether an update changed anything the plugin declared it cares about.
     fn update_matters(&self, old: &KObject, new: &KObject) -> bool {
         if self.fields.is_empty() {

@@ -237,6 +237,35 @@ impl std::fmt::Debug for Informer {
 }
 
 impl Informer {
+    /// An informer its owner fills through [`store`](Self::store) instead
+    /// of a source: `kubewasm test` serves a fixture's cache through it, so
+    /// a plugin reads the same caches, snapshots and indexes as in the host.
+    /// It has no task, no subscribers and never syncs by itself.
+    pub fn detached(spec: InformerSpec) -> Arc<Self> {
+        let (synced_tx, _) = watch::channel(true);
+        let counters = Telemetry::default()
+            .metrics()
+            .informer(&spec.kind.resource_name());
+        Arc::new(Self {
+            spec,
+            store: Store::default(),
+            fanout: Mutex::new(Fanout {
+                subscribers: Vec::new(),
+                synced: true,
+                names: Vec::new(),
+                seq: 0,
+                last: None,
+            }),
+            synced_tx,
+            cancel: CancellationToken::new(),
+            activity: Arc::default(),
+            counters,
+            forbidden: Mutex::new(None),
+            watch_restarts: AtomicU64::new(0),
+            relists: AtomicU64::new(0),
+        })
+    }
+
     pub fn spec(&self) -> &InformerSpec {
         &self.spec
     }

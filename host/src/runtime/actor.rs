@@ -296,6 +296,15 @@ fn with_output<T>(
     else {
         return result;
     };
+    if let Some(h) = &store.data().harness {
+        for line in captured.text.lines().filter(|l| !l.trim().is_empty()) {
+            h.log(super::harness::LogLine {
+                level: "OUTPUT",
+                message: line.to_owned(),
+                fields: Vec::new(),
+            });
+        }
+    }
     let last = captured
         .cause()
         .map(|l| l.chars().take(512).collect::<String>());
@@ -319,6 +328,7 @@ impl Caller {
                 usize::try_from(p.manifest.limits.memory).unwrap_or(usize::MAX),
             );
             state.output = output;
+            state.harness = p.harness.clone();
             state.caps = CallCaps::from_limits(&p.manifest.limits);
             state.limiter.caps = p.store_caps;
             state.lookup = super::network::LookupPolicy::new(&p.manifest.grants.network);

@@ -167,6 +167,8 @@ pub struct HostState {
     /// A wait of the current call was cut at the deadline: the call fails
     /// as a timeout.
     pub wait_cut: bool,
+    /// A test harness's clock and log capture (`kubewasm test`).
+    pub harness: Option<super::harness::Harness>,
 }
 
 impl WasiView for HostState {
@@ -206,6 +208,7 @@ impl HostState {
             cap_hit: None,
             deadline: None,
             wait_cut: false,
+            harness: None,
         }
     }
 
@@ -654,8 +657,12 @@ impl HostState {
         Ok(Ok(self.push_all(objs)?))
     }
 
-    /// Whether a plugin log record at `level` would be written.
-    pub(super) fn log_enabled(level: tracing::Level) -> bool {
+    /// Whether a plugin log record at `level` would be written (under a
+    /// test harness every record is captured).
+    pub(super) fn log_enabled(&self, level: tracing::Level) -> bool {
+        if self.harness.is_some() {
+            return true;
+        }
         match level {
             tracing::Level::TRACE => tracing::enabled!(target: "plugin", tracing::Level::TRACE),
             tracing::Level::DEBUG => tracing::enabled!(target: "plugin", tracing::Level::DEBUG),
@@ -682,6 +689,14 @@ impl HostState {
             }
             return;
         }
+        if let Some(h) = &self.harness {
+            h.log(super::harness::LogLine {
+                level: level_name(level),
+                message: message.to_owned(),
+                fields: fields.to_vec(),
+            });
+            return;
+        }
         let fields: String = fields
             .iter()
             .map(|(k, v)| format!("{k}={v:?}"))
@@ -698,20 +713,40 @@ impl HostState {
     }
 }
 
-/// Wall-clock time since the Unix epoch: (seconds, nanoseconds).
-pub(super) fn now() -> (i64, u32) {
-    let d = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
-    (
-        i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
-        d.subsec_nanos(),
-    )
+fn level_name(level: tracing::Level) -> &'static str {
+    match level {
+        tracing::Level::TRACE => "TRACE",
+        tracing::Level::DEBUG => "DEBUG",
+        tracing::Level::INFO => "INFO",
+        tracing::Level::WARN => "WARN",
+        _ => "ERROR",
+    }
 }
 
-/// Now as RFC 3339 with seconds precision.
-pub(super) fn now_rfc3339() -> String {
-    humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string()
+impl HostState {
+    /// Now, as the plugin sees it: the system's time, or a test harness's.
+    fn clock_now(&self) -> std::time::SystemTime {
+        self.harness
+            .as_ref()
+            .map_or_else(std::time::SystemTime::now, super::harness::Harness::now)
+    }
+
+    /// Wall-clock time since the Unix epoch: (seconds, nanoseconds).
+    pub(super) fn clock_parts(&self) -> (i64, u32) {
+        let d = self
+            .clock_now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        (
+            i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
+            d.subsec_nanos(),
+        )
+    }
+
+    /// Now as RFC 3339 with seconds precision.
+    pub(super) fn clock_rfc3339(&self) -> String {
+        humantime::format_rfc3339_seconds(self.clock_now()).to_string()
+    }
 }
 
 /// The objects of several caches of one kind, each once (caches with

@@ -11,6 +11,7 @@ pub mod compiler;
 pub mod deadline;
 pub mod engine;
 pub mod grants;
+pub mod harness;
 pub mod host;
 pub mod language;
 pub mod limits;
@@ -151,6 +152,9 @@ pub struct Prepared {
     pub cap_counters: limits::CapCounters,
     /// What each instance's store may create (the host's ceiling).
     pub store_caps: limits::StoreCaps,
+    /// A test harness's clock, log capture and seed (`kubewasm test`);
+    /// `None` in the host.
+    pub harness: Option<harness::Harness>,
     /// Keeps the compiled artifact this version maps from eviction.
     _pin: Option<cache::Pin>,
     /// This version's share of the host's memory budget.
@@ -166,6 +170,13 @@ impl std::fmt::Debug for Prepared {
 }
 
 impl Prepared {
+    /// Runs this version's instances under `harness` (created from now on).
+    #[must_use]
+    pub fn with_harness(mut self, harness: harness::Harness) -> Self {
+        self.harness = Some(harness);
+        self
+    }
+
     /// The WASI context: nothing unless the manifest grants it (the grants
     /// were checked against the host's ceiling at load, and its directories
     /// canonicalized). Without a stdio grant, stdout and stderr go to a
@@ -192,6 +203,14 @@ impl Prepared {
         for dir in &grants.dirs {
             b.preopened_dir(&dir.host, &dir.guest, FsPerms::ReadOnly)
                 .map_err(|e| format!("cannot grant directory {}: {e:#}", dir.host.display()))?;
+        }
+        if let Some(h) = &self.harness {
+            use rand::SeedableRng;
+            let seed = h.seed();
+            b.wall_clock(h.wall_clock())
+                .secure_random(rand::rngs::StdRng::seed_from_u64(seed))
+                .insecure_random(rand::rngs::StdRng::seed_from_u64(!seed))
+                .insecure_random_seed(u128::from(seed));
         }
         Ok((b.build(), output))
     }
@@ -462,6 +481,34 @@ impl Runtime {
         .map_err(|e| LoadError::Start(e.to_string()))?
     }
 
+    /// `base`'s component under another sidecar (`kubewasm test` runs
+    /// cases with their own): the sidecar admitted and the component
+    /// pre-instantiated again; nothing is read or compiled.
+    pub fn prepare_like(&self, base: &Prepared, manifest: Manifest) -> Result<Prepared, LoadError> {
+        let (manifest, reservation) = self.admit(&base.name, manifest)?;
+        let component = match &base.pre {
+            Pre::V0_1(p) => p.instance_pre().component().clone(),
+            Pre::V0_2(p) => p.instance_pre().component().clone(),
+        };
+        let (_, pre) = self.pre(&component)?;
+        Ok(Prepared {
+            name: base.name.clone(),
+            version: base.version.clone(),
+            language: base.language.clone(),
+            engine: self.engine.clone(),
+            pre,
+            manifest,
+            compile_source: base.compile_source,
+            compile_time: Duration::ZERO,
+            instantiations: std::sync::atomic::AtomicU64::new(0),
+            cap_counters: limits::CapCounters::default(),
+            store_caps: self.ceiling.store_caps(),
+            harness: base.harness.clone(),
+            _pin: None,
+            _reservation: reservation,
+        })
+    }
+
     /// The sidecar checked against the host's ceiling before anything is
     /// compiled: its limits, its grants (directory grants come back
     /// canonicalized: what is preopened), and its memory x concurrency
@@ -605,6 +652,7 @@ impl Runtime {
                 .map(|t| t.metrics().plugin_caps(name))
                 .unwrap_or_default(),
             store_caps: self.ceiling.store_caps(),
+            harness: None,
             _pin: pin,
             _reservation: reservation,
         })
