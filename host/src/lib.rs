@@ -27,4 +27,5 @@ pub mod runtime;
 pub mod scaffold;
 pub mod source;
 pub mod telemetry;
+pub mod testing;
 pub mod toolchain;

@@ -25,9 +25,15 @@ impl LogFormat {
 /// Installs the global subscriber on stderr (filter from `RUST_LOG`,
 /// default `info`).
 pub fn init(asked: Option<LogFormat>) {
+    init_with(asked, "info");
+}
+
+/// [`init`] with another default filter (`kubewasm test` logs only
+/// errors unless `RUST_LOG` says otherwise: its output is the report).
+pub fn init_with(asked: Option<LogFormat>, default_filter: &str) {
     let terminal = std::io::stderr().is_terminal();
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter));
     // Colour only on a terminal: log files and collectors get plain text.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)

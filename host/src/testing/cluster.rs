@@ -1,0 +1,652 @@
+//! The simulated cluster a fixture case runs against: objects in memory,
+//! changed by the case's deltas and by the plugin's actions (the executor's
+//! sink), with the API server's bookkeeping (uid, resourceVersion,
+//! generation, creationTimestamp, preconditions, deletion held by
+//! finalizers) and the failures the fixture asks for.
+//!
+//! Simplifications, as the embedded local cluster's: server-side apply is
+//! a JSON merge of the applied object (no field ownership: simulate a
+//! conflict with a `failures` entry), no admission, no garbage collection.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use parking_lot::Mutex;
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+
+use super::fixture::{Failure, SimulatedError, Verb};
+use crate::actions::executor::{ActionError, ActionSink};
+use crate::actions::{Action, PatchType, Target};
+use crate::kind::{Gvk, KindRegistry};
+use crate::object::ObjectKey;
+use crate::runtime::harness::Harness;
+
+/// An object's identity in the cluster.
+pub type Id = (Gvk, ObjectKey);
+
+/// A failure rule with what is left of it.
+#[derive(Debug)]
+struct Active {
+    rule: Failure,
+    /// Attempts it still fails (`None`: all).
+    left: Option<u32>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    objects: BTreeMap<Id, Value>,
+    rv: u64,
+    /// Deletions per id, mixed into a recreated object's uid.
+    incarnations: BTreeMap<Id, u64>,
+    failures: Vec<Active>,
+    /// The actions of the call being executed, and the position of the
+    /// one executing (the executor runs them in order, retrying in place).
+    call: Vec<Action>,
+    cursor: usize,
+}
+
+/// The cluster of one case.
+pub struct SimCluster {
+    kinds: KindRegistry,
+    harness: Harness,
+    /// The executor's attempt timeout: a simulated timeout costs this much
+    /// virtual time.
+    timeout: Duration,
+    state: Mutex<State>,
+}
+
+impl std::fmt::Debug for SimCluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SimCluster").finish_non_exhaustive()
+    }
+}
+
+impl SimCluster {
+    pub fn new(kinds: KindRegistry, harness: Harness, timeout: Duration) -> Arc<Self> {
+        Arc::new(Self {
+            kinds,
+            harness,
+            timeout,
+            state: Mutex::new(State::default()),
+        })
+    }
+
+    /// The id of `object` (namespaced kinds without a namespace are in
+    /// `default`, as the API server puts them), or why it has none.
+    pub fn id_of(&self, object: &Value) -> Result<Id, String> {
+        let field = |p: &str| object.pointer(p).and_then(Value::as_str);
+        let (Some(api_version), Some(kind), Some(name)) = (
+            field("/apiVersion"),
+            field("/kind"),
+            field("/metadata/name"),
+        ) else {
+            return Err("an object needs apiVersion, kind and metadata.name".into());
+        };
+        let gvk = Gvk::from_api_version(api_version, kind);
+        let info = self.kinds.by_gvk(&gvk).ok_or_else(|| {
+            format!(
+                "{} {name}: unknown kind {gvk}; add its CustomResourceDefinition to the cache",
+                kind
+            )
+        })?;
+        let ns = if info.namespaced {
+            Some(field("/metadata/namespace").unwrap_or("default"))
+        } else {
+            None
+        };
+        crate::names::validate_object(kind, ns, name).map_err(|e| e.to_string())?;
+        Ok((gvk, ObjectKey::new(ns, name)))
+    }
+
+    pub fn get(&self, id: &Id) -> Option<Value> {
+        self.state.lock().objects.get(id).cloned()
+    }
+
+    /// Every object, by kind, namespace and name.
+    pub fn objects(&self) -> Vec<(Id, Value)> {
+        self.state
+            .lock()
+            .objects
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    }
+
+    /// Stores `object` as given (an informer's view of an event: what the
+    /// fixture says the object is), filling in what the server would have
+    /// set; returns its id and the stored object.
+    pub fn put(&self, mut object: Value) -> Result<(Id, Value), String> {
+        let id = self.id_of(&object)?;
+        let mut state = self.state.lock();
+        let existing = state.objects.get(&id).cloned();
+        if let Some(ns) = &id.1.namespace {
+            object["metadata"]["namespace"] = json!(&**ns);
+        }
+        let meta = object["metadata"]
+            .as_object_mut()
+            .ok_or("metadata is not a map")?;
+        let old_meta = existing.as_ref().map(|e| &e["metadata"]);
+        if !meta.contains_key("uid") {
+            let uid = match old_meta.and_then(|m| m.get("uid")) {
+                Some(u) => u.clone(),
+                None => json!(uid_for(&state, &id)),
+            };
+            meta.insert("uid".into(), uid);
+        }
+        if !meta.contains_key("creationTimestamp") {
+            let created = old_meta
+                .and_then(|m| m.get("creationTimestamp").cloned())
+                .unwrap_or_else(|| json!(self.timestamp()));
+            meta.insert("creationTimestamp".into(), created);
+        }
+        if !meta.contains_key("generation") {
+            let generation = old_meta
+                .and_then(|m| m["generation"].as_i64())
+                .map_or(1, |g| {
+                    g + i64::from(
+                        existing.as_ref().and_then(|e| e.get("spec")) != object.get("spec"),
+                    )
+                });
+            if let Some(meta) = object["metadata"].as_object_mut() {
+                meta.insert("generation".into(), json!(generation));
+            }
+        }
+        let given_rv = object["metadata"]["resourceVersion"]
+            .as_str()
+            .and_then(|rv| rv.parse::<u64>().ok());
+        match given_rv {
+            // Later writes count on from the highest version seen.
+            Some(rv) => state.rv = state.rv.max(rv),
+            None => {
+                state.rv += 1;
+                object["metadata"]["resourceVersion"] = json!(state.rv.to_string());
+            }
+        }
+        state.objects.insert(id.clone(), object.clone());
+        Ok((id, object))
+    }
+
+    /// Removes an object (a `deleted` delta); returns its last state.
+    pub fn remove(&self, id: &Id) -> Option<Value> {
+        let mut state = self.state.lock();
+        let gone = state.objects.remove(id)?;
+        *state.incarnations.entry(id.clone()).or_default() += 1;
+        Some(gone)
+    }
+
+    /// The failures in force for the next calls.
+    pub fn set_failures(&self, rules: Vec<Failure>) {
+        self.state.lock().failures = rules
+            .into_iter()
+            .map(|rule| Active {
+                left: rule.times,
+                rule,
+            })
+            .collect();
+    }
+
+    /// The actions of the call about to be executed.
+    pub fn begin_call(&self, actions: &[Action]) {
+        let mut state = self.state.lock();
+        state.call = actions.to_vec();
+        state.cursor = 0;
+    }
+
+    fn timestamp(&self) -> String {
+        humantime::format_rfc3339_seconds(self.harness.now()).to_string()
+    }
+
+    /// The simulated answer for `action`, if a failure rule takes it.
+    fn simulated(&self, state: &mut State, action: &Action) -> Option<ActionError> {
+        // Its position: the first action from the cursor equal to it (a
+        // retried action is the one at the cursor).
+        let from = state.cursor.min(state.call.len());
+        if let Some(i) = state.call[from..].iter().position(|a| a == action) {
+            state.cursor = from + i;
+        } else if let Some(i) = state.call.iter().position(|a| a == action) {
+            // An Event runs after the call's other actions, wherever it
+            // was emitted.
+            state.cursor = i;
+        }
+        let position = u32::try_from(state.cursor + 1).unwrap_or(u32::MAX);
+        let verb = verb_of(action);
+        let target = action.target();
+        let kinds = &self.kinds;
+        let active = state.failures.iter_mut().find(|a| {
+            a.left != Some(0)
+                && a.rule.action.is_none_or(|n| n == position)
+                && a.rule.verb.is_none_or(|v| v == verb)
+                && a.rule
+                    .target
+                    .as_deref()
+                    .is_none_or(|t| target_matches(kinds, t, target))
+        })?;
+        if let Some(left) = &mut active.left {
+            *left -= 1;
+        }
+        let rule = &active.rule;
+        Some(self.error(rule.error, rule.message.clone(), rule.retry_after, action))
+    }
+
+    /// The API server's answer (as the kube sink words it: `VERB TARGET:
+    /// message (Reason)`).
+    fn error(
+        &self,
+        error: SimulatedError,
+        message: Option<String>,
+        retry_after: Option<Duration>,
+        action: &Action,
+    ) -> ActionError {
+        let target = action.target();
+        let (plural, name) = (target.kind.plural.as_str(), target.name.as_str());
+        let what = format!("{} {target}", action.verb());
+        let say = |default: String, reason: &str| {
+            format!("{what}: {} ({reason})", message.clone().unwrap_or(default))
+        };
+        match error {
+            SimulatedError::Conflict => ActionError::Conflict(say(
+                format!(
+                    "Operation cannot be fulfilled on {plural} {name:?}: the object has been modified; please apply your changes to the latest version and try again"
+                ),
+                "Conflict",
+            )),
+            SimulatedError::Unauthorized => {
+                ActionError::Unauthorized(say("Unauthorized".into(), "Unauthorized"))
+            }
+            SimulatedError::Forbidden => ActionError::Forbidden(say(
+                format!(
+                    "{plural} {name:?} is forbidden: User \"system:serviceaccount:kubewasm:kubewasm\" cannot {} resource {plural:?} in API group {:?}{}",
+                    action.verb(),
+                    target.kind.gvk.group,
+                    target
+                        .namespace
+                        .as_deref()
+                        .map(|n| format!(" in the namespace {n:?}"))
+                        .unwrap_or_default()
+                ),
+                "Forbidden",
+            )),
+            SimulatedError::NotFound => {
+                ActionError::NotFound(say(format!("{plural} {name:?} not found"), "NotFound"))
+            }
+            SimulatedError::Invalid => ActionError::Invalid(say(
+                format!("{} {name:?} is invalid", target.kind.gvk.kind),
+                "Invalid",
+            )),
+            SimulatedError::Throttled => ActionError::Throttled {
+                message: say(
+                    "Too many requests, please try again later.".into(),
+                    "TooManyRequests",
+                ),
+                retry_after,
+            },
+            SimulatedError::ServerError => ActionError::Throttled {
+                message: say("Internal error occurred".into(), "InternalError"),
+                retry_after,
+            },
+            SimulatedError::Timeout => {
+                // The executor gave up waiting: that much time passed.
+                self.harness.advance(self.timeout);
+                ActionError::TimedOut(self.timeout)
+            }
+        }
+    }
+
+    /// Carries out an action the server accepted.
+    fn apply(&self, state: &mut State, action: &Action) -> Result<(), ActionError> {
+        let target = action.target();
+        let id = (
+            target.kind.gvk.clone(),
+            ObjectKey::new(target.namespace.as_deref(), &target.name),
+        );
+        let current = state.objects.get(&id).cloned();
+        let new = match action {
+            Action::Event { .. } => return Ok(()),
+            Action::Apply { object, status, .. } => {
+                check_preconditions(target, current.as_ref())?;
+                let mut value = match (&current, status) {
+                    (Some(v), _) => v.clone(),
+                    (None, true) => {
+                        return Err(ActionError::NotFound(format!(
+                            "{} {target}: {} {:?} not found (NotFound)",
+                            action.verb(),
+                            target.kind.plural,
+                            target.name
+                        )));
+                    }
+                    (None, false) => json!({}),
+                };
+                let applied = if *status {
+                    json!({"status": object.get("status").cloned().unwrap_or(Value::Null)})
+                } else {
+                    object.clone()
+                };
+                json_patch::merge(&mut value, &applied);
+                value
+            }
+            Action::Patch {
+                patch_type, patch, ..
+            } => {
+                let Some(mut value) = current.clone() else {
+                    return Err(ActionError::NotFound(format!(
+                        "patch {target}: {} {:?} not found (NotFound)",
+                        target.kind.plural, target.name
+                    )));
+                };
+                check_preconditions(target, Some(&value))?;
+                match patch_type {
+                    PatchType::Merge => json_patch::merge(&mut value, patch),
+                    PatchType::Json => {
+                        let ops: json_patch::Patch = serde_json::from_value(patch.clone())
+                            .map_err(|e| {
+                                ActionError::Invalid(format!("patch {target}: bad JSON patch: {e}"))
+                            })?;
+                        json_patch::patch(&mut value, &ops).map_err(|e| match e.kind {
+                            json_patch::PatchErrorKind::TestFailed => ActionError::Conflict(format!(
+                                "patch {target}: the JSON patch's test of {} failed: the object changed since the plugin read it",
+                                e.path
+                            )),
+                            _ => ActionError::Invalid(format!(
+                                "patch {target}: the JSON patch does not apply: {e}"
+                            )),
+                        })?;
+                    }
+                }
+                value
+            }
+            Action::Delete { .. } => {
+                let Some(mut value) = current.clone() else {
+                    return Err(ActionError::NotFound(format!(
+                        "delete {target}: {} {:?} not found (NotFound)",
+                        target.kind.plural, target.name
+                    )));
+                };
+                check_preconditions(target, Some(&value))?;
+                let finalizers = value["metadata"]["finalizers"]
+                    .as_array()
+                    .is_some_and(|f| !f.is_empty());
+                if !finalizers {
+                    state.objects.remove(&id);
+                    *state.incarnations.entry(id).or_default() += 1;
+                    return Ok(());
+                }
+                // Held by its finalizers: marked, deleted when they go.
+                if value["metadata"]["deletionTimestamp"].is_null() {
+                    value["metadata"]["deletionTimestamp"] = json!(self.timestamp());
+                    value["metadata"]["deletionGracePeriodSeconds"] = json!(0);
+                }
+                value
+            }
+        };
+        self.store(state, id, current, new);
+        Ok(())
+    }
+
+    /// Stores a written object with the server's bookkeeping; one being
+    /// deleted goes once its last finalizer is removed.
+    fn store(&self, state: &mut State, id: Id, old: Option<Value>, mut value: Value) {
+        let deleting = !value["metadata"]["deletionTimestamp"].is_null();
+        let finalizers = value["metadata"]["finalizers"]
+            .as_array()
+            .is_some_and(|f| !f.is_empty());
+        if deleting && !finalizers {
+            state.objects.remove(&id);
+            *state.incarnations.entry(id).or_default() += 1;
+            return;
+        }
+        state.rv += 1;
+        let rv = state.rv.to_string();
+        let (uid, created, generation) = match &old {
+            Some(o) => {
+                let m = &o["metadata"];
+                let spec_changed = o.get("spec") != value.get("spec");
+                (
+                    m["uid"].clone(),
+                    m["creationTimestamp"].clone(),
+                    m["generation"].as_i64().unwrap_or(1) + i64::from(spec_changed),
+                )
+            }
+            None => (json!(uid_for(state, &id)), json!(self.timestamp()), 1),
+        };
+        if let Some(meta) = value.get_mut("metadata").and_then(Value::as_object_mut) {
+            meta.insert("uid".into(), uid);
+            meta.insert("creationTimestamp".into(), created);
+            meta.insert("resourceVersion".into(), json!(rv));
+            meta.insert("generation".into(), json!(generation));
+            if let Some(ns) = &id.1.namespace {
+                meta.insert("namespace".into(), json!(&**ns));
+            }
+        }
+        state.objects.insert(id, value);
+    }
+}
+
+impl ActionSink for SimCluster {
+    fn execute<'a>(
+        &'a self,
+        _plugin: &'a str,
+        action: &'a Action,
+    ) -> BoxFuture<'a, Result<(), ActionError>> {
+        let result = {
+            let mut state = self.state.lock();
+            match self.simulated(&mut state, action) {
+                Some(e) => Err(e),
+                None => self.apply(&mut state, action),
+            }
+        };
+        Box::pin(async move { result })
+    }
+}
+
+/// A uid as the server makes them (a UUID), derived from the object's kind,
+/// name and how often it was deleted: stable across runs, new for a
+/// recreated object.
+fn uid_for(state: &State, id: &Id) -> String {
+    let inc = state.incarnations.get(id).copied().unwrap_or(0);
+    let h = Sha256::digest(format!("{}|{}|{inc}", id.0, id.1).as_bytes());
+    let x: String = h.iter().take(16).map(|b| format!("{b:02x}")).collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &x[0..8],
+        &x[8..12],
+        &x[12..16],
+        &x[16..20],
+        &x[20..32]
+    )
+}
+
+fn verb_of(action: &Action) -> Verb {
+    match action {
+        Action::Apply { status: false, .. } => Verb::Apply,
+        Action::Apply { status: true, .. } => Verb::ApplyStatus,
+        Action::Patch { .. } => Verb::Patch,
+        Action::Delete { .. } => Verb::Delete,
+        Action::Event { .. } => Verb::Event,
+    }
+}
+
+/// Whether `text` (`configmaps team-a/x`, `ConfigMap team-a/x`) names
+/// `target`.
+pub fn target_matches(kinds: &KindRegistry, text: &str, target: &Target) -> bool {
+    let Some((kind, name)) = text.split_once(' ') else {
+        return false;
+    };
+    let (ns, name) = match name.split_once('/') {
+        Some((ns, name)) => (Some(ns), name),
+        None => (None, name),
+    };
+    let kind_ok = kinds
+        .resolve(&crate::kind::KindRef::Resource(kind.to_owned()))
+        .is_ok_and(|k| k.gvk == target.kind.gvk);
+    kind_ok && ns == target.namespace.as_deref() && name == target.name
+}
+
+/// A write's preconditions, as the API server checks them (409).
+fn check_preconditions(target: &Target, stored: Option<&Value>) -> Result<(), ActionError> {
+    let p = &target.preconditions;
+    if p.is_empty() {
+        return Ok(());
+    }
+    let Some(stored) = stored else {
+        return Err(ActionError::Conflict(format!(
+            "{target}: Precondition failed: the object does not exist"
+        )));
+    };
+    let meta = |f: &str| {
+        stored
+            .pointer(&format!("/metadata/{f}"))
+            .and_then(Value::as_str)
+            .unwrap_or("")
+    };
+    if let Some(uid) = &p.uid
+        && uid != meta("uid")
+    {
+        return Err(ActionError::Conflict(format!(
+            "{target}: Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+            meta("uid")
+        )));
+    }
+    if let Some(rv) = &p.resource_version
+        && rv != meta("resourceVersion")
+    {
+        return Err(ActionError::Conflict(format!(
+            "{target}: the object has been modified; please apply your changes to the latest version and try again (resourceVersion in precondition: {rv}, in object meta: {})",
+            meta("resourceVersion")
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::actions::Preconditions;
+
+    fn cluster() -> Arc<SimCluster> {
+        SimCluster::new(
+            KindRegistry::builtin(),
+            Harness::new(std::time::SystemTime::UNIX_EPOCH, 1),
+            Duration::from_secs(10),
+        )
+    }
+
+    fn target(c: &SimCluster, name: &str) -> Target {
+        let kind = c
+            .kinds
+            .resolve(&crate::kind::KindRef::Resource("configmaps".into()))
+            .unwrap();
+        Target::new(kind, Some("a".into()), name)
+    }
+
+    async fn run(c: &SimCluster, a: &Action) -> Result<(), ActionError> {
+        c.begin_call(std::slice::from_ref(a));
+        c.execute("p", a).await
+    }
+
+    #[tokio::test]
+    async fn writes_keep_the_servers_bookkeeping_and_finalizers_hold_a_delete() {
+        let c = cluster();
+        let (id, stored) = c
+            .put(json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "x", "namespace": "a", "finalizers": ["f"]}, "data": {"k": "1"}}))
+            .unwrap();
+        let uid = stored["metadata"]["uid"].as_str().unwrap().to_owned();
+        assert_eq!(stored["metadata"]["resourceVersion"], "1");
+        let patch = Action::Patch {
+            target: target(&c, "x"),
+            patch_type: PatchType::Merge,
+            patch: json!({"data": {"k": "2"}}),
+        };
+        run(&c, &patch).await.unwrap();
+        let now = c.get(&id).unwrap();
+        assert_eq!(now["data"]["k"], "2");
+        assert_eq!(now["metadata"]["resourceVersion"], "2");
+        assert_eq!(now["metadata"]["uid"], uid.as_str());
+
+        let mut stale = target(&c, "x");
+        stale.preconditions = Preconditions {
+            uid: None,
+            resource_version: Some("1".into()),
+        };
+        let err = run(
+            &c,
+            &Action::Delete {
+                target: stale,
+                propagation: crate::actions::Propagation::Background,
+            },
+        )
+        .await
+        .unwrap_err();
+        assert!(err.is_conflict(), "{err}");
+
+        let delete = Action::Delete {
+            target: target(&c, "x"),
+            propagation: crate::actions::Propagation::Background,
+        };
+        run(&c, &delete).await.unwrap();
+        let held = c.get(&id).unwrap();
+        assert!(held["metadata"]["deletionTimestamp"].is_string(), "{held}");
+        // The last finalizer goes: so does the object; recreated, it has
+        // another uid.
+        let drop_finalizer = Action::Patch {
+            target: target(&c, "x"),
+            patch_type: PatchType::Merge,
+            patch: json!({"metadata": {"finalizers": null}}),
+        };
+        run(&c, &drop_finalizer).await.unwrap();
+        assert!(c.get(&id).is_none());
+        let (_, again) = c
+            .put(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "namespace": "a"}}))
+            .unwrap();
+        assert_ne!(again["metadata"]["uid"], uid.as_str());
+    }
+
+    #[tokio::test]
+    async fn failures_match_by_position_verb_and_target_and_run_out() {
+        let c = cluster();
+        let apply = |name: &str| Action::Apply {
+            target: target(&c, name),
+            object: json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": "a"}}),
+            force: true,
+            status: false,
+        };
+        let (one, two) = (apply("one"), apply("two"));
+        let rule = |yaml: &str| serde_yaml_ng::from_str::<Failure>(yaml).unwrap();
+        c.set_failures(vec![
+            rule("{action: 2, error: conflict, times: 1}"),
+            rule("{target: ConfigMap a/one, verb: apply, error: serverError, retryAfter: 2s}"),
+        ]);
+        c.begin_call(&[one.clone(), two.clone()]);
+        let e = c.execute("p", &one).await.unwrap_err();
+        assert_eq!(e.retry_after(), Some(Duration::from_secs(2)));
+        // Worded as the kube sink words it: the RBAC verb (an apply is a patch).
+        assert!(
+            e.to_string()
+                .contains("patch configmaps a/one: Internal error occurred (InternalError)"),
+            "{e}"
+        );
+        let e = c.execute("p", &two).await.unwrap_err();
+        assert!(e.is_conflict());
+        assert!(
+            e.to_string()
+                .contains(r#"Operation cannot be fulfilled on configmaps "two""#),
+            "{e}"
+        );
+        // Its one time is spent: the retry of action 2 goes through.
+        c.execute("p", &two).await.unwrap();
+        assert!(target_matches(
+            &c.kinds,
+            "configmaps a/two",
+            &target(&c, "two")
+        ));
+        assert!(!target_matches(
+            &c.kinds,
+            "configmaps b/two",
+            &target(&c, "two")
+        ));
+    }
+}
