@@ -22,8 +22,10 @@ fn shared_cache() -> PathBuf {
 /// `kubewasm test ARGS` with the compile cache `cache`; returns its output
 /// and how long it took.
 fn kubewasm_test(cache: &Path, args: &[&str]) -> (Output, Duration) {
+    // Built (once) before the clock starts.
+    let bin = kubewasm_bin();
     let start = Instant::now();
-    let out = Command::new(kubewasm_bin())
+    let out = Command::new(bin)
         .arg("test")
         .args(args)
         .arg("--cache-dir")
@@ -477,4 +479,40 @@ fn the_schema_is_printed() {
     .unwrap();
     assert_eq!(printed, committed);
     assert_eq!(printed["title"], "kubewasm test fixture");
+}
+
+/// The plugin reads the virtual clock: the recorder plugin takes its
+/// version id from `clock::now()` at register, and notes it in every
+/// Event; it is the fixture's clock, to the nanosecond.
+#[test]
+fn the_plugin_sees_the_virtual_clock() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("recorder.yaml"),
+        "access:\n  - {kinds: [configmaps], verbs: [read, events]}\n",
+    )
+    .unwrap();
+    let fixture = dir.path().join("clock.yaml");
+    std::fs::write(
+        &fixture,
+        "sidecar: recorder.yaml\nconfig: {namespace: shop, resources: [configmaps]}\nclock: 2026-05-04T03:02:01Z\ncases:\n  - name: one delta\n    steps:\n      - delta: added\n        object: {apiVersion: v1, kind: ConfigMap, metadata: {name: c, namespace: shop}}\n",
+    )
+    .unwrap();
+    let recorder = plugin_artifacts().join("recorder.wasm");
+    let (out, _) = kubewasm_test(
+        &shared_cache(),
+        &[
+            recorder.to_str().unwrap(),
+            fixture.to_str().unwrap(),
+            "--update",
+        ],
+    );
+    let report = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{report}");
+    let recorded = std::fs::read_to_string(&fixture).unwrap();
+    // 2026-05-04T03:02:01Z is 1777863721 s after the epoch.
+    assert!(
+        recorded.contains(r#""version":"1777863721000000000""#),
+        "{recorded}"
+    );
 }
