@@ -17,148 +17,162 @@ pub const DEFAULT_CLOCK: &str = "2026-01-01T00:00:00Z";
 
 /// A fixture file: test cases for one plugin, run with
 /// `kubewasm test PLUGIN.wasm FIXTURE...`.
-#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 #[schemars(title = "kubewasm test fixture")]
 pub struct Fixture {
     /// Objects every case's cache starts with (each case adds its own).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Cache::is_empty")]
     pub cache: Cache,
     /// JSON pointers ignored in every case's comparisons (see `Case.volatile`).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub volatile: Vec<String>,
     /// The sidecar of every case that names none (relative to this file);
     /// else `--sidecar`, else the plugin's own (`NAME.yaml` beside it).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sidecar: Option<PathBuf>,
     /// The plugin config of every case that gives none (replaces the
     /// sidecar's `config`).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config: Option<Value>,
     /// The clock of every case that gives none (RFC 3339).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub clock: Option<String>,
     pub cases: Vec<Case>,
 }
 
 /// One test: a fresh plugin instance, a simulated cluster, steps.
-#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct Case {
     /// Unique in the file; `--filter` matches it.
     pub name: String,
     /// The sidecar (limits, access, grants, config) the plugin runs with,
     /// relative to this file.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sidecar: Option<PathBuf>,
     /// The plugin's config (what `register` receives), replacing the
     /// sidecar's `config`.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config: Option<Value>,
     /// When the virtual clock starts (RFC 3339, default
     /// `2026-01-01T00:00:00Z`). It moves only by `advance`, retry backoffs
     /// and requeues.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub clock: Option<String>,
     /// Seed of everything random (retry jitter, WASI random); `--seed`
     /// overrides it; unset, a random seed is used and printed.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seed: Option<u64>,
     /// The simulated cluster the plugin's caches are served from, added to
     /// the file's `cache`.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Cache::is_empty")]
     pub cache: Cache,
     /// JSON pointers ignored when comparing actions and Events, into each
     /// entry as written here (`/apply/object/metadata/annotations/stamp`,
     /// `/note`); a `*` segment matches any key or index.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub volatile: Vec<String>,
     /// Simulated API server answers for every step's actions.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub failures: Vec<Failure>,
     /// Compare the log lines of every call (`--update` records them).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_false")]
     pub logs: bool,
     /// The host must refuse to load the plugin with an error containing
     /// this text (an access list that does not grant what it registers, a
     /// bad config); no step runs.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub refused: Option<String>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub steps: Vec<Step>,
 }
 
 /// Objects in the simulated cluster. Missing `uid`, `resourceVersion`,
 /// `creationTimestamp` and `generation` are filled in as the API server
 /// would (uids derived from the object's kind and name).
-#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct Cache {
     /// A folder (or file) of YAML/JSON manifests, relative to this file,
     /// read as `kubewasm run --local` reads one.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub manifests: Option<PathBuf>,
     /// Objects, after the manifests (one with the same kind, namespace and
     /// name replaces the manifest's).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "objects_schema")]
     pub objects: Vec<Value>,
 }
 
+fn is_false(b: &bool) -> bool {
+    !b
+}
+
+impl Cache {
+    fn is_empty(&self) -> bool {
+        self.manifests.is_none() && self.objects.is_empty()
+    }
+}
+
 /// What a step delivers, and what it must lead to. A step delivers one of:
 /// a `delta`, the `initialList`, or the next `pending` retry or requeue.
-#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct Step {
     /// A note for readers, shown when the step fails.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
     /// Moves the clock forward first (`30s`, `5m`).
-    #[serde(default, with = "humantime_serde")]
+    #[serde(
+        default,
+        with = "humantime_serde",
+        skip_serializing_if = "Option::is_none"
+    )]
     #[schemars(with = "Option<String>")]
     pub advance: Option<Duration>,
     /// Deliver a delta of this type. The cluster changes first, as an
     /// informer applies an event before emitting it: `added`/`updated`
     /// store `object`, `deleted` removes it.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub delta: Option<DeltaKind>,
     /// Deliver every cached object the plugin's subscriptions see, as
     /// initial `added` deltas (subscription by subscription, objects by
     /// namespace and name), then `synced` to each subscription asking for it.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_false")]
     pub initial_list: bool,
     /// Deliver the next pending retry or requeue (the earliest due), the
     /// clock jumping to when it is due; the object is its current cached
     /// state, as the host's level-triggered retries deliver it.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_false")]
     pub pending: bool,
     /// The delta's object: inline, or a reference to a cached object
     /// (`configmaps team-a/settings`, `ConfigMap team-a/settings`,
     /// `namespaces team-a`).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub object: Option<ObjectOrRef>,
     /// The old object of an `updated` delta (default: the cached state
     /// before the update).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub old: Option<ObjectOrRef>,
     /// Deliver only to this subscription (its index in the registration);
     /// default: every subscription whose cache sees the object.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub subscription: Option<u32>,
     /// Mark an `added` delta as part of an initial list.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_false")]
     pub initial: bool,
     /// Mark a `deleted` delta as discovered by a relist.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_false")]
     pub final_state_unknown: bool,
     /// Simulated API server answers for this step's actions (after the
     /// case's).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub failures: Vec<Failure>,
     /// The calls this step makes, in order (none: the plugin is not called,
     /// e.g. its subscription filters the delta out). Missing: the step
     /// fails until `--update` records what the plugin does.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expect: Option<Vec<Call>>,
 }
 
@@ -194,6 +208,15 @@ impl<'de> Deserialize<'de> for ObjectOrRef {
     }
 }
 
+impl Serialize for ObjectOrRef {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            ObjectOrRef::Ref(r) => s.serialize_str(r),
+            ObjectOrRef::Object(o) => o.serialize(s),
+        }
+    }
+}
+
 impl JsonSchema for ObjectOrRef {
     fn schema_name() -> std::borrow::Cow<'static, str> {
         "ObjectOrRef".into()
@@ -223,34 +246,38 @@ fn any_value(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
 
 /// A simulated answer of the API server to the actions it matches. Every
 /// selector given must match; none: every action.
-#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct Failure {
     /// The action's position in its call, from 1 (as the host's messages
     /// count: "action 1 of 2").
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
     pub action: Option<u32>,
     /// The action's verb.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verb: Option<Verb>,
     /// The action's target: `configmaps team-a/settings` (a kind works too:
     /// `ConfigMap team-a/settings`).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target: Option<String>,
     /// What the server answers.
     pub error: SimulatedError,
     /// How many attempts fail before the server accepts (the executor
     /// retries throttling, server errors and timeouts itself); default:
     /// every attempt in the steps it applies to.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
     pub times: Option<u32>,
     /// The server's message (default: the API server's usual wording).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
     /// A `Retry-After` for `throttled` and `serverError`.
-    #[serde(default, with = "humantime_serde")]
+    #[serde(
+        default,
+        with = "humantime_serde",
+        skip_serializing_if = "Option::is_none"
+    )]
     #[schemars(with = "Option<String>")]
     pub retry_after: Option<Duration>,
 }
@@ -266,7 +293,7 @@ pub enum Verb {
 }
 
 /// A simulated API server answer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub enum SimulatedError {
     /// 409: handed back to the plugin (`conflict`), retried with backoff.
@@ -998,6 +1025,32 @@ cases:
         assert!(
             e.contains("cases[0].clock: \"yesterday\" is not an RFC 3339 time"),
             "{e}"
+        );
+    }
+
+    /// What a recorder writes reads back the same: the types serialize to
+    /// the format they parse.
+    #[test]
+    fn a_fixture_written_from_the_types_parses_back() {
+        let text = std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../plugins/config-replicator/tests/replicate.yaml"),
+        )
+        .unwrap();
+        let f = parse(&text).unwrap();
+        let written = serde_yaml_ng::to_string(&f).unwrap();
+        let again = parse(&written).unwrap();
+        assert_eq!(
+            serde_json::to_value(&again).unwrap(),
+            serde_json::to_value(&f).unwrap()
+        );
+        assert_eq!(again.cases.len(), 7);
+        assert!(!written.contains("initialList: false"), "{written}");
+        assert!(
+            written.contains(
+                "    failures:\n    - action: 2\n      error: conflict\n      times: 1\n"
+            ),
+            "{written}"
         );
     }
 
