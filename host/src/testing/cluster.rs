@@ -27,6 +27,16 @@ use crate::runtime::harness::Harness;
 /// An object's identity in the cluster.
 pub type Id = (Gvk, ObjectKey);
 
+fn actives(rules: Vec<Failure>) -> Vec<Active> {
+    rules
+        .into_iter()
+        .map(|rule| Active {
+            left: rule.times,
+            rule,
+        })
+        .collect()
+}
+
 /// A failure rule with what is left of it.
 #[derive(Debug)]
 struct Active {
@@ -41,7 +51,10 @@ struct State {
     rv: u64,
     /// Deletions per id, mixed into a recreated object's uid.
     incarnations: BTreeMap<Id, u64>,
-    failures: Vec<Active>,
+    /// The case's rules, spent across its steps.
+    case_failures: Vec<Active>,
+    /// The current step's rules, matched before the case's.
+    step_failures: Vec<Active>,
     /// The actions of the call being executed, and the position of the
     /// one executing (the executor runs them in order, retrying in place).
     call: Vec<Action>,
@@ -177,15 +190,16 @@ impl SimCluster {
         Some(gone)
     }
 
-    /// The failures in force for the next calls.
-    pub fn set_failures(&self, rules: Vec<Failure>) {
-        self.state.lock().failures = rules
-            .into_iter()
-            .map(|rule| Active {
-                left: rule.times,
-                rule,
-            })
-            .collect();
+    /// The case's failure rules, in force for all its steps: a rule's
+    /// `times` counts attempts across them.
+    pub fn set_case_failures(&self, rules: Vec<Failure>) {
+        self.state.lock().case_failures = actives(rules);
+    }
+
+    /// The current step's failure rules (matched before the case's), in
+    /// force until the next call of this.
+    pub fn set_step_failures(&self, rules: Vec<Failure>) {
+        self.state.lock().step_failures = actives(rules);
     }
 
     /// The actions of the call about to be executed.
@@ -215,7 +229,12 @@ impl SimCluster {
         let verb = verb_of(action);
         let target = action.target();
         let kinds = &self.kinds;
-        let active = state.failures.iter_mut().find(|a| {
+        let State {
+            step_failures,
+            case_failures,
+            ..
+        } = &mut *state;
+        let active = step_failures.iter_mut().chain(case_failures).find(|a| {
             a.left != Some(0)
                 && a.rule.action.is_none_or(|n| n == position)
                 && a.rule.verb.is_none_or(|v| v == verb)
@@ -616,10 +635,10 @@ mod tests {
         };
         let (one, two) = (apply("one"), apply("two"));
         let rule = |yaml: &str| serde_yaml_ng::from_str::<Failure>(yaml).unwrap();
-        c.set_failures(vec![
-            rule("{action: 2, error: conflict, times: 1}"),
-            rule("{target: ConfigMap a/one, verb: apply, error: serverError, retryAfter: 2s}"),
-        ]);
+        c.set_case_failures(vec![rule("{action: 2, error: conflict, times: 1}")]);
+        c.set_step_failures(vec![rule(
+            "{target: ConfigMap a/one, verb: apply, error: serverError, retryAfter: 2s}",
+        )]);
         c.begin_call(&[one.clone(), two.clone()]);
         let e = c.execute("p", &one).await.unwrap_err();
         assert_eq!(e.retry_after(), Some(Duration::from_secs(2)));
@@ -636,7 +655,9 @@ mod tests {
                 .contains(r#"Operation cannot be fulfilled on configmaps "two""#),
             "{e}"
         );
-        // Its one time is spent: the retry of action 2 goes through.
+        // Its one time is spent, and stays spent in the next step: the
+        // retry of action 2 goes through.
+        c.set_step_failures(Vec::new());
         c.execute("p", &two).await.unwrap();
         assert!(target_matches(
             &c.kinds,

@@ -82,7 +82,6 @@ struct CaseRun<'a> {
     pending: Vec<Pending>,
     seq: u64,
     calls: usize,
-    case_failures: Vec<super::fixture::Failure>,
 }
 
 /// Runs case `index` of `fixture` (read from `file`).
@@ -162,6 +161,7 @@ fn run(
     for (field, o) in objects {
         cluster.put(o).map_err(|m| bad(field, m))?;
     }
+    cluster.set_case_failures(case.failures.clone());
 
     let sidecar = case
         .sidecar
@@ -243,7 +243,6 @@ fn run(
         pending: Vec::new(),
         seq: 0,
         calls: 0,
-        case_failures: case.failures.clone(),
     };
     let volatile: Vec<String> = fixture
         .volatile
@@ -400,9 +399,7 @@ impl CaseRun<'_> {
         if let Some(d) = step.advance {
             self.harness.advance(d);
         }
-        let mut rules = step.failures.clone();
-        rules.extend(self.case_failures.iter().cloned());
-        self.cluster.set_failures(rules);
+        self.cluster.set_step_failures(step.failures.clone());
         let deliveries = if step.initial_list {
             self.initial_list()
         } else if step.pending {
@@ -414,8 +411,8 @@ impl CaseRun<'_> {
         for (pair, key, delta) in deliveries {
             calls.push(self.call(pair, key, delta));
         }
-        // The case's rules keep what they spent; the step's go.
-        self.cluster.set_failures(self.case_failures.clone());
+        // The step's rules go; the case's keep what they spent.
+        self.cluster.set_step_failures(Vec::new());
         Ok(calls)
     }
 
