@@ -27,6 +27,11 @@ bash plugins/build-languages.sh
 # The SDK-native unit tests (each SDK's fake host) of every language.
 bash plugins/test-languages.sh
 cargo clippy --workspace --all-targets -- -D warnings
+# The example plugins' fixtures through the kubewasm binary alone (the CI
+# recipe of README.md's "Testing a plugin"); the same debug build the
+# integration tests below run.
+cargo build -p kubewasm --bin kubewasm
+bash plugins/test-fixtures.sh
 if ! wait "$cosign_build"; then
   cat .tools/install-cosign.log >&2
   echo "error: building cosign failed (log above); the signature interoperability tests need it" >&2

@@ -85,6 +85,8 @@ fn build(lang: Lang, root: &Path) {
     cmd.arg("build.sh")
         .current_dir(root)
         .env("PATH", full_path())
+        // build.sh runs the project's fixtures with it (tests/*.yaml).
+        .env("KUBEWASM", kubewasm_bin())
         .env(
             "CARGO_TARGET_DIR",
             repo_root().join("target/scaffold-tools"),
@@ -247,6 +249,33 @@ async fn builds_loads_and_handles_its_fixture(lang: Lang) {
         ],
         "{lang}"
     );
+    fixture_catches_a_change(lang, &root);
+}
+
+/// build.sh ran the project's fixture (it fails when a fixture does); the
+/// fixture fails once it expects another annotation, naming the field.
+fn fixture_catches_a_change(lang: Lang, root: &Path) {
+    let fixture = root.join("tests/hello.yaml");
+    let text = std::fs::read_to_string(&fixture).unwrap();
+    let pinned = "kubewasm.io/hello: hello\n";
+    assert_eq!(text.matches(pinned).count(), 4, "{lang}: {text}");
+    std::fs::write(
+        &fixture,
+        text.replacen(pinned, "kubewasm.io/hello: bye\n", 1),
+    )
+    .unwrap();
+    let out = Command::new(kubewasm_bin())
+        .args(["test", "dist/hello.wasm", "tests/hello.yaml"])
+        .current_dir(root)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{lang}: {stdout}");
+    assert!(
+        stdout.contains("FAIL  tests/hello.yaml :: the initial list annotates the greeting")
+            && stdout.contains("kubewasm.io/hello"),
+        "{lang}: {stdout}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -346,13 +375,21 @@ fn line_of(source: &str, needle: &str) -> usize {
     source.lines().position(|l| l.contains(needle)).unwrap() + 1
 }
 
-/// Builds `source` (written over the hello plugin's `file`) in a `kubewasm
-/// new` project, runs it over ConfigMaps `names` with one attempt per
-/// delta, and returns each dead letter's error by ConfigMap name.
-async fn crash(lang: Lang, file: &str, source: &str, names: &[&str]) -> Vec<(String, String)> {
+/// Builds `source` (written over the hello plugin's `file`, and `fixture`
+/// over its fixture, which build.sh runs) in a `kubewasm new` project, runs
+/// it over ConfigMaps `names` with one attempt per delta, and returns each
+/// dead letter's error by ConfigMap name.
+async fn crash(
+    lang: Lang,
+    file: &str,
+    source: &str,
+    fixture: &str,
+    names: &[&str],
+) -> Vec<(String, String)> {
     let work = tempfile::tempdir().unwrap();
     let root = scaffold::create(lang, "hello", work.path(), None).unwrap();
     std::fs::write(root.join(file), source).unwrap();
+    std::fs::write(root.join("tests/hello.yaml"), fixture).unwrap();
     build(lang, &root);
     let h = Harness::new();
     let mut cluster = "apiVersion: v1\nkind: Namespace\nmetadata: {name: demo}\n".to_owned();
@@ -392,7 +429,18 @@ async fn crash(lang: Lang, file: &str, source: &str, names: &[&str]) -> Vec<(Str
 /// logs it, names the plugin's functions.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_c_trap_names_the_plugins_functions() {
-    let dead = crash(Lang::C, "hello.c", C_CRASHER, &["greeting"]).await;
+    // Its fixture (run by build.sh) expects the trap, naming the function.
+    let fixture = r#"sidecar: ../hello.yaml
+cases:
+  - name: the trap names the plugin's function
+    steps:
+      - delta: added
+        object: {apiVersion: v1, kind: ConfigMap, metadata: {name: greeting, namespace: demo}}
+        expect:
+          - call: added configmaps demo/greeting
+            result: {trapped: "!check_greeting"}
+"#;
+    let dead = crash(Lang::C, "hello.c", C_CRASHER, fixture, &["greeting"]).await;
     let error = &dead[0].1;
     assert!(error.starts_with("plugin trapped: "), "{error}");
     for frame in ["!abort", "!check_greeting", "!kw_plugin_handle"] {
@@ -407,7 +455,36 @@ async fn a_c_trap_names_the_plugins_functions() {
 /// recovers names them too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_go_crash_names_the_plugins_function_file_and_line() {
-    let dead = crash(Lang::Go, "main.go", GO_CRASHER, &["boom", "stuck"]).await;
+    // Its fixture (run by build.sh) expects both, with file and line.
+    let fixture = format!(
+        r#"sidecar: ../hello.yaml
+cases:
+  - name: a recovered panic fails permanently, naming where it was raised
+    steps:
+      - delta: added
+        object: {{apiVersion: v1, kind: ConfigMap, metadata: {{name: boom, namespace: demo}}}}
+        expect:
+          - call: added configmaps demo/boom
+            result: {{permanent: "exploded on boom (at main.explode, hello/main.go:{})"}}
+  - name: a deadlock traps, naming the function
+    steps:
+      - delta: added
+        object: {{apiVersion: v1, kind: ConfigMap, metadata: {{name: stuck, namespace: demo}}}}
+        expect:
+          - call: added configmaps demo/stuck
+            result: {{trapped: "deadlock! (at main.waitForever, hello/main.go:{})"}}
+"#,
+        line_of(GO_CRASHER, "panic("),
+        line_of(GO_CRASHER, "<-never")
+    );
+    let dead = crash(
+        Lang::Go,
+        "main.go",
+        GO_CRASHER,
+        &fixture,
+        &["boom", "stuck"],
+    )
+    .await;
     let (boom, stuck) = (&dead[0].1, &dead[1].1);
     assert_eq!(
         boom,

@@ -101,6 +101,11 @@ const COMMON: &[TemplateFile] = &[
         include_str!("templates/common/sidecar.yaml"),
         false,
     ),
+    (
+        "tests/hello.yaml",
+        include_str!("templates/common/hello.test.yaml"),
+        false,
+    ),
 ];
 
 const RUST: &[TemplateFile] = &[
@@ -486,6 +491,13 @@ pub fn create(
             write(&root.join(path), &text, *executable)?;
         }
     }
+    // The fixtures' schema, from the types `kubewasm test` reads them with
+    // (this binary's version of the format), for editors.
+    write(
+        &root.join("tests/fixture.schema.json"),
+        &crate::testing::fixture::schema_text(),
+        false,
+    )?;
     Ok(root)
 }
 
@@ -561,6 +573,13 @@ mod tests {
             assert_eq!(wit, PLUGIN_WIT);
             assert!(root.join("build.sh").is_file(), "{lang}");
             assert!(root.join("fixtures/cluster.yaml").is_file(), "{lang}");
+            // The fixture parses as `kubewasm test` reads it, and its schema
+            // is this binary's.
+            let fixture =
+                crate::testing::fixture::Fixture::load(&root.join("tests/hello.yaml")).unwrap();
+            assert_eq!(fixture.cases.len(), 3, "{lang}");
+            let schema = std::fs::read_to_string(root.join("tests/fixture.schema.json")).unwrap();
+            assert_eq!(schema, crate::testing::fixture::schema_text(), "{lang}");
             // The sidecar parses and grants what the hello plugin does.
             let sidecar = root.join(format!("{name}.yaml"));
             let m = crate::runtime::Manifest::load(&sidecar).unwrap();

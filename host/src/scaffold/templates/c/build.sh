@@ -22,3 +22,7 @@ mkdir -p build dist
 # The sidecar: what the operator grants the plugin (see {{name}}.yaml).
 cp {{name}}.yaml dist/{{name}}.yaml
 ls -l dist/{{name}}.wasm
+# Its fixtures (tests/*.yaml): the plugin's behaviour, pinned, run through
+# the host's own runtime without a cluster (kubewasm test; `--update` writes
+# what the plugin did into a failing step for review).
+"$kubewasm" test dist/{{name}}.wasm tests/*.yaml

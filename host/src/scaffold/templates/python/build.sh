@@ -3,6 +3,8 @@
 # $COMPONENTIZE_PY, else .venv (created with requirements.txt when missing).
 set -euo pipefail
 cd "$(dirname "$0")"
+kubewasm="${KUBEWASM:-kubewasm}"
+command -v "$kubewasm" >/dev/null || { echo "error: $kubewasm not found (it runs the fixtures in tests/): put kubewasm on PATH or set KUBEWASM" >&2; exit 1; }
 cpy="${COMPONENTIZE_PY:-}"
 if [[ -z "$cpy" ]]; then
   if [[ ! -x .venv/bin/componentize-py ]]; then
@@ -16,3 +18,7 @@ mkdir -p dist
 # The sidecar: what the operator grants the plugin (see {{name}}.yaml).
 cp {{name}}.yaml dist/{{name}}.yaml
 ls -l dist/{{name}}.wasm
+# Its fixtures (tests/*.yaml): the plugin's behaviour, pinned, run through
+# the host's own runtime without a cluster (kubewasm test; `--update` writes
+# what the plugin did into a failing step for review).
+"$kubewasm" test dist/{{name}}.wasm tests/*.yaml
