@@ -34,8 +34,8 @@
 //! applied object (no field ownership), there is no admission, and Events
 //! are appended to `events.log` in the folder.
 
-mod files;
-mod lifecycle;
+pub(crate) mod files;
+pub(crate) mod lifecycle;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::path::{Path, PathBuf};

@@ -23,6 +23,7 @@ use crate::actions::{Action, PatchType, Target};
 use crate::kind::{Gvk, KindRegistry};
 use crate::object::ObjectKey;
 use crate::runtime::harness::Harness;
+use crate::source::local::lifecycle;
 
 /// An object's identity in the cluster.
 pub type Id = (Gvk, ObjectKey);
@@ -325,7 +326,7 @@ impl SimCluster {
         let new = match action {
             Action::Event { .. } => return Ok(()),
             Action::Apply { object, status, .. } => {
-                check_preconditions(target, current.as_ref())?;
+                lifecycle::check_preconditions(target, current.as_ref())?;
                 let mut value = match (&current, status) {
                     (Some(v), _) => v.clone(),
                     (None, true) => {
@@ -355,7 +356,7 @@ impl SimCluster {
                         target.kind.plural, target.name
                     )));
                 };
-                check_preconditions(target, Some(&value))?;
+                lifecycle::check_preconditions(target, Some(&value))?;
                 match patch_type {
                     PatchType::Merge => json_patch::merge(&mut value, patch),
                     PatchType::Json => {
@@ -383,7 +384,7 @@ impl SimCluster {
                         target.kind.plural, target.name
                     )));
                 };
-                check_preconditions(target, Some(&value))?;
+                lifecycle::check_preconditions(target, Some(&value))?;
                 let finalizers = value["metadata"]["finalizers"]
                     .as_array()
                     .is_some_and(|f| !f.is_empty());
@@ -501,42 +502,6 @@ pub fn target_matches(kinds: &KindRegistry, text: &str, target: &Target) -> bool
         .resolve(&crate::kind::KindRef::Resource(kind.to_owned()))
         .is_ok_and(|k| k.gvk == target.kind.gvk);
     kind_ok && ns == target.namespace.as_deref() && name == target.name
-}
-
-/// A write's preconditions, as the API server checks them (409).
-fn check_preconditions(target: &Target, stored: Option<&Value>) -> Result<(), ActionError> {
-    let p = &target.preconditions;
-    if p.is_empty() {
-        return Ok(());
-    }
-    let Some(stored) = stored else {
-        return Err(ActionError::Conflict(format!(
-            "{target}: Precondition failed: the object does not exist"
-        )));
-    };
-    let meta = |f: &str| {
-        stored
-            .pointer(&format!("/metadata/{f}"))
-            .and_then(Value::as_str)
-            .unwrap_or("")
-    };
-    if let Some(uid) = &p.uid
-        && uid != meta("uid")
-    {
-        return Err(ActionError::Conflict(format!(
-            "{target}: Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
-            meta("uid")
-        )));
-    }
-    if let Some(rv) = &p.resource_version
-        && rv != meta("resourceVersion")
-    {
-        return Err(ActionError::Conflict(format!(
-            "{target}: the object has been modified; please apply your changes to the latest version and try again (resourceVersion in precondition: {rv}, in object meta: {})",
-            meta("resourceVersion")
-        )));
-    }
-    Ok(())
 }
 
 #[cfg(test)]

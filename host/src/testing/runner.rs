@@ -346,7 +346,8 @@ fn cache_objects(
 fn read_manifests(path: &Path) -> Result<Vec<(PathBuf, Vec<Value>)>, String> {
     let mut files = Vec::new();
     if path.is_dir() {
-        walk(path, &mut files).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        crate::source::local::files::walk(path, &mut files)
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
         files.sort();
     } else if path.is_file() {
         files.push(path.to_owned());
@@ -366,25 +367,6 @@ fn read_manifests(path: &Path) -> Result<Vec<(PathBuf, Vec<Value>)>, String> {
             Ok((f, objects))
         })
         .collect()
-}
-
-fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
-    for entry in std::fs::read_dir(dir)? {
-        let entry = entry?;
-        let path = entry.path();
-        if entry.file_name().to_string_lossy().starts_with('.') {
-            continue;
-        }
-        if path.is_dir() {
-            walk(&path, out)?;
-        } else if path
-            .extension()
-            .is_some_and(|e| e == "yaml" || e == "yml" || e == "json")
-        {
-            out.push(path);
-        }
-    }
-    Ok(())
 }
 
 fn kobject(v: Value) -> Result<ObjectHandle, String> {

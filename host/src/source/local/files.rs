@@ -65,7 +65,7 @@ pub(super) fn fingerprint_file(path: &Path) -> std::io::Result<Option<Fingerprin
 
 /// Every manifest under `dir` (`.yaml`, `.yml`, `.json`), skipping hidden
 /// files and folders (editors' swap files, the cluster's temporary ones).
-pub(super) fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
+pub(crate) fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
     for entry in std::fs::read_dir(dir)? {
         let entry = entry?;
         let path = entry.path();

@@ -174,7 +174,7 @@ pub(super) fn create(v: &mut Value, uid: impl FnOnce() -> String) {
 /// Enforces a write's preconditions as the API server does: a uid or
 /// resourceVersion that differs from the stored object's is a conflict
 /// (the server's 409, with its wording).
-pub(super) fn check_preconditions(
+pub(crate) fn check_preconditions(
     target: &Target,
     stored: Option<&Value>,
 ) -> Result<(), ActionError> {
