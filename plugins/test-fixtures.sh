@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The example plugins' behaviour, pinned by their fixtures and checked with
 # nothing but the kubewasm binary (`kubewasm test`, no cluster): the CI
-# recipe of README.md's "Testing a plugin", run by scripts/test.sh. The
+# recipe of the book's "Testing a plugin", docs/book/src/testing.md, run by scripts/test.sh. The
 # config-replicator's five twins (Rust, JavaScript, Python, C, Go) must pass
 # the same fixtures. Needs the built plugins (plugins/build.sh and
 # plugins/build-languages.sh) and kubewasm ($KUBEWASM, else target/debug's,

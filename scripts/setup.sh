@@ -33,6 +33,9 @@ fi
 # into cargo's bin (6 minutes of CPU cold), pip-audit and the CycloneDX
 # schema validator into a venv of their own (.tools/venv).
 bash scripts/install-supply-chain-tools.sh
+# mdbook, pinned, into cargo's bin (3.7 minutes of CPU cold): test.sh builds
+# and tests the book (docs/book).
+bash scripts/install-mdbook.sh
 # Pinned toolchains of the JavaScript, Python, C and Go plugins (apt,
 # npm from the lock file, pip into plugins/python/.venv; C and Go need only
 # their compiler and kubewasm).

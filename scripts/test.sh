@@ -21,6 +21,12 @@ KUBEWASM_COSIGN_BACKGROUND=1 bash scripts/setup.sh
 bash scripts/supply-chain.sh
 cargo fmt --all --check
 (cd plugins && cargo fmt --all --check)
+# The book (docs/book): it builds, and its Rust samples that can run do
+# (`mdbook test`). Its links are checked by tests/tests/cli.rs
+# (docs_links_resolve) and its generated references by the staleness tests
+# of host/src/reference/ and host/src/main.rs, in `cargo test` below.
+mdbook build docs/book
+mdbook test docs/book
 bash plugins/build.sh
 bash plugins/build-languages.sh
 (cd plugins && cargo clippy --release --target wasm32-wasip2 --workspace -- -D warnings)
@@ -28,7 +34,7 @@ bash plugins/build-languages.sh
 bash plugins/test-languages.sh
 cargo clippy --workspace --all-targets -- -D warnings
 # The example plugins' fixtures through the kubewasm binary alone (the CI
-# recipe of README.md's "Testing a plugin"); the same debug build the
+# recipe of the book's "Testing a plugin", docs/book/src/testing.md); the same debug build the
 # integration tests below run.
 cargo build -p kubewasm --bin kubewasm
 bash plugins/test-fixtures.sh

@@ -267,7 +267,7 @@ impl RunSettings {
             )));
         }
         let mut s: RunSettings = serde_json::from_value(serde_json::Value::Object(rest))
-            .map_err(|e| invalid(format!("{e} (see the README's configuration reference)")))?;
+            .map_err(|e| invalid(format!("{e} (see docs/book/src/config.md)")))?;
         let base = path.parent().unwrap_or(Path::new("."));
         for p in [
             &mut s.plugins,

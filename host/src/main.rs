@@ -83,7 +83,7 @@ enum Command {
 #[command(
     after_help = "A fixture holds a cache (objects, or a folder of manifests), steps (a delta, \
 the initial list, or the next pending retry or requeue) and each step's expected calls: result, \
-actions, Events, logs. Print the format with --schema; see README.md, \"Testing a plugin\"."
+actions, Events, logs. Print the format with --schema; see the book, docs/book/src/testing.md."
 )]
 struct TestArgs {
     /// The plugin component (.wasm).

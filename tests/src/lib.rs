@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 pub mod controlplane;
+pub mod docs;
 pub mod e2e;
 pub mod faultproxy;
 pub mod incluster;

@@ -552,3 +552,23 @@ fn rbac_merges_the_folder_and_plugin_objects_as_the_host_grants_them() {
     );
     assert!(out.stdout.is_empty());
 }
+
+/// The book's and the README's relative links and anchors resolve
+/// (kubewasm_tests::docs has the rules): a chapter moved or a heading
+/// renamed fails here, naming the page, the line and the link.
+#[test]
+fn docs_links_resolve() {
+    let root = repo_root();
+    let pages = kubewasm_tests::docs::pages(&root);
+    assert!(
+        pages.len() > 20,
+        "the book's pages were not found under docs/book/src"
+    );
+    let broken = kubewasm_tests::docs::broken_links(&root, &pages);
+    assert!(
+        broken.is_empty(),
+        "broken links ({}):\n{}",
+        broken.len(),
+        broken.join("\n")
+    );
+}

@@ -1,5 +1,5 @@
 //! The action errors against the real API server: one test per row of the
-//! README's table of action errors that the server can produce (409, a
+//! book's table of action errors (docs/book/src/delivery.md) that the server can produce (409, a
 //! failed JSON-patch test's 422, 404, 401, 403, an invalid request's 4xx),
 //! and 429/5xx through the fault proxy (the API server cannot be told to
 //! refuse writes on demand). Each asserts the `ActionError` the sink
