@@ -85,7 +85,7 @@ impl Environment {
 }
 
 /// Every `run` setting, each optional so that flags and file can merge.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct RunSettings {
     pub plugins: Option<PathBuf>,
@@ -100,6 +100,7 @@ pub struct RunSettings {
     /// new artifact or pull, the least recently used others of either kind
     /// go. One cap, not one per cache: the operator sizes one disk budget.
     #[serde(default, deserialize_with = "de_opt_bytes")]
+    #[schemars(schema_with = "crate::runtime::manifest::size_schema")]
     pub compile_cache_max: Option<u64>,
     /// Where plugins are compiled (default `child`).
     pub compiler: Option<CompilerKind>,
@@ -111,23 +112,29 @@ pub struct RunSettings {
     pub initial_list: Option<InitialList>,
     pub page_size: Option<u32>,
     #[serde(default, with = "humantime_serde")]
+    #[schemars(schema_with = "crate::runtime::manifest::duration_schema")]
     pub poll: Option<Duration>,
     pub dispatch: Option<DispatchSettings>,
     /// Leader election on a Lease (default: on in a Pod, off elsewhere).
     pub leader_elect: Option<bool>,
     #[serde(default, with = "humantime_serde")]
+    #[schemars(schema_with = "crate::runtime::manifest::duration_schema")]
     pub leader_elect_lease_duration: Option<Duration>,
     #[serde(default, with = "humantime_serde")]
+    #[schemars(schema_with = "crate::runtime::manifest::duration_schema")]
     pub leader_elect_renew_deadline: Option<Duration>,
     #[serde(default, with = "humantime_serde")]
+    #[schemars(schema_with = "crate::runtime::manifest::duration_schema")]
     pub leader_elect_retry_period: Option<Duration>,
     pub leader_elect_lease_name: Option<String>,
     pub leader_elect_namespace: Option<String>,
     /// How long SIGTERM waits for in-flight calls and actions.
     #[serde(default, with = "humantime_serde")]
+    #[schemars(schema_with = "crate::runtime::manifest::duration_schema")]
     pub shutdown_grace: Option<Duration>,
     /// `/healthz`, `/readyz` and `/metrics` listen address (`HOST:PORT`,
     /// `:PORT` or `off`); default `0.0.0.0:9090`, off for `untilIdle` runs.
+    #[schemars(with = "Option<String>")]
     pub metrics_addr: Option<MetricsAddr>,
     /// `/metrics` and `/dead-letters` need a Kubernetes bearer token that
     /// may `get` them (TokenReview, then SubjectAccessReview); probes never
@@ -139,6 +146,7 @@ pub struct RunSettings {
     pub ui: Option<bool>,
     /// The web view's listen address (`HOST:PORT`, or `:PORT` on
     /// 127.0.0.1); default `127.0.0.1:9091`.
+    #[schemars(with = "Option<String>")]
     pub ui_addr: Option<UiAddr>,
     /// Host names (or addresses) the web view answers to besides
     /// `localhost` and loopback addresses, e.g. the name of a proxy in
@@ -167,7 +175,7 @@ pub struct RunSettings {
 }
 
 /// Plugins as objects, in the host config (`pluginObjects:`).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct PluginObjectSettings {
     /// `false` turns Plugin objects off (the folder alone serves).
@@ -191,7 +199,7 @@ pub struct PluginObjectSettings {
 }
 
 /// Where plugins are compiled.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub enum CompilerKind {
     /// A child process (`kubewasm __compile`): Cranelift's memory leaves
@@ -206,7 +214,7 @@ fn de_opt_bytes<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error
 }
 
 /// Retry policy of every plugin's queue.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct DispatchSettings {
     /// Failed attempts after which a key is parked as a dead letter (still
@@ -216,15 +224,18 @@ pub struct DispatchSettings {
     /// The first wait before a failed key is tried again (default 100ms);
     /// doubled per failure, with jitter.
     #[serde(default, with = "humantime_serde")]
+    #[schemars(schema_with = "crate::runtime::manifest::duration_schema")]
     pub base_backoff: Option<Duration>,
     /// The longest wait between attempts of one key (default 5m); a key
     /// that reaches it is parked and retried at this interval.
     #[serde(default, with = "humantime_serde")]
+    #[schemars(schema_with = "crate::runtime::manifest::duration_schema")]
     pub max_backoff: Option<Duration>,
     pub unhealthy_after: Option<u64>,
     /// The resync period of subscriptions that set none (WIT 0.2); `0s`
     /// turns those off.
     #[serde(default, with = "humantime_serde")]
+    #[schemars(schema_with = "crate::runtime::manifest::duration_schema")]
     pub default_resync: Option<Duration>,
 }
 

@@ -22,6 +22,7 @@ pub mod pointer;
 pub mod precompile;
 pub mod rbac;
 pub mod redact;
+pub mod reference;
 pub mod reload;
 pub mod runtime;
 pub mod scaffold;

@@ -1065,3 +1065,71 @@ fn main() -> std::process::ExitCode {
         }
     }
 }
+
+/// The command line's reference pages, generated from [`Cli`]: the book's
+/// markdown page and the man pages (docs/man/, `man -l
+/// docs/man/kubewasm-run.1`). Committed, and checked here: a flag added or
+/// changed without regenerating them fails;
+/// `KUBEWASM_REGENERATE=1 cargo test -p kubewasm --bin kubewasm reference`
+/// rewrites them.
+#[cfg(test)]
+mod reference {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use clap::CommandFactory;
+    use kubewasm::reference::{REGENERATE, check_or_write, cli, repo_root};
+
+    const HOW: &str = "cargo test -p kubewasm --bin kubewasm reference";
+
+    #[test]
+    fn cli_page_is_current() {
+        let page = cli::markdown(&super::Cli::command());
+        for expected in [
+            "## kubewasm run",
+            "`--plugins <PLUGINS>`",
+            "`KUBEWASM_PLUGINS`",
+        ] {
+            assert!(page.contains(expected), "{expected} missing:\n{page}");
+        }
+        assert!(!page.contains("__compile"), "a hidden command is listed");
+        check_or_write("docs/book/src/reference/cli.md", page.as_bytes(), HOW).unwrap();
+    }
+
+    #[test]
+    fn man_pages_are_current() {
+        let out = tempfile::tempdir().unwrap();
+        clap_mangen::generate_to(super::Cli::command(), out.path()).unwrap();
+        let mut generated: Vec<(String, Vec<u8>)> = std::fs::read_dir(out.path())
+            .unwrap()
+            .map(|e| {
+                let path = e.unwrap().path();
+                let name = path.file_name().unwrap().to_string_lossy().into_owned();
+                (name, std::fs::read(&path).unwrap())
+            })
+            // The compiler child is the binary's own business.
+            .filter(|(name, _)| !name.contains("__compile"))
+            .collect();
+        generated.sort();
+        let names: Vec<&str> = generated.iter().map(|(n, _)| n.as_str()).collect();
+        assert!(
+            names.contains(&"kubewasm.1") && names.contains(&"kubewasm-run.1"),
+            "{names:?}"
+        );
+        let dir = repo_root().join("docs/man");
+        let regenerate = std::env::var_os(REGENERATE).is_some();
+        for entry in std::fs::read_dir(&dir).into_iter().flatten() {
+            let path = entry.unwrap().path();
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            if !names.contains(&name.as_str()) {
+                assert!(
+                    regenerate,
+                    "docs/man/{name} is no command's page: run `{REGENERATE}=1 {HOW}`"
+                );
+                std::fs::remove_file(&path).unwrap();
+            }
+        }
+        for (name, text) in &generated {
+            check_or_write(&format!("docs/man/{name}"), text, HOW).unwrap();
+        }
+    }
+}

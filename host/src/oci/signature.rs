@@ -419,7 +419,7 @@ fn check_claims(reference: &str, digest: &str, payload: &[u8]) -> Result<(), Sig
 /// A rule of the host config's signature policy, as written
 /// (`pluginObjects.signatures`): modules whose `registry/repository`
 /// starts with `prefix` must carry a signature by one of `keys`.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct SignatureRuleSettings {
     /// A registry (`registry.example.com`), a repository prefix

@@ -26,7 +26,7 @@ pub const NEVER: [&str; 3] = [
 ];
 
 /// The ceiling on sidecars' `grants` (host config `grants`).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
 pub struct GrantCeiling {
     /// Host folders a sidecar may preopen (read-only), each with what is
@@ -37,6 +37,7 @@ pub struct GrantCeiling {
     /// Destinations a sidecar's network grant may name: `host:port` as in
     /// a grant, `*.domain:port` for the names under a domain, CIDR
     /// networks.
+    #[schemars(with = "Vec<String>")]
     pub network: NetworkCeiling,
     /// Whether a sidecar may inherit the host's stdout and stderr (its
     /// output then lands in the host's log stream unmarked).

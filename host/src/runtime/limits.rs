@@ -141,15 +141,17 @@ impl CapCounters {
 /// The host-wide ceiling on what a sidecar's `limits` may ask for (host
 /// config `limits`) and on what its `grants` may open (host config
 /// `grants`). Unset keys keep their defaults.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
 pub struct Ceiling {
     /// Most linear memory per instance (all its memories together) a
     /// sidecar may set.
     #[serde(deserialize_with = "super::manifest::de_bytes")]
+    #[schemars(schema_with = "crate::runtime::manifest::size_schema")]
     pub memory: u64,
     /// Longest call deadline a sidecar may set.
     #[serde(with = "humantime_serde")]
+    #[schemars(schema_with = "crate::runtime::manifest::duration_schema")]
     pub timeout: Duration,
     /// Most live object handles per instance a sidecar may set.
     pub handles: u32,
@@ -159,19 +161,23 @@ pub struct Ceiling {
     pub actions_per_second: u32,
     /// Most log bytes per call a sidecar may set.
     #[serde(deserialize_with = "super::manifest::de_bytes")]
+    #[schemars(schema_with = "crate::runtime::manifest::size_schema")]
     pub log_bytes_per_call: u64,
     /// Most bytes of applied objects and patches per call a sidecar may set.
     #[serde(deserialize_with = "super::manifest::de_bytes")]
+    #[schemars(schema_with = "crate::runtime::manifest::size_schema")]
     pub action_bytes_per_call: u64,
     /// Most instances (threads) of one plugin a sidecar may set.
     pub concurrency: usize,
     /// Most memory one plugin may reserve: its `limits.memory` times its
     /// `limits.concurrency`.
     #[serde(deserialize_with = "super::manifest::de_bytes")]
+    #[schemars(schema_with = "crate::runtime::manifest::size_schema")]
     pub plugin_memory: u64,
     /// Most memory all loaded plugins together may reserve (each its
     /// memory x concurrency); a plugin that would go over does not load.
     #[serde(deserialize_with = "super::manifest::de_bytes")]
+    #[schemars(schema_with = "crate::runtime::manifest::size_schema")]
     pub total_memory: u64,
     /// Most core module instances one plugin instance may create.
     pub instances: usize,

@@ -187,6 +187,28 @@ pub(crate) fn de_bytes<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error>
     }
 }
 
+/// The JSON Schema of a size [`de_bytes`] reads: a byte count, or a
+/// number with a unit.
+pub fn size_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "anyOf": [
+            {"type": "integer", "minimum": 0},
+            {"type": "string", "pattern": "^[0-9]+(Ki|Mi|Gi|K|k|M|G)?$"}
+        ],
+        "description": "A size: bytes, or with a unit (`64Mi`, `1Gi`, `512Ki`, `500K`)"
+    })
+}
+
+/// The JSON Schema of a duration as `humantime` reads it (`250ms`, `1s`,
+/// `5m`, `10h`).
+pub fn duration_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "string",
+        "pattern": "^([0-9]+ *[a-zµ]+ *)+$",
+        "description": "A duration (`250ms`, `1s`, `5m`, `10h`)"
+    })
+}
+
 /// Parses `64Mi`, `1Gi`, `500K`, `1048576`.
 pub fn parse_bytes(s: &str) -> Option<u64> {
     let s = s.trim();

@@ -26,7 +26,9 @@ use crate::informer::{InformerSpec, Source, SourceError, WatchEvent};
 use crate::object::{KObject, ObjectError, StripOptions};
 
 /// How informers fetch their initial state.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum InitialList {
     /// Streaming (watch-list) first; on a server that refuses it, paged
