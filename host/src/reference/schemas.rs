@@ -34,20 +34,27 @@ pub fn all() -> Vec<(&'static str, String)> {
     .collect()
 }
 
-fn generator() -> schemars::SchemaGenerator {
-    SchemaSettings::draft07().into_generator()
+/// `T`'s root schema (draft 7), titled.
+fn root_schema<T: schemars::JsonSchema>(title: &str, description: &str) -> Value {
+    let mut schema = SchemaSettings::draft07()
+        .into_generator()
+        .into_root_schema_for::<T>()
+        .to_value();
+    if let Some(obj) = schema.as_object_mut() {
+        obj.insert("title".into(), json!(title));
+        obj.insert("description".into(), json!(description));
+    }
+    schema
 }
 
 /// The host config file: its settings, plus the header the parser takes out
 /// before decoding them.
 pub fn host_config() -> Value {
-    let mut schema = generator().into_root_schema_for::<RunSettings>().to_value();
+    let mut schema = root_schema::<RunSettings>(
+        "kubewasm host config",
+        "The file `kubewasm run --config` reads (docs/book/src/config.md).",
+    );
     if let Some(obj) = schema.as_object_mut() {
-        obj.insert("title".into(), json!("kubewasm host config"));
-        obj.insert(
-            "description".into(),
-            json!("The file `kubewasm run --config` reads (docs/book/src/config.md)."),
-        );
         if let Some(Value::Object(props)) = obj.get_mut("properties") {
             props.insert("apiVersion".into(), json!({"const": API_VERSION}));
             props.insert("kind".into(), json!({"const": KIND}));
@@ -76,15 +83,11 @@ fn without_null_defaults(schema: &mut Value) {
 
 /// A plugin's sidecar (`NAME.yaml` beside `NAME.wasm`).
 pub fn sidecar() -> Value {
-    let mut schema = generator().into_root_schema_for::<PluginParts>().to_value();
+    let mut schema = root_schema::<PluginParts>(
+        "kubewasm plugin sidecar",
+        "NAME.yaml beside NAME.wasm in the plugin folder (docs/book/src/plugin-folder.md).",
+    );
     if let Some(obj) = schema.as_object_mut() {
-        obj.insert("title".into(), json!("kubewasm plugin sidecar"));
-        obj.insert(
-            "description".into(),
-            json!(
-                "NAME.yaml beside NAME.wasm in the plugin folder (docs/book/src/plugin-folder.md)."
-            ),
-        );
         if let Some(Value::Object(props)) = obj.get_mut("properties") {
             props.remove("module");
         }
