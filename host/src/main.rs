@@ -1095,6 +1095,60 @@ mod reference {
         check_or_write("docs/book/src/reference/cli.md", page.as_bytes(), HOW).unwrap();
     }
 
+    /// The flags in the book's hand-written tables (which say more than
+    /// `--help`) exist, and every flag of `run` is in its chapter: a flag
+    /// renamed, removed or added fails here until the prose follows.
+    #[test]
+    fn the_books_flag_tables_follow_the_cli() {
+        let cli = super::Cli::command();
+        let globals: Vec<String> = cli
+            .get_arguments()
+            .filter_map(|a| a.get_long().map(str::to_owned))
+            .collect();
+        for (chapter, section, command, complete) in [
+            ("running.md", "", "run", true),
+            ("commands.md", "## `kubewasm rbac`", "rbac", false),
+        ] {
+            let text =
+                std::fs::read_to_string(repo_root().join("docs/book/src").join(chapter)).unwrap();
+            let text = match section {
+                "" => text.as_str(),
+                _ => text.split(section).nth(1).unwrap(),
+            };
+            let text = text.split("\n## ").next().unwrap();
+            let sub = cli.find_subcommand(command).unwrap();
+            let flags: Vec<String> = sub
+                .get_arguments()
+                .filter(|a| !a.is_hide_set())
+                .filter_map(|a| a.get_long().map(str::to_owned))
+                .collect();
+            let documented: Vec<&str> = text
+                .lines()
+                .filter_map(|l| l.strip_prefix("| `--"))
+                .map(|l| {
+                    l.split(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
+                        .next()
+                        .unwrap()
+                })
+                .collect();
+            assert!(!documented.is_empty(), "{chapter}: no flag table");
+            for flag in &documented {
+                assert!(
+                    flags.iter().chain(&globals).any(|f| f == flag),
+                    "{chapter} documents --{flag}, which `kubewasm {command}` does not have"
+                );
+            }
+            if complete {
+                for flag in &flags {
+                    assert!(
+                        text.contains(&format!("`--{flag}")),
+                        "`kubewasm {command} --{flag}` is not in {chapter}: add a row to its table"
+                    );
+                }
+            }
+        }
+    }
+
     #[test]
     fn man_pages_are_current() {
         let out = tempfile::tempdir().unwrap();
