@@ -1149,6 +1149,94 @@ mod reference {
         }
     }
 
+    /// The `kubewasm ...` command lines of the book (in `sh` blocks, with
+    /// their indented continuation lines, and in code spans) name commands
+    /// and flags that exist.
+    #[test]
+    fn the_books_command_lines_use_real_flags() {
+        let cli = super::Cli::command();
+        let longs = |cmd: &clap::Command| -> Vec<String> {
+            cmd.get_arguments()
+                .flat_map(|a| {
+                    a.get_long()
+                        .into_iter()
+                        .chain(a.get_all_aliases().unwrap_or_default())
+                        .map(str::to_owned)
+                })
+                .chain(["help".to_owned(), "version".to_owned()])
+                .collect()
+        };
+        let globals = longs(&cli);
+        let mut pages = Vec::new();
+        for dir in ["docs/book/src", "docs/book/src/reference", "docs"] {
+            for entry in std::fs::read_dir(repo_root().join(dir)).unwrap() {
+                let path = entry.unwrap().path();
+                if path.extension().is_some_and(|e| e == "md") && !path.ends_with("cli.md") {
+                    pages.push(path);
+                }
+            }
+        }
+        pages.push(repo_root().join("README.md"));
+        let mut checked = 0;
+        for page in &pages {
+            for line in command_lines(&std::fs::read_to_string(page).unwrap()) {
+                let mut words = line.split_whitespace().skip(1);
+                let name = words.next().unwrap_or("");
+                let sub = cli
+                    .find_subcommand(name)
+                    .unwrap_or_else(|| panic!("{}: `{line}`: no command {name}", page.display()));
+                let known = longs(sub);
+                for word in line.split(|c: char| !(c.is_ascii_alphanumeric() || c == '-')) {
+                    if let Some(flag) = word.strip_prefix("--").filter(|f| !f.is_empty()) {
+                        assert!(
+                            known.iter().chain(&globals).any(|k| k == flag),
+                            "{}: `{line}`: kubewasm {name} has no --{flag}",
+                            page.display()
+                        );
+                    }
+                }
+                checked += 1;
+            }
+        }
+        assert!(checked > 20, "only {checked} command lines found");
+    }
+
+    /// `kubewasm ...` lines of `sh` blocks (joined with their indented
+    /// continuations) and code spans that start with `kubewasm `.
+    fn command_lines(text: &str) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        let (mut shell, mut fenced, mut continuing) = (false, false, false);
+        for line in text.lines() {
+            if let Some(info) = line.strip_prefix("```") {
+                fenced = !fenced;
+                shell = fenced && ["sh", "bash", "console"].contains(&info.trim());
+                continuing = false;
+                continue;
+            }
+            let trimmed = line.trim();
+            if shell {
+                if let Some(rest) = trimmed.strip_prefix("kubewasm ") {
+                    out.push(format!("kubewasm {rest}"));
+                    continuing = true;
+                } else if continuing && line.starts_with(' ') && !trimmed.is_empty() {
+                    if let Some(last) = out.last_mut() {
+                        last.push(' ');
+                        last.push_str(trimmed);
+                    }
+                } else {
+                    continuing = false;
+                }
+            } else if !fenced {
+                for (i, span) in line.split('`').enumerate() {
+                    if i % 2 == 1 && span.starts_with("kubewasm ") {
+                        out.push(span.to_owned());
+                    }
+                }
+            }
+        }
+        out
+    }
+
     #[test]
     fn man_pages_are_current() {
         let out = tempfile::tempdir().unwrap();
