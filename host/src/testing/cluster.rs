@@ -56,6 +56,9 @@ struct State {
     case_failures: Vec<Active>,
     /// The current step's rules, matched before the case's.
     step_failures: Vec<Active>,
+    /// Answer actions without applying them (a recording's server-side
+    /// dry run).
+    dry_run: bool,
     /// The actions of the call being executed, and the position of the
     /// one executing (the executor runs them in order, retrying in place).
     call: Vec<Action>,
@@ -201,6 +204,13 @@ impl SimCluster {
     /// force until the next call of this.
     pub fn set_step_failures(&self, rules: Vec<Failure>) {
         self.state.lock().step_failures = actives(rules);
+    }
+
+    /// Answers actions as it would, without applying them: the cluster
+    /// stays as the steps make it (`dryRun: true`, what `kubewasm record`
+    /// writes: its actions went to the API server as a dry run).
+    pub fn set_dry_run(&self, on: bool) {
+        self.state.lock().dry_run = on;
     }
 
     /// The actions of the call about to be executed.
@@ -454,6 +464,16 @@ impl ActionSink for SimCluster {
             let mut state = self.state.lock();
             match self.simulated(&mut state, action) {
                 Some(e) => Err(e),
+                None if state.dry_run => {
+                    // Checked against a scratch copy, answered, dropped.
+                    let mut scratch = State {
+                        objects: state.objects.clone(),
+                        rv: state.rv,
+                        incarnations: state.incarnations.clone(),
+                        ..State::default()
+                    };
+                    self.apply(&mut scratch, action)
+                }
                 None => self.apply(&mut state, action),
             }
         };
@@ -529,6 +549,54 @@ mod tests {
     async fn run(c: &SimCluster, a: &Action) -> Result<(), ActionError> {
         c.begin_call(std::slice::from_ref(a));
         c.execute("p", a).await
+    }
+
+    /// A dry-run cluster answers as it would (preconditions, not found)
+    /// and keeps what it holds.
+    #[tokio::test]
+    async fn a_dry_run_answers_actions_without_applying_them() {
+        let c = cluster();
+        c.set_dry_run(true);
+        let (id, stored) = c
+            .put(json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "x", "namespace": "a"}, "data": {"k": "1"}}))
+            .unwrap();
+        let apply = |name: &str, v: &str| Action::Apply {
+            target: target(&c, name),
+            object: json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": name, "namespace": "a"}, "data": {"k": v}}),
+            force: true,
+            status: false,
+        };
+        run(&c, &apply("x", "2")).await.unwrap();
+        run(&c, &apply("new", "1")).await.unwrap();
+        let patch = Action::Patch {
+            target: target(&c, "missing"),
+            patch_type: PatchType::Merge,
+            patch: json!({"data": {"k": "2"}}),
+        };
+        assert!(matches!(
+            run(&c, &patch).await,
+            Err(ActionError::NotFound(_))
+        ));
+        let mut stale = target(&c, "x");
+        stale.preconditions = Preconditions {
+            uid: Some("another".into()),
+            resource_version: None,
+        };
+        let delete = Action::Delete {
+            target: stale,
+            propagation: crate::actions::Propagation::Background,
+        };
+        assert!(matches!(
+            run(&c, &delete).await,
+            Err(ActionError::Conflict(_))
+        ));
+        assert_eq!(c.get(&id), Some(stored));
+        assert_eq!(c.objects().len(), 1);
+        c.set_dry_run(false);
+        run(&c, &apply("new", "1")).await.unwrap();
+        assert_eq!(c.objects().len(), 2);
     }
 
     #[tokio::test]

@@ -38,6 +38,12 @@ pub struct Fixture {
     /// The clock of every case that gives none (RFC 3339).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub clock: Option<String>,
+    /// Every case's actions are answered (failures, preconditions, not
+    /// found) but not applied: the cluster changes only by the steps'
+    /// deltas. What `kubewasm record` writes, since its actions went to the
+    /// API server as a server-side dry run and later deltas never saw them.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub dry_run: bool,
     pub cases: Vec<Case>,
 }
 
@@ -76,6 +82,10 @@ pub struct Case {
     /// Simulated API server answers for every step's actions.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub failures: Vec<Failure>,
+    /// This case's actions are answered but not applied (see the file's
+    /// `dryRun`).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub dry_run: bool,
     /// Compare the log lines of every call (`--update` records them).
     #[serde(default, skip_serializing_if = "is_false")]
     pub logs: bool,

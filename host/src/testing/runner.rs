@@ -15,7 +15,7 @@ use super::diff::{self, Ignore};
 use super::fixture::{Call, CallResult, DeltaKind, Fixture, ObjectOrRef, Step};
 use super::outcome;
 use super::plugin::{Instance, PluginUnderTest};
-use crate::actions::executor::{AttemptWait, Executor, ExecutorOptions};
+use crate::actions::executor::{ActionSink, AttemptWait, Executor, ExecutorOptions};
 use crate::dispatch::MAX_REQUEUE_AFTER;
 use crate::dispatch::retry::{Failure, RetryPolicy};
 use crate::informer::DeltaType;
@@ -49,9 +49,9 @@ pub enum Status {
 }
 
 /// A fixture problem found while running: the field, and what to do.
-struct Bad {
-    field: String,
-    message: String,
+pub(super) struct Bad {
+    pub(super) field: String,
+    pub(super) message: String,
 }
 
 fn bad(field: impl Into<String>, message: impl Into<String>) -> Bad {
@@ -70,10 +70,12 @@ struct Pending {
     delta: CallDelta,
 }
 
-/// The state of one case while it runs.
-struct CaseRun<'a> {
-    instance: Instance,
-    cluster: Arc<SimCluster>,
+/// The state of one case while it runs (and of one plugin's recording:
+/// `kubewasm record` drives the plugin through the same steps, with the
+/// real API server's dry run behind the executor).
+pub(super) struct CaseRun<'a> {
+    pub(super) instance: Instance,
+    pub(super) cluster: Arc<SimCluster>,
     executor: Executor,
     rt: &'a tokio::runtime::Runtime,
     harness: crate::runtime::harness::Harness,
@@ -220,30 +222,19 @@ fn run(
         ..Default::default()
     }
     .policy();
-    let executor = {
-        let _entered = rt.enter();
-        let advance = harness.clone();
-        Executor::new(
-            cluster.clone(),
-            ExecutorOptions {
-                attempt_wait: AttemptWait::Virtual(Arc::new(move |d| advance.advance(d))),
-                ..ExecutorOptions::default()
-            },
-        )
-    };
-    instance.sync(&cluster);
-    let mut run = CaseRun {
+    // A dry-run case's cluster answers actions without applying them, as
+    // a recording's API server did (`kubewasm record`).
+    cluster.set_dry_run(fixture.dry_run || case.dry_run);
+    let sink: Arc<dyn ActionSink> = cluster.clone();
+    let mut run = CaseRun::new(
         instance,
         cluster,
-        executor,
+        sink,
         rt,
         harness,
-        plugin: plugin.name.clone(),
+        plugin.name.clone(),
         policy,
-        pending: Vec::new(),
-        seq: 0,
-        calls: 0,
-    };
+    );
     let volatile: Vec<String> = fixture
         .volatile
         .iter()
@@ -375,9 +366,47 @@ fn kobject(v: Value) -> Result<ObjectHandle, String> {
         .map_err(|e| e.to_string())
 }
 
-impl CaseRun<'_> {
+impl<'a> CaseRun<'a> {
+    /// A run of `instance` over `cluster` (its caches' source), its
+    /// actions executed into `sink`; syncs the caches.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn new(
+        instance: Instance,
+        cluster: Arc<SimCluster>,
+        sink: Arc<dyn ActionSink>,
+        rt: &'a tokio::runtime::Runtime,
+        harness: crate::runtime::harness::Harness,
+        plugin: String,
+        policy: RetryPolicy,
+    ) -> Self {
+        let executor = {
+            let _entered = rt.enter();
+            let advance = harness.clone();
+            Executor::new(
+                sink,
+                ExecutorOptions {
+                    attempt_wait: AttemptWait::Virtual(Arc::new(move |d| advance.advance(d))),
+                    ..ExecutorOptions::default()
+                },
+            )
+        };
+        instance.sync(&cluster);
+        Self {
+            instance,
+            cluster,
+            executor,
+            rt,
+            harness,
+            plugin,
+            policy,
+            pending: Vec::new(),
+            seq: 0,
+            calls: 0,
+        }
+    }
+
     /// Runs one step; returns the calls it made.
-    fn step(&mut self, step: &Step) -> Result<Vec<Call>, Bad> {
+    pub(super) fn step(&mut self, step: &Step) -> Result<Vec<Call>, Bad> {
         if let Some(d) = step.advance {
             self.harness.advance(d);
         }

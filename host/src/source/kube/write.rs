@@ -55,6 +55,10 @@ pub struct KubeSink {
     /// Recent Events by series key, to count repeats instead of creating
     /// objects.
     series: parking_lot::Mutex<std::collections::HashMap<SeriesKey, Series>>,
+    /// Every write is sent with `dryRun=All`: the server checks and answers
+    /// it (admission, validation, RBAC, preconditions, conflicts) and
+    /// persists nothing (`kubewasm record`).
+    server_dry_run: bool,
 }
 
 impl std::fmt::Debug for KubeSink {
@@ -78,7 +82,18 @@ impl KubeSink {
             instance: identity.instance().to_owned(),
             seq: AtomicU64::new(0),
             series: parking_lot::Mutex::default(),
+            server_dry_run: false,
         }
+    }
+
+    /// Sends every write as a server-side dry run (`dryRun=All`): answered
+    /// as the server would answer it, nothing persisted. Events are dry-run
+    /// creates too, each a new Event (no series: nothing was stored to
+    /// count on).
+    #[must_use]
+    pub fn server_dry_run(mut self) -> Self {
+        self.server_dry_run = true;
+        self
     }
 
     fn api(&self, target: &Target) -> kube::Api<DynamicObject> {
@@ -134,6 +149,7 @@ impl KubeSink {
             } => {
                 let mut params = PatchParams::apply(&field_manager(plugin));
                 params.force = *force;
+                params.dry_run = self.server_dry_run;
                 let mut object = object.clone();
                 target.preconditions.embed_in(&mut object);
                 let patch = Patch::Apply(&object);
@@ -152,6 +168,7 @@ impl KubeSink {
             } => {
                 let params = PatchParams {
                     field_manager: Some(field_manager(plugin)),
+                    dry_run: self.server_dry_run,
                     ..PatchParams::default()
                 };
                 match patch_type {
@@ -202,6 +219,7 @@ impl KubeSink {
                         uid: p.uid.clone(),
                         resource_version: p.resource_version.clone(),
                     }),
+                    dry_run: self.server_dry_run,
                     ..DeleteParams::default()
                 };
                 let request = self.request(target).delete(&target.name, &params);
@@ -314,7 +332,9 @@ impl KubeSink {
             note: note.to_owned(),
         };
         let now = SystemTime::now();
-        let repeat = {
+        let repeat = if self.server_dry_run {
+            None
+        } else {
             let mut series = self.series.lock();
             series.retain(|_, s| now.duration_since(s.last).unwrap_or_default() < SERIES_WINDOW);
             series.get(&key).map(|s| (s.name.clone(), s.count + 1))
@@ -363,12 +383,15 @@ impl KubeSink {
         self.send(request.create(
             &PostParams {
                 field_manager: Some(field_manager(plugin)),
-                ..PostParams::default()
+                dry_run: self.server_dry_run,
             },
             body,
         ))
         .await
         .map_err(|f| classify_request(&what, f))?;
+        if self.server_dry_run {
+            return Ok(());
+        }
         let mut series = self.series.lock();
         if series.len() >= SERIES_CAPACITY {
             // Full: forget the oldest half rather than grow.
