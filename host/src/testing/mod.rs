@@ -17,6 +17,7 @@ pub mod fixture;
 pub mod junit;
 pub mod outcome;
 pub mod plugin;
+pub mod record;
 pub mod runner;
 pub mod update;
 

@@ -405,6 +405,16 @@ impl<'a> CaseRun<'a> {
         }
     }
 
+    /// The virtual clock.
+    pub(super) fn harness_now(&self) -> SystemTime {
+        self.harness.now()
+    }
+
+    /// When the earliest pending retry or requeue is due.
+    pub(super) fn next_due(&self) -> Option<SystemTime> {
+        self.pending.iter().map(|p| p.due).min()
+    }
+
     /// Runs one step; returns the calls it made.
     pub(super) fn step(&mut self, step: &Step) -> Result<Vec<Call>, Bad> {
         if let Some(d) = step.advance {
