@@ -184,8 +184,10 @@ fn record(rt: &tokio::runtime::Runtime, args: RecordArgs) -> anyhow::Result<()> 
     let mut signal = ShutdownSignal::install();
     rt.spawn(async move {
         signal.recv().await;
-        tracing::info!("signal received: stopping the recording and writing what was recorded");
+        // Cancelled before anything else: a log line written to a closed
+        // stderr must not keep the recording going.
         on_signal.cancel();
+        tracing::info!("signal received: stopping the recording and writing what was recorded");
     });
     let results = record::run(rt, &opts, &cancel)?;
     let mut failed = Vec::new();

@@ -910,3 +910,113 @@ async fn a_recordings_retries_and_requeues_are_pending_steps_that_replay() {
     );
     assert_eq!(out.status.code(), Some(0), "{}\n{written}", text(&out));
 }
+
+/// SIGTERM stops a recording early, and what was recorded is written
+/// (exit 0).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_stops_a_recording_and_writes_it() {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::{Api, PostParams};
+    use kubewasm_tests::controlplane::ControlPlane;
+    use kubewasm_tests::e2e::namespace;
+    use std::io::BufRead;
+
+    let cp = tokio::task::spawn_blocking(ControlPlane::shared)
+        .await
+        .unwrap();
+    let client = cp.admin_client().await;
+    let ns = format!("rec-term-{}", run_id());
+    namespace(&client, &ns, serde_json::json!({})).await;
+    let cm: ConfigMap = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "settings", "namespace": &ns, "labels": {"kubewasm.io/replicate": "true"}},
+        "data": {"k": "v"}
+    }))
+    .unwrap();
+    Api::<ConfigMap>::namespaced(client.clone(), &ns)
+        .create(&PostParams::default(), &cm)
+        .await
+        .unwrap();
+    let plugins = plugin_folder(
+        &plugin_artifacts().join("config_replicator.wasm"),
+        "config_replicator",
+        &format!(
+            "access:\n  - {{kinds: [configmaps], verbs: [read, apply, delete], namespaces: [{ns}]}}\n  - {{kinds: [namespaces], verbs: [read]}}\n"
+        ),
+    );
+    let out_dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(kubewasm_bin())
+        .arg("record")
+        .arg("--kubeconfig")
+        .arg(cp.admin_kubeconfig())
+        .arg("--plugins")
+        .arg(plugins.path())
+        .arg("--out")
+        .arg(out_dir.path())
+        .args(["--duration", "10m", "--log-format", "json", "--cache-dir"])
+        .arg(shared_cache())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let started = Instant::now();
+    // Its log read to the end (a closed stderr would fail its writes), the
+    // recording's start told on a channel.
+    let (started_tx, started_rx) = std::sync::mpsc::channel();
+    let log = std::thread::spawn(move || {
+        let mut seen = String::new();
+        for line in std::io::BufReader::new(stderr).lines() {
+            let line = line.unwrap();
+            if line.contains("caches listed; recording") {
+                let _ = started_tx.send(());
+            }
+            seen.push_str(&line);
+            seen.push('\n');
+        }
+        seen
+    });
+    let recording = tokio::task::spawn_blocking(move || started_rx.recv().is_ok())
+        .await
+        .unwrap();
+    assert!(
+        recording,
+        "the recording never started:\n{}",
+        log.join().unwrap()
+    );
+    rustix::process::kill_process(
+        rustix::process::Pid::from_child(&child),
+        rustix::process::Signal::TERM,
+    )
+    .unwrap();
+    let out = tokio::task::spawn_blocking(move || child.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    let report = format!("{}{}", text(&out), log.join().unwrap());
+    assert_eq!(out.status.code(), Some(0), "{report}");
+    assert!(
+        report.contains("signal received: stopping the recording"),
+        "{report}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(120),
+        "stopped only after {:?}",
+        started.elapsed()
+    );
+    let written = std::fs::read_to_string(out_dir.path().join("config_replicator.yaml")).unwrap();
+    let doc: serde_json::Value = serde_yaml_ng::from_str(&written).unwrap();
+    assert_eq!(
+        doc["cases"][0]["steps"][0]["initialList"], true,
+        "{written}"
+    );
+    assert!(
+        doc["cache"]["objects"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|o| o["metadata"]["name"] == "settings"
+                && o["metadata"]["namespace"] == ns.as_str()),
+        "{written}"
+    );
+}
