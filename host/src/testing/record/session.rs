@@ -7,7 +7,7 @@
 //! the API server as server-side dry runs; each refusal is kept as the
 //! step's `failures`, each call as its `expect`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -21,6 +21,7 @@ use super::{RecordError, Stop, scrub};
 use crate::actions::executor::{ActionSink, ExecutorOptions};
 use crate::informer::InformerSpec;
 use crate::kind::KindRegistry;
+use crate::object::{KObject, StripOptions};
 use crate::redact::Redactor;
 use crate::source::kube::KubeSink;
 use crate::testing::cluster::{Id, SimCluster};
@@ -65,6 +66,10 @@ struct Tape<'r, 'a> {
     kinds: KindRegistry,
     plugin: String,
     sidecar: Option<PathBuf>,
+    /// The informer specs watched, by the index their events carry.
+    specs: Vec<InformerSpec>,
+    /// Specs being relisted, with the objects listed so far.
+    relisting: HashMap<usize, HashSet<Id>>,
     steps: Vec<Step>,
     clock0: SystemTime,
     synced: Instant,
@@ -152,6 +157,7 @@ pub(super) fn record(plugin: &mut PluginUnderTest, ctx: &Context) -> Result<Reco
                 }
             }
             Seen::ListDone => done[i] = true,
+            Seen::Listing => {}
             Seen::Failed(message) => {
                 return Err(RecordError::Watch {
                     plugin: name.clone(),
@@ -180,6 +186,7 @@ pub(super) fn record(plugin: &mut PluginUnderTest, ctx: &Context) -> Result<Reco
         name.clone(),
         policy,
     );
+    let informers = specs.len();
     let mut tape = Tape {
         run,
         capture,
@@ -187,12 +194,14 @@ pub(super) fn record(plugin: &mut PluginUnderTest, ctx: &Context) -> Result<Reco
         kinds,
         plugin: name.clone(),
         sidecar: crate::runtime::Manifest::sidecar_path(&path),
+        specs,
+        relisting: HashMap::new(),
         steps: Vec::new(),
         clock0,
         synced: Instant::now(),
         ctx,
     };
-    tracing::info!(plugin = %name, objects = objects.len(), informers = specs.len(), "caches listed; recording");
+    tracing::info!(plugin = %name, objects = objects.len(), informers, "caches listed; recording");
     tape.record(
         Step {
             name: Some("the initial list".into()),
@@ -263,9 +272,9 @@ impl Tape<'_, '_> {
             let seen = match got {
                 None | Some(Ok(None)) => return Ok(()),
                 Some(Err(_)) => continue,
-                Some(Ok(Some((_, seen)))) => seen,
+                Some(Ok(Some(seen))) => seen,
             };
-            if self.seen(seen)? {
+            if self.seen(seen.0, seen.1)? {
                 last = Instant::now();
             }
         }
@@ -277,13 +286,19 @@ impl Tape<'_, '_> {
         self.clock0 + Duration::from_millis(u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX))
     }
 
-    /// One watch event as a step; false when it changes nothing the cache
-    /// does not already hold.
-    fn seen(&mut self, seen: Seen) -> Result<bool, RecordError> {
+    /// One event of spec `spec`'s watch as a step; false when it changes
+    /// nothing the cache does not already hold. A relist (the watch could
+    /// not resume) is an update of what changed, and a delete, its final
+    /// state unknown, of what the list no longer holds.
+    fn seen(&mut self, spec: usize, seen: Seen) -> Result<bool, RecordError> {
         let (mut object, deleted) = match seen {
             Seen::Listed(v) | Seen::Applied(v) => (v, false),
             Seen::Deleted(v) => (v, true),
-            Seen::ListDone => return Ok(false),
+            Seen::Listing => {
+                self.relisting.insert(spec, HashSet::new());
+                return Ok(false);
+            }
+            Seen::ListDone => return self.relisted(spec),
             Seen::Failed(message) => {
                 tracing::warn!(plugin = %self.plugin, error = %message, "watch failed; retrying");
                 return Ok(false);
@@ -294,6 +309,9 @@ impl Tape<'_, '_> {
         let Ok(id) = cluster.id_of(&object) else {
             return Ok(false);
         };
+        if !deleted && let Some(listed) = self.relisting.get_mut(&spec) {
+            listed.insert(id.clone());
+        }
         let stored = cluster.get(&id);
         let delta = match (&stored, deleted) {
             (None, true) => return Ok(false),
@@ -306,25 +324,71 @@ impl Tape<'_, '_> {
             (Some(_), false) => DeltaKind::Updated,
             (None, false) => DeltaKind::Added,
         };
+        let Value::Object(map) = object else {
+            return Ok(false);
+        };
+        self.deliver(delta, map, false)?;
+        Ok(true)
+    }
+
+    /// The end of spec `spec`'s relist: what its cache held and the list
+    /// did not is deleted, final state unknown.
+    fn relisted(&mut self, spec: usize) -> Result<bool, RecordError> {
+        let Some(listed) = self.relisting.remove(&spec) else {
+            return Ok(false);
+        };
+        let instance = &self.run.instance;
+        let Some(pair) = instance
+            .pairs
+            .iter()
+            .position(|(s, _)| *s == self.specs[spec])
+        else {
+            return Ok(false);
+        };
+        let gone: Vec<_> = self
+            .run
+            .cluster
+            .objects()
+            .into_iter()
+            .filter(|(id, v)| {
+                !listed.contains(id)
+                    && KObject::from_value(v.clone(), StripOptions::default())
+                        .is_ok_and(|o| instance.pair_selects(pair, &o))
+            })
+            .collect();
+        let any = !gone.is_empty();
+        for (_, v) in gone {
+            if let Value::Object(map) = v {
+                self.deliver(DeltaKind::Deleted, map, true)?;
+            }
+        }
+        Ok(any)
+    }
+
+    /// Records a delta step of `object`, after the wall-clock time since
+    /// the last step.
+    fn deliver(
+        &mut self,
+        delta: DeltaKind,
+        object: serde_json::Map<String, Value>,
+        final_state_unknown: bool,
+    ) -> Result<(), RecordError> {
         let advance = self
             .virtual_now()
             .duration_since(self.run.harness_now())
             .ok()
             .filter(|d| !d.is_zero());
-        let Value::Object(map) = object else {
-            return Ok(false);
-        };
-        let written = scrub::object(&self.redactor, &Value::Object(map.clone()));
+        let written = scrub::object(&self.redactor, &Value::Object(object.clone()));
         self.record(
             Step {
                 advance,
                 delta: Some(delta),
-                object: Some(ObjectOrRef::Object(map)),
+                object: Some(ObjectOrRef::Object(object)),
+                final_state_unknown,
                 ..Step::default()
             },
             Some(written),
-        )?;
-        Ok(true)
+        )
     }
 
     /// Runs `step` and keeps it as written: `object` (redacted) in place of

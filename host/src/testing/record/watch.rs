@@ -15,6 +15,8 @@ use crate::informer::InformerSpec;
 /// What a watch reported.
 #[derive(Debug)]
 pub enum Seen {
+    /// A (re)list begins (after the first: the watch could not resume).
+    Listing,
     /// An object of the (re)list.
     Listed(Value),
     /// The spec's (re)list is complete.
@@ -59,7 +61,7 @@ pub fn start(
                 };
                 let Some(next) = next else { return };
                 let seen = match next {
-                    Ok(watcher::Event::Init) => continue,
+                    Ok(watcher::Event::Init) => Ok(Seen::Listing),
                     Ok(watcher::Event::InitApply(o)) => {
                         to_value(o, &api_version, &kind).map(Seen::Listed)
                     }
