@@ -608,6 +608,17 @@ impl<K: Clone + Eq + Hash> KeyedQueue<K> {
         self.in_flight
     }
 
+    /// Whether `key` has a delete waiting behind its current flight: the
+    /// object it names is gone, whatever the cache holds under its name
+    /// now (a recreation that kept the uid, as a manifest's `uid:` does).
+    pub fn delete_pending(&self, key: &K) -> bool {
+        self.entries.get(key).is_some_and(|e| {
+            e.pending
+                .iter()
+                .any(|i| i.delta.dtype == DeltaType::Deleted)
+        })
+    }
+
     /// Nothing to settle: no pending item that counts as activity (a
     /// parked key's does not) and no call in flight.
     pub fn is_idle(&self) -> bool {

@@ -38,9 +38,15 @@ fn configmaps() -> KindInfo {
 }
 
 fn cm(name: &str, rv: u32, data: &str) -> KObject {
+    cm_uid(name, name, rv, data)
+}
+
+/// [`cm`] with its own uid (the API server gives a recreated object a new
+/// one).
+fn cm_uid(name: &str, uid: &str, rv: u32, data: &str) -> KObject {
     KObject::from_value(
         serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": name, "namespace": "n", "resourceVersion": rv.to_string(), "uid": name},
+            "metadata": {"name": name, "namespace": "n", "resourceVersion": rv.to_string(), "uid": uid},
             "data": {"v": data}}),
         StripOptions::default(),
     )
@@ -626,8 +632,10 @@ proptest::proptest! {
             };
             let mut rv = 1u32;
             let mut state: [Option<u32>; 3] = [Some(1), None, None];
+            // Each key's incarnation: a recreated object gets a new uid.
+            let mut incarnation = [0u32; 3];
             w.events.send(Ok(WatchEvent::Init)).unwrap();
-            w.events.send(Ok(WatchEvent::InitApply(cm("k0", 1, "x")))).unwrap();
+            w.events.send(Ok(WatchEvent::InitApply(cm_uid("k0", "k0-0", 1, "x")))).unwrap();
             w.events.send(Ok(WatchEvent::InitDone)).unwrap();
             let mut v = w.start(0);
             v.dispatcher.start_when_synced(vec![v.handle.informer.clone()]);
@@ -641,11 +649,16 @@ proptest::proptest! {
                         let slot = &mut state[k as usize];
                         match slot {
                             Some(_) if rv.is_multiple_of(4) => {
-                                w.events.send(Ok(WatchEvent::Delete(cm(&name, rv, "gone")))).unwrap();
+                                let uid = format!("{name}-{}", incarnation[k as usize]);
+                                w.events.send(Ok(WatchEvent::Delete(cm_uid(&name, &uid, rv, "gone")))).unwrap();
                                 *slot = None;
                             }
                             _ => {
-                                w.events.send(Ok(WatchEvent::Apply(cm(&name, rv, &rv.to_string())))).unwrap();
+                                if slot.is_none() {
+                                    incarnation[k as usize] += 1;
+                                }
+                                let uid = format!("{name}-{}", incarnation[k as usize]);
+                                w.events.send(Ok(WatchEvent::Apply(cm_uid(&name, &uid, rv, &rv.to_string())))).unwrap();
                                 *slot = Some(rv);
                             }
                         }

@@ -87,18 +87,27 @@ pub(super) fn run<H: Handler + ?Sized>(
     }
 }
 
-/// Level-triggered retries and requeues: the object's current cached state
-/// replaces the one of the failed attempt (an update keeps the old object
-/// the plugin last saw). False when the object is gone or was recreated
-/// under its name: that delete (and add) reach the queue by themselves.
+/// Level-triggered delivery: the object's current cached state replaces
+/// the one the delta carried (an update keeps the old object the plugin
+/// last saw). Every add, update, resync, retry and requeue reads it, not
+/// only retries: the cache runs ahead of the queue (the informer stores an
+/// event before the intake queues it), so a retry that read the cache and
+/// a delta queued behind it would otherwise deliver a newer state before an
+/// older one. False when the object is gone or was recreated under its
+/// name: that delete (and add) reach the queue by themselves. A recreation
+/// is told by a new uid, or by a delete of the key already queued behind
+/// this item (the cache may hold the recreated object under the same uid:
+/// delivering it now would put it before that delete).
 fn refresh(shared: &Shared, key: &Key, item: &mut Item) -> bool {
-    let fresh_needed = (item.attempts > 0 || item.delta.requeued)
-        && matches!(
-            item.delta.dtype,
-            DeltaType::Added | DeltaType::Updated | DeltaType::Resync
-        );
+    let fresh_needed = matches!(
+        item.delta.dtype,
+        DeltaType::Added | DeltaType::Updated | DeltaType::Resync
+    );
     if !fresh_needed {
         return true;
+    }
+    if shared.queue.lock().delete_pending(key) {
+        return false;
     }
     let Some(sub) = shared.sub(key.0) else {
         return true;
