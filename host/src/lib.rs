@@ -10,6 +10,8 @@ pub mod crd;
 pub mod dispatch;
 pub mod informer;
 pub mod kind;
+#[cfg(test)]
+mod layering;
 pub mod leader;
 pub mod lru_files;
 pub mod manager;

@@ -22,9 +22,9 @@ use tokio_util::task::TaskTracker;
 
 use super::Action;
 use super::executor::{ActionError, ExecutorStats, Runner};
+use super::internal_events::EventsDropped;
 use crate::activity::Activity;
 use crate::telemetry::ActionCounters;
-use crate::telemetry::events::EventsDropped;
 
 /// How often a plugin's dropped-Events warning repeats, at most.
 const WARN_EVERY: Duration = Duration::from_secs(10);

@@ -24,12 +24,12 @@ use tokio_util::sync::CancellationToken;
 
 use super::Action;
 use super::events::EventQueue;
+use super::internal_events::{
+    ActionApplied, ActionConflict, ActionFailed, ActionRetrying, EventNotRecorded,
+};
 use super::rate::ActionRate;
 use crate::activity::Activity;
 use crate::leader::Leadership;
-use crate::telemetry::events::{
-    ActionApplied, ActionConflict, ActionFailed, ActionRetrying, EventNotRecorded,
-};
 use crate::telemetry::feed::FeedRecord;
 use crate::telemetry::metrics::Outcome;
 use crate::telemetry::{ActionCounters, Telemetry};

@@ -3,6 +3,7 @@
 
 pub mod events;
 pub mod executor;
+pub mod internal_events;
 pub mod rate;
 
 use std::sync::Arc;

@@ -27,6 +27,7 @@
 
 pub mod dead;
 mod intake;
+pub mod internal_events;
 pub mod latency;
 pub mod queue;
 pub mod retry;

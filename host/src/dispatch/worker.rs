@@ -10,13 +10,13 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use super::intake::push;
+use super::internal_events::{DeltaDead, DeltaRetrying, PluginUnhealthy};
 use super::queue::{Item, KeyedQueue, Retry};
 use super::retry::Failure;
 use super::{Handler, Key, Shared, dead};
 use crate::actions::executor::ActionError;
 use crate::informer::DeltaType;
 use crate::runtime::{CallDelta, CallError, Handled};
-use crate::telemetry::events::{DeltaDead, DeltaRetrying, PluginUnhealthy};
 use crate::telemetry::feed::FeedRecord;
 
 /// The longest requeue-after honoured (a day): a longer one is a bug in the

@@ -5,6 +5,7 @@
 //! This is client-go's Reflector + DeltaFIFO + SharedIndexInformer in one
 //! task per informer; the per-plugin queueing lives in `dispatch`.
 
+pub mod internal_events;
 pub mod selector;
 pub mod store;
 
@@ -22,10 +23,8 @@ use tokio_util::task::TaskTracker;
 use crate::activity::Activity;
 use crate::kind::KindInfo;
 use crate::object::{KObject, ObjectError, ObjectHandle};
-use crate::telemetry::events::{
-    InformerForbidden, Relisted, WatchFailed, WatchResumed, WatchStalled,
-};
 use crate::telemetry::{InformerCounters, Telemetry};
+use internal_events::{InformerForbidden, Relisted, WatchFailed, WatchResumed, WatchStalled};
 pub use store::{Snapshot, Store};
 
 /// What one informer lists and watches.

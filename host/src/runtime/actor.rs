@@ -13,13 +13,13 @@ use wasmtime::component::Resource;
 use super::bindings::{v0_1, v0_2};
 use super::engine::EPOCH_TICK;
 use super::host::{HostState, PluginScope};
+use super::internal_events::PluginLimitExceeded;
 use super::limits::CallCaps;
 use super::{Pre, Prepared, Registration};
 use crate::actions::Action;
 use crate::informer::DeltaType;
 use crate::kind::Gvk;
 use crate::object::ObjectHandle;
-use crate::telemetry::events::PluginLimitExceeded;
 
 /// Why a call did not succeed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -13,6 +13,7 @@ pub mod engine;
 pub mod grants;
 pub mod harness;
 pub mod host;
+pub mod internal_events;
 pub mod language;
 pub mod limits;
 pub mod manifest;

@@ -29,7 +29,6 @@ use tokio_util::sync::CancellationToken;
 
 use super::Telemetry;
 use super::auth::Authenticator;
-use super::events::{MetricsListening, UiListening};
 use super::metrics::CONTENT_TYPE;
 use super::ui::{AllowedHosts, UiAddr};
 
@@ -290,6 +289,37 @@ async fn metrics(State(t): State<Telemetry>) -> Response {
             format!("cannot encode metrics: {e}\n"),
         )
             .into_response(),
+    }
+}
+
+/// The metrics and health listener is up.
+#[derive(Debug)]
+pub struct MetricsListening {
+    pub addr: std::net::SocketAddr,
+    /// `/metrics` and `/dead-letters` need a bearer token (`--metrics-auth`).
+    pub auth: bool,
+}
+
+impl MetricsListening {
+    pub fn emit(self) {
+        tracing::info!(addr = %self.addr, auth = self.auth, "metrics listening");
+    }
+}
+
+/// The web view's listener is up.
+#[derive(Debug)]
+pub struct UiListening {
+    pub addr: std::net::SocketAddr,
+}
+
+impl UiListening {
+    pub fn emit(self) {
+        let url = format!("http://{}/ui", self.addr);
+        if self.addr.ip().is_loopback() {
+            tracing::info!(url = %url, "web view serving");
+        } else {
+            tracing::warn!(url = %url, "web view serving on a non-loopback address: whoever reaches it sees the host's plugins, caches and feed (Secrets redacted); list the names clients use with --ui-allowed-host");
+        }
     }
 }
 

@@ -38,7 +38,7 @@ impl HostView for AppView {
             match i.forbidden() {
                 // Refused by RBAC: its plugins are broken until granted.
                 Some(f) => {
-                    let why = super::events::forbidden_reason(i.spec(), f.verb);
+                    let why = crate::informer::internal_events::forbidden_reason(i.spec(), f.verb);
                     let plugins = i.subscriber_names();
                     if plugins.is_empty() {
                         unsynced.push(format!("informer {}: {why}", i.spec()));
@@ -92,7 +92,7 @@ impl AppView {
         let mut out = BTreeMap::new();
         for i in self.host.informers().informers() {
             if let Some(f) = i.forbidden() {
-                let why = super::events::forbidden_reason(i.spec(), f.verb);
+                let why = crate::informer::internal_events::forbidden_reason(i.spec(), f.verb);
                 for p in i.subscriber_names() {
                     out.entry(p).or_insert_with(|| why.clone());
                 }

@@ -8,6 +8,8 @@
 //! `kubewasm compile` users, editors and ConfigMap volumes ship files), so
 //! it is scanned at once: a precompiled plugin swaps in within milliseconds.
 
+pub mod internal_events;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -25,7 +27,7 @@ use crate::origin::Origin;
 use crate::runtime::manifest::ManifestError;
 use crate::runtime::{Content, LoadError, Manifest};
 use crate::telemetry::Telemetry;
-use crate::telemetry::events::{PluginLoadFailed, PluginLoaded};
+use internal_events::{PluginLoadFailed, PluginLoaded};
 
 #[derive(Debug, thiserror::Error)]
 pub enum DirError {
