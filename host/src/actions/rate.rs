@@ -13,6 +13,8 @@ use parking_lot::Mutex;
 use prometheus_client::metrics::counter::Counter;
 use tokio_util::sync::CancellationToken;
 
+use crate::telemetry::Metrics;
+
 /// How often a throttled plugin's warning repeats, at most.
 const WARN_EVERY: Duration = Duration::from_secs(10);
 
@@ -108,6 +110,14 @@ impl ActionRate {
             actions_per_second = self.per_second,
             "plugin's actions are throttled at its limits.actionsPerSecond; its deltas wait meanwhile (raise it in the plugin's sidecar if the API server can take more)"
         );
+    }
+}
+
+impl Metrics {
+    /// Plugin `plugin`'s action budget of `per_second`, counted.
+    pub fn action_rate(&self, plugin: &str, per_second: u32) -> ActionRate {
+        let (throttled, waited) = self.throttle_counters(plugin);
+        ActionRate::new(per_second, throttled, waited)
     }
 }
 

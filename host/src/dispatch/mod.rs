@@ -26,6 +26,7 @@
 //! cache); losing leadership drops everything queued and every timer.
 
 pub mod dead;
+mod figures;
 mod intake;
 pub mod internal_events;
 pub mod latency;

@@ -123,6 +123,28 @@ pub enum DeltaType {
     Synced,
 }
 
+impl DeltaType {
+    /// This type's slot in the metrics' `type` labels
+    /// ([`crate::telemetry::metrics::DELTA_TYPES`]).
+    pub fn metric_slot(self) -> usize {
+        match self {
+            DeltaType::Added => 0,
+            DeltaType::Updated => 1,
+            DeltaType::Deleted => 2,
+            DeltaType::Resync => 3,
+            DeltaType::Synced => 4,
+        }
+    }
+}
+
+impl InformerCounters {
+    /// Counts one delta produced by the informer.
+    #[inline]
+    pub fn delta(&self, dtype: DeltaType) {
+        self.delta_at(dtype.metric_slot());
+    }
+}
+
 /// One change of one informer.
 #[derive(Debug, Clone)]
 pub struct Delta {

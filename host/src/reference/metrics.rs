@@ -9,7 +9,7 @@ use std::fmt::Write;
 use std::sync::Arc;
 
 use crate::dispatch::PluginStats;
-use crate::telemetry::metrics::{CacheSample, HostView, LeaderFlag, Metrics};
+use crate::telemetry::metrics::{CacheSample, HostView, LeaderFlag, Metrics, PluginFigures};
 
 struct OnePlugin(Arc<PluginStats>);
 
@@ -17,7 +17,7 @@ impl HostView for OnePlugin {
     fn not_ready(&self) -> Vec<String> {
         Vec::new()
     }
-    fn plugins(&self) -> Vec<(String, Arc<PluginStats>)> {
+    fn plugins(&self) -> Vec<(String, Arc<dyn PluginFigures>)> {
         vec![("p".into(), self.0.clone())]
     }
     fn caches(&self) -> Vec<CacheSample> {

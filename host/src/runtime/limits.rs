@@ -15,6 +15,7 @@ use serde::Deserialize;
 
 use super::grants::GrantCeiling;
 use super::manifest::{Limits, MAX_CONCURRENCY};
+use crate::telemetry::Metrics;
 
 /// A per-plugin cap that fails the call when exceeded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -458,6 +459,13 @@ pub fn plugin_memory(limits: &Limits) -> u64 {
     limits
         .memory
         .saturating_mul(u64::try_from(limits.concurrency).unwrap_or(u64::MAX))
+}
+
+impl Metrics {
+    /// Handles for plugin `plugin`'s calls failed on a cap.
+    pub fn plugin_caps(&self, plugin: &str) -> CapCounters {
+        CapCounters::new(Cap::ALL.map(|cap| self.limit_exceeded(plugin, cap.label())))
+    }
 }
 
 #[cfg(test)]

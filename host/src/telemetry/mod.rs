@@ -141,19 +141,6 @@ impl Telemetry {
         }
     }
 
-    /// Every plugin's dead letters (`GET /dead-letters`), by plugin name,
-    /// oldest failure first; empty before a host is attached.
-    pub fn dead_letters(&self) -> Vec<crate::dispatch::DeadLetterRecord> {
-        let view = self.inner.view.read().clone();
-        view.map(|v| {
-            v.plugins()
-                .iter()
-                .flat_map(|(_, s)| s.dead_letters.lock().records())
-                .collect()
-        })
-        .unwrap_or_default()
-    }
-
     /// `Ok` while every core task runs (or ended because it was asked to).
     pub fn liveness(&self) -> Result<(), Vec<String>> {
         let dead = self.inner.dead.lock();

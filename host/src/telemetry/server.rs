@@ -266,7 +266,7 @@ async fn readyz(State(t): State<Telemetry>) -> Response {
 }
 
 async fn dead_letters(State(t): State<Telemetry>) -> Response {
-    match serde_json::to_string(&t.dead_letters()) {
+    match serde_json::to_string(&super::ui::dead_letters(&t)) {
         Ok(body) => (
             StatusCode::OK,
             [(header::CONTENT_TYPE, "application/json")],

@@ -165,6 +165,14 @@ pub trait UiSource: Send + Sync + 'static {
     fn informers(&self) -> Vec<InformerRow>;
     /// The read-only view of the informer [`InformerRow::id`] names.
     fn cache(&self, id: &str) -> Option<CacheView>;
+    /// Every plugin's dead letters, by plugin name, oldest failure first.
+    fn dead_letters(&self) -> Vec<DeadLetterRecord>;
+}
+
+/// Every plugin's dead letters (`GET /dead-letters`, the page's table), by
+/// plugin name, oldest failure first; empty before a host is attached.
+pub fn dead_letters(t: &Telemetry) -> Vec<DeadLetterRecord> {
+    t.ui_source().map(|s| s.dead_letters()).unwrap_or_default()
 }
 
 /// The `state` event.
@@ -184,7 +192,7 @@ pub struct UiState {
 /// at the previous one, for their rates.
 async fn state(t: &Telemetry, last: &mut Option<(Instant, HashMap<String, u64>)>) -> UiState {
     let mut out = UiState {
-        dead_letters: t.dead_letters(),
+        dead_letters: dead_letters(t),
         not_ready: t.readiness().err().unwrap_or_default(),
         pages: t.feed().watchers(),
         ..UiState::default()

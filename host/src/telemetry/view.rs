@@ -9,12 +9,12 @@ use std::sync::atomic::Ordering;
 
 use futures::future::BoxFuture;
 
-use crate::dispatch::PluginStats;
+use crate::dispatch::DeadLetterRecord;
 use crate::informer::CacheView;
 use crate::manager::PluginHost;
 use crate::reload::PluginDir;
 
-use super::metrics::{CacheSample, HostView};
+use super::metrics::{CacheSample, HostView, PluginFigures};
 use super::ui::{InformerRow, PluginRow, UiSource};
 
 /// A [`HostView`] over a plugin host and its folder.
@@ -58,8 +58,12 @@ impl HostView for AppView {
         reasons
     }
 
-    fn plugins(&self) -> Vec<(String, Arc<PluginStats>)> {
-        self.host.stats().into_iter().collect()
+    fn plugins(&self) -> Vec<(String, Arc<dyn PluginFigures>)> {
+        self.host
+            .stats()
+            .into_iter()
+            .map(|(name, s)| (name, s as Arc<dyn PluginFigures>))
+            .collect()
     }
 
     fn caches(&self) -> Vec<CacheSample> {
@@ -103,6 +107,14 @@ impl AppView {
 }
 
 impl UiSource for AppView {
+    fn dead_letters(&self) -> Vec<DeadLetterRecord> {
+        self.host
+            .stats()
+            .into_values()
+            .flat_map(|s| s.dead_letters.lock().records())
+            .collect()
+    }
+
     fn plugins(&self) -> BoxFuture<'_, Vec<PluginRow>> {
         Box::pin(async move {
             let versions: BTreeMap<String, _> = self
