@@ -347,7 +347,7 @@ async fn pipeline(pods: &[Value], plugin_name: &str, concurrency: usize, sweep: 
     // One telemetry for the whole pipeline, as `kubewasm run` wires it.
     let telemetry = Telemetry::default();
     let page = ui_page_open().then(|| {
-        let events = kubewasm::telemetry::ui::stream(
+        let events = kubewasm::admin::ui::stream(
             telemetry.clone(),
             kubewasm::telemetry::feed::Filter::default(),
             cancel.clone(),

@@ -12,6 +12,8 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::actions::executor::{ActionSink, Executor, ExecutorOptions};
+use crate::admin::server::MetricsAddr;
+use crate::admin::view::AppView;
 use crate::dispatch::{Activity, DispatchOptions};
 use crate::informer::InformerSet;
 use crate::informer::Source;
@@ -25,8 +27,6 @@ use crate::runtime::{EngineOptions, Runtime};
 use crate::source::kube::{Discovery, KubeError, KubeSink, KubeSource, KubeTarget};
 use crate::source::local::{LocalCluster, LocalError};
 use crate::telemetry::Telemetry;
-use crate::telemetry::server::MetricsAddr;
-use crate::telemetry::view::AppView;
 
 #[derive(Debug, thiserror::Error)]
 pub enum AppError {
@@ -89,7 +89,7 @@ pub struct RunOptions {
 #[derive(Debug, Clone, Default)]
 pub struct AdminOptions {
     /// The web view's listen address (loopback by default).
-    pub ui_addr: crate::telemetry::ui::UiAddr,
+    pub ui_addr: crate::admin::ui::UiAddr,
     /// Host names the web view answers to besides loopback and
     /// `localhost`.
     pub ui_allowed_hosts: Vec<String>,
@@ -358,7 +358,7 @@ impl App {
         );
         let view = Arc::new(AppView::new(host.clone(), plugin_dir.clone()));
         telemetry.attach(view.clone());
-        telemetry.attach_ui(view);
+        crate::admin::ui::attach(&telemetry, view);
         plugin_dir.scan().await?;
         let objects = match (&opts.objects, &client) {
             (Some(o), Some(client)) if PluginObjects::served(client).await => {

@@ -8,6 +8,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Deserializer};
 
+use crate::admin::server::MetricsAddr;
+use crate::admin::ui::UiAddr;
 use crate::app::{AdminOptions, ClusterTarget, RunOptions};
 use crate::dispatch::DispatchOptions;
 use crate::leader::{self, ElectionConfigError, ElectionOptions};
@@ -17,8 +19,6 @@ use crate::runtime::grants::{GrantCeiling, absolute};
 use crate::runtime::limits::Ceiling;
 use crate::runtime::{Compiler, EngineOptions};
 use crate::source::kube::{InitialList, KubeTarget};
-use crate::telemetry::server::MetricsAddr;
-use crate::telemetry::ui::UiAddr;
 
 /// The only config file version so far.
 pub const API_VERSION: &str = "kubewasm.io/v1alpha1";

@@ -4,6 +4,7 @@
 
 pub mod actions;
 pub mod activity;
+pub mod admin;
 pub mod app;
 pub mod config;
 pub mod crd;

@@ -6,14 +6,14 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
+use kubewasm::admin::auth::{Authenticator, KubeReviewer};
+use kubewasm::admin::server::{MetricsAddr, MetricsServer, UiServer};
+use kubewasm::admin::ui::{AllowedHosts, UiAddr};
 use kubewasm::app::{App, ClusterTarget};
 use kubewasm::config::{CompilerKind, RunSettings};
 use kubewasm::oci;
 use kubewasm::source::kube::InitialList;
-use kubewasm::telemetry::auth::{Authenticator, KubeReviewer};
 use kubewasm::telemetry::logging::LogFormat;
-use kubewasm::telemetry::server::{MetricsAddr, MetricsServer, UiServer};
-use kubewasm::telemetry::ui::{AllowedHosts, UiAddr};
 use kubewasm::telemetry::{Identity, Telemetry};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -571,8 +571,8 @@ struct DeadLettersArgs {
 }
 
 fn dead_letters(args: DeadLettersArgs) -> anyhow::Result<()> {
+    use kubewasm::admin::probe;
     use kubewasm::dispatch::DeadLetterRecord;
-    use kubewasm::telemetry::probe;
     let addr = match (args.addr, args.addr_file) {
         (Some(a), _) => a,
         (None, Some(f)) => probe::read_addr_file(&f)?,
@@ -653,7 +653,7 @@ struct ProbeArgs {
 }
 
 fn probe(args: ProbeArgs) -> anyhow::Result<()> {
-    use kubewasm::telemetry::probe;
+    use kubewasm::admin::probe;
     let addr = match (args.addr, args.addr_file) {
         (Some(a), _) => a,
         (None, Some(f)) => probe::read_addr_file(&f)?,
@@ -1065,7 +1065,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     // Listening first: probes answer (not ready) while plugins compile.
     let server = MetricsServer::start_with(&opts.metrics_addr, telemetry.clone(), auth).await?;
     if let (Some(file), Some(server)) = (&metrics_addr_file, &server) {
-        kubewasm::telemetry::probe::write_addr_file(file, server.local_addr())
+        kubewasm::admin::probe::write_addr_file(file, server.local_addr())
             .with_context(|| format!("writing the listener address to {}", file.display()))?;
     }
     let ui = if opts.ui {

@@ -160,7 +160,7 @@ pub fn options(plugins: &Path, local: &Path, cache: &Path) -> RunOptions {
         poll: Duration::from_secs(30),
         election: None,
         shutdown_grace: Duration::from_secs(20),
-        metrics_addr: kubewasm::telemetry::server::MetricsAddr::Off,
+        metrics_addr: kubewasm::admin::server::MetricsAddr::Off,
         ui: false,
         admin: Default::default(),
         limits: Default::default(),

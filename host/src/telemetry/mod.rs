@@ -1,25 +1,22 @@
 //! Telemetry: log setup, Prometheus metrics, typed events, health and
-//! readiness, the replica's identity, the metrics listener serving
-//! `/healthz`, `/readyz` and `/metrics` (optionally behind Kubernetes
-//! authentication), and the live web view (`/ui`) with its feed on a
-//! listener of its own; objects shown by any of them are redacted with the
-//! handle's [`Redactor`].
+//! readiness, the replica's identity, and the web view's feed; objects the
+//! host shows are redacted with the handle's [`Redactor`]. A leaf: it
+//! imports nothing of the data path, whose components define their events
+//! beside themselves and are read at scrape time through
+//! [`metrics::HostView`]; the listeners that serve all this are in
+//! `admin/`.
 //!
 //! One [`Telemetry`] handle (cheap to clone) is shared by every part of a
 //! running host; parts built without one get a private handle, so
 //! benchmarks and unit tests need no wiring.
 
-pub mod auth;
 pub mod events;
 pub mod feed;
 pub mod identity;
 pub mod logging;
 pub mod metrics;
-pub mod probe;
-pub mod server;
-pub mod ui;
-pub mod view;
 
+use std::any::Any;
 use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
@@ -37,7 +34,9 @@ struct Inner {
     leader: LeaderFlag,
     identity: Identity,
     feed: feed::Feed,
-    ui: RwLock<Option<Arc<dyn ui::UiSource>>>,
+    /// What the entry layer's admin listeners read (the web view's
+    /// source), kept here because they start before the host it reads.
+    admin: RwLock<Option<Arc<dyn Any + Send + Sync>>>,
     redactor: RwLock<Redactor>,
     /// Core tasks that ended unexpectedly.
     dead: Mutex<Vec<String>>,
@@ -74,7 +73,7 @@ impl Telemetry {
                 leader,
                 identity,
                 feed: feed::Feed::default(),
-                ui: RwLock::new(None),
+                admin: RwLock::new(None),
                 redactor: RwLock::new(Redactor::default()),
                 dead: Mutex::new(Vec::new()),
             }),
@@ -99,13 +98,20 @@ impl Telemetry {
         *self.inner.view.write() = Some(view);
     }
 
-    /// What the web view reads (plugins, informers, caches).
-    pub fn attach_ui(&self, source: Arc<dyn ui::UiSource>) {
-        *self.inner.ui.write() = Some(source);
+    /// Keeps what the admin listeners read (`admin::ui::attach`);
+    /// telemetry does not know its type.
+    pub fn attach_admin<T: Any + Send + Sync>(&self, value: T) {
+        *self.inner.admin.write() = Some(Arc::new(value));
     }
 
-    pub(crate) fn ui_source(&self) -> Option<Arc<dyn ui::UiSource>> {
-        self.inner.ui.read().clone()
+    /// What [`Self::attach_admin`] kept, if it is a `T`.
+    pub fn admin<T: Any + Send + Sync + Clone>(&self) -> Option<T> {
+        self.inner
+            .admin
+            .read()
+            .as_ref()
+            .and_then(|v| v.downcast_ref::<T>())
+            .cloned()
     }
 
     /// What hides sensitive fields of the objects the host shows (the

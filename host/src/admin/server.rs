@@ -27,10 +27,10 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use tokio_util::sync::CancellationToken;
 
-use super::Telemetry;
 use super::auth::Authenticator;
-use super::metrics::CONTENT_TYPE;
 use super::ui::{AllowedHosts, UiAddr};
+use crate::telemetry::Telemetry;
+use crate::telemetry::metrics::CONTENT_TYPE;
 
 /// The default listen address.
 pub const DEFAULT_ADDR: &str = "0.0.0.0:9090";
@@ -326,8 +326,8 @@ impl UiListening {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::admin::auth::{ReviewError, Reviewer, User};
     use crate::telemetry::Identity;
-    use crate::telemetry::auth::{ReviewError, Reviewer, User};
     use futures::future::BoxFuture;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 

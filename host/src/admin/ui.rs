@@ -12,7 +12,7 @@
 //!   `state` event every second (plugins, informers, dead letters) and a
 //!   `feed` event at most every 100 ms with the newest [`FEED_ROWS`] rows
 //!   that match the filter and the count of those dropped (see
-//!   [`super::feed`]). The stream ends when the listener stops.
+//!   [`crate::telemetry::feed`]). The stream ends when the listener stops.
 //! - `GET /ui/api/state`: the `state` event's data, once.
 //! - `GET /ui/api/objects?informer=&namespace=&selector=&limit=&after=`: a
 //!   page of one informer's cached objects (keys only), in key order.
@@ -25,6 +25,7 @@ pub use guard::AllowedHosts;
 
 use std::collections::HashMap;
 use std::convert::Infallible;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::Router;
@@ -39,12 +40,12 @@ use serde::Serialize;
 use tokio::sync::broadcast::error::RecvError;
 use tokio_util::sync::CancellationToken;
 
-use super::Telemetry;
-use super::feed::{FeedSubscription, Filter, Window};
 use crate::dispatch::DeadLetterRecord;
 use crate::informer::CacheView;
 use crate::informer::selector::LabelSelector;
 use crate::object::ObjectKey;
+use crate::telemetry::Telemetry;
+use crate::telemetry::feed::{FeedSubscription, Filter, Window};
 
 /// Rows a page receives per flush at most.
 pub const FEED_ROWS: usize = 50;
@@ -172,7 +173,18 @@ pub trait UiSource: Send + Sync + 'static {
 /// Every plugin's dead letters (`GET /dead-letters`, the page's table), by
 /// plugin name, oldest failure first; empty before a host is attached.
 pub fn dead_letters(t: &Telemetry) -> Vec<DeadLetterRecord> {
-    t.ui_source().map(|s| s.dead_letters()).unwrap_or_default()
+    source(t).map(|s| s.dead_letters()).unwrap_or_default()
+}
+
+/// Lets the web view (and `/dead-letters`) read the running host; the
+/// handle keeps it for the admin listeners, which start before the host.
+pub fn attach(t: &Telemetry, source: Arc<dyn UiSource>) {
+    t.attach_admin(source);
+}
+
+/// What [`attach`] attached, if anything yet.
+pub(crate) fn source(t: &Telemetry) -> Option<Arc<dyn UiSource>> {
+    t.admin::<Arc<dyn UiSource>>()
 }
 
 /// The `state` event.
@@ -197,7 +209,7 @@ async fn state(t: &Telemetry, last: &mut Option<(Instant, HashMap<String, u64>)>
         pages: t.feed().watchers(),
         ..UiState::default()
     };
-    let Some(source) = t.ui_source() else {
+    let Some(source) = source(t) else {
         return out;
     };
     out.plugins = source.plugins().await;
@@ -428,8 +440,7 @@ fn cache_of(ui: &Ui, p: &HashMap<String, String>) -> Result<CacheView, Refusal> 
             "pass informer=ID (an informer's id)".into(),
         ));
     };
-    ui.telemetry
-        .ui_source()
+    source(&ui.telemetry)
         .and_then(|s| s.cache(id))
         .ok_or_else(|| {
             (

@@ -1,4 +1,4 @@
-//! The running host as telemetry sees it: readiness from the informers and
+//! The running host as the admin listeners see it: readiness from the informers and
 //! the plugin folder, scrape-time figures from the plugins' stats and the
 //! caches, and the web view's tables and cache browser. Read only when
 //! probed, scraped or shown.
@@ -14,8 +14,8 @@ use crate::informer::CacheView;
 use crate::manager::PluginHost;
 use crate::reload::PluginDir;
 
-use super::metrics::{CacheSample, HostView, PluginFigures};
 use super::ui::{InformerRow, PluginRow, UiSource};
+use crate::telemetry::metrics::{CacheSample, HostView, PluginFigures};
 
 /// A [`HostView`] over a plugin host and its folder.
 #[derive(Debug)]

@@ -129,9 +129,9 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread")]
     async fn probes_the_real_listener_through_the_address_file() {
-        let telemetry = super::super::Telemetry::default();
+        let telemetry = crate::telemetry::Telemetry::default();
         let server =
-            super::super::server::MetricsServer::start(&"127.0.0.1:0".parse().unwrap(), telemetry)
+            crate::admin::server::MetricsServer::start(&"127.0.0.1:0".parse().unwrap(), telemetry)
                 .await
                 .unwrap()
                 .unwrap();
