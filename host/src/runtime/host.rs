@@ -482,6 +482,7 @@ impl HostState {
     }
 
     /// Buffers a server-side apply of `object_json`.
+    #[tracing::instrument(level = "debug", skip_all, fields(plugin = %self.plugin, kind = tracing::field::Empty, namespace = tracing::field::Empty, name = tracing::field::Empty))]
     pub(super) fn apply_action(
         &mut self,
         object_json: &str,
@@ -502,6 +503,10 @@ impl HostState {
                 "an applied object needs apiVersion, kind and metadata.name".into(),
             ));
         };
+        let span = tracing::Span::current();
+        span.record("kind", kind.as_str());
+        span.record("namespace", field("/metadata/namespace").as_deref());
+        span.record("name", name.as_str());
         let target = self.target(
             ObjRef {
                 kind: KindRef::Gvk(Gvk::from_api_version(&api_version, &kind)),
@@ -521,6 +526,7 @@ impl HostState {
     }
 
     /// Buffers a patch; its JSON must fit its type.
+    #[tracing::instrument(level = "debug", skip_all, fields(plugin = %self.plugin, kind = ?target.kind, namespace = target.namespace.as_deref(), name = %target.name))]
     pub(super) fn patch_action(
         &mut self,
         target: ObjRef,
@@ -553,6 +559,7 @@ impl HostState {
     }
 
     /// Buffers a delete.
+    #[tracing::instrument(level = "debug", skip_all, fields(plugin = %self.plugin, kind = ?target.kind, namespace = target.namespace.as_deref(), name = %target.name))]
     pub(super) fn delete_action(
         &mut self,
         target: ObjRef,
@@ -567,6 +574,7 @@ impl HostState {
     }
 
     /// Buffers an Event about `regarding`.
+    #[tracing::instrument(level = "debug", skip_all, fields(plugin = %self.plugin, kind = ?regarding.kind, namespace = regarding.namespace.as_deref(), name = %regarding.name))]
     pub(super) fn event_action(
         &mut self,
         regarding: ObjRef,
@@ -591,6 +599,7 @@ impl HostState {
     }
 
     /// One object of a readable kind, from the call's snapshot.
+    #[tracing::instrument(level = "trace", skip_all, fields(plugin = %self.plugin, kind = ?kind, namespace, name = name))]
     pub(super) fn cache_get(
         &mut self,
         kind: &KindRef,
@@ -611,6 +620,7 @@ impl HostState {
 
     /// Objects of a readable kind, optionally in one namespace and
     /// matching a label selector.
+    #[tracing::instrument(level = "trace", skip_all, fields(plugin = %self.plugin, kind = ?kind, namespace))]
     pub(super) fn cache_list(
         &mut self,
         kind: &KindRef,
@@ -631,6 +641,7 @@ impl HostState {
     }
 
     /// Objects a declared index maps `value` to.
+    #[tracing::instrument(level = "trace", skip_all, fields(plugin = %self.plugin, index, value))]
     pub(super) fn cache_by_index(
         &mut self,
         index: &str,
