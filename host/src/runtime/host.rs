@@ -599,7 +599,7 @@ impl HostState {
     }
 
     /// One object of a readable kind, from the call's snapshot.
-    #[tracing::instrument(level = "trace", skip_all, fields(plugin = %self.plugin, kind = ?kind, namespace, name = name))]
+    #[tracing::instrument(level = "trace", skip_all, fields(plugin = %self.plugin, kind = ?kind, namespace = namespace, name = name))]
     pub(super) fn cache_get(
         &mut self,
         kind: &KindRef,
@@ -620,7 +620,7 @@ impl HostState {
 
     /// Objects of a readable kind, optionally in one namespace and
     /// matching a label selector.
-    #[tracing::instrument(level = "trace", skip_all, fields(plugin = %self.plugin, kind = ?kind, namespace))]
+    #[tracing::instrument(level = "trace", skip_all, fields(plugin = %self.plugin, kind = ?kind, namespace = namespace))]
     pub(super) fn cache_list(
         &mut self,
         kind: &KindRef,
@@ -641,7 +641,7 @@ impl HostState {
     }
 
     /// Objects a declared index maps `value` to.
-    #[tracing::instrument(level = "trace", skip_all, fields(plugin = %self.plugin, index, value))]
+    #[tracing::instrument(level = "trace", skip_all, fields(plugin = %self.plugin, index = index, value = value))]
     pub(super) fn cache_by_index(
         &mut self,
         index: &str,
@@ -786,6 +786,65 @@ fn merge(lists: impl IntoIterator<Item = Vec<ObjectHandle>>) -> Vec<ObjectHandle
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    /// Records each new span's name and fields.
+    #[derive(Clone, Default)]
+    struct Spans(Arc<parking_lot::Mutex<Vec<String>>>);
+
+    impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Spans {
+        fn on_new_span(
+            &self,
+            attrs: &tracing::span::Attributes<'_>,
+            _: &tracing::span::Id,
+            _: tracing_subscriber::layer::Context<'_, S>,
+        ) {
+            struct Fields(String);
+            impl tracing::field::Visit for Fields {
+                fn record_debug(&mut self, f: &tracing::field::Field, v: &dyn std::fmt::Debug) {
+                    self.0.push_str(&format!(" {}={v:?}", f.name()));
+                }
+            }
+            let mut fields = Fields(attrs.metadata().name().to_owned());
+            attrs.record(&mut fields);
+            self.0.lock().push(fields.0);
+        }
+    }
+
+    /// A trace shows each guest call into the host, named for the plugin
+    /// and what it asked, without its arguments' bulk.
+    #[test]
+    fn host_functions_open_a_span_with_the_plugin_and_the_object() {
+        use tracing_subscriber::layer::SubscriberExt;
+        let spans = Spans::default();
+        let subscriber = tracing_subscriber::registry()
+            .with(spans.clone())
+            .with(tracing_subscriber::filter::LevelFilter::TRACE);
+        tracing::subscriber::with_default(subscriber, || {
+            let wasi = wasmtime_wasi::WasiCtx::builder().build();
+            let mut h = HostState::new(Arc::from("labeler"), "v1", wasi, 1 << 20);
+            let _ = h.cache_by_index("by-owner", "web");
+            let _ = h.delete_action(
+                ObjRef {
+                    kind: KindRef::Gvk(Gvk::from_api_version("v1", "ConfigMap")),
+                    namespace: Some("default".into()),
+                    name: "web".into(),
+                    uid: None,
+                },
+                Propagation::Background,
+                Preconditions::default(),
+            );
+        });
+        let spans = spans.0.lock().clone();
+        assert_eq!(
+            spans[0],
+            r#"cache_by_index plugin=labeler index="by-owner" value="web""#
+        );
+        assert!(
+            spans[1].starts_with("delete_action plugin=labeler kind=")
+                && spans[1].ends_with(r#" namespace="default" name=web"#),
+            "{spans:?}"
+        );
+    }
 
     fn widgets_crd(versions: &[&str]) -> Value {
         let versions: Vec<Value> = versions
