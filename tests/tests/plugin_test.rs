@@ -535,6 +535,33 @@ fn kubewasm_record(args: &[&str]) -> (Output, Duration) {
     (out, start.elapsed())
 }
 
+/// `kubewasm record` of the folder `plugins` against `kubeconfig` into
+/// `out`, stopped by `stop` (`--duration 6s`, `--until-idle`...), off the
+/// async runtime so the test's own tasks (a churn) go on meanwhile.
+async fn record(
+    kubeconfig: &Path,
+    plugins: &Path,
+    out: &Path,
+    stop: &[&str],
+) -> (Output, Duration) {
+    let mut args: Vec<String> = [
+        "--kubeconfig".into(),
+        kubeconfig.display().to_string(),
+        "--plugins".into(),
+        plugins.display().to_string(),
+        "--out".into(),
+        out.display().to_string(),
+    ]
+    .into();
+    args.extend(stop.iter().map(|a| a.to_string()));
+    tokio::task::spawn_blocking(move || {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        kubewasm_record(&args)
+    })
+    .await
+    .unwrap()
+}
+
 /// A plugin folder holding `wasm` as `NAME.wasm` and `sidecar` as its
 /// `NAME.yaml`.
 fn plugin_folder(wasm: &Path, name: &str, sidecar: &str) -> tempfile::TempDir {
@@ -602,24 +629,13 @@ async fn a_recording_of_the_churn_replays_to_the_same_actions() {
         let (client, stop, src) = (client.clone(), stop.clone(), src.clone());
         async move { churn(client, &src, "kubewasm.io/replicate", &stop).await }
     });
-    let args: Vec<String> = vec![
-        "--kubeconfig".into(),
-        cp.admin_kubeconfig().display().to_string(),
-        "--plugins".into(),
-        plugins.path().display().to_string(),
-        "--out".into(),
-        out_dir.path().display().to_string(),
-        "--duration".into(),
-        "10s".into(),
-        "--seed".into(),
-        "7".into(),
-    ];
-    let (out, took) = tokio::task::spawn_blocking(move || {
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        kubewasm_record(&args)
-    })
-    .await
-    .unwrap();
+    let (out, took) = record(
+        cp.admin_kubeconfig(),
+        plugins.path(),
+        out_dir.path(),
+        &["--duration", "10s", "--seed", "7"],
+    )
+    .await;
     stop.store(true, Ordering::Relaxed);
     let changes = churner.await.unwrap();
     let report = text(&out);
@@ -740,23 +756,13 @@ async fn a_recording_redacts_secret_values() {
         &recorder_sidecar(&ns, &["secrets"]),
     );
     let out_dir = tempfile::tempdir().unwrap();
-    let args: Vec<String> = vec![
-        "--kubeconfig".into(),
-        cp.admin_kubeconfig().display().to_string(),
-        "--plugins".into(),
-        plugins.path().display().to_string(),
-        "--out".into(),
-        out_dir.path().display().to_string(),
-        "--until-idle".into(),
-        "--quiet".into(),
-        "1s".into(),
-    ];
-    let (out, _) = tokio::task::spawn_blocking(move || {
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        kubewasm_record(&args)
-    })
-    .await
-    .unwrap();
+    let (out, _) = record(
+        cp.admin_kubeconfig(),
+        plugins.path(),
+        out_dir.path(),
+        &["--until-idle", "--quiet", "1s"],
+    )
+    .await;
     let report = text(&out);
     assert_eq!(out.status.code(), Some(0), "{report}");
     let fixture = out_dir.path().join("recorder.yaml");
@@ -864,22 +870,13 @@ async fn a_recordings_retries_and_requeues_are_pending_steps_that_replay() {
         ),
     );
     let out_dir = tempfile::tempdir().unwrap();
-    let args: Vec<String> = vec![
-        "--kubeconfig".into(),
-        cp.admin_kubeconfig().display().to_string(),
-        "--plugins".into(),
-        plugins.path().display().to_string(),
-        "--out".into(),
-        out_dir.path().display().to_string(),
-        "--duration".into(),
-        "6s".into(),
-    ];
-    let (out, _) = tokio::task::spawn_blocking(move || {
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        kubewasm_record(&args)
-    })
-    .await
-    .unwrap();
+    let (out, _) = record(
+        cp.admin_kubeconfig(),
+        plugins.path(),
+        out_dir.path(),
+        &["--duration", "6s"],
+    )
+    .await;
     let report = text(&out);
     assert_eq!(out.status.code(), Some(0), "{report}");
     let fixture = out_dir.path().join("testkit.yaml");
