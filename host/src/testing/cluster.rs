@@ -237,7 +237,7 @@ impl SimCluster {
             state.cursor = i;
         }
         let position = u32::try_from(state.cursor + 1).unwrap_or(u32::MAX);
-        let verb = verb_of(action);
+        let verb = Verb::of(action);
         let target = action.target();
         let kinds = &self.kinds;
         let State {
@@ -496,16 +496,6 @@ fn uid_for(state: &State, id: &Id) -> String {
         &x[16..20],
         &x[20..32]
     )
-}
-
-fn verb_of(action: &Action) -> Verb {
-    match action {
-        Action::Apply { status: false, .. } => Verb::Apply,
-        Action::Apply { status: true, .. } => Verb::ApplyStatus,
-        Action::Patch { .. } => Verb::Patch,
-        Action::Delete { .. } => Verb::Delete,
-        Action::Event { .. } => Verb::Event,
-    }
 }
 
 /// Whether `text` (`configmaps team-a/x`, `ConfigMap team-a/x`) names

@@ -302,6 +302,20 @@ pub enum Verb {
     Event,
 }
 
+impl Verb {
+    /// The verb a failure rule names `action` by.
+    pub fn of(action: &crate::actions::Action) -> Verb {
+        use crate::actions::Action;
+        match action {
+            Action::Apply { status: false, .. } => Verb::Apply,
+            Action::Apply { status: true, .. } => Verb::ApplyStatus,
+            Action::Patch { .. } => Verb::Patch,
+            Action::Delete { .. } => Verb::Delete,
+            Action::Event { .. } => Verb::Event,
+        }
+    }
+}
+
 /// A simulated API server answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]

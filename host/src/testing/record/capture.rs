@@ -65,7 +65,7 @@ impl Capture {
             refused_last = true;
             let failure = Failure {
                 action: None,
-                verb: Some(verb_of(&action)),
+                verb: Some(Verb::of(&action)),
                 target: Some(action.target().to_string()),
                 error: kind,
                 times: Some(1),
@@ -125,16 +125,6 @@ fn server_message(action: &Action, error: &ActionError) -> Option<String> {
         _ => text,
     };
     Some(text.to_owned())
-}
-
-fn verb_of(action: &Action) -> Verb {
-    match action {
-        Action::Apply { status: false, .. } => Verb::Apply,
-        Action::Apply { status: true, .. } => Verb::ApplyStatus,
-        Action::Patch { .. } => Verb::Patch,
-        Action::Delete { .. } => Verb::Delete,
-        Action::Event { .. } => Verb::Event,
-    }
 }
 
 #[cfg(test)]
