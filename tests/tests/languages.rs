@@ -85,11 +85,31 @@ class Enums(kubewasm.Plugin):
 Handler = kubewasm.handler(Enums)
 "#;
 
+    /// The enums plugin's fixture: a ConfigMap added is deleted with the
+    /// configured propagation, named as the WIT names it.
+    const ENUMS_FIXTURE: &str = r#"sidecar: ../enums.yaml
+config: {propagation: foreground}
+cases:
+  - name: the delete carries the configured propagation
+    steps:
+      - delta: added
+        object: {apiVersion: v1, kind: ConfigMap, metadata: {name: old, namespace: demo}}
+        expect:
+          - call: added configmaps demo/old
+            result: ok
+            actions:
+              - delete: {target: configmaps demo/old, propagation: foreground}
+"#;
+
     /// Builds [`ENUMS_APP`] in a `kubewasm new --lang python` project (the
     /// SDK as the scaffold embeds it) with the repository's componentize-py.
     fn build_enums_plugin(work: &Path) -> PathBuf {
         let root = scaffold::create(Lang::Python, "enums", work, None).unwrap();
         std::fs::write(root.join("app.py"), ENUMS_APP).unwrap();
+        // Its fixture pins the hello plugin this app replaces; build.sh runs
+        // what tests/ holds, here a case of this app's own.
+        std::fs::write(root.join("tests/hello.yaml"), ENUMS_FIXTURE).unwrap();
+        std::fs::write(root.join("enums.yaml"), ACCESS).unwrap();
         let cpy = repo_root().join("plugins/python/.venv/bin/componentize-py");
         assert!(
             cpy.exists(),
@@ -100,6 +120,7 @@ Handler = kubewasm.handler(Enums)
             .arg("build.sh")
             .current_dir(&root)
             .env("COMPONENTIZE_PY", &cpy)
+            .env("KUBEWASM", kubewasm_tests::e2e::kubewasm_bin())
             .status()
             .expect("run build.sh");
         assert!(status.success(), "build.sh of the enums plugin failed");
