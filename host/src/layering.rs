@@ -282,6 +282,55 @@ fn no_module_reaches_against_the_data_path_through_another() {
     assert!(found.is_empty(), "{}", found.join("\n"));
 }
 
+/// The import cycles between top-level modules: each a set of two or more
+/// modules that all reach one another (strongly connected components).
+fn cycles(graph: &BTreeMap<String, BTreeSet<String>>) -> Vec<BTreeSet<String>> {
+    let mut out: Vec<BTreeSet<String>> = Vec::new();
+    for m in graph.keys() {
+        if out.iter().any(|c| c.contains(m)) {
+            continue;
+        }
+        let from_m = reach(graph, m);
+        if !from_m.contains(m) {
+            continue;
+        }
+        let cycle: BTreeSet<String> = from_m
+            .into_iter()
+            .filter(|d| reach(graph, d).contains(m))
+            .collect();
+        out.push(cycle);
+    }
+    out
+}
+
+/// No two top-level modules import each other, even through others: the
+/// folder layout is the architecture only if it reads as a tree of layers.
+#[test]
+fn top_level_modules_form_no_import_cycle() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let found = cycles(&module_graph(&src));
+    assert!(
+        found.is_empty(),
+        "import cycles between top-level modules: {found:?}"
+    );
+}
+
+#[test]
+fn a_cycle_is_found_through_a_third_module() {
+    let graph: BTreeMap<String, BTreeSet<String>> = [
+        ("a", &["b"][..]),
+        ("b", &["c"][..]),
+        ("c", &["a", "d"][..]),
+        ("d", &[][..]),
+    ]
+    .into_iter()
+    .map(|(m, ds)| (m.to_owned(), ds.iter().map(|d| (*d).to_owned()).collect()))
+    .collect();
+    let found = cycles(&graph);
+    let want: BTreeSet<String> = ["a", "b", "c"].into_iter().map(str::to_owned).collect();
+    assert_eq!(found, vec![want]);
+}
+
 #[test]
 fn the_parser_reads_paths_groups_and_skips_comments() {
     let text = "use crate::dispatch::PluginStats;\nuse crate::{informer::CacheView, object::ObjectKey};\n\

@@ -14,8 +14,7 @@
 
 use std::path::{Path, PathBuf};
 
-/// The WIT new plugins target: the newest version this host implements.
-pub const PLUGIN_WIT: &str = include_str!("../../../wit/v0.2.0/plugin.wit");
+pub use crate::toolchain::PLUGIN_WIT;
 
 /// The WIT folder the repository's Rust SDK (`plugins/sdk`) generates its
 /// bindings from; a project's copy reads `wit/` beside `sdk/`.

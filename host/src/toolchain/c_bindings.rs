@@ -31,7 +31,7 @@ mod tests {
     fn generate() -> Vec<(String, String)> {
         let mut resolve = wit_parser::Resolve::default();
         let package = resolve
-            .push_str("plugin.wit", crate::scaffold::PLUGIN_WIT)
+            .push_str("plugin.wit", crate::toolchain::PLUGIN_WIT)
             .unwrap();
         let world = resolve.select_world(&[package], Some("plugin")).unwrap();
         let opts = wit_bindgen_c::Opts {

@@ -236,7 +236,7 @@ fn load_world(opts: &Options) -> Result<(Resolve, wit_parser::WorldId), Componen
         }
         None => {
             let package = resolve
-                .push_str("plugin.wit", crate::scaffold::PLUGIN_WIT)
+                .push_str("plugin.wit", crate::toolchain::PLUGIN_WIT)
                 .map_err(|e| ComponentizeError::Wit {
                     path: PathBuf::from("<built-in wit/v0.2.0>"),
                     source: e.into(),

@@ -8,4 +8,9 @@
 pub mod c_bindings;
 pub mod componentize;
 
+/// The WIT new plugins target: the newest version this host implements.
+/// The toolchain owns it (it embeds it in components and generates the C
+/// bindings from it); the scaffold writes it into new projects.
+pub const PLUGIN_WIT: &str = include_str!("../../../wit/v0.2.0/plugin.wit");
+
 pub use componentize::{Adapter, ComponentizeError, Componentized, Options, componentize};
