@@ -8,15 +8,16 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
 # Where rustup and the Go tarball install, in case a login profile has not run.
 export PATH="$PATH:$HOME/.cargo/bin:/usr/local/go/bin"
+. scripts/lib/step.sh
 command -v cargo >/dev/null || { echo "Rust is required: https://rustup.rs (or run .ci/run)" >&2; exit 1; }
 command -v go >/dev/null || { echo "Go is required for the test control plane (tests/controlplane)" >&2; exit 1; }
 # The pinned toolchain with its components and targets (rust-toolchain.toml).
-bash scripts/rust-toolchain.sh
+step rust-toolchain bash scripts/rust-toolchain.sh
 # kustomize for the deploy/ tests: kubectl's built-in one, else a pinned
 # build from the Go module proxy (no kubectl in Debian's archive; its
 # kubernetes-client is 1.20, whose kustomize is too old for deploy/).
 if ! kubectl version --client >/dev/null 2>&1 && ! command -v kustomize >/dev/null; then
-  GOBIN=/usr/local/bin go install sigs.k8s.io/kustomize/kustomize/v5@v5.5.0
+  GOBIN=/usr/local/bin step kustomize go install sigs.k8s.io/kustomize/kustomize/v5@v5.5.0
 fi
 # The web view's browser tests (tests/tests/ui.rs): Debian's chromium, and
 # playwright-core from tests/ui's lock file (no browser download).
@@ -32,24 +33,24 @@ fi
 # The supply-chain checks' tools (scripts/supply-chain.sh), pinned: cargo-deny
 # into cargo's bin (6 minutes of CPU cold), pip-audit and the CycloneDX
 # schema validator into a venv of their own (.tools/venv).
-bash scripts/install-supply-chain-tools.sh
+step supply-chain-tools bash scripts/install-supply-chain-tools.sh
 # mdbook, pinned, into cargo's bin (3.7 minutes of CPU cold): test.sh builds
 # and tests the book (docs/book).
-bash scripts/install-mdbook.sh
+step mdbook bash scripts/install-mdbook.sh
 # Pinned toolchains of the JavaScript, Python, C and Go plugins (apt,
 # npm from the lock file, pip into plugins/python/.venv; C and Go need only
 # their compiler and kubewasm).
-bash plugins/install-toolchains.sh
+step guest-toolchains bash plugins/install-toolchains.sh
 # The OCI registry of the plugin distribution tests (tests/tests/oci.rs):
 # Debian's docker-registry and htpasswd (scripts/setup-registry.sh).
-bash scripts/setup-registry.sh
+step registry bash scripts/setup-registry.sh
 # The cosign CLI of the signature interoperability tests
 # (tests/tests/oci_signatures.rs), built from its Go module into .tools/bin.
 # scripts/test.sh starts this build in the background (its module downloads
 # overlap the Rust builds) and says so with KUBEWASM_COSIGN_BACKGROUND=1.
 if [[ "${KUBEWASM_COSIGN_BACKGROUND:-}" != 1 ]]; then
-  bash scripts/install-cosign.sh
+  step cosign bash scripts/install-cosign.sh
 fi
 # The test cluster: the node's packages (containerd, runc, CNI plugins,
 # busybox-static) and the control-plane binaries (scripts/setup-node.sh).
-bash scripts/setup-node.sh
+step node bash scripts/setup-node.sh
