@@ -29,16 +29,8 @@ step fmt cargo fmt --all --check
 step book-build mdbook build docs/book
 step book-test mdbook test docs/book
 step plugins bash plugins/build.sh
-step plugins-languages bash plugins/build-languages.sh
 (cd plugins && step clippy-plugins cargo clippy --release --target wasm32-wasip2 --workspace -- -D warnings)
-# The SDK-native unit tests (each SDK's fake host) of every language.
-step sdk-tests bash plugins/test-languages.sh
 step clippy cargo clippy --workspace --all-targets -- -D warnings
-# The example plugins' fixtures through the kubewasm binary alone (the CI
-# recipe of the book's "Testing a plugin", docs/book/src/testing.md); the same debug build the
-# integration tests below run.
-step build cargo build -p kubewasm --bin kubewasm
-step fixtures bash plugins/test-fixtures.sh
 if ! step wait-cosign wait "$cosign_build"; then
   cat .tools/install-cosign.log >&2
   echo "error: building cosign failed (log above); the signature interoperability tests need it" >&2
@@ -56,9 +48,25 @@ if [[ "${KUBEWASM_CI_TRIM:-}" == 1 ]]; then
   apt-get clean 2>/dev/null || true
   df -h . | sed -n '2s/^/disk after trimming: /p'
 fi
+step test-build cargo test --workspace --no-run
+# One debug kubewasm for everything below: the one that build left in
+# target/debug. The tests' dev-dependencies turn on tokio's `test-util`, so
+# a `cargo build -p kubewasm` (what plugins/build-languages.sh and the test
+# harness run when nothing is named) would compile tokio and everything on it
+# (hyper, kube, wasmtime-wasi, the host) a second time.
+target_dir="${CARGO_TARGET_DIR:-target}"
+[[ "$target_dir" = /* ]] || target_dir="$root/$target_dir"
+export KUBEWASM="$target_dir/debug/kubewasm" KUBEWASM_BIN="$target_dir/debug/kubewasm"
+[[ -x $KUBEWASM ]] || { echo "error: $KUBEWASM is missing after the test build" >&2; exit 1; }
+# The non-Rust plugins (C and Go componentized by that kubewasm), and the
+# SDK-native unit tests (each SDK's fake host) of every language.
+step plugins-languages bash plugins/build-languages.sh
+step sdk-tests bash plugins/test-languages.sh
+# The example plugins' fixtures through the kubewasm binary alone (the CI
+# recipe of the book's "Testing a plugin", docs/book/src/testing.md).
+step fixtures bash plugins/test-fixtures.sh
 # Includes the fuzz targets (host/tests/fuzz.rs, and wit_fuzz.rs from the
 # guest side): each replays its committed corpus or fixed programs, then runs
 # random inputs for a bounded time (BOLERO_RANDOM_TEST_TIME_MS to change).
-step test-build cargo test --workspace --no-run
 step test cargo test --workspace
 echo "==> scripts/test.sh: $SECONDS s"

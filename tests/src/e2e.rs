@@ -15,7 +15,9 @@ use serde_json::{Value, json};
 use crate::{install, repo_root};
 
 /// Builds the `kubewasm` binary once per test process (debug), unless
-/// `KUBEWASM_BIN` names one (the soak run uses a release build).
+/// `KUBEWASM_BIN` names one: the soak run uses a release build, and
+/// scripts/test.sh the debug one its `cargo test --no-run` left (built with
+/// the tests' features; this `cargo build` would build a second set).
 pub fn kubewasm_bin() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
