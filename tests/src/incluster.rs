@@ -41,7 +41,10 @@ pub fn run(cmd: &mut Command, what: &str) -> String {
 
 /// Builds the image from the Containerfile's offline stage
 /// (`scripts/image.sh`) and imports it into the node's containerd.
-/// Returns how long that took.
+/// Returns how long that took. The image carries the debug build every
+/// other test runs (`IMAGE_BINARY`, with its libraries), not the static
+/// release one: the same layout, user and entrypoint, without a second
+/// build of the whole dependency tree for the musl target.
 pub fn build_and_import_image(cp: &ControlPlane) -> Duration {
     let started = Instant::now();
     let archive = cp.dir().join("kubewasm-image.tar");
@@ -49,7 +52,8 @@ pub fn build_and_import_image(cp: &ControlPlane) -> Duration {
         Command::new("bash")
             .arg(repo_root().join("scripts/image.sh"))
             .arg(&archive)
-            .env("IMAGE_ARCHIVE", "docker-archive"),
+            .env("IMAGE_ARCHIVE", "docker-archive")
+            .env("IMAGE_BINARY", crate::e2e::kubewasm_bin()),
         "scripts/image.sh",
     );
     cp.load_image(&archive).unwrap();
