@@ -25,17 +25,9 @@ APT_PACKAGES=(clang-19 lld-19 libclang-rt-19-dev-wasm32 wasi-libc)
 step() { printf '==> %s\n' "$*"; }
 
 # apt: only when a package is missing.
-missing=()
-for p in "${APT_PACKAGES[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [[ ${#missing[@]} -gt 0 ]]; then
-  step "apt-get install ${missing[*]}"
-  sudo=()
-  [[ $(id -u) -eq 0 ]] || sudo=(sudo)
-  "${sudo[@]}" apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-fi
+[[ ${1:-} != --apt-packages ]] || { echo "${APT_PACKAGES[@]}"; exit 0; }
+. ../scripts/lib/apt.sh
+apt_ensure "${APT_PACKAGES[@]}"
 
 if command -v rustup >/dev/null; then
   step "rustup target add wasm32-wasip2 wasm32-wasip1"

@@ -2,8 +2,7 @@
 # Installs the pinned tools of scripts/supply-chain.sh (idempotent: a tool
 # already at its version is kept), from the package registries only:
 #
-#   crates.io   cargo-deny (cargo install --locked, cold: 6 minutes of CPU,
-#               13.5 minutes on the 2 cores shared with other builds)
+#   crates.io   cargo-deny (cargo install --locked, without its fat LTO)
 #   PyPI        pip-audit, and cyclonedx-python-lib with its JSON schema
 #               validation (for the SBOM check), into .tools/venv
 set -euo pipefail
@@ -20,8 +19,11 @@ step() { printf '==> %s\n' "$*"; }
 if [[ "$(cargo-deny --version 2>/dev/null)" != "cargo-deny $CARGO_DENY" ]]; then
   step "cargo install cargo-deny@$CARGO_DENY"
   # Built in a temporary directory that cargo removes, whatever
-  # CARGO_TARGET_DIR says: only the binary stays.
-  (unset CARGO_TARGET_DIR && cargo install --quiet --locked "cargo-deny@$CARGO_DENY")
+  # CARGO_TARGET_DIR says: only the binary stays. Without the fat LTO and
+  # single codegen unit of cargo-deny's release profile, which make most
+  # of its build one serial step: cargo's release defaults instead.
+  (unset CARGO_TARGET_DIR && CARGO_PROFILE_RELEASE_LTO=false CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16 \
+    cargo install --quiet --locked "cargo-deny@$CARGO_DENY")
 fi
 
 venv=.tools/venv

@@ -13,29 +13,51 @@ command -v cargo >/dev/null || { echo "Rust is required: https://rustup.rs (or r
 command -v go >/dev/null || { echo "Go is required for the test control plane (tests/controlplane)" >&2; exit 1; }
 # The pinned toolchain with its components and targets (rust-toolchain.toml).
 step rust-toolchain bash scripts/rust-toolchain.sh
-# kustomize for the deploy/ tests: kubectl's built-in one, else a pinned
-# build from the Go module proxy (no kubectl in Debian's archive; its
-# kubernetes-client is 1.20, whose kustomize is too old for deploy/).
-if ! kubectl version --client >/dev/null 2>&1 && ! command -v kustomize >/dev/null; then
-  GOBIN=/usr/local/bin step kustomize go install sigs.k8s.io/kustomize/kustomize/v5@v5.5.0
-fi
-# The web view's browser tests (tests/tests/ui.rs): Debian's chromium, and
-# playwright-core from tests/ui's lock file (no browser download).
-if ! dpkg-query -W -f='${Status}' chromium 2>/dev/null | grep -q "install ok installed"; then
-  sudo=()
-  [[ $(id -u) -eq 0 ]] || sudo=(sudo)
-  "${sudo[@]}" apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends chromium >/dev/null
-fi
+# Debian's packages of every step below in one apt transaction (one index
+# download instead of one per step; each step still checks its own and finds
+# them): chromium for the web view's browser tests (tests/tests/ui.rs),
+# buildah for the image (scripts/image.sh), and each script's --apt-packages.
+. scripts/lib/apt.sh
+apt_packages=(chromium buildah
+  $(bash scripts/setup-registry.sh --apt-packages)
+  $(bash plugins/install-toolchains.sh --apt-packages)
+  $(bash scripts/setup-node.sh --apt-packages))
+step apt apt_ensure "${apt_packages[@]}"
+
+# The Go builds run in the background, beside the steps below that mostly
+# wait on npm and PyPI: the test cluster (tests/controlplane, about 15
+# minutes on 2 cores cold; scripts/setup-node.sh) and kustomize for the
+# deploy/ tests (kubectl's built-in one, else a pinned build from the Go
+# module proxy: Debian's kubernetes-client is 1.20, whose kustomize is too
+# old for deploy/). Each one's output is printed when it ends.
+logs=.tools/setup-logs
+mkdir -p "$logs"
+declare -A background=()
+in_background() {
+  local name=$1
+  shift
+  ( step "$name" "$@" ) >"$logs/$name.log" 2>&1 &
+  background[$name]=$!
+}
+kustomize_install() {
+  if ! kubectl version --client >/dev/null 2>&1 && ! command -v kustomize >/dev/null; then
+    GOBIN=/usr/local/bin go install sigs.k8s.io/kustomize/kustomize/v5@v5.5.0
+  fi
+}
+in_background node bash scripts/setup-node.sh
+in_background kustomize kustomize_install
+
+# playwright-core for the browser tests, from tests/ui's lock file (no
+# browser download: Debian's chromium).
 if [[ ! -d tests/ui/node_modules/playwright-core || tests/ui/package-lock.json -nt tests/ui/node_modules/.package-lock.json ]]; then
-  (cd tests/ui && npm ci --no-audit --no-fund --loglevel=error)
+  (cd tests/ui && step ui-npm npm ci --no-audit --no-fund --loglevel=error)
 fi
 # The supply-chain checks' tools (scripts/supply-chain.sh), pinned: cargo-deny
-# into cargo's bin (6 minutes of CPU cold), pip-audit and the CycloneDX
-# schema validator into a venv of their own (.tools/venv).
+# into cargo's bin, pip-audit and the CycloneDX schema validator into a venv
+# of their own (.tools/venv).
 step supply-chain-tools bash scripts/install-supply-chain-tools.sh
-# mdbook, pinned, into cargo's bin (3.7 minutes of CPU cold): test.sh builds
-# and tests the book (docs/book).
+# mdbook, pinned, into cargo's bin: test.sh builds and tests the book
+# (docs/book).
 step mdbook bash scripts/install-mdbook.sh
 # Pinned toolchains of the JavaScript, Python, C and Go plugins (apt,
 # npm from the lock file, pip into plugins/python/.venv; C and Go need only
@@ -51,6 +73,13 @@ step registry bash scripts/setup-registry.sh
 if [[ "${KUBEWASM_COSIGN_BACKGROUND:-}" != 1 ]]; then
   step cosign bash scripts/install-cosign.sh
 fi
-# The test cluster: the node's packages (containerd, runc, CNI plugins,
-# busybox-static) and the control-plane binaries (scripts/setup-node.sh).
-step node bash scripts/setup-node.sh
+
+failed=()
+for name in "${!background[@]}"; do
+  wait "${background[$name]}" || failed+=("$name")
+  cat "$logs/$name.log"
+done
+if [[ ${#failed[@]} -gt 0 ]]; then
+  echo "error: setup failed in: ${failed[*]} (their output is above, and in $logs/)" >&2
+  exit 1
+fi
