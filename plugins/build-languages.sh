@@ -147,7 +147,7 @@ build_js() {
   fresh js "$stamp" && return 0
   js_deps
   # jco's QuickJS backend (componentize-qjs), sync ABI: the default engine
-  # (docs/languages.md says why); it imports no WASI the host does not grant.
+  # (docs/book/src/languages-js.md, "Engine", says why); it imports no WASI the host does not grant.
   qjs config-replicator/index.js "$out/js-config-replicator.wasm"
   done_lang js "$stamp"
 }

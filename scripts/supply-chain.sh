@@ -8,7 +8,7 @@
 #
 # and exits non-zero when any check failed. A check that cannot run from here
 # (its database is out of reach) says so and why; it is never counted as
-# passed. docs/SECURITY.md, "Supply chain", says what each check covers.
+# passed. docs/book/src/security.md, "Supply chain", says what each check covers.
 #
 #   bash scripts/supply-chain.sh            (needs cargo-deny and the tools
 #                                            venv: scripts/setup.sh)

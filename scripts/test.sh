@@ -18,14 +18,16 @@ bash scripts/install-cosign.sh > .tools/install-cosign.log 2>&1 &
 cosign_build=$!
 KUBEWASM_COSIGN_BACKGROUND=1 step setup bash scripts/setup.sh
 # Licences, sources, bans and advisories of every dependency, and the
-# image's SBOM: one line per check (docs/SECURITY.md, "Supply chain").
+# image's SBOM: one line per check (docs/book/src/security.md, "Supply chain").
 step supply-chain bash scripts/supply-chain.sh
 step fmt cargo fmt --all --check
 (cd plugins && step fmt-plugins cargo fmt --all --check)
 # The book (docs/book): it builds, and its Rust samples that can run do
-# (`mdbook test`). Its links are checked by tests/tests/cli.rs
-# (docs_links_resolve) and its generated references by the staleness tests
-# of host/src/reference/ and host/src/main.rs, in `cargo test` below.
+# (`mdbook test`). In `cargo test` below: its links in the sources
+# (tests/tests/cli.rs, docs_links_resolve) and in the rendered HTML
+# (tests/tests/book.rs, rendered_links_resolve, which builds it again), and
+# its generated references by the staleness tests of host/src/reference/
+# and host/src/main.rs.
 step book-build mdbook build docs/book
 step book-test mdbook test docs/book
 step plugins bash plugins/build.sh

@@ -1,4 +1,4 @@
-//! The WIT boundary fuzzed from the guest side (docs/SECURITY.md): the
+//! The WIT boundary fuzzed from the guest side (docs/book/src/security.md): the
 //! `wit-fuzz` plugin (plugins/testing/wit-fuzz) reads each delta's object
 //! as a program of host calls with arbitrary arguments (handles the host
 //! never gave, pointers outside linear memory, invalid UTF-8, enum values

@@ -2,6 +2,7 @@
 //! laying out plugin and cluster folders, and running the host until idle.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+pub mod book;
 pub mod controlplane;
 pub mod docs;
 pub mod e2e;

@@ -1,5 +1,5 @@
 //! sync-bench: the side-by-side initial-sync benchmark of issue 13 and the
-//! report it writes (docs/PERFORMANCE.md). `scripts/bench.sh` drives it.
+//! report it writes (docs/book/src/performance.md). `scripts/bench.sh` drives it.
 //!
 //! `run`: for each Pod count, has `load-pods` make the server hold that
 //! many Pods, then starts the client-go informer, the kube-rs reflector
@@ -40,7 +40,7 @@ struct Cli {
 enum Cmd {
     /// Load Pods and measure the three programs' initial sync.
     Run(RunArgs),
-    /// Write docs/PERFORMANCE.md and its plots from the measurements.
+    /// Write docs/book/src/performance.md and its plots from the measurements.
     Report(ReportArgs),
 }
 
@@ -1387,7 +1387,7 @@ fn languages_section(w: &mut String, lines: &[Value]) -> Result<()> {
     writeln!(w)?;
     writeln!(
         w,
-        "The benchmark plugins written in each guest language (`plugins/testing/{{noop,realistic,parse-all}}` in Rust, their twins in `plugins/<lang>/bench`, built by `plugins/build-languages.sh bench`; see docs/languages.md), on the runtime benchmark's delta (an `updated` corpus Pod of {} bytes, its Node cached), one instance each, calls made inline on the instance's thread as the dispatcher's worker makes them, epoch deadlines on, best of five rounds of about a second. noop: the call alone; realistic: label `app`, two fields in one call, one cache get, one merge patch (no JSON parsed in the guest); parse-all: the whole Pod as JSON text (`to-json`) parsed by the language's own parser (Rust: serde_json into k8s-openapi's typed Pod; JS: `JSON.parse` in QuickJS; Python: `json.loads`; Go: `encoding/json` into a `map[string]any`; C: cJSON 1.7.19, vendored), then the decision of `plugins/bench-logic` and its patch. Before a plugin is timed its actions are compared with the Rust guest's on {} deltas (every scheduled corpus Pod that k8s-openapi accepts as a Pod, {} left out, an unscheduled one, a `synced` delta); a mismatch is reported instead of a figure. Native Rust is the same logic without a component: `bench_logic::evaluate` for parse-all, and for realistic the same reads on the host's own objects and the patch's text (without the action's validation that a guest's call includes).",
+        "The benchmark plugins written in each guest language (`plugins/testing/{{noop,realistic,parse-all}}` in Rust, their twins in `plugins/<lang>/bench`, built by `plugins/build-languages.sh bench`; see the book's \"Other languages\" chapter), on the runtime benchmark's delta (an `updated` corpus Pod of {} bytes, its Node cached), one instance each, calls made inline on the instance's thread as the dispatcher's worker makes them, epoch deadlines on, best of five rounds of about a second. noop: the call alone; realistic: label `app`, two fields in one call, one cache get, one merge patch (no JSON parsed in the guest); parse-all: the whole Pod as JSON text (`to-json`) parsed by the language's own parser (Rust: serde_json into k8s-openapi's typed Pod; JS: `JSON.parse` in QuickJS; Python: `json.loads`; Go: `encoding/json` into a `map[string]any`; C: cJSON 1.7.19, vendored), then the decision of `plugins/bench-logic` and its patch. Before a plugin is timed its actions are compared with the Rust guest's on {} deltas (every scheduled corpus Pod that k8s-openapi accepts as a Pod, {} left out, an unscheduled one, a `synced` delta); a mismatch is reported instead of a figure. Native Rust is the same logic without a component: `bench_logic::evaluate` for parse-all, and for realistic the same reads on the host's own objects and the patch's text (without the action's validation that a guest's call includes).",
         run.and_then(|r| r["pod_bytes"].as_u64()).unwrap_or(0),
         run.and_then(|r| r["checked"].as_u64()).unwrap_or(0),
         run.and_then(|r| r["invalid_pods"].as_u64()).unwrap_or(0),
@@ -1469,7 +1469,7 @@ fn languages_section(w: &mut String, lines: &[Value]) -> Result<()> {
 }
 
 /// `path` as seen from `from` (both under the same root; good enough for
-/// docs/ and docs/performance/).
+/// the chapter and its performance/ folder).
 fn relative(path: &Path, from: &Path) -> String {
     let abs = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_owned());
     let (path, from) = (abs(path), abs(from));

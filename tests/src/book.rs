@@ -1,0 +1,362 @@
+//! The rendered book: docs/book built by mdbook into a folder, and the
+//! links of its HTML. The sources' check (crate::docs) cannot see what
+//! mdBook does to a link: an included file's links stay relative to where
+//! the file was, and a link to a `.md` outside the book becomes `.html`.
+//! Here every `href` and `src` of every page is resolved where a reader
+//! resolves it: in the built book, or, when it climbs out of the book, in
+//! the repository around where the book is built (docs/book/book).
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Component, Path, PathBuf};
+use std::process::Command;
+
+/// Where the book is built by default (book.toml's `build-dir`), relative
+/// to the repository: the links that climb out of the book resolve from
+/// here.
+pub const BUILT_AT: &str = "docs/book/book";
+
+/// The mdbook binary: on PATH, else in cargo's bin (where
+/// scripts/install-mdbook.sh puts it). Panics saying how to install it:
+/// CI installs it, so a missing mdbook is a setup error, never a skip.
+pub fn mdbook() -> PathBuf {
+    let found = std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|paths| std::env::split_paths(&paths).collect::<Vec<_>>())
+        .chain(std::env::var_os("CARGO_HOME").map(|h| PathBuf::from(h).join("bin")))
+        .chain(std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo/bin")))
+        .map(|dir| dir.join("mdbook"))
+        .find(|bin| bin.is_file());
+    found.unwrap_or_else(|| {
+        panic!(
+            "mdbook is not installed (not on PATH nor in ~/.cargo/bin): run `bash scripts/install-mdbook.sh`"
+        )
+    })
+}
+
+/// Builds the book of the repository at `root` into `dest`.
+pub fn build(root: &Path, dest: &Path) {
+    let bin = mdbook();
+    let out = Command::new(&bin)
+        .arg("build")
+        .arg("-d")
+        .arg(dest)
+        .arg(root.join("docs/book"))
+        .output()
+        .unwrap_or_else(|e| panic!("running {}: {e}", bin.display()));
+    assert!(
+        out.status.success(),
+        "`mdbook build docs/book` failed ({}):\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Every broken link of the book built into `out`, one line each: the page,
+/// the link and what is wrong. `root` is the repository the book was built
+/// from, for the links that leave the book.
+pub fn broken_links(out: &Path, root: &Path) -> Vec<String> {
+    let mut pages = Vec::new();
+    walk(out, &mut pages);
+    let mut ids = Ids::default();
+    let mut broken = Vec::new();
+    for page in &pages {
+        let Ok(html) = std::fs::read_to_string(page) else {
+            broken.push(format!("{}: cannot be read", page.display()));
+            continue;
+        };
+        let rel = page.strip_prefix(out).unwrap_or(page);
+        // 404.html sets `<base href="/">` (book.toml's `site-url`): its
+        // links are relative to the book's root wherever it is served.
+        const BASE: &str = "<base href=\"/\">";
+        let (base, html) = match html.contains(BASE) {
+            true => (Path::new(""), html.replace(BASE, "")),
+            false => (rel.parent().unwrap_or(Path::new("")), html),
+        };
+        for link in attributes(&html, &["href", "src"]) {
+            if let Err(why) = check(out, root, rel, base, &link, &mut ids) {
+                broken.push(format!("{}: {link}: {why}", rel.display()));
+            }
+        }
+    }
+    broken
+}
+
+fn check(
+    out: &Path,
+    root: &Path,
+    page: &Path,
+    base: &Path,
+    link: &str,
+    ids: &mut Ids,
+) -> Result<(), String> {
+    if let Some(host) = external_host(link) {
+        return match placeholder(&host) {
+            true => Err(format!("{host} is a placeholder host, not a real address")),
+            false => Ok(()),
+        };
+    }
+    if link.starts_with("mailto:") || link.starts_with("javascript:") || link.starts_with("data:") {
+        return Ok(());
+    }
+    if scheme(link).is_some() {
+        return Err("an unknown scheme".to_string());
+    }
+    let (path, fragment) = match link.split_once('#') {
+        Some((path, fragment)) => (path, Some(fragment)),
+        None => (link, None),
+    };
+    let path = path.split_once('?').map_or(path, |(p, _)| p);
+    let path = percent_decoded(path);
+    let target = if path.is_empty() {
+        Target::Book(page.to_path_buf())
+    } else {
+        resolve(&Path::new(BUILT_AT).join(base).join(&path))?
+    };
+    let file = match &target {
+        Target::Book(rel) => {
+            let file = out.join(rel);
+            let file = if file.is_dir() {
+                file.join("index.html")
+            } else {
+                file
+            };
+            if !file.is_file() {
+                return Err(format!("no such page in the book ({})", rel.display()));
+            }
+            file
+        }
+        Target::Repository(rel) => {
+            let file = root.join(rel);
+            if !file.exists() {
+                let md = file.with_extension("md");
+                let hint = if rel.extension().is_some_and(|e| e == "html") && md.is_file() {
+                    format!(
+                        ": mdBook turned the link to {} into .html, and that file is outside the book \
+                         (make it a chapter, or link to one)",
+                        md.strip_prefix(root).unwrap_or(&md).display()
+                    )
+                } else {
+                    String::new()
+                };
+                return Err(format!(
+                    "no such file in the repository ({}){hint}",
+                    rel.display()
+                ));
+            }
+            file
+        }
+    };
+    let Some(fragment) = fragment.filter(|f| !f.is_empty()) else {
+        return Ok(());
+    };
+    let fragment = percent_decoded(fragment);
+    if ids.of(&file).contains(&fragment) {
+        Ok(())
+    } else {
+        Err(format!("{} has no id #{fragment}", file.display()))
+    }
+}
+
+enum Target {
+    /// A file of the built book, relative to its folder.
+    Book(PathBuf),
+    /// A file of the repository, relative to its root.
+    Repository(PathBuf),
+}
+
+/// `path` (relative to the repository, starting at [`BUILT_AT`]) without
+/// its `.` and `..`, as a file of the book or of the repository.
+fn resolve(path: &Path) -> Result<Target, String> {
+    let mut parts: Vec<&std::ffi::OsStr> = Vec::new();
+    for component in path.components() {
+        match component {
+            Component::Normal(part) => parts.push(part),
+            Component::CurDir => {}
+            Component::ParentDir => {
+                if parts.pop().is_none() {
+                    return Err("climbs out of the repository".to_string());
+                }
+            }
+            Component::RootDir | Component::Prefix(_) => {
+                return Err("an absolute path: the book may be served anywhere".to_string());
+            }
+        }
+    }
+    let resolved: PathBuf = parts.iter().collect();
+    Ok(match resolved.strip_prefix(BUILT_AT) {
+        Ok(rel) => Target::Book(rel.to_path_buf()),
+        Err(_) => Target::Repository(resolved),
+    })
+}
+
+/// The ids of each target page, read once: `id="..."` of an HTML page, the
+/// heading anchors of a markdown file (as the forge renders it).
+#[derive(Default)]
+struct Ids(HashMap<PathBuf, HashSet<String>>);
+
+impl Ids {
+    fn of(&mut self, file: &Path) -> &HashSet<String> {
+        self.0.entry(file.to_path_buf()).or_insert_with(|| {
+            if file.extension().is_some_and(|e| e == "md") {
+                crate::docs::heading_ids(file)
+            } else {
+                let html = std::fs::read_to_string(file).unwrap_or_default();
+                attributes(&html, &["id", "name"]).into_iter().collect()
+            }
+        })
+    }
+}
+
+/// The values of the named attributes of every tag, entities decoded.
+/// mdBook quotes every attribute with `"`; text (code samples included) has
+/// its quotes escaped, so it is never mistaken for an attribute.
+pub fn attributes(html: &str, names: &[&str]) -> Vec<String> {
+    let mut found = Vec::new();
+    for name in names {
+        let needle = format!(" {name}=\"");
+        let mut rest = html;
+        while let Some(at) = rest.find(&needle) {
+            let after = &rest[at + needle.len()..];
+            let end = after.find('"').unwrap_or(after.len());
+            found.push(entities_decoded(&after[..end]));
+            rest = &after[end..];
+        }
+    }
+    found
+}
+
+fn entities_decoded(value: &str) -> String {
+    value
+        .replace("&quot;", "\"")
+        .replace("&#39;", "'")
+        .replace("&#x27;", "'")
+        .replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&amp;", "&")
+}
+
+fn percent_decoded(value: &str) -> String {
+    let bytes = value.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        if bytes[i] == b'%'
+            && let (Some(hi), Some(lo)) = (
+                bytes.get(i + 1).copied().and_then(hex),
+                bytes.get(i + 2).copied().and_then(hex),
+            )
+        {
+            out.push((hi * 16 + lo) as u8);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// A link's scheme (`https` of `https://...`), if it has one.
+fn scheme(link: &str) -> Option<&str> {
+    let (scheme, _) = link.split_once(':')?;
+    let valid = scheme
+        .chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic())
+        && scheme
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c));
+    valid.then_some(scheme)
+}
+
+/// The host of an `http(s)://` or protocol-relative link.
+fn external_host(link: &str) -> Option<String> {
+    let rest = link
+        .strip_prefix("https://")
+        .or_else(|| link.strip_prefix("http://"))
+        .or_else(|| link.strip_prefix("//"))?;
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    let host = authority.rsplit('@').next().unwrap_or("");
+    let host = match host.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or(""),
+        None => host.split(':').next().unwrap_or(""),
+    };
+    Some(host.to_ascii_lowercase())
+}
+
+/// Hosts that stand for "some address" (RFC 2606, RFC 6761) or were never
+/// filled in: a reader following such a link gets nowhere.
+fn placeholder(host: &str) -> bool {
+    let host = host.trim_end_matches('.');
+    host.is_empty()
+        || [".invalid", ".example", ".test"]
+            .iter()
+            .any(|tld| host.ends_with(tld) || host == &tld[1..])
+        || ["example.com", "example.org", "example.net"]
+            .iter()
+            .any(|d| host == *d || host.ends_with(&format!(".{d}")))
+        || ["todo", "tbd", "xxx", "your-host", "host"].contains(&host)
+}
+
+fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mut paths: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
+    paths.sort();
+    for path in paths {
+        if path.is_dir() {
+            walk(&path, out);
+        } else if path.extension().is_some_and(|e| e == "html") {
+            out.push(path);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn attributes_skip_escaped_text() {
+        let html = r#"<a href="a.html#x">a</a> <code>&lt;a href=&quot;b.html&quot;&gt;</code> <img src="i.png?v=1&amp;w=2">"#;
+        assert_eq!(
+            attributes(html, &["href", "src"]),
+            ["a.html#x", "i.png?v=1&w=2"]
+        );
+    }
+
+    #[test]
+    fn links_resolve_in_the_book_or_the_repository() {
+        assert!(matches!(
+            resolve(Path::new("docs/book/book/reference/../access.html")),
+            Ok(Target::Book(p)) if p == Path::new("access.html")
+        ));
+        assert!(matches!(
+            resolve(Path::new("docs/book/book/../../../host/src/lib.rs")),
+            Ok(Target::Repository(p)) if p == Path::new("host/src/lib.rs")
+        ));
+        assert!(resolve(Path::new("docs/book/book/../../../../x")).is_err());
+    }
+
+    #[test]
+    fn placeholder_hosts_are_named() {
+        for link in [
+            "https://registry.example.invalid/x",
+            "http://example.com",
+            "https://docs.example.org/a",
+            "https://foo.test:8443/",
+        ] {
+            let host = external_host(link).unwrap();
+            assert!(placeholder(&host), "{link}");
+        }
+        for link in [
+            "https://github.com/kubewasm/kubewasm",
+            "http://127.0.0.1:9091/ui",
+        ] {
+            let host = external_host(link).unwrap();
+            assert!(!placeholder(&host), "{link}");
+        }
+    }
+}
