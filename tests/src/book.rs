@@ -314,6 +314,140 @@ fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
+/// A ```` ```console ```` (or `trycmd`) block of a page: the examples run
+/// through the binary (tests/tests/book.rs).
+#[derive(Debug)]
+pub struct ConsoleBlock {
+    /// The line of its opening fence, from 1.
+    pub line: usize,
+    /// The opening fence as written.
+    pub fence: String,
+}
+
+impl ConsoleBlock {
+    /// Whether trycmd runs it: it reads only backtick fences at the start
+    /// of a line whose info string is exactly `console` or `trycmd` (an
+    /// attribute such as `ignore`, or anything after the language, skips
+    /// the block).
+    pub fn runs(&self) -> bool {
+        let info = self.fence.trim_start_matches('`');
+        self.fence.starts_with("```") && (info == "console" || info == "trycmd")
+    }
+}
+
+/// The pages of the book (and README.md, whose regions it includes) that
+/// hold console blocks, each with them.
+pub fn console_pages(root: &Path) -> Vec<(PathBuf, Vec<ConsoleBlock>)> {
+    crate::docs::pages(root)
+        .into_iter()
+        .filter_map(|page| {
+            let text = std::fs::read_to_string(&page).ok()?;
+            let blocks = console_blocks(&text);
+            (!blocks.is_empty()).then_some((page, blocks))
+        })
+        .collect()
+}
+
+fn console_blocks(text: &str) -> Vec<ConsoleBlock> {
+    let mut blocks = Vec::new();
+    let mut open: Option<String> = None;
+    for (i, line) in text.lines().enumerate() {
+        let trimmed = line.trim_start();
+        let Some(c) = trimmed.chars().next().filter(|c| *c == '`' || *c == '~') else {
+            continue;
+        };
+        let ticks: String = trimmed.chars().take_while(|x| *x == c).collect();
+        if ticks.len() < 3 {
+            continue;
+        }
+        let info = trimmed[ticks.len()..].trim();
+        match &open {
+            Some(fence) if info.is_empty() && ticks.starts_with(fence.as_str()) => open = None,
+            Some(_) => {}
+            None => {
+                let lang = info.split([',', ' ', '\t', '{']).next().unwrap_or("");
+                if lang == "console" || lang == "trycmd" {
+                    blocks.push(ConsoleBlock {
+                        line: i + 1,
+                        fence: line.trim_end().to_string(),
+                    });
+                }
+                open = Some(ticks);
+            }
+        }
+    }
+    blocks
+}
+
+/// Lays out the pages of `pages` in `work` as trycmd cases: a copy of each
+/// page and beside it its `.in` folder, where its commands run, holding a
+/// symlink to each entry of the repository's root (but `.git` and
+/// `target`), plus each of `extra` (a path in the repository, and the file
+/// to find there: build outputs a script would copy in). Returns each case
+/// with the page it copies.
+pub fn lay_out_console_cases(
+    root: &Path,
+    pages: &[(PathBuf, Vec<ConsoleBlock>)],
+    extra: &[(PathBuf, PathBuf)],
+    work: &Path,
+) -> Vec<(PathBuf, PathBuf)> {
+    let entries: Vec<PathBuf> = std::fs::read_dir(root)
+        .unwrap_or_else(|e| panic!("{}: {e}", root.display()))
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| !p.file_name().is_some_and(|n| n == ".git" || n == "target"))
+        .collect();
+    let mut cases = Vec::new();
+    for (page, _) in pages {
+        let rel = page.strip_prefix(root).unwrap_or(page);
+        let name = rel.to_string_lossy().replace(['/', '\\'], "_");
+        let case = work.join(&name);
+        std::fs::copy(page, &case).unwrap_or_else(|e| panic!("{}: {e}", page.display()));
+        let dir = case.with_extension("in");
+        std::fs::create_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+        for entry in &entries {
+            let link = dir.join(entry.file_name().unwrap_or_default());
+            std::os::unix::fs::symlink(entry, &link)
+                .unwrap_or_else(|e| panic!("{}: {e}", link.display()));
+        }
+        for (rel, source) in extra {
+            place(&dir, rel, source);
+        }
+        cases.push((case, page.clone()));
+    }
+    cases
+}
+
+/// Links `source` at `rel` in the mirror `dir`, turning each symlinked
+/// folder on the way into a real folder of symlinks to its entries, so
+/// nothing is written into the repository.
+fn place(dir: &Path, rel: &Path, source: &Path) {
+    let fail = |path: &Path, e: std::io::Error| -> ! { panic!("{}: {e}", path.display()) };
+    let mut at = dir.to_path_buf();
+    for part in rel.parent().into_iter().flat_map(Path::components) {
+        at.push(part);
+        let is_link = at
+            .symlink_metadata()
+            .is_ok_and(|m| m.file_type().is_symlink());
+        if is_link {
+            let target = std::fs::read_link(&at).unwrap_or_else(|e| fail(&at, e));
+            std::fs::remove_file(&at).unwrap_or_else(|e| fail(&at, e));
+            std::fs::create_dir(&at).unwrap_or_else(|e| fail(&at, e));
+            for entry in std::fs::read_dir(&target).unwrap_or_else(|e| fail(&target, e)) {
+                let entry = entry.unwrap_or_else(|e| fail(&target, e));
+                let link = at.join(entry.file_name());
+                std::os::unix::fs::symlink(entry.path(), &link).unwrap_or_else(|e| fail(&link, e));
+            }
+        } else if !at.exists() {
+            std::fs::create_dir(&at).unwrap_or_else(|e| fail(&at, e));
+        }
+    }
+    let dest = dir.join(rel);
+    if dest.symlink_metadata().is_ok() {
+        std::fs::remove_file(&dest).unwrap_or_else(|e| fail(&dest, e));
+    }
+    std::os::unix::fs::symlink(source, &dest).unwrap_or_else(|e| fail(&dest, e));
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -338,6 +472,14 @@ mod tests {
             Ok(Target::Repository(p)) if p == Path::new("host/src/lib.rs")
         ));
         assert!(resolve(Path::new("docs/book/book/../../../../x")).is_err());
+    }
+
+    #[test]
+    fn console_blocks_that_trycmd_skips_are_found() {
+        let text = "```console\n$ a\n```\n```sh\n```console\n```\n```console,ignore\n```\n  ```console\n  ```\n~~~console\n~~~\n";
+        let blocks = console_blocks(text);
+        let found: Vec<(usize, bool)> = blocks.iter().map(|b| (b.line, b.runs())).collect();
+        assert_eq!(found, [(1, true), (7, false), (9, false), (11, false)]);
     }
 
     #[test]

@@ -27,3 +27,87 @@ fn rendered_links_resolve() {
         broken.join("\n")
     );
 }
+
+/// The book's ```` ```console ```` examples run through the debug kubewasm
+/// binary with trycmd: each `$ kubewasm ...` line's output must match the
+/// lines under it (`[..]` any text on a line, `...` any lines; `? N` the exit
+/// status). The split: an example that needs only the binary and the
+/// repository's files (the built example plugins included) is a `console`
+/// block, run here; one that needs a cluster, the network, root or other
+/// tools (kubectl, `kubewasm run` against a cluster, podman, helm,
+/// kustomize, the scripts) stays `sh` or `text`, and is not run; the build
+/// outputs `scripts/deploy-plugins.sh` copies into `deploy/base/plugins`
+/// are laid out as it would. Every
+/// `console` block of the book must run: one trycmd would skip (`ignore`,
+/// a tilde or indented fence) fails here.
+///
+/// Each page runs from a fresh folder that mirrors the repository's root
+/// (a symlink to each of its entries), so paths read as from the root and
+/// what a command writes (`kubewasm new`, a compile cache) stays there.
+/// `TRYCMD=overwrite` writes the outputs back into the pages.
+#[test]
+fn console_examples_run() {
+    let root = repo_root();
+    let pages = kubewasm_tests::book::console_pages(&root);
+    let (runnable, skipped): (Vec<_>, Vec<_>) = pages
+        .iter()
+        .flat_map(|(page, blocks)| blocks.iter().map(move |b| (page, b)))
+        .partition(|(_, block)| block.runs());
+    assert!(
+        skipped.is_empty(),
+        "console blocks trycmd would not run (use ```console at the line's start, no attributes):\n{}",
+        skipped
+            .iter()
+            .map(|(page, block)| format!("{}:{}: {}", page.display(), block.line, block.fence))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    assert!(
+        runnable.len() >= 5,
+        "only {} console blocks found in the book: were they turned back into sh?",
+        runnable.len()
+    );
+    // The examples read the built example plugins, under plugins/target and
+    // where `scripts/deploy-plugins.sh` copies them.
+    let built = kubewasm_tests::plugin_artifacts();
+    let deployed: Vec<_> = [
+        ("config_replicator", "config-replicator"),
+        ("crashloop_watcher", "crashloop-watcher"),
+        ("namespace_defaults", "namespace-defaults"),
+    ]
+    .into_iter()
+    .map(|(artifact, name)| {
+        (
+            std::path::PathBuf::from(format!("deploy/base/plugins/{name}.wasm")),
+            built.join(format!("{artifact}.wasm")),
+        )
+    })
+    .collect();
+    let work = tempfile::tempdir().unwrap();
+    let cases = kubewasm_tests::book::lay_out_console_cases(&root, &pages, &deployed, work.path());
+    let cache = work.path().join("cache");
+    let tests = trycmd::TestCases::new();
+    tests
+        .register_bin(
+            "kubewasm",
+            kubewasm_tests::e2e::kubewasm_bin().to_path_buf(),
+        )
+        .env("KUBEWASM_CACHE_DIR", cache.display().to_string())
+        .env("XDG_CACHE_HOME", cache.display().to_string())
+        .env("KUBEWASM_LOG_FORMAT", "text")
+        // Logs go to stderr, which trycmd mixes into the output; `kubewasm
+        // test` logs only errors by default, the other commands also their
+        // progress (compiling a plugin): the examples show what they print.
+        .env("RUST_LOG", "error")
+        .env("NO_COLOR", "1")
+        .timeout(std::time::Duration::from_secs(300));
+    for (case, _) in &cases {
+        tests.case(case);
+    }
+    tests.run();
+    if std::env::var_os("TRYCMD").is_some_and(|v| v == "overwrite") {
+        for (case, page) in &cases {
+            std::fs::copy(case, page).unwrap();
+        }
+    }
+}
