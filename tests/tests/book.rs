@@ -44,6 +44,8 @@ fn rendered_links_resolve() {
 /// Each page runs from a fresh folder that mirrors the repository's root
 /// (a symlink to each of its entries), so paths read as from the root and
 /// what a command writes (`kubewasm new`, a compile cache) stays there.
+/// Its entries are the repository's own, so an example writes only new
+/// files (`run --local` over examples/cluster takes `--dry-run`).
 /// `TRYCMD=overwrite` writes the outputs back into the pages.
 #[test]
 fn console_examples_run() {
