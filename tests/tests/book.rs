@@ -37,9 +37,9 @@ fn rendered_links_resolve() {
 /// tools (kubectl, `kubewasm run` against a cluster, podman, helm,
 /// kustomize, the scripts) stays `sh` or `text`, and is not run; the build
 /// outputs `scripts/deploy-plugins.sh` copies into `deploy/base/plugins`
-/// are laid out as it would. Every
-/// `console` block of the book must run: one trycmd would skip (`ignore`,
-/// a tilde or indented fence) fails here.
+/// are laid out as it would. Every `console` block of the book must run:
+/// one trycmd would skip (`ignore`, a tilde or indented fence) fails here,
+/// and so does a command other than `kubewasm` (trycmd knows no other).
 ///
 /// Each page runs from a fresh folder that mirrors the repository's root
 /// (a symlink to each of its entries), so paths read as from the root and
