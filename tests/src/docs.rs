@@ -4,7 +4,11 @@
 //! anchor. Anchors follow mdBook's rule (lowercased; alphanumerics, `_` and
 //! `-` kept, whitespace to `-`, the rest dropped; a repeated heading gets
 //! `-1`, `-2`...), which is also GitHub's for these headings, so one check
-//! serves the rendered book and the files browsed on a forge.
+//! serves the rendered book and the files browsed on a forge; but for a
+//! heading with `--` or quotes outside code, which mdBook 0.5's smart
+//! punctuation turns into a dash or curly quotes before the id is made: a
+//! link to such a heading passes here and fails in the rendered book
+//! (crate::book checks that, from mdBook's own HTML).
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
