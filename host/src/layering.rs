@@ -10,6 +10,11 @@
 //! again. Imports are read from the text (`use crate::x::…`, `crate::x::…` paths
 //! and `use crate::{x, y}` groups), comments stripped: no compiler needed,
 //! so the test runs with the unit tests and names the file and the path.
+//!
+//! The binary's files (`main.rs` and its `cli/` folder) are skipped: they
+//! are the entry layer, which may import every layer, and they reach the
+//! library as `kubewasm::`, so a `crate::` path there names the binary's
+//! own modules, not the library's.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -67,6 +72,22 @@ fn module_of(rel: &Path) -> String {
         }
     }
     parts.join("::")
+}
+
+/// The binary crate's files under `src/` (relative paths): the entry layer.
+const BINARY: &[&str] = &["main.rs", "cli"];
+
+/// The library's `.rs` files under `src`, the binary's left out.
+fn library_files(src: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    rust_files(src, &mut files);
+    files.retain(|f| {
+        f.strip_prefix(src)
+            .ok()
+            .and_then(|rel| rel.iter().next())
+            .is_none_or(|first| !BINARY.iter().any(|b| first == *b))
+    });
+    files
 }
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
@@ -174,8 +195,7 @@ fn under(path: &str, module: &str) -> bool {
 
 /// The top-level modules each top-level module imports.
 fn module_graph(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
-    let mut files = Vec::new();
-    rust_files(src, &mut files);
+    let files = library_files(src);
     let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for f in files {
         let Ok(rel) = f.strip_prefix(src) else {
@@ -213,8 +233,7 @@ fn reach(graph: &BTreeMap<String, BTreeSet<String>>, from: &str) -> BTreeSet<Str
 
 /// Every import against a rule: `file: crate::path` and why not.
 fn violations(src: &Path) -> Vec<(String, &'static str)> {
-    let mut files = Vec::new();
-    rust_files(src, &mut files);
+    let mut files = library_files(src);
     files.sort();
     let mut out = Vec::new();
     for f in files {
@@ -359,4 +378,25 @@ fn the_parser_reads_paths_groups_and_skips_comments() {
     assert_eq!(module_of(Path::new("telemetry/mod.rs")), "telemetry");
     assert!(under("actions::executor::X", "actions::executor"));
     assert!(!under("actionsx", "actions"));
+}
+
+/// The binary's files are left out, the library's kept.
+#[test]
+fn the_binarys_files_are_left_out() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let files = library_files(&src);
+    let rel = |f: &PathBuf| {
+        f.strip_prefix(&src)
+            .map(Path::to_path_buf)
+            .unwrap_or_default()
+    };
+    assert!(files.iter().any(|f| rel(f) == Path::new("lib.rs")));
+    assert!(files.iter().any(|f| rel(f) == Path::new("layering.rs")));
+    assert!(src.join("cli/mod.rs").exists() && src.join("main.rs").exists());
+    assert!(
+        !files
+            .iter()
+            .any(|f| rel(f) == Path::new("main.rs") || rel(f).starts_with("cli")),
+        "the binary's files are read as the library's"
+    );
 }
