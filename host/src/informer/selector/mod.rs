@@ -1,0 +1,27 @@
+//! Label and field selectors, with the grammar the API server accepts.
+//!
+//! [`LabelSelector`] is a port of apimachinery's `labels.Parse`
+//! (`k8s.io/apimachinery/pkg/labels/selector.go`, v0.35): the same lexer,
+//! parser, key and value validation, matching and canonical text. It is the
+//! one implementation every plugin language reaches through the host, so a
+//! selector must mean here exactly what it means to the API server.
+//!
+//! [`FieldSelector`] is a port of apimachinery's `fields.ParseSelector`
+//! (`k8s.io/apimachinery/pkg/fields/selector.go`, v0.35.8) for the same
+//! reason: the host refuses what the server refuses, sends the server's
+//! canonical text, and the local cluster filters as a real one does.
+//!
+//! Label selectors are lexed ([`lexer`]), parsed ([`parser`]) and checked
+//! ([`validation`]) as apimachinery does, then matched ([`label`]); field
+//! selectors have their own grammar ([`field`]).
+
+mod field;
+mod label;
+mod lexer;
+mod parser;
+#[cfg(test)]
+mod tests;
+mod validation;
+
+pub use field::{FieldOp, FieldSelector, FieldSelectorError, supported_fields};
+pub use label::{LabelSelector, SelectorError};
