@@ -1,65 +1,24 @@
-//! Runs one fixture case: the cluster built from its cache, a fresh
-//! registered instance, then each step's deliveries through the real
-//! runtime, the actions through the host's executor into the simulated
-//! cluster, and the dispatcher's decisions (retry with backoff, requeue,
-//! dead) on a virtual clock.
+//! [`CaseRun`]: one case (or one plugin's recording) while it runs, its
+//! deliveries, calls and pending retries on a virtual clock.
 
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::SystemTime;
 
 use serde_json::Value;
 
-use super::cluster::{Id, SimCluster};
-use super::diff::{self, Ignore};
-use super::fixture::{Call, CallResult, DeltaKind, Fixture, ObjectOrRef, Step};
-use super::outcome;
-use super::plugin::{Instance, PluginUnderTest};
 use crate::actions::executor::{ActionSink, AttemptWait, Executor, ExecutorOptions};
 use crate::dispatch::MAX_REQUEUE_AFTER;
 use crate::dispatch::retry::{Failure, RetryPolicy};
 use crate::informer::DeltaType;
-use crate::kind::{KindRef, KindRegistry};
-use crate::object::{KObject, ObjectHandle, ObjectKey, StripOptions};
-use crate::runtime::{CallDelta, LoadError};
+use crate::object::ObjectKey;
+use crate::runtime::CallDelta;
+use crate::testing::cluster::{Id, SimCluster};
+use crate::testing::fixture::{Call, CallResult, DeltaKind, ObjectOrRef, Step};
+use crate::testing::outcome;
+use crate::testing::plugin::Instance;
 
-/// How one case went.
-#[derive(Debug)]
-pub struct CaseReport {
-    pub name: String,
-    pub status: Status,
-    pub time: Duration,
-    /// Handler calls made.
-    pub calls: usize,
-    pub seed: u64,
-    /// Per step, the calls observed (for `--update`); `None` for steps not
-    /// run.
-    pub observed: Vec<Option<Vec<Call>>>,
-    /// Steps whose expectation is missing or not met.
-    pub stale: Vec<usize>,
-}
-
-#[derive(Debug)]
-pub enum Status {
-    Passed,
-    /// What did not match, one entry per step (or the load).
-    Failed(Vec<String>),
-    /// The fixture cannot be run as written.
-    Error(String),
-}
-
-/// A fixture problem found while running: the field, and what to do.
-pub(super) struct Bad {
-    pub(super) field: String,
-    pub(super) message: String,
-}
-
-fn bad(field: impl Into<String>, message: impl Into<String>) -> Bad {
-    Bad {
-        field: field.into(),
-        message: message.into(),
-    }
-}
+use super::cache::kobject;
+use super::{Bad, bad, parse_ref};
 
 /// One pending retry or requeue of a key.
 struct Pending {
@@ -73,9 +32,9 @@ struct Pending {
 /// The state of one case while it runs (and of one plugin's recording:
 /// `kubewasm record` drives the plugin through the same steps, with the
 /// real API server's dry run behind the executor).
-pub(super) struct CaseRun<'a> {
-    pub(super) instance: Instance,
-    pub(super) cluster: Arc<SimCluster>,
+pub(in crate::testing) struct CaseRun<'a> {
+    pub(in crate::testing) instance: Instance,
+    pub(in crate::testing) cluster: Arc<SimCluster>,
     executor: Executor,
     rt: &'a tokio::runtime::Runtime,
     harness: crate::runtime::harness::Harness,
@@ -83,294 +42,14 @@ pub(super) struct CaseRun<'a> {
     policy: RetryPolicy,
     pending: Vec<Pending>,
     seq: u64,
-    calls: usize,
-}
-
-/// Runs case `index` of `fixture` (read from `file`).
-pub fn run_case(
-    plugin: &mut PluginUnderTest,
-    rt: &tokio::runtime::Runtime,
-    file: &Path,
-    fixture: &Fixture,
-    index: usize,
-    seed: u64,
-) -> CaseReport {
-    let case = &fixture.cases[index];
-    let start = Instant::now();
-    let mut report = CaseReport {
-        name: case.name.clone(),
-        status: Status::Passed,
-        time: Duration::ZERO,
-        calls: 0,
-        seed,
-        observed: vec![None; case.steps.len()],
-        stale: Vec::new(),
-    };
-    report.status = match run(plugin, rt, file, fixture, index, seed, &mut report) {
-        Ok(failures) if failures.is_empty() => Status::Passed,
-        Ok(failures) => Status::Failed(failures),
-        Err(b) => Status::Error(format!(
-            "{}: case {} ({:?}): {}: {}",
-            file.display(),
-            index + 1,
-            case.name,
-            b.field,
-            b.message
-        )),
-    };
-    report.time = start.elapsed();
-    report
-}
-
-fn run(
-    plugin: &mut PluginUnderTest,
-    rt: &tokio::runtime::Runtime,
-    file: &Path,
-    fixture: &Fixture,
-    index: usize,
-    seed: u64,
-    report: &mut CaseReport,
-) -> Result<Vec<String>, Bad> {
-    let case = &fixture.cases[index];
-    let at = |field: &str| format!("cases[{index}].{field}");
-    let base = file.parent().unwrap_or(Path::new("."));
-    let clock_text = case
-        .clock
-        .as_deref()
-        .or(fixture.clock.as_deref())
-        .unwrap_or(super::fixture::DEFAULT_CLOCK);
-    let clock = super::fixture::parse_clock(clock_text).map_err(|m| bad(at("clock"), m))?;
-    // Everything random from here on (retry jitter, the executor's backoff,
-    // WASI random of instances created now) follows the seed.
-    fastrand::seed(seed);
-    let harness = plugin.harness.clone();
-    harness.set_now(clock);
-    harness.set_seed(seed);
-    harness.take_logs();
-
-    let kinds = KindRegistry::builtin();
-    let objects = cache_objects(base, fixture, index)?;
-    for (_, o) in &objects {
-        if o["kind"] == "CustomResourceDefinition" {
-            kinds.learn_crd(o);
-        }
-    }
-    let cluster = SimCluster::new(
-        kinds.clone(),
-        harness.clone(),
-        ExecutorOptions::default().timeout,
-    );
-    for (field, o) in objects {
-        cluster.put(o).map_err(|m| bad(field, m))?;
-    }
-    cluster.set_case_failures(case.failures.clone());
-
-    let sidecar = case
-        .sidecar
-        .as_ref()
-        .or(fixture.sidecar.as_ref())
-        .map(|s| base.join(s));
-    if let Some(s) = &sidecar
-        && !s.is_file()
-    {
-        let field = if case.sidecar.is_some() {
-            at("sidecar")
-        } else {
-            "sidecar".to_owned()
-        };
-        return Err(bad(
-            field,
-            format!(
-                "{} does not exist (give a path relative to the fixture)",
-                s.display()
-            ),
-        ));
-    }
-    let config = case
-        .config
-        .as_ref()
-        .or(fixture.config.as_ref())
-        .map(Value::to_string);
-    let started = plugin
-        .prepared(sidecar.as_deref())
-        .and_then(|p| plugin.start(p, config, kinds));
-    let instance = match (started, &case.refused) {
-        (Err(e), Some(want)) if e.to_string().contains(want.as_str()) => return Ok(Vec::new()),
-        (Err(e), Some(want)) => {
-            return Ok(vec![format!(
-                "the host refused to load the plugin, but not with {want:?}: {e}"
-            )]);
-        }
-        (Err(e), None) => {
-            return Ok(vec![format!(
-                "the host refuses to load the plugin: {e}{}",
-                hint(&e)
-            )]);
-        }
-        (Ok(_), Some(want)) => {
-            return Ok(vec![format!(
-                "the plugin loaded, but the case expects the host to refuse it with {want:?}"
-            )]);
-        }
-        (Ok(i), None) => i,
-    };
-    // What register logged is not a call's.
-    harness.take_logs();
-    let limits = &instance.prepared.manifest.limits;
-    let policy = crate::dispatch::DispatchOptions {
-        max_attempts: limits.max_attempts,
-        ..Default::default()
-    }
-    .policy();
-    // A dry-run case's cluster answers actions without applying them, as
-    // a recording's API server did (`kubewasm record`).
-    cluster.set_dry_run(fixture.dry_run || case.dry_run);
-    let sink: Arc<dyn ActionSink> = cluster.clone();
-    let mut run = CaseRun::new(
-        instance,
-        cluster,
-        sink,
-        rt,
-        harness,
-        plugin.name.clone(),
-        policy,
-    );
-    let volatile: Vec<String> = fixture
-        .volatile
-        .iter()
-        .chain(&case.volatile)
-        .cloned()
-        .collect();
-    let mut failures = Vec::new();
-    for (j, step) in case.steps.iter().enumerate() {
-        let observed = run
-            .step(step)
-            .map_err(|b| bad(at(&format!("steps[{j}].{}", b.field)), b.message))?;
-        let title = match &step.name {
-            Some(n) => format!("step {} ({n})", j + 1),
-            None => format!("step {}", j + 1),
-        };
-        match &step.expect {
-            None => {
-                failures.push(format!(
-                    "{title}: no `expect`; it made {} call(s). Run with --update to record them, then review the diff",
-                    observed.len()
-                ));
-                report.stale.push(j);
-            }
-            Some(expected) => {
-                let ignore = Ignore {
-                    volatile: &volatile,
-                    logs: case.logs,
-                };
-                if let Some(d) = diff::compare(expected, &observed, ignore) {
-                    failures.push(format!("{title}: {d}"));
-                    report.stale.push(j);
-                }
-            }
-        }
-        report.observed[j] = Some(recordable(observed, step.expect.as_deref(), case.logs));
-    }
-    report.calls = run.calls;
-    Ok(failures)
-}
-
-/// The observed calls as `--update` writes them: the time only where the
-/// expectation checks it, logs where the case or the expectation asks.
-fn recordable(mut observed: Vec<Call>, expected: Option<&[Call]>, logs: bool) -> Vec<Call> {
-    let expected = expected.unwrap_or_default();
-    let any_logs = logs || expected.iter().any(|c| c.logs.is_some());
-    for (i, call) in observed.iter_mut().enumerate() {
-        if expected.get(i).is_none_or(|e| e.at.is_none()) {
-            call.at = None;
-        }
-        if !any_logs {
-            call.logs = None;
-        }
-    }
-    observed
-}
-
-/// What to do about a refused load, when the fixture can fix it.
-fn hint(e: &LoadError) -> &'static str {
-    match e {
-        LoadError::NotGranted(_) => {
-            " (the sidecar's `access` must grant what the plugin registers; or expect it with `refused:`)"
-        }
-        LoadError::UnknownKind(_) => "",
-        _ => " (expect it with `refused:` if that is the point of the case)",
-    }
-}
-
-/// The case's objects, each with the field it came from: the manifests and
-/// objects of the file's cache, then the case's.
-fn cache_objects(
-    base: &Path,
-    fixture: &Fixture,
-    index: usize,
-) -> Result<Vec<(String, Value)>, Bad> {
-    let mut out = Vec::new();
-    let case_prefix = format!("cases[{index}].cache");
-    for (prefix, cache) in [
-        ("cache", &fixture.cache),
-        (case_prefix.as_str(), &fixture.cases[index].cache),
-    ] {
-        if let Some(m) = &cache.manifests {
-            let path = base.join(m);
-            for (file, objects) in
-                read_manifests(&path).map_err(|e| bad(format!("{prefix}.manifests"), e))?
-            {
-                for o in objects {
-                    out.push((format!("{prefix}.manifests ({})", file.display()), o));
-                }
-            }
-        }
-        for (k, o) in cache.objects.iter().enumerate() {
-            out.push((format!("{prefix}.objects[{k}]"), o.clone()));
-        }
-    }
-    Ok(out)
-}
-
-/// The manifests of a folder (recursively, `.yaml`, `.yml`, `.json`, dot
-/// files skipped) or of one file, as the embedded cluster reads them.
-fn read_manifests(path: &Path) -> Result<Vec<(PathBuf, Vec<Value>)>, String> {
-    let mut files = Vec::new();
-    if path.is_dir() {
-        crate::source::local::files::walk(path, &mut files)
-            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-        files.sort();
-    } else if path.is_file() {
-        files.push(path.to_owned());
-    } else {
-        return Err(format!(
-            "{} does not exist (give a folder or file relative to the fixture)",
-            path.display()
-        ));
-    }
-    files
-        .into_iter()
-        .map(|f| {
-            let text = std::fs::read_to_string(&f)
-                .map_err(|e| format!("cannot read {}: {e}", f.display()))?;
-            let objects = crate::source::local::parse_manifests(&f, &text)
-                .map_err(|e| format!("{}: {e}", f.display()))?;
-            Ok((f, objects))
-        })
-        .collect()
-}
-
-fn kobject(v: Value) -> Result<ObjectHandle, String> {
-    KObject::from_value(v, StripOptions::default())
-        .map(Arc::new)
-        .map_err(|e| e.to_string())
+    pub(super) calls: usize,
 }
 
 impl<'a> CaseRun<'a> {
     /// A run of `instance` over `cluster` (its caches' source), its
     /// actions executed into `sink`; syncs the caches.
     #[allow(clippy::too_many_arguments)]
-    pub(super) fn new(
+    pub(in crate::testing) fn new(
         instance: Instance,
         cluster: Arc<SimCluster>,
         sink: Arc<dyn ActionSink>,
@@ -406,17 +85,17 @@ impl<'a> CaseRun<'a> {
     }
 
     /// The virtual clock.
-    pub(super) fn harness_now(&self) -> SystemTime {
+    pub(in crate::testing) fn harness_now(&self) -> SystemTime {
         self.harness.now()
     }
 
     /// When the earliest pending retry or requeue is due.
-    pub(super) fn next_due(&self) -> Option<SystemTime> {
+    pub(in crate::testing) fn next_due(&self) -> Option<SystemTime> {
         self.pending.iter().map(|p| p.due).min()
     }
 
     /// Runs one step; returns the calls it made.
-    pub(super) fn step(&mut self, step: &Step) -> Result<Vec<Call>, Bad> {
+    pub(in crate::testing) fn step(&mut self, step: &Step) -> Result<Vec<Call>, Bad> {
         if let Some(d) = step.advance {
             self.harness.advance(d);
         }
@@ -794,67 +473,4 @@ fn with_server_fields(mut value: Value, last: Option<&Value>) -> Value {
         }
     }
     value
-}
-
-/// `KIND [NAMESPACE/]NAME` as an id.
-pub fn parse_ref(kinds: &KindRegistry, text: &str) -> Result<Id, String> {
-    let usage = || {
-        format!(
-            "{text:?} is not a reference: write `KIND NAMESPACE/NAME` (`configmaps team-a/settings`) or `KIND NAME` for cluster-scoped objects"
-        )
-    };
-    let (kind, name) = text.trim().split_once(' ').ok_or_else(usage)?;
-    let info = kinds
-        .resolve(&KindRef::Resource(kind.to_owned()))
-        .map_err(|e| format!("{text:?}: {e}"))?;
-    let (ns, name) = match name.trim().split_once('/') {
-        Some((ns, name)) => (Some(ns), name),
-        None => (None, name.trim()),
-    };
-    match (info.namespaced, ns) {
-        (true, None) => Err(format!(
-            "{text:?}: {} is namespaced: write {kind} NAMESPACE/{name}",
-            info.resource_name()
-        )),
-        (false, Some(_)) => Err(format!(
-            "{text:?}: {} is cluster-scoped: drop the namespace",
-            info.resource_name()
-        )),
-        _ => Ok((info.gvk, ObjectKey::new(ns, name))),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used)]
-    use super::*;
-    use crate::kind::Gvk;
-
-    #[test]
-    fn references_name_a_kind_and_an_object_as_kubectl_would() {
-        let kinds = KindRegistry::builtin();
-        let (gvk, key) = parse_ref(&kinds, "configmaps team-a/settings").unwrap();
-        assert_eq!(gvk, Gvk::new("", "v1", "ConfigMap"));
-        assert_eq!(key, ObjectKey::new(Some("team-a"), "settings"));
-        assert_eq!(
-            parse_ref(&kinds, "ConfigMap team-a/settings").unwrap().0,
-            gvk
-        );
-        let (gvk, key) = parse_ref(&kinds, "deployments.apps shop/web").unwrap();
-        assert_eq!(gvk, Gvk::new("apps", "v1", "Deployment"));
-        assert_eq!(key.to_string(), "shop/web");
-        assert_eq!(
-            parse_ref(&kinds, "namespaces team-a").unwrap().1,
-            ObjectKey::new(None, "team-a")
-        );
-        for (text, says) in [
-            ("configmaps settings", "is namespaced"),
-            ("namespaces a/b", "is cluster-scoped"),
-            ("settings", "is not a reference"),
-            ("widgets a/b", "widgets"),
-        ] {
-            let e = parse_ref(&kinds, text).unwrap_err();
-            assert!(e.contains(says), "{text}: {e}");
-        }
-    }
 }
