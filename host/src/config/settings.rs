@@ -1,0 +1,169 @@
+//! What a config file may hold, every key optional so flags and file can
+//! merge; serde reads it (unknown keys are errors) and schemars documents it.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer};
+
+use crate::admin::server::MetricsAddr;
+use crate::admin::ui::UiAddr;
+use crate::redact::SensitiveFields;
+use crate::runtime::grants::GrantCeiling;
+use crate::runtime::limits::Ceiling;
+use crate::source::kube::InitialList;
+
+/// Every `run` setting, each optional so that flags and file can merge.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RunSettings {
+    pub plugins: Option<PathBuf>,
+    pub local: Option<PathBuf>,
+    pub kubeconfig: Option<PathBuf>,
+    pub context: Option<String>,
+    pub dry_run: Option<bool>,
+    pub until_idle: Option<bool>,
+    pub cache_dir: Option<PathBuf>,
+    /// Size cap of the compile cache and the modules pulled for Plugin
+    /// objects together (`1Gi`, `512Mi` or bytes; default 1Gi): after each
+    /// new artifact or pull, the least recently used others of either kind
+    /// go. One cap, not one per cache: the operator sizes one disk budget.
+    #[serde(default, deserialize_with = "de_opt_bytes")]
+    #[schemars(schema_with = "crate::runtime::manifest::size_schema")]
+    pub compile_cache_max: Option<u64>,
+    /// Where plugins are compiled (default `child`).
+    pub compiler: Option<CompilerKind>,
+    /// The operator's key file (at least 32 bytes, e.g. a mounted Secret)
+    /// that signs and verifies compiled artifacts; unset, the host
+    /// generates a key of its own into the cache folder.
+    pub artifact_key: Option<PathBuf>,
+    pub keep_managed_fields: Option<bool>,
+    pub initial_list: Option<InitialList>,
+    pub page_size: Option<u32>,
+    #[serde(default, with = "humantime_serde")]
+    #[schemars(schema_with = "crate::runtime::manifest::duration_schema")]
+    pub poll: Option<Duration>,
+    pub dispatch: Option<DispatchSettings>,
+    /// Leader election on a Lease (default: on in a Pod, off elsewhere).
+    pub leader_elect: Option<bool>,
+    #[serde(default, with = "humantime_serde")]
+    #[schemars(schema_with = "crate::runtime::manifest::duration_schema")]
+    pub leader_elect_lease_duration: Option<Duration>,
+    #[serde(default, with = "humantime_serde")]
+    #[schemars(schema_with = "crate::runtime::manifest::duration_schema")]
+    pub leader_elect_renew_deadline: Option<Duration>,
+    #[serde(default, with = "humantime_serde")]
+    #[schemars(schema_with = "crate::runtime::manifest::duration_schema")]
+    pub leader_elect_retry_period: Option<Duration>,
+    pub leader_elect_lease_name: Option<String>,
+    pub leader_elect_namespace: Option<String>,
+    /// How long SIGTERM waits for in-flight calls and actions.
+    #[serde(default, with = "humantime_serde")]
+    #[schemars(schema_with = "crate::runtime::manifest::duration_schema")]
+    pub shutdown_grace: Option<Duration>,
+    /// `/healthz`, `/readyz` and `/metrics` listen address (`HOST:PORT`,
+    /// `:PORT` or `off`); default `0.0.0.0:9090`, off for `untilIdle` runs.
+    #[schemars(with = "Option<String>")]
+    pub metrics_addr: Option<MetricsAddr>,
+    /// `/metrics` and `/dead-letters` need a Kubernetes bearer token that
+    /// may `get` them (TokenReview, then SubjectAccessReview); probes never
+    /// do. Default: on in a Pod using its service account, off elsewhere
+    /// (kubeconfig runs, the local cluster, which has no API server to ask).
+    pub metrics_auth: Option<bool>,
+    /// Serve the live web view (read-only; default off) on its own
+    /// listener, `uiAddr`.
+    pub ui: Option<bool>,
+    /// The web view's listen address (`HOST:PORT`, or `:PORT` on
+    /// 127.0.0.1); default `127.0.0.1:9091`.
+    #[schemars(with = "Option<String>")]
+    pub ui_addr: Option<UiAddr>,
+    /// Host names (or addresses) the web view answers to besides
+    /// `localhost` and loopback addresses, e.g. the name of a proxy in
+    /// front of it.
+    pub ui_allowed_hosts: Option<Vec<String>>,
+    /// Fields to redact where the host shows objects (the web view), by
+    /// kind (`Kind` in every group, `Kind.group` in
+    /// one): JSON pointers, `*` matching every member or item. Secret
+    /// `data` and `stringData` are always redacted.
+    pub sensitive_fields: Option<SensitiveFields>,
+    /// The ceiling on every sidecar's `limits` (memory, timeout, handles,
+    /// actionsPerCall, logBytesPerCall, actionBytesPerCall, concurrency; pluginMemory and
+    /// totalMemory; instances, memories, tables): a sidecar asking for more
+    /// does not load.
+    pub limits: Option<Ceiling>,
+    /// The ceiling on every sidecar's `grants` (dirs, env, network,
+    /// stdio): nothing by default.
+    pub grants: Option<GrantCeiling>,
+    /// Plugins as objects (`Plugin`, `NamespacedPlugin`): on against a
+    /// real cluster that serves their CRDs, unless turned off.
+    pub plugin_objects: Option<PluginObjectSettings>,
+    /// The config file these settings came from (never granted to a
+    /// plugin).
+    #[serde(skip)]
+    pub config_file: Option<PathBuf>,
+}
+
+/// Plugins as objects, in the host config (`pluginObjects:`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct PluginObjectSettings {
+    /// `false` turns Plugin objects off (the folder alone serves).
+    pub enabled: Option<bool>,
+    /// Namespaces whose NamespacedPlugins run (`*`: all); none by default:
+    /// a tenant's plugin runs on the host's CPU and memory, so the operator
+    /// opts each namespace in.
+    pub tenant_namespaces: Option<Vec<String>>,
+    /// PEM file of a CA registries may be signed by (besides the system
+    /// roots), e.g. a mounted ConfigMap.
+    #[serde(rename = "registryCA")]
+    pub registry_ca: Option<PathBuf>,
+    /// Registries spoken to over plain HTTP (development only).
+    pub plain_http_registries: Option<Vec<String>>,
+    /// Which OCI modules must carry a cosign signature, and by which keys:
+    /// `[{prefix: registry.example.com/team, keys: [/etc/kubewasm/cosign.pub]}]`
+    /// (the longest matching prefix applies; `*` matches every registry).
+    /// A module none of its keys verifies is refused (`SignatureRefused`)
+    /// and the running version keeps serving. None by default.
+    pub signatures: Option<Vec<crate::oci::SignatureRuleSettings>>,
+}
+
+/// Where plugins are compiled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum CompilerKind {
+    /// A child process (`kubewasm __compile`): Cranelift's memory leaves
+    /// with it, and the host's RSS stays where it was.
+    Child,
+    /// A thread of the host (the compile's memory stays with the allocator).
+    InProcess,
+}
+
+fn de_opt_bytes<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    crate::runtime::manifest::de_bytes(d).map(Some)
+}
+
+/// Retry policy of every plugin's queue.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct DispatchSettings {
+    /// Failed attempts after which a key is parked as a dead letter (still
+    /// retried every `maxBackoff`); unset: parked only when its backoff
+    /// reaches `maxBackoff`.
+    pub max_attempts: Option<u32>,
+    /// The first wait before a failed key is tried again (default 100ms);
+    /// doubled per failure, with jitter.
+    #[serde(default, with = "humantime_serde")]
+    #[schemars(schema_with = "crate::runtime::manifest::duration_schema")]
+    pub base_backoff: Option<Duration>,
+    /// The longest wait between attempts of one key (default 5m); a key
+    /// that reaches it is parked and retried at this interval.
+    #[serde(default, with = "humantime_serde")]
+    #[schemars(schema_with = "crate::runtime::manifest::duration_schema")]
+    pub max_backoff: Option<Duration>,
+    pub unhealthy_after: Option<u64>,
+    /// The resync period of subscriptions that set none (WIT 0.2); `0s`
+    /// turns those off.
+    #[serde(default, with = "humantime_serde")]
+    #[schemars(schema_with = "crate::runtime::manifest::duration_schema")]
+    pub default_resync: Option<Duration>,
+}
