@@ -1,0 +1,229 @@
+//! An informer's list+watch loop (client-go's Reflector and DeltaFIFO):
+//! source events into its store and deltas to its subscribers.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use futures::StreamExt;
+
+use super::internal_events::{Relisted, WatchFailed, WatchResumed, WatchStalled};
+use crate::object::{KObject, ObjectHandle};
+
+use super::shared::Fanout;
+use super::{Delta, DeltaType, Forbidden, Informer, Source, SourceError, WatchEvent};
+
+impl Informer {
+    /// Runs until cancelled; returns false if the source's stream ended
+    /// by itself (it never should: the informer is then dead).
+    pub(super) async fn run(self: Arc<Self>, source: Arc<dyn Source>) -> bool {
+        let mut stream = source.watch(&self.spec);
+        let mut relist = Relist::Idle;
+        let mut lists = 0u64;
+        // Since when the source reports the watch stalled.
+        let mut stalled: Option<std::time::Instant> = None;
+        loop {
+            let event = tokio::select! {
+                () = self.cancel.cancelled() => break,
+                event = stream.next() => event,
+            };
+            let Some(event) = event else {
+                tracing::error!(informer = %self.spec, "watch stream ended; the informer stopped");
+                return false;
+            };
+            match &event {
+                Err(SourceError::Forbidden { verb, message }) => {
+                    self.set_forbidden(Some(Forbidden {
+                        verb,
+                        message: message.clone(),
+                    }))
+                }
+                Ok(WatchEvent::Init) | Err(_) => {}
+                Ok(_) => {
+                    if self.forbidden.lock().is_some() {
+                        self.set_forbidden(None);
+                    }
+                }
+            }
+            let mut new_stall = false;
+            match (&event, stalled) {
+                (Err(SourceError::Stalled { .. }), None) => {
+                    stalled = Some(std::time::Instant::now());
+                    new_stall = true;
+                }
+                (Ok(_), Some(since)) => {
+                    stalled = None;
+                    WatchResumed {
+                        informer: &self.spec,
+                        after: since.elapsed(),
+                    }
+                    .emit();
+                }
+                _ => {}
+            }
+            match event {
+                Err(err @ SourceError::Stalled { .. }) => WatchStalled {
+                    informer: &self.spec,
+                    error: &err,
+                    first: new_stall,
+                }
+                .emit(&self.counters),
+                Err(err) => {
+                    if let SourceError::ListItemUndecodable { .. } = err {
+                        // Nothing of a list with a hole is applied; the
+                        // source lists again, starting with `Init`.
+                        relist = Relist::Aborted;
+                    }
+                    self.watch_restarts.fetch_add(1, Ordering::Relaxed);
+                    WatchFailed {
+                        informer: &self.spec,
+                        error: &err,
+                    }
+                    .emit(&self.counters)
+                }
+                Ok(WatchEvent::Progress) => {}
+                Ok(WatchEvent::Init) => {
+                    if lists > 0 {
+                        self.relists.fetch_add(1, Ordering::Relaxed);
+                        Relisted {
+                            informer: &self.spec,
+                        }
+                        .emit(&self.counters);
+                    }
+                    lists += 1;
+                    // A fresh buffer, whatever an earlier list left.
+                    relist = Relist::Buffering(Vec::new());
+                }
+                Ok(WatchEvent::InitApply(obj)) => match &mut relist {
+                    Relist::Buffering(buf) => buf.push(obj),
+                    Relist::Idle => self.apply(obj),
+                    Relist::Aborted => {
+                        tracing::debug!(informer = %self.spec, object = %obj.key(), "ignoring an item of an aborted list");
+                    }
+                },
+                Ok(WatchEvent::InitDone) => match std::mem::replace(&mut relist, Relist::Idle) {
+                    Relist::Buffering(listed) => self.replace(listed),
+                    // The end of no list: nothing to compare the cache with
+                    // (an empty list here would delete everything).
+                    Relist::Idle => self.synced(&mut self.fanout.lock()),
+                    Relist::Aborted => {
+                        tracing::debug!(informer = %self.spec, "ignoring the end of an aborted list");
+                    }
+                },
+                Ok(WatchEvent::Apply(obj)) => self.apply(obj),
+                Ok(WatchEvent::Delete(obj)) => self.delete(obj),
+            }
+        }
+        tracing::debug!(informer = %self.spec, "informer stopped");
+        true
+    }
+
+    pub(super) fn apply(&self, obj: KObject) {
+        let obj = Arc::new(obj);
+        let mut fanout = self.fanout.lock();
+        match self.store.upsert(obj.clone()) {
+            Some(old)
+                if old.meta().resource_version == obj.meta().resource_version && *old == *obj => {}
+            Some(old) if recreated(&old, &obj) => self.emit_recreated(&mut fanout, old, obj),
+            Some(old) => {
+                let mut d = Delta::new(DeltaType::Updated, obj);
+                d.old = Some(old);
+                self.emit(&mut fanout, d);
+            }
+            None => self.emit(&mut fanout, Delta::new(DeltaType::Added, obj)),
+        }
+    }
+
+    pub(super) fn delete(&self, obj: KObject) {
+        let mut fanout = self.fanout.lock();
+        let key = obj.key();
+        // The watch event carries the final state. A delete of an object the
+        // cache never held (a watch racing a relist, or a selector the object
+        // never matched) is nothing to the subscribers: emitting it would
+        // hand plugins a delete of something they were never told about.
+        if self.store.remove(&key).is_some() {
+            self.emit(&mut fanout, Delta::new(DeltaType::Deleted, Arc::new(obj)));
+        }
+    }
+
+    /// An object recreated under the same key (another uid): the old one
+    /// went, so it is a delete (its final state unknown: the deletion was
+    /// not watched) and then an add, never an update from one object to
+    /// another. The store already holds the new one.
+    pub(super) fn emit_recreated(&self, fanout: &mut Fanout, old: ObjectHandle, new: ObjectHandle) {
+        let mut gone = Delta::new(DeltaType::Deleted, old);
+        gone.final_state_unknown = true;
+        self.emit(fanout, gone);
+        self.emit(fanout, Delta::new(DeltaType::Added, new));
+    }
+
+    /// Applies a complete list: new objects are added, changed ones updated,
+    /// recreated ones (another uid) deleted then added, and objects missing
+    /// from the list deleted with their last known state (flagged: the
+    /// deletion was not watched).
+    pub(super) fn replace(&self, listed: Vec<KObject>) {
+        let mut fanout = self.fanout.lock();
+        let first = !fanout.synced;
+        let mut seen = std::collections::HashSet::with_capacity(listed.len());
+        for obj in listed {
+            let obj = Arc::new(obj);
+            seen.insert(obj.key());
+            match self.store.upsert(obj.clone()) {
+                Some(old) if recreated(&old, &obj) => self.emit_recreated(&mut fanout, old, obj),
+                Some(old) if old.meta().resource_version == obj.meta().resource_version => {}
+                Some(old) => {
+                    let mut d = Delta::new(DeltaType::Updated, obj);
+                    d.old = Some(old);
+                    self.emit(&mut fanout, d);
+                }
+                None => {
+                    let mut d = Delta::new(DeltaType::Added, obj);
+                    d.initial = first;
+                    self.emit(&mut fanout, d);
+                }
+            }
+        }
+        let vanished: Vec<ObjectHandle> = self
+            .store
+            .snapshot()
+            .iter()
+            .filter(|o| !seen.contains(&o.key()))
+            .cloned()
+            .collect();
+        for obj in vanished {
+            self.store.remove(&obj.key());
+            let mut d = Delta::new(DeltaType::Deleted, obj);
+            d.final_state_unknown = true;
+            self.emit(&mut fanout, d);
+        }
+        self.synced(&mut fanout);
+    }
+
+    /// Marks the cache synced after its first list (once).
+    pub(super) fn synced(&self, fanout: &mut Fanout) {
+        if !fanout.synced {
+            fanout.synced = true;
+            self.emit(fanout, Delta::synced());
+            self.synced_tx.send_replace(true);
+            tracing::info!(informer = %self.spec, objects = self.store.len(), "cache synced");
+        }
+    }
+}
+
+/// Where the informer is in a (re)list.
+pub(super) enum Relist {
+    /// No list in progress: an `InitApply` applies at once.
+    Idle,
+    /// The objects of the list in progress, applied together at `InitDone`.
+    Buffering(Vec<KObject>),
+    /// The source voided the list in progress: its items and end are
+    /// ignored until the next `Init`.
+    Aborted,
+}
+
+/// True when `new` is another object than `old` under the same key: its
+/// uid differs (objects without a uid, as some tests build, are never
+/// told apart).
+pub(super) fn recreated(old: &KObject, new: &KObject) -> bool {
+    let (a, b) = (&old.meta().uid, &new.meta().uid);
+    !a.is_empty() && !b.is_empty() && a != b
+}
