@@ -152,6 +152,7 @@ fn replicator(rt: &tokio::runtime::Runtime, selected: &impl Fn(&str) -> bool) {
         Arc::new(Fixed(objects)),
         Arc::new(Activity::default()),
         Default::default(),
+        kubewasm::telemetry::Telemetry::new(kubewasm::telemetry::Identity::from_env()),
     );
     let mut reads = HashMap::new();
     let mut handles = Vec::new();

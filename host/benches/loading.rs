@@ -33,6 +33,7 @@ use kubewasm::manager::PluginHost;
 use kubewasm::object::{KObject, StripOptions};
 use kubewasm::reload::PluginDir;
 use kubewasm::runtime::{EngineOptions, Runtime};
+use kubewasm::telemetry::{Identity, Telemetry};
 use tokio_util::sync::CancellationToken;
 
 #[allow(dead_code)] // the compile timing is the other benches'
@@ -175,14 +176,17 @@ fn swap(label: &str, name: &str, original: &[u8], sidecar: &str, rounds: usize) 
     let cancel = CancellationToken::new();
     let activity = Arc::new(Activity::default());
     let (host, dir) = rt.block_on(async {
+        let telemetry = Telemetry::new(Identity::from_env());
         let informers = Arc::new(InformerSet::new(
             Arc::new(Fixed(objects())),
             activity.clone(),
             cancel.child_token(),
+            telemetry.clone(),
         ));
         let executor = Arc::new(Executor::new(
             Arc::new(NullSink),
             ExecutorOptions::default(),
+            telemetry.clone(),
         ));
         let host = Arc::new(PluginHost::new(
             Runtime::new(engine.clone()).unwrap(),
@@ -191,6 +195,7 @@ fn swap(label: &str, name: &str, original: &[u8], sidecar: &str, rounds: usize) 
             executor,
             activity.clone(),
             DispatchOptions::default(),
+            telemetry,
         ));
         let dir = Arc::new(PluginDir::new(folder.path().to_owned(), host.clone()));
         (host, dir)

@@ -52,7 +52,7 @@ use kubewasm::manager::PluginHost;
 use kubewasm::object::{KObject, StripOptions};
 use kubewasm::runtime::limits::Ceiling;
 use kubewasm::runtime::{EngineOptions, Manifest, Runtime};
-use kubewasm::telemetry::Telemetry;
+use kubewasm::telemetry::{Identity, Telemetry};
 use parking_lot::Mutex;
 use serde_json::Value;
 use tokio::sync::mpsc;
@@ -345,7 +345,7 @@ async fn pipeline(pods: &[Value], plugin_name: &str, concurrency: usize, sweep: 
     let cancel = CancellationToken::new();
     let activity = Arc::new(Activity::default());
     // One telemetry for the whole pipeline, as `kubewasm run` wires it.
-    let telemetry = Telemetry::default();
+    let telemetry = Telemetry::new(Identity::from_env());
     let page = ui_page_open().then(|| {
         let events = kubewasm::admin::ui::stream(
             telemetry.clone(),
@@ -361,14 +361,18 @@ async fn pipeline(pods: &[Value], plugin_name: &str, concurrency: usize, sweep: 
             n
         })
     });
-    let informers = Arc::new(
-        InformerSet::new(feed.clone(), activity.clone(), cancel.child_token())
-            .with_telemetry(telemetry.clone()),
-    );
+    let informers = Arc::new(InformerSet::new(
+        feed.clone(),
+        activity.clone(),
+        cancel.child_token(),
+        telemetry.clone(),
+    ));
     let sink = Arc::new(NullSink::default());
-    let executor = Arc::new(
-        Executor::new(sink.clone(), ExecutorOptions::default()).with_telemetry(telemetry.clone()),
-    );
+    let executor = Arc::new(Executor::new(
+        sink.clone(),
+        ExecutorOptions::default(),
+        telemetry.clone(),
+    ));
     let cache = tempfile::tempdir().unwrap();
     let runtime = Runtime::new(EngineOptions {
         epoch_deadlines: true,
@@ -388,8 +392,8 @@ async fn pipeline(pods: &[Value], plugin_name: &str, concurrency: usize, sweep: 
         executor,
         activity.clone(),
         DispatchOptions::default(),
-    )
-    .with_telemetry(telemetry.clone());
+        telemetry.clone(),
+    );
     // What the bench plugins do: read pods and nodes, write pods.
     let mut manifest = Manifest::parse(
         std::path::Path::new("bench.yaml"),

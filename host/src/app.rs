@@ -239,24 +239,11 @@ impl std::fmt::Debug for App {
 }
 
 impl App {
-    /// Builds the pipeline and loads the plugin folder once.
-    pub async fn start(opts: &RunOptions, cancel: CancellationToken) -> Result<Self, AppError> {
-        Self::start_with(opts, None, Telemetry::default(), cancel).await
-    }
-
-    /// Like [`start`](Self::start), with actions sent to `sink` instead of
-    /// the local cluster (tests record them to assert them exactly).
-    pub async fn start_with_sink(
-        opts: &RunOptions,
-        sink: Option<Arc<dyn ActionSink>>,
-        cancel: CancellationToken,
-    ) -> Result<Self, AppError> {
-        Self::start_with(opts, sink, Telemetry::default(), cancel).await
-    }
-
-    /// Like [`start_with_sink`](Self::start_with_sink), reporting metrics,
-    /// readiness and task liveness through `telemetry` (readiness follows
-    /// the plugin folder's first scan as it happens).
+    /// Builds the pipeline and loads the plugin folder once, reporting
+    /// metrics, readiness and task liveness through `telemetry` (the one
+    /// the admin listener serves; readiness follows the plugin folder's
+    /// first scan as it happens). Actions go to `sink` when given instead
+    /// of the cluster (tests record them to assert them exactly).
     pub async fn start_with(
         opts: &RunOptions,
         sink: Option<Arc<dyn ActionSink>>,
@@ -315,10 +302,12 @@ impl App {
             }
         };
         let activity = Arc::new(Activity::default());
-        let informers = Arc::new(
-            InformerSet::new(source, activity.clone(), cancel.child_token())
-                .with_telemetry(telemetry.clone()),
-        );
+        let informers = Arc::new(InformerSet::new(
+            source,
+            activity.clone(),
+            cancel.child_token(),
+            telemetry.clone(),
+        ));
         let sink = sink.unwrap_or(default_sink);
         let leadership = match &opts.election {
             Some(_) => Leadership::follower(),
@@ -331,9 +320,9 @@ impl App {
                     dry_run: opts.dry_run,
                     ..ExecutorOptions::default()
                 },
+                telemetry.clone(),
             )
             .with_leadership(leadership.clone())
-            .with_telemetry(telemetry.clone())
             .with_activity(activity.clone()),
         );
         let runtime = Runtime::new(opts.engine.clone())?
@@ -347,15 +336,14 @@ impl App {
             executor.clone(),
             activity.clone(),
             opts.dispatch.clone(),
+            telemetry.clone(),
         )
         .with_leadership(leadership.clone());
         if let Some(d) = discovery {
             host = host.with_discovery(d);
         }
-        let host = Arc::new(host.with_telemetry(telemetry.clone()));
-        let plugin_dir = Arc::new(
-            PluginDir::new(opts.plugins.clone(), host.clone()).with_telemetry(telemetry.clone()),
-        );
+        let host = Arc::new(host);
+        let plugin_dir = Arc::new(PluginDir::new(opts.plugins.clone(), host.clone()));
         let view = Arc::new(AppView::new(host.clone(), plugin_dir.clone()));
         telemetry.attach(view.clone());
         crate::admin::ui::attach(&telemetry, view);

@@ -220,6 +220,8 @@ impl std::fmt::Debug for PluginHost {
 }
 
 impl PluginHost {
+    /// Counts each plugin's deliveries and actions into `telemetry` (give
+    /// it the executor's, so one registry holds them all).
     pub fn new(
         runtime: Runtime,
         informers: Arc<InformerSet>,
@@ -227,6 +229,7 @@ impl PluginHost {
         executor: Arc<Executor>,
         activity: Arc<Activity>,
         dispatch: DispatchOptions,
+        telemetry: Telemetry,
     ) -> Self {
         Self {
             runtime,
@@ -240,7 +243,7 @@ impl PluginHost {
             versions: std::sync::atomic::AtomicU64::new(0),
             discovery: None,
             leadership: Leadership::always(),
-            telemetry: Telemetry::default(),
+            telemetry,
             origins: Origins::default(),
         }
     }
@@ -272,11 +275,9 @@ impl PluginHost {
         );
     }
 
-    /// Counts each plugin's deliveries and actions into `telemetry`.
-    #[must_use]
-    pub fn with_telemetry(mut self, telemetry: Telemetry) -> Self {
-        self.telemetry = telemetry;
-        self
+    /// What this host counts into.
+    pub fn telemetry(&self) -> &Telemetry {
+        &self.telemetry
     }
 
     /// Refresh kinds through `discovery` when a plugin names an unknown one.

@@ -80,6 +80,7 @@ async fn paged_list_bookmark_resume_and_410_relist() {
         source,
         Arc::new(Activity::default()),
         CancellationToken::new(),
+        kubewasm::telemetry::Telemetry::new(kubewasm::telemetry::Identity::from_env()),
     );
     let (tx, mut rx) = mpsc::unbounded_channel();
     let handle = set.subscribe(spec(), tx);
@@ -241,6 +242,7 @@ async fn streaming_list_when_served_and_paged_fallback_when_refused() {
         source,
         Arc::new(Activity::default()),
         CancellationToken::new(),
+        kubewasm::telemetry::Telemetry::new(kubewasm::telemetry::Identity::from_env()),
     );
     let (tx, mut rx) = mpsc::unbounded_channel();
     let handle = set.subscribe(spec(), tx);
@@ -282,6 +284,7 @@ async fn streaming_list_when_served_and_paged_fallback_when_refused() {
         source,
         Arc::new(Activity::default()),
         CancellationToken::new(),
+        kubewasm::telemetry::Telemetry::new(kubewasm::telemetry::Identity::from_env()),
     );
     let (tx, mut rx) = mpsc::unbounded_channel();
     let handle = set.subscribe(spec(), tx);
@@ -549,6 +552,7 @@ async fn a_relist_with_an_undecodable_item_deletes_nothing() {
         source,
         Arc::new(Activity::default()),
         CancellationToken::new(),
+        kubewasm::telemetry::Telemetry::new(kubewasm::telemetry::Identity::from_env()),
     );
     let (tx, mut rx) = mpsc::unbounded_channel();
     let handle = set.subscribe(spec(), tx);

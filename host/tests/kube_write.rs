@@ -283,6 +283,7 @@ async fn executor_retries_transient_failures_but_not_conflicts_forbidden_or_inva
             timeout: Duration::from_secs(5),
             ..ExecutorOptions::default()
         },
+        kubewasm::telemetry::Telemetry::new(kubewasm::telemetry::Identity::from_env()),
     );
     let action = Action::Patch {
         target: deployment(),

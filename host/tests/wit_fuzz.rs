@@ -201,6 +201,7 @@ fn fuzzer() -> &'static Mutex<Fuzzer> {
             Arc::new(Fixed(objects())),
             Arc::new(Activity::default()),
             Default::default(),
+            kubewasm::telemetry::Telemetry::new(kubewasm::telemetry::Identity::from_env()),
         );
         let (mut handles, mut receivers, mut reads) = (Vec::new(), Vec::new(), HashMap::new());
         for resource in ["configmaps", "pods", "secrets"] {

@@ -22,6 +22,7 @@ use kubewasm::app::{App, RunOptions};
 use kubewasm::dispatch::DispatchOptions;
 use kubewasm::object::StripOptions;
 use kubewasm::runtime::EngineOptions;
+use kubewasm::telemetry::{Identity, Telemetry};
 use tokio_util::sync::CancellationToken;
 
 pub fn repo_root() -> PathBuf {
@@ -204,9 +205,10 @@ impl Harness {
     /// [`options`](Self::options).
     pub async fn start_recording_with(&self, options: &RunOptions) -> (App, Arc<RecordingSink>) {
         let sink = Arc::new(RecordingSink::default());
-        let app = App::start_with_sink(
+        let app = App::start_with(
             options,
             Some(sink.clone() as Arc<dyn ActionSink>),
+            Telemetry::new(Identity::from_env()),
             CancellationToken::new(),
         )
         .await
@@ -216,9 +218,14 @@ impl Harness {
 
     /// Starts the host applying actions into the local cluster.
     pub async fn start(&self) -> App {
-        App::start(&self.options(), CancellationToken::new())
-            .await
-            .unwrap()
+        App::start_with(
+            &self.options(),
+            None,
+            Telemetry::new(Identity::from_env()),
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap()
     }
 }
 

@@ -21,6 +21,7 @@ use kubewasm::manager::PluginHost;
 use kubewasm::object::StripOptions;
 use kubewasm::runtime::{EngineOptions, Manifest, Runtime};
 use kubewasm::source::local::LocalCluster;
+use kubewasm::telemetry::{Identity, Telemetry};
 use kubewasm_tests::e2e::eventually;
 use kubewasm_tests::{Harness, wasm, write_cluster};
 use tokio_util::sync::CancellationToken;
@@ -157,17 +158,19 @@ impl Pipeline {
         )
         .unwrap();
         let activity = Arc::new(Activity::default());
+        let telemetry = Telemetry::new(Identity::from_env());
         let informers = Arc::new(InformerSet::new(
             cluster.clone(),
             activity.clone(),
             CancellationToken::new(),
+            telemetry.clone(),
         ));
         let sink = Arc::new(FaultySink {
             cluster: cluster.clone(),
             rules: std::sync::Mutex::new(Vec::new()),
             log: std::sync::Mutex::new(Vec::new()),
         });
-        let executor = Arc::new(Executor::new(sink.clone(), executor));
+        let executor = Arc::new(Executor::new(sink.clone(), executor, telemetry.clone()));
         let runtime = Runtime::new(EngineOptions {
             epoch_deadlines: true,
             cache_dir: Some(h.cache.path().to_owned()),
@@ -181,6 +184,7 @@ impl Pipeline {
             executor.clone(),
             activity.clone(),
             dispatch,
+            telemetry.clone(),
         ));
         Self {
             cluster,

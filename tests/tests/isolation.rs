@@ -418,9 +418,10 @@ async fn start_tuned(
     let mut opts = h.options();
     tune(&mut opts);
     let sink = std::sync::Arc::new(kubewasm::actions::executor::RecordingSink::default());
-    let app = kubewasm::app::App::start_with_sink(
+    let app = kubewasm::app::App::start_with(
         &opts,
         Some(sink.clone() as std::sync::Arc<dyn kubewasm::actions::executor::ActionSink>),
+        kubewasm::telemetry::Telemetry::new(kubewasm::telemetry::Identity::from_env()),
         tokio_util::sync::CancellationToken::new(),
     )
     .await

@@ -19,6 +19,7 @@ use kubewasm::manager::PluginHost;
 use kubewasm::object::StripOptions;
 use kubewasm::runtime::{EngineOptions, Manifest, Runtime};
 use kubewasm::source::local::LocalCluster;
+use kubewasm::telemetry::{Identity, Telemetry};
 use kubewasm_tests::e2e::{eventually, recorder_sidecar};
 use kubewasm_tests::{Harness, wasm, write_cluster};
 use serde_json::Value;
@@ -67,15 +68,17 @@ impl Pipeline {
         )
         .unwrap();
         let activity = Arc::new(Activity::default());
+        let telemetry = Telemetry::new(Identity::from_env());
         let informers = Arc::new(InformerSet::new(
             cluster.clone(),
             activity.clone(),
             CancellationToken::new(),
+            telemetry.clone(),
         ));
         let sink = Arc::new(RecordingSink::default());
         let leadership = Leadership::follower();
         let executor = Arc::new(
-            Executor::new(sink.clone(), ExecutorOptions::default())
+            Executor::new(sink.clone(), ExecutorOptions::default(), telemetry.clone())
                 .with_leadership(leadership.clone())
                 // The recorder's Events are recorded off the call's path:
                 // `settled` waits for them too.
@@ -95,6 +98,7 @@ impl Pipeline {
                 executor.clone(),
                 activity.clone(),
                 DispatchOptions::default(),
+                telemetry.clone(),
             )
             .with_leadership(leadership.clone()),
         );

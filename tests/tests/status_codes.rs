@@ -23,6 +23,7 @@ use kubewasm::actions::executor::{ActionError, ActionSink, Executor, ExecutorOpt
 use kubewasm::actions::{Action, EventType, PatchType, Preconditions, Propagation, Target};
 use kubewasm::kind::KindInfo;
 use kubewasm::source::kube::KubeSink;
+use kubewasm::telemetry::{Identity, Telemetry};
 use kubewasm_tests::controlplane::{ControlPlane, client_from};
 use kubewasm_tests::e2e::{eventually, namespace, recorder_sidecar};
 use kubewasm_tests::faultproxy::FaultProxy;
@@ -283,7 +284,11 @@ async fn writes_to_a_deleted_object_are_not_found_and_its_delete_is_done() {
         sink.execute("p", &delete).await,
         Err(ActionError::NotFound(_))
     ));
-    let executor = Executor::new(Arc::new(sink), ExecutorOptions::default());
+    let executor = Executor::new(
+        Arc::new(sink),
+        ExecutorOptions::default(),
+        Telemetry::new(Identity::from_env()),
+    );
     assert_eq!(executor.execute("p", &delete).await, Ok(()));
     assert_eq!(executor.stats.applied.load(Ordering::Relaxed), 1);
 }
@@ -443,6 +448,7 @@ async fn throttling_and_server_errors_are_retried_honouring_retry_after() {
             base_backoff: Duration::from_millis(10),
             ..ExecutorOptions::default()
         },
+        Telemetry::new(Identity::from_env()),
     );
     let calm = async {
         while proxy.injected() < 5 {
@@ -569,6 +575,7 @@ async fn the_same_event_three_times_under_the_generated_rbac_is_one_event_counti
     let executor = Executor::new(
         Arc::new(KubeSink::new(recorder)),
         ExecutorOptions::default(),
+        Telemetry::new(Identity::from_env()),
     );
     let event = Action::Event {
         regarding: Target {

@@ -162,6 +162,7 @@ impl PodBench {
             Arc::new(Fixed(vec![node])),
             Arc::new(Activity::default()),
             Default::default(),
+            kubewasm::telemetry::Telemetry::new(kubewasm::telemetry::Identity::from_env()),
         );
         let node_kind = kinds.resolve(&KindRef::Resource("nodes".into())).unwrap();
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();

@@ -129,7 +129,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread")]
     async fn probes_the_real_listener_through_the_address_file() {
-        let telemetry = crate::telemetry::Telemetry::default();
+        let telemetry = crate::telemetry::Telemetry::new(crate::telemetry::Identity::from_env());
         let server =
             crate::admin::server::MetricsServer::start(&"127.0.0.1:0".parse().unwrap(), telemetry)
                 .await

@@ -17,7 +17,7 @@ use crate::informer::{InformerSet, Source, SourceError, WatchEvent};
 use crate::kind::KindInfo;
 use crate::object::StripOptions;
 use crate::runtime::{CallError, Handled, LastFailure};
-use crate::telemetry::Telemetry;
+use crate::telemetry::{Identity, Telemetry};
 
 type Events = mpsc::UnboundedSender<Result<WatchEvent, SourceError>>;
 
@@ -128,10 +128,12 @@ struct Rig {
 fn rig(options: DispatchOptions, filter: SubscriptionFilter, decide: Decide) -> Rig {
     let (events, rx) = mpsc::unbounded_channel();
     let activity = Arc::new(Activity::default());
+    let telemetry = Telemetry::new(Identity::from_env());
     let set = Arc::new(InformerSet::new(
         Arc::new(Scripted(Mutex::new(Some(rx)))),
         activity.clone(),
         CancellationToken::new(),
+        telemetry.clone(),
     ));
     let (tx, deltas) = mpsc::unbounded_channel();
     let spec = InformerSpec {
@@ -150,10 +152,10 @@ fn rig(options: DispatchOptions, filter: SubscriptionFilter, decide: Decide) -> 
                 max_attempts: 1,
                 ..ExecutorOptions::default()
             },
+            telemetry.clone(),
         )
         .with_leadership(leadership.clone()),
     );
-    let telemetry = Telemetry::default();
     let seen = Arc::new(Mutex::new(Vec::new()));
     let dispatcher = Dispatcher::with_handlers(
         DispatcherParts {
@@ -518,7 +520,7 @@ struct World {
 impl World {
     fn start(&mut self, term: u64) -> Version {
         self.versions += 1;
-        let telemetry = Telemetry::default();
+        let telemetry = Telemetry::new(Identity::from_env());
         let executor = Arc::new(
             Executor::new(
                 Arc::new(MarkSink {
@@ -531,6 +533,7 @@ impl World {
                     max_attempts: 1,
                     ..ExecutorOptions::default()
                 },
+                telemetry.clone(),
             )
             .with_leadership(self.leadership.clone()),
         );
@@ -617,6 +620,7 @@ proptest::proptest! {
                 Arc::new(Scripted(Mutex::new(Some(rx)))),
                 activity.clone(),
                 CancellationToken::new(),
+                Telemetry::new(Identity::from_env()),
             ));
             let leadership = Leadership::always();
             let mut w = World {

@@ -52,10 +52,13 @@ impl std::fmt::Debug for InformerSet {
 }
 
 impl InformerSet {
+    /// Informers over `source`; counts deltas, restarts and relists into
+    /// `telemetry`, and reports an informer task that dies to its liveness.
     pub fn new(
         source: Arc<dyn Source>,
         activity: Arc<Activity>,
         cancel: CancellationToken,
+        telemetry: Telemetry,
     ) -> Self {
         Self {
             activity,
@@ -64,16 +67,8 @@ impl InformerSet {
             next_id: AtomicU64::new(1),
             tasks: TaskTracker::new(),
             cancel,
-            telemetry: Telemetry::default(),
+            telemetry,
         }
-    }
-
-    /// Counts deltas, restarts and relists into `telemetry`, and reports
-    /// an informer task that dies to its liveness.
-    #[must_use]
-    pub fn with_telemetry(mut self, telemetry: Telemetry) -> Self {
-        self.telemetry = telemetry;
-        self
     }
 
     pub fn subscribe(

@@ -87,11 +87,9 @@ impl Informer {
     /// of a source: `kubewasm test` serves a fixture's cache through it, so
     /// a plugin reads the same caches, snapshots and indexes as in the host.
     /// It has no task, no subscribers and never syncs by itself.
-    pub fn detached(spec: InformerSpec) -> Arc<Self> {
+    /// Its deltas are counted into `counters`.
+    pub fn detached(spec: InformerSpec, counters: InformerCounters) -> Arc<Self> {
         let (synced_tx, _) = watch::channel(true);
-        let counters = Telemetry::default()
-            .metrics()
-            .informer(&spec.kind.resource_name());
         Arc::new(Self {
             spec,
             store: Store::default(),

@@ -9,7 +9,7 @@ use tokio_util::sync::CancellationToken;
 use crate::activity::Activity;
 use crate::kind::KindInfo;
 use crate::object::{KObject, ObjectError};
-use crate::telemetry::Telemetry;
+use crate::telemetry::{Identity, Telemetry};
 
 use super::*;
 use crate::object::StripOptions;
@@ -61,6 +61,7 @@ fn scripted() -> (
         Arc::new(Scripted(Mutex::new(Some(rx)))),
         Arc::new(Activity::default()),
         CancellationToken::new(),
+        Telemetry::new(Identity::from_env()),
     );
     let (tx, deltas) = mpsc::unbounded_channel();
     let handle = set.subscribe(all_configmaps(), tx);
@@ -273,6 +274,7 @@ fn concurrent_subscribes_and_unsubscribes_never_leave_a_subscriber_on_a_stopped_
         Arc::new(Scripted(Mutex::new(None))),
         Arc::new(Activity::default()),
         CancellationToken::new(),
+        Telemetry::new(Identity::from_env()),
     ));
     let barrier = Arc::new(std::sync::Barrier::new(THREADS));
     let threads: Vec<_> = (0..THREADS)
@@ -320,13 +322,13 @@ fn concurrent_subscribes_and_unsubscribes_never_leave_a_subscriber_on_a_stopped_
 #[tokio::test]
 async fn a_stall_is_counted_once_however_often_the_source_repeats_it() {
     let (events, rx) = mpsc::unbounded_channel();
-    let telemetry = Telemetry::default();
+    let telemetry = Telemetry::new(Identity::from_env());
     let set = InformerSet::new(
         Arc::new(Scripted(Mutex::new(Some(rx)))),
         Arc::new(Activity::default()),
         CancellationToken::new(),
-    )
-    .with_telemetry(telemetry.clone());
+        telemetry.clone(),
+    );
     let (tx, mut deltas) = mpsc::unbounded_channel();
     let handle = set.subscribe(all_configmaps(), tx);
     let stall = |s| SourceError::Stalled {
@@ -367,6 +369,7 @@ async fn a_delete_of_an_object_never_held_is_not_emitted() {
         Arc::new(Scripted(Mutex::new(Some(rx)))),
         Arc::new(Activity::default()),
         CancellationToken::new(),
+        Telemetry::new(Identity::from_env()),
     );
     let (tx, mut deltas) = mpsc::unbounded_channel();
     let handle = set.subscribe(all_configmaps(), tx);
@@ -408,6 +411,7 @@ async fn a_forbidden_informer_names_its_plugins_until_data_flows() {
         Arc::new(Scripted(Mutex::new(Some(rx)))),
         Arc::new(Activity::default()),
         CancellationToken::new(),
+        Telemetry::new(Identity::from_env()),
     );
     let spec = InformerSpec {
         kind: KindInfo::new("", "v1", "ConfigMap", "configmaps", true),

@@ -125,7 +125,10 @@ pub(crate) fn candidates(dir: &Path) -> Result<BTreeMap<String, PathBuf>, DirErr
 }
 
 impl PluginDir {
+    /// Loads the plugins in `dir` into `host`, counting loads and failures
+    /// into the host's telemetry.
     pub fn new(dir: PathBuf, host: Arc<PluginHost>) -> Self {
+        let telemetry = host.telemetry().clone();
         Self {
             dir,
             host,
@@ -135,7 +138,7 @@ impl PluginDir {
             awaiting_kinds: parking_lot::Mutex::new(BTreeMap::new()),
             awaiting_names: parking_lot::Mutex::new(std::collections::BTreeSet::new()),
             states: parking_lot::Mutex::new(BTreeMap::new()),
-            telemetry: Telemetry::default(),
+            telemetry,
             debounce_ms: std::sync::atomic::AtomicU64::new(200),
         }
     }
@@ -146,13 +149,6 @@ impl PluginDir {
         let ms = u64::try_from(debounce.as_millis()).unwrap_or(u64::MAX);
         self.debounce_ms
             .store(ms, std::sync::atomic::Ordering::Relaxed);
-    }
-
-    /// Counts loads and failures into `telemetry`'s metrics.
-    #[must_use]
-    pub fn with_telemetry(mut self, telemetry: Telemetry) -> Self {
-        self.telemetry = telemetry;
-        self
     }
 
     /// Plugin files in the folder that are neither loaded nor reported
@@ -507,6 +503,7 @@ mod tests {
     use crate::object::StripOptions;
     use crate::runtime::{EngineOptions, Runtime};
     use crate::source::local::LocalCluster;
+    use crate::telemetry::Identity;
 
     /// A host over an empty local cluster, compiling nothing to disk.
     fn host(cluster: &Path) -> Arc<PluginHost> {
@@ -514,12 +511,18 @@ mod tests {
         let local =
             LocalCluster::new(cluster.to_owned(), kinds.clone(), StripOptions::default()).unwrap();
         let activity = Arc::new(Activity::default());
+        let telemetry = Telemetry::new(Identity::from_env());
         let informers = Arc::new(InformerSet::new(
             local.clone(),
             activity.clone(),
             CancellationToken::new(),
+            telemetry.clone(),
         ));
-        let executor = Arc::new(Executor::new(local, ExecutorOptions::default()));
+        let executor = Arc::new(Executor::new(
+            local,
+            ExecutorOptions::default(),
+            telemetry.clone(),
+        ));
         let runtime = Runtime::new(EngineOptions {
             cache_dir: None,
             ..EngineOptions::default()
@@ -532,6 +535,7 @@ mod tests {
             executor,
             activity,
             DispatchOptions::default(),
+            telemetry,
         ))
     }
 
@@ -553,8 +557,7 @@ mod tests {
         let cluster = tempfile::tempdir().unwrap();
         let folder = tempfile::tempdir().unwrap();
         let host = host(cluster.path());
-        let dir = PluginDir::new(folder.path().to_owned(), host.clone())
-            .with_telemetry(Telemetry::default());
+        let dir = PluginDir::new(folder.path().to_owned(), host.clone());
         let object = Origin::Object("plugins.kubewasm.io/x".into());
         assert_eq!(host.origins().claim("x", &object), Ok(true));
         let freed = host.origins().freed();

@@ -7,8 +7,10 @@
 //! `admin/`.
 //!
 //! One [`Telemetry`] handle (cheap to clone) is shared by every part of a
-//! running host; parts built without one get a private handle, so
-//! benchmarks and unit tests need no wiring.
+//! running host. Every part takes it from its caller (there is no
+//! `Default`): a part that built its own would count into a registry
+//! nobody scrapes, and its series would silently be missing from
+//! `/metrics`. Tests and benchmarks build theirs with [`Telemetry::new`].
 
 pub mod events;
 pub mod feed;
@@ -53,12 +55,6 @@ impl std::fmt::Debug for Telemetry {
         f.debug_struct("Telemetry")
             .field("identity", &self.inner.identity)
             .finish_non_exhaustive()
-    }
-}
-
-impl Default for Telemetry {
-    fn default() -> Self {
-        Self::new(Identity::from_env())
     }
 }
 

@@ -120,6 +120,8 @@ pub fn run(opts: &Options, out: &mut dyn Write) -> Result<Summary, TestError> {
         opts.sidecar.clone(),
         opts.cache_dir.clone(),
         harness,
+        // Nothing serves `/metrics` here: the run counts into its own.
+        crate::telemetry::Telemetry::new(crate::telemetry::Identity::from_env()),
     )?;
     // The plugin file and its default sidecar must load at all.
     let prepared = plugin

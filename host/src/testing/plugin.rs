@@ -17,6 +17,7 @@ use crate::object::{KObject, ObjectKey, StripOptions};
 use crate::runtime::harness::Harness;
 use crate::runtime::host::PluginScope;
 use crate::runtime::{Actor, LoadError, Manifest, Prepared, Registration, Runtime};
+use crate::telemetry::Telemetry;
 
 use super::cluster::SimCluster;
 
@@ -50,6 +51,8 @@ pub struct PluginUnderTest {
     /// Prepared versions by sidecar, sharing one harness.
     prepared: HashMap<Option<PathBuf>, Arc<Prepared>>,
     pub harness: Harness,
+    /// What its caches and actions count into.
+    pub telemetry: Telemetry,
 }
 
 impl std::fmt::Debug for PluginUnderTest {
@@ -74,6 +77,8 @@ pub struct Instance {
     caches: Vec<Cache>,
     /// `pairs[i]` reads `caches[pair_cache[i]]`.
     pair_cache: Vec<usize>,
+    /// The plugin under test's, for its run's executor.
+    pub telemetry: Telemetry,
 }
 
 impl std::fmt::Debug for Instance {
@@ -106,13 +111,15 @@ impl Cache {
 
 impl PluginUnderTest {
     /// Reads the plugin and starts the engine (compile cache `cache_dir`,
-    /// the host's default when `None`).
+    /// the host's default when `None`); its caches and actions count into
+    /// `telemetry`.
     pub fn open(
         path: &Path,
         name: Option<String>,
         sidecar: Option<PathBuf>,
         cache_dir: Option<PathBuf>,
         harness: Harness,
+        telemetry: Telemetry,
     ) -> Result<Self, PluginError> {
         let bytes = std::fs::read(path).map_err(|source| PluginError::Read {
             path: path.to_owned(),
@@ -141,6 +148,7 @@ impl PluginUnderTest {
             default_sidecar: sidecar.or_else(|| Manifest::sidecar_path(path)),
             prepared: HashMap::new(),
             harness,
+            telemetry,
         })
     }
 
@@ -206,7 +214,12 @@ impl PluginUnderTest {
                 None => {
                     let parse_err = |e: String| LoadError::BadRegistration(format!("{spec}: {e}"));
                     caches.push(Cache {
-                        informer: Informer::detached(spec.clone()),
+                        informer: Informer::detached(
+                            spec.clone(),
+                            self.telemetry
+                                .metrics()
+                                .informer(&spec.kind.resource_name()),
+                        ),
                         labels: LabelSelector::parse(spec.label_selector.as_deref().unwrap_or(""))
                             .map_err(|e| parse_err(e.to_string()))?,
                         fields: FieldSelector::parse(spec.field_selector.as_deref().unwrap_or(""))
@@ -253,6 +266,7 @@ impl PluginUnderTest {
             pairs,
             caches,
             pair_cache,
+            telemetry: self.telemetry.clone(),
         })
     }
 }

@@ -82,7 +82,10 @@ impl std::fmt::Debug for Executor {
 }
 
 impl Executor {
-    pub fn new(sink: Arc<dyn ActionSink>, options: ExecutorOptions) -> Self {
+    /// An executor writing to `sink`, counting actions into `telemetry`'s
+    /// metrics (the registry `/metrics` serves) and showing them in its
+    /// feed.
+    pub fn new(sink: Arc<dyn ActionSink>, options: ExecutorOptions, telemetry: Telemetry) -> Self {
         let stats = Arc::new(ExecutorStats::default());
         let events = EventQueue::new(options.event_queue);
         Self {
@@ -91,7 +94,7 @@ impl Executor {
                 options: Arc::new(options),
                 leadership: Leadership::always(),
                 stats: stats.clone(),
-                telemetry: Telemetry::default(),
+                telemetry,
             },
             stats,
             events,
@@ -102,13 +105,6 @@ impl Executor {
     #[must_use]
     pub fn with_leadership(mut self, leadership: Leadership) -> Self {
         self.runner.leadership = leadership;
-        self
-    }
-
-    /// Counts actions into `telemetry`'s metrics.
-    #[must_use]
-    pub fn with_telemetry(mut self, telemetry: Telemetry) -> Self {
-        self.runner.telemetry = telemetry;
         self
     }
 

@@ -5,6 +5,12 @@ use parking_lot::Mutex;
 use super::*;
 use crate::actions::{EventType, Target};
 use crate::kind::KindInfo;
+use crate::telemetry::Identity;
+
+/// The registry a test's executor counts into (`count` reads it back).
+fn telemetry() -> Telemetry {
+    Telemetry::new(Identity::new(None, None, None))
+}
 
 /// A sink whose writes take 5s, recording those that complete.
 #[derive(Default)]
@@ -45,7 +51,8 @@ async fn followers_execute_nothing_and_a_lost_term_abandons_the_write_in_flight(
     let sink = Arc::new(SlowSink::default());
     let leadership = Leadership::follower();
     let ex = Arc::new(
-        Executor::new(sink.clone(), ExecutorOptions::default()).with_leadership(leadership.clone()),
+        Executor::new(sink.clone(), ExecutorOptions::default(), telemetry())
+            .with_leadership(leadership.clone()),
     );
     assert_eq!(
         ex.execute("p", &event("follower")).await,
@@ -168,7 +175,7 @@ fn count(ex: &Executor, verb: &str, outcome: Outcome) -> u64 {
 async fn a_cancelled_fence_refuses_the_calls_remaining_actions() {
     // Cancelled before the call: nothing runs.
     let sink = Arc::new(Scripted::default());
-    let ex = Executor::new(sink.clone(), quick());
+    let ex = Executor::new(sink.clone(), quick(), telemetry());
     let fence = CancellationToken::new();
     fence.cancel();
     let err = call(&ex, vec![patch("a"), event("e"), patch("b")], &fence)
@@ -190,7 +197,7 @@ async fn a_cancelled_fence_refuses_the_calls_remaining_actions() {
         cancel_on: Some(("patch configmaps n/a".into(), fence.clone())),
         ..Scripted::default()
     });
-    let ex = Executor::new(sink.clone(), quick());
+    let ex = Executor::new(sink.clone(), quick(), telemetry());
     let err = call(
         &ex,
         vec![event("e"), patch("a"), patch("b"), patch("c")],
@@ -213,7 +220,7 @@ async fn a_cancelled_fence_refuses_the_calls_remaining_actions() {
         "patch configmaps n/a",
         vec![Err(ActionError::Transient("reset".into()))],
     );
-    let ex = Arc::new(Executor::new(sink.clone(), quick()));
+    let ex = Arc::new(Executor::new(sink.clone(), quick(), telemetry()));
     let fence = CancellationToken::new();
     let (ex2, fence2) = (ex.clone(), fence.clone());
     let running =
@@ -242,7 +249,7 @@ async fn events_are_recorded_after_the_calls_other_actions_and_off_its_path() {
         ..Scripted::default()
     });
     let activity = Arc::new(Activity::default());
-    let ex = Executor::new(sink.clone(), quick()).with_activity(activity.clone());
+    let ex = Executor::new(sink.clone(), quick(), telemetry()).with_activity(activity.clone());
     let fence = CancellationToken::new();
     // The call returns while its Events are still held by the sink.
     call(
@@ -276,7 +283,7 @@ async fn a_failed_call_queues_none_of_its_events_and_a_failed_event_fails_nothin
         "event refused",
         vec![Err(ActionError::Forbidden("terminating namespace".into()))],
     );
-    let ex = Executor::new(sink.clone(), quick());
+    let ex = Executor::new(sink.clone(), quick(), telemetry());
     let fence = CancellationToken::new();
     let err = call(&ex, vec![event("lost"), patch("a"), patch("b")], &fence)
         .await
@@ -315,6 +322,7 @@ async fn a_full_event_queue_drops_and_counts() {
             event_queue: 2,
             ..quick()
         },
+        telemetry(),
     );
     let fence = CancellationToken::new();
     let events: Vec<Action> = (0..5).map(|i| event(&format!("e{i}"))).collect();
@@ -350,6 +358,7 @@ async fn shutdown_records_queued_events_within_the_drain_time_and_drops_the_rest
             event_drain: Duration::from_secs(20),
             ..quick()
         },
+        telemetry(),
     );
     let fence = CancellationToken::new();
     call(&ex, vec![event("a"), event("b"), event("c")], &fence)
@@ -370,6 +379,7 @@ async fn shutdown_records_queued_events_within_the_drain_time_and_drops_the_rest
             event_drain: Duration::from_secs(7),
             ..quick()
         },
+        telemetry(),
     );
     call(&ex, vec![event("a"), event("b"), event("c")], &fence)
         .await
@@ -392,7 +402,7 @@ async fn the_servers_retry_after_is_honoured_or_handed_back() {
         })
     };
     sink.answer("patch configmaps n/a", vec![throttled(3), Ok(())]);
-    let ex = Executor::new(sink.clone(), quick());
+    let ex = Executor::new(sink.clone(), quick(), telemetry());
     let started = tokio::time::Instant::now();
     ex.execute("p", &patch("a")).await.unwrap();
     assert!(
@@ -480,6 +490,7 @@ async fn dry_run_prints_an_applys_body_as_it_would_be_sent_like_a_patchs() {
             dry_run: true,
             ..quick()
         },
+        telemetry(),
     );
     let mut guarded = Target::new(
         KindInfo::new("", "v1", "ConfigMap", "configmaps", true),
@@ -515,4 +526,35 @@ async fn dry_run_prints_an_applys_body_as_it_would_be_sent_like_a_patchs() {
     let patched = line("patch configmaps n/b");
     assert!(patched.contains(r#"{"data":{"k":"v"}}"#), "{patched}");
     assert_eq!(count(&ex, "patch", Outcome::DryRun), 2);
+}
+
+/// Actions are counted in the registry the caller passed, the one
+/// `/metrics` serves: both ways in (a plugin call, and one action at once).
+#[tokio::test(start_paused = true)]
+async fn actions_are_counted_in_the_registry_the_caller_passed() {
+    let served = telemetry();
+    let sink = Arc::new(Scripted::default());
+    sink.answer(
+        "patch configmaps n/b",
+        vec![Err(ActionError::Invalid("bad".into()))],
+    );
+    let ex = Executor::new(sink.clone(), quick(), served.clone());
+    let counters = served.metrics().actions("p");
+    ex.execute_all_counted(
+        "p",
+        &counters,
+        &ActionRate::unlimited(),
+        vec![patch("a"), patch("b")],
+        &CancellationToken::new(),
+    )
+    .await
+    .unwrap_err();
+    ex.execute("p", &patch("c")).await.unwrap();
+    let text = served.metrics().encode().unwrap();
+    for series in [
+        r#"kubewasm_actions_total{plugin="p",verb="patch",outcome="applied"} 2"#,
+        r#"kubewasm_actions_total{plugin="p",verb="patch",outcome="failed"} 1"#,
+    ] {
+        assert!(text.lines().any(|l| l == series), "{series} in {text}");
+    }
 }

@@ -137,6 +137,8 @@ pub fn run(
             None,
             opts.cache_dir.clone(),
             Harness::new(std::time::UNIX_EPOCH, 0),
+            // Nothing serves `/metrics` here: the recording counts into its own.
+            crate::telemetry::Telemetry::new(crate::telemetry::Identity::from_env()),
         )?;
         plugin.prepared(None).map_err(|source| RecordError::Load {
             path: path.clone(),

@@ -67,6 +67,7 @@ impl<'a> CaseRun<'a> {
                     attempt_wait: AttemptWait::Virtual(Arc::new(move |d| advance.advance(d))),
                     ..ExecutorOptions::default()
                 },
+                instance.telemetry.clone(),
             )
         };
         instance.sync(&cluster);
