@@ -168,6 +168,18 @@ impl Action {
         }
     }
 
+    /// What the action does, as the plugin asked it: `apply`, `patch`,
+    /// `delete` or `event` (the RBAC [`verb`](Self::verb) calls an apply a
+    /// patch and an Event a create).
+    pub fn operation(&self) -> &'static str {
+        match self {
+            Action::Apply { .. } => "apply",
+            Action::Patch { .. } => "patch",
+            Action::Delete { .. } => "delete",
+            Action::Event { .. } => "event",
+        }
+    }
+
     pub fn target(&self) -> &Target {
         match self {
             Action::Apply { target, .. }

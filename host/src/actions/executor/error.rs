@@ -82,6 +82,23 @@ impl ActionError {
         matches!(self, ActionError::Conflict(_))
     }
 
+    /// The failure's class in one word, for traces and logs that group
+    /// failures (`throttled`, `conflict`, ...).
+    pub fn class(&self) -> &'static str {
+        match self {
+            ActionError::Unauthorized(_) => "unauthorized",
+            ActionError::Forbidden(_) => "forbidden",
+            ActionError::Invalid(_) => "invalid",
+            ActionError::Conflict(_) => "conflict",
+            ActionError::NotFound(_) => "not_found",
+            ActionError::Throttled { .. } => "throttled",
+            ActionError::Transient(_) => "transient",
+            ActionError::TimedOut(_) => "timed_out",
+            ActionError::NotLeader => "not_leader",
+            ActionError::Stopping => "stopping",
+        }
+    }
+
     /// How long the server asked to wait before trying again (429 and 5xx
     /// with `Retry-After` or `details.retryAfterSeconds`).
     pub fn retry_after(&self) -> Option<Duration> {

@@ -1,12 +1,14 @@
 //! One action's execution: the leadership gate, the attempts and their
 //! timeout, the waits between them, and how each outcome is counted,
-//! logged and shown in the web view's feed.
+//! logged, traced (one `action` span per action run) and shown in the web
+//! view's feed.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use super::dry_run::dry_run;
 use super::{ActionError, ActionSink, ExecutorOptions, ExecutorStats};
@@ -69,13 +71,10 @@ impl Runner {
         took: Duration,
     ) {
         let target = action.target();
-        let (outcome, error) = match result {
-            Ok(()) if self.options.dry_run => ("dry_run", None),
-            Ok(()) => ("applied", None),
-            Err((e @ ActionError::Conflict(_), _)) => ("conflict", Some(e.to_string())),
-            Err((ActionError::NotLeader, _)) => ("fenced", None),
-            Err((ActionError::Stopping, _)) => ("stopping", None),
-            Err((e, _)) => ("failed", Some(e.to_string())),
+        let outcome = self.outcome(result);
+        let error = match result {
+            Err((e, _)) if matches!(outcome, "conflict" | "failed") => Some(e.to_string()),
+            _ => None,
         };
         self.telemetry.feed().publish(FeedRecord {
             t: FeedRecord::now_ms(),
@@ -91,18 +90,67 @@ impl Runner {
         });
     }
 
+    /// How an action ended, as the feed and the `action` span name it.
+    fn outcome(&self, result: &Result<(), (ActionError, u32)>) -> &'static str {
+        match result {
+            Ok(()) if self.options.dry_run => "dry_run",
+            Ok(()) => "applied",
+            Err((ActionError::Conflict(_), _)) => "conflict",
+            Err((ActionError::NotLeader, _)) => "fenced",
+            Err((ActionError::Stopping, _)) => "stopping",
+            Err(_) => "failed",
+        }
+    }
+
     pub(crate) fn feed_admits(&self) -> bool {
         self.telemetry.feed().admit()
     }
 
     /// Executes one action with its retries; `stop` cancelled abandons a
-    /// wait between attempts.
+    /// wait between attempts. Traced as one debug span `action` (the
+    /// plugin, what it does to which object, the attempts made), whose
+    /// `outcome` (and the failure's `error` class) is recorded when it
+    /// ends; the API writes it makes are spans inside it.
     pub(crate) async fn run(
         &self,
         plugin: &str,
         counters: &ActionCounters,
         action: &Action,
         stop: &CancellationToken,
+    ) -> Result<(), (ActionError, u32)> {
+        let target = action.target();
+        let span = tracing::debug_span!(
+            "action",
+            plugin,
+            op = action.operation(),
+            verb = action.verb(),
+            kind = %target.kind.gvk.kind,
+            namespace = target.namespace.as_deref(),
+            name = %target.name,
+            attempts = 0u32,
+            outcome = tracing::field::Empty,
+            error = tracing::field::Empty,
+        );
+        let result = self
+            .attempts(plugin, counters, action, stop, &span)
+            .instrument(span.clone())
+            .await;
+        span.record("outcome", self.outcome(&result));
+        if let Err((e, attempts)) = &result {
+            span.record("attempts", attempts);
+            span.record("error", e.class());
+        }
+        result
+    }
+
+    /// [`run`](Self::run)'s work, counting its attempts in `span`.
+    async fn attempts(
+        &self,
+        plugin: &str,
+        counters: &ActionCounters,
+        action: &Action,
+        stop: &CancellationToken,
+        span: &tracing::Span,
     ) -> Result<(), (ActionError, u32)> {
         let mut gate = self.leadership.subscribe();
         let term = *gate.borrow_and_update();
@@ -129,6 +177,7 @@ impl Runner {
         let mut waits = self.options.backoff();
         let mut attempt = 1;
         loop {
+            span.record("attempts", attempt);
             let result = tokio::select! {
                 biased;
                 () = &mut ended => return Err((self.fenced(plugin, counters, action), attempt)),
