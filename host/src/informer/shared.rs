@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 use super::internal_events::InformerForbidden;
 use crate::activity::Activity;
 use crate::object::ObjectHandle;
-use crate::telemetry::{InformerCounters, Telemetry};
+use crate::telemetry::InformerCounters;
 
 use super::{Delta, DeltaType, InformerSpec, Snapshot, Store};
 
