@@ -11,9 +11,9 @@
 //! reason: the host refuses what the server refuses, sends the server's
 //! canonical text, and the local cluster filters as a real one does.
 //!
-//! Label selectors are lexed ([`lexer`]), parsed ([`parser`]) and checked
-//! ([`validation`]) as apimachinery does, then matched ([`label`]); field
-//! selectors have their own grammar ([`field`]).
+//! Label selectors are lexed (`lexer.rs`), parsed (`parser.rs`) and checked
+//! (`validation.rs`) as apimachinery does, then matched (`label.rs`); field
+//! selectors have their own grammar (`field.rs`).
 
 mod field;
 mod label;

@@ -4,9 +4,9 @@
 //! cluster, and the dispatcher's decisions (retry with backoff, requeue,
 //! dead) on a virtual clock.
 //!
-//! The state of a case while it runs is [`case_run`]'s; the cache it starts
-//! from is built in [`cache`]; `KIND NAMESPACE/NAME` references are read in
-//! [`reference`].
+//! The state of a case while it runs is `case_run.rs`'s; the cache it starts
+//! from is built in `cache.rs`; `KIND NAMESPACE/NAME` references are read in
+//! `reference.rs`.
 
 use std::path::Path;
 use std::sync::Arc;
