@@ -1,0 +1,181 @@
+//! An object's metadata, decoded once per version, and what the cache
+//! strips from it.
+
+use serde::{Deserialize, Serialize};
+
+use super::{LAST_APPLIED, ObjectError};
+
+/// One `metadata.ownerReferences` entry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct OwnerRef {
+    pub api_version: String,
+    pub kind: String,
+    pub name: String,
+    pub uid: String,
+    #[serde(default)]
+    pub controller: Option<bool>,
+    #[serde(default)]
+    pub block_owner_deletion: Option<bool>,
+}
+
+/// The decoded metadata of an object.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Meta {
+    pub api_version: Box<str>,
+    pub kind: Box<str>,
+    pub namespace: Option<Box<str>>,
+    pub name: Box<str>,
+    pub uid: Box<str>,
+    pub resource_version: Box<str>,
+    pub generation: Option<i64>,
+    pub labels: Vec<(Box<str>, Box<str>)>,
+    pub annotations: Vec<(Box<str>, Box<str>)>,
+    pub owner_references: Vec<OwnerRef>,
+    pub creation_timestamp: Option<Box<str>>,
+    pub deletion_timestamp: Option<Box<str>>,
+}
+
+impl Meta {
+    pub fn label(&self, key: &str) -> Option<&str> {
+        self.labels
+            .iter()
+            .find(|(k, _)| &**k == key)
+            .map(|(_, v)| &**v)
+    }
+
+    pub fn annotation(&self, key: &str) -> Option<&str> {
+        self.annotations
+            .iter()
+            .find(|(k, _)| &**k == key)
+            .map(|(_, v)| &**v)
+    }
+}
+
+/// Which bulky, rarely read parts of an object the cache drops.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct StripOptions {
+    pub managed_fields: bool,
+    pub last_applied: bool,
+}
+
+impl Default for StripOptions {
+    fn default() -> Self {
+        Self {
+            managed_fields: true,
+            last_applied: true,
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct RawMeta {
+    #[serde(default)]
+    pub(super) namespace: Option<String>,
+    #[serde(default)]
+    pub(super) name: Option<String>,
+    #[serde(default)]
+    pub(super) uid: Option<String>,
+    #[serde(default)]
+    pub(super) resource_version: Option<String>,
+    #[serde(default)]
+    pub(super) generation: Option<i64>,
+    #[serde(default)]
+    pub(super) labels: Option<std::collections::BTreeMap<String, String>>,
+    #[serde(default)]
+    pub(super) annotations: Option<std::collections::BTreeMap<String, String>>,
+    #[serde(default)]
+    pub(super) owner_references: Option<Vec<OwnerRef>>,
+    #[serde(default)]
+    pub(super) creation_timestamp: Option<String>,
+    #[serde(default)]
+    pub(super) deletion_timestamp: Option<String>,
+}
+
+pub(super) fn boxed_pairs(
+    map: Option<std::collections::BTreeMap<String, String>>,
+) -> Vec<(Box<str>, Box<str>)> {
+    map.unwrap_or_default()
+        .into_iter()
+        .map(|(k, v)| (k.into_boxed_str(), v.into_boxed_str()))
+        .collect()
+}
+
+impl RawMeta {
+    pub(super) fn into_meta(self, api_version: &str, kind: &str) -> Result<Meta, ObjectError> {
+        let name = self.name.ok_or(ObjectError::Missing("metadata.name"))?;
+        Ok(Meta {
+            api_version: api_version.into(),
+            kind: kind.into(),
+            namespace: self.namespace.filter(|n| !n.is_empty()).map(Into::into),
+            name: name.into(),
+            uid: self.uid.unwrap_or_default().into(),
+            resource_version: self.resource_version.unwrap_or_default().into(),
+            generation: self.generation,
+            labels: boxed_pairs(self.labels),
+            annotations: boxed_pairs(self.annotations),
+            owner_references: self.owner_references.unwrap_or_default(),
+            creation_timestamp: self.creation_timestamp.map(Into::into),
+            deletion_timestamp: self.deletion_timestamp.map(Into::into),
+        })
+    }
+}
+
+/// Appends `"key":raw` to a comma-separated member list. `key` is written
+/// as a JSON string (escaped); `raw` is JSON text already.
+pub(super) fn push_member(out: &mut String, key: &str, raw: &str) -> Result<(), ObjectError> {
+    if !out.is_empty() && !out.ends_with('{') {
+        out.push(',');
+    }
+    // Keys are plain in practice: written as they are, escaped otherwise.
+    if key.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+        out.push('"');
+        out.push_str(key);
+        out.push('"');
+    } else {
+        out.push_str(&serde_json::to_string(key)?);
+    }
+    out.push(':');
+    out.push_str(raw);
+    Ok(())
+}
+
+/// The metadata object's text without what `strip` drops: its members
+/// copied as text, `managedFields` left out, the last-applied annotation
+/// left out of the annotations (and the annotations with it when that was
+/// the only one).
+pub(super) fn strip_metadata(text: &str, strip: StripOptions) -> Result<String, ObjectError> {
+    if !text.starts_with('{') {
+        return Err(ObjectError::NotAnObject("metadata"));
+    }
+    let mut body = String::with_capacity(text.len());
+    for entry in sonic_rs::to_object_iter(text) {
+        let (key, value) = entry?;
+        match &*key {
+            "managedFields" if strip.managed_fields => {}
+            "annotations" if strip.last_applied => {
+                let raw = value.as_raw_str();
+                // An empty annotations object goes too (as from_value drops it).
+                let empty = raw[1..].trim_start().starts_with('}');
+                if !raw.contains(LAST_APPLIED) && !empty {
+                    push_member(&mut body, &key, raw)?;
+                    continue;
+                }
+                let mut ann = String::with_capacity(raw.len());
+                for a in sonic_rs::to_object_iter(raw) {
+                    let (k, v) = a?;
+                    if k != LAST_APPLIED {
+                        push_member(&mut ann, &k, v.as_raw_str())?;
+                    }
+                }
+                if !ann.is_empty() {
+                    push_member(&mut body, &key, &format!("{{{ann}}}"))?;
+                }
+            }
+            _ => push_member(&mut body, &key, value.as_raw_str())?,
+        }
+    }
+    Ok(format!("{{{body}}}"))
+}
