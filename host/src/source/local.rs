@@ -704,6 +704,13 @@ impl LocalCluster {
                 path: self.dir.clone(),
                 message: e.to_string(),
             })?;
+        // What changed between the first read and this watch has no event:
+        // one rescan now, as an informer lists after it starts watching
+        // (a file removed in that gap stayed in the cluster until the next
+        // change, which a test saw under load).
+        if let Err(e) = self.rescan() {
+            tracing::error!(error = %e, "local cluster rescan failed");
+        }
         loop {
             tokio::select! {
                 () = cancel.cancelled() => break,

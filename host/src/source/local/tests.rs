@@ -791,3 +791,25 @@ async fn orphan_deletion_drops_the_references_and_keeps_the_dependents() {
     );
     assert!(!f.text("a.yaml").unwrap().contains("ownerReferences"));
 }
+
+/// A file removed after the cluster's first read but before its watch began
+/// has no event of its own: the watch rescans once it is in place, as an
+/// informer lists after it starts watching.
+#[tokio::test]
+async fn a_change_before_the_watch_begins_is_seen_when_it_begins() {
+    let f = Fixture::new(&[("c.yaml", &cm("early", ""))]);
+    assert!(f.get("early").is_some());
+    std::fs::remove_file(f.path("c.yaml")).unwrap();
+    let cancel = CancellationToken::new();
+    let watching = tokio::spawn(f.cluster.clone().watch_files(cancel.clone()));
+    let started = std::time::Instant::now();
+    while f.get("early").is_some() {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(10),
+            "the object of the removed file is still in the cluster"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    cancel.cancel();
+    watching.await.unwrap().unwrap();
+}
