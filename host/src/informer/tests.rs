@@ -48,6 +48,20 @@ fn cm_at(name: &str, rv: &str, uid: &str) -> KObject {
     .unwrap()
 }
 
+/// Informers over a script (`None`: a source that never answers), counting
+/// into `telemetry`.
+fn scripted_set(
+    script: Option<mpsc::UnboundedReceiver<Result<WatchEvent, SourceError>>>,
+    telemetry: Telemetry,
+) -> InformerSet {
+    InformerSet::new(
+        Arc::new(Scripted(Mutex::new(script))),
+        Arc::new(Activity::default()),
+        CancellationToken::new(),
+        telemetry,
+    )
+}
+
 /// An informer on a scripted source, its subscriber's deltas, and the
 /// script's sender.
 fn scripted() -> (
@@ -57,12 +71,7 @@ fn scripted() -> (
     mpsc::UnboundedSender<Result<WatchEvent, SourceError>>,
 ) {
     let (events, rx) = mpsc::unbounded_channel();
-    let set = InformerSet::new(
-        Arc::new(Scripted(Mutex::new(Some(rx)))),
-        Arc::new(Activity::default()),
-        CancellationToken::new(),
-        Telemetry::new(Identity::from_env()),
-    );
+    let set = scripted_set(Some(rx), Telemetry::new(Identity::from_env()));
     let (tx, deltas) = mpsc::unbounded_channel();
     let handle = set.subscribe(all_configmaps(), tx);
     (set, handle, deltas, events)
@@ -270,12 +279,7 @@ fn concurrent_subscribes_and_unsubscribes_never_leave_a_subscriber_on_a_stopped_
         .enable_all()
         .build()
         .unwrap();
-    let set = Arc::new(InformerSet::new(
-        Arc::new(Scripted(Mutex::new(None))),
-        Arc::new(Activity::default()),
-        CancellationToken::new(),
-        Telemetry::new(Identity::from_env()),
-    ));
+    let set = Arc::new(scripted_set(None, Telemetry::new(Identity::from_env())));
     let barrier = Arc::new(std::sync::Barrier::new(THREADS));
     let threads: Vec<_> = (0..THREADS)
         .map(|t| {
@@ -323,12 +327,7 @@ fn concurrent_subscribes_and_unsubscribes_never_leave_a_subscriber_on_a_stopped_
 async fn a_stall_is_counted_once_however_often_the_source_repeats_it() {
     let (events, rx) = mpsc::unbounded_channel();
     let telemetry = Telemetry::new(Identity::from_env());
-    let set = InformerSet::new(
-        Arc::new(Scripted(Mutex::new(Some(rx)))),
-        Arc::new(Activity::default()),
-        CancellationToken::new(),
-        telemetry.clone(),
-    );
+    let set = scripted_set(Some(rx), telemetry.clone());
     let (tx, mut deltas) = mpsc::unbounded_channel();
     let handle = set.subscribe(all_configmaps(), tx);
     let stall = |s| SourceError::Stalled {
@@ -365,12 +364,7 @@ async fn a_stall_is_counted_once_however_often_the_source_repeats_it() {
 #[tokio::test]
 async fn a_delete_of_an_object_never_held_is_not_emitted() {
     let (events, rx) = mpsc::unbounded_channel();
-    let set = InformerSet::new(
-        Arc::new(Scripted(Mutex::new(Some(rx)))),
-        Arc::new(Activity::default()),
-        CancellationToken::new(),
-        Telemetry::new(Identity::from_env()),
-    );
+    let set = scripted_set(Some(rx), Telemetry::new(Identity::from_env()));
     let (tx, mut deltas) = mpsc::unbounded_channel();
     let handle = set.subscribe(all_configmaps(), tx);
     for e in [
@@ -407,12 +401,7 @@ async fn a_delete_of_an_object_never_held_is_not_emitted() {
 #[tokio::test]
 async fn a_forbidden_informer_names_its_plugins_until_data_flows() {
     let (events, rx) = mpsc::unbounded_channel();
-    let set = InformerSet::new(
-        Arc::new(Scripted(Mutex::new(Some(rx)))),
-        Arc::new(Activity::default()),
-        CancellationToken::new(),
-        Telemetry::new(Identity::from_env()),
-    );
+    let set = scripted_set(Some(rx), Telemetry::new(Identity::from_env()));
     let spec = InformerSpec {
         kind: KindInfo::new("", "v1", "ConfigMap", "configmaps", true),
         namespace: None,
