@@ -554,6 +554,13 @@ impl Dispatcher {
         self.shared.wake.notify_waiters();
     }
 
+    /// Stop's first step: no further delta is queued or called; the calls
+    /// in flight go on.
+    fn begin_stop(&self) {
+        self.intake_cancel.cancel();
+        self.shared.stopping.cancel();
+    }
+
     /// Stops taking deltas and calls (no further delta is called), waits
     /// for the calls in flight (at most the stop grace, after which they
     /// are fenced: their remaining actions refused), and returns what was
@@ -562,8 +569,7 @@ impl Dispatcher {
     /// weight is still unsettled: the caller hands them over or
     /// [`drops`](Self::drop_items) them.
     pub async fn stop(&self) -> Vec<(Key, Item)> {
-        self.intake_cancel.cancel();
-        self.shared.stopping.cancel();
+        self.begin_stop();
         let deadline = tokio::time::Instant::now() + self.shared.options.stop_grace;
         let drained = async {
             loop {

@@ -605,8 +605,7 @@ impl World {
 /// to the next version at least once: `a_call_outliving_the_stop_grace_is_fenced_and_its_delete_handed_over`
 /// covers that). Yielding keeps the runtime busy, so the clock stands still.
 async fn finish_calls_in_flight(d: &Dispatcher) {
-    d.intake_cancel.cancel();
-    d.shared.stopping.cancel();
+    d.begin_stop();
     let started = std::time::Instant::now();
     while d.shared.queue.lock().in_flight_len() > 0 {
         assert!(
