@@ -704,22 +704,20 @@ impl LocalCluster {
                 path: self.dir.clone(),
                 message: e.to_string(),
             })?;
-        // What changed between the first read and this watch has no event:
-        // one rescan now, as an informer lists after it starts watching
-        // (a file removed in that gap stayed in the cluster until the next
-        // change, which a test saw under load).
-        if let Err(e) = self.rescan() {
-            tracing::error!(error = %e, "local cluster rescan failed");
-        }
+        // A rescan first, then one per batch of events: what changed between
+        // the first read and this watch has no event, so the watch rescans
+        // once it is in place, as an informer lists after it starts
+        // watching (a file removed in that gap stayed in the cluster until
+        // the next change, which a test saw under load).
         loop {
+            if let Err(e) = self.rescan() {
+                tracing::error!(error = %e, "local cluster rescan failed");
+            }
             tokio::select! {
                 () = cancel.cancelled() => break,
                 r = rx.recv() => if r.is_none() { break },
             }
             while rx.try_recv().is_ok() {}
-            if let Err(e) = self.rescan() {
-                tracing::error!(error = %e, "local cluster rescan failed");
-            }
         }
         drop(debouncer);
         Ok(())
