@@ -4,7 +4,8 @@
 // keeps the page open. Measures what an operator feels: the gaps between
 // the page's animation frames, the time from a click (pause, resume, the
 // cache browser's Load) to its effect on the page, and the rows the feed
-// receives. Every wait is on a condition with a timeout, never a sleep.
+// receives, and how busy the page's main thread was (Chrome's own
+// counters). Every wait is on a condition with a timeout, never a sleep.
 //
 // Environment (set by the Rust test):
 //   UI_URL        http://HOST:PORT/ui of the host under test
@@ -77,6 +78,12 @@ try {
     const tick = (t) => { window.__frames.push(t); if (!window.__stop) requestAnimationFrame(tick); };
     requestAnimationFrame(tick);
   });
+  // Where the page's main thread spends its time (Chrome's own counters):
+  // seconds of script, style, layout and all tasks per second of the test.
+  const cdp = await page.context().newCDPSession(page);
+  await cdp.send('Performance.enable');
+  const busy = async () => Object.fromEntries((await cdp.send('Performance.getMetrics')).metrics.map((m) => [m.name, m.value]));
+  const busy0 = await busy();
   const rates = [];
   const clicks = [];
   const start = Date.now();
@@ -99,6 +106,8 @@ try {
   const elapsed = (Date.now() - start) / 1000;
   const after = await received();
   const frames = await page.evaluate(() => { window.__stop = true; return window.__frames; });
+  const busy1 = await busy();
+  const share = (k) => round((100 * (busy1[k] - busy0[k])) / elapsed);
   const gaps = frames.slice(1).map((t, i) => t - frames[i]);
   const liveGaps = gaps.slice(0, liveFrames - 1);
   await page.screenshot({ path: path.join(ARTIFACTS, `${NAME}-under-load.png`), fullPage: false });
@@ -112,8 +121,9 @@ try {
     frameGapMsLive: { p50: round(pct(liveGaps, 50)), p99: round(pct(liveGaps, 99)), max: round(Math.max(...liveGaps)) },
     frameGapMs: { p50: round(pct(gaps, 50)), p99: round(pct(gaps, 99)), max: round(Math.max(...gaps)) },
     clicks: clicks.length,
-    clickMs: { p50: pct(clicks, 50), p99: pct(clicks, 99), max: Math.max(...clicks) },
+    clickMs: { p50: pct(clicks, 50), p99: pct(clicks, 99), max: Math.max(...clicks), each: clicks },
     cacheLoadMs: cacheMs,
+    mainThreadPercent: { task: share('TaskDuration'), script: share('ScriptDuration'), style: share('RecalcStyleDuration'), layout: share('LayoutDuration') },
   });
   if (pct(rates, 50) < RATE_MIN) problems.push(`the plugin ran at ${pct(rates, 50)} deltas/s (median), under ${RATE_MIN}`);
 } catch (e) {

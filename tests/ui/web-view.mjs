@@ -122,7 +122,7 @@ try {
   const t0 = Date.now();
   await create(configMap(NS, probe, { 'ui-test': 'probe' }));
   const created = Date.now();
-  await page.waitForSelector(`#feed-rows tr[data-plugin="config-replicator"][data-name="${probe}"]`, { timeout: 1000 });
+  await page.waitForSelector(`#feed-rows .feed-row[data-plugin="config-replicator"][data-name="${probe}"]`, { timeout: 1000 });
   result.feedMs = Date.now() - t0;
   result.createMs = created - t0;
   await page.selectOption('#cache-informer', { value: await page.getAttribute('#informers tr[data-informer^="configmaps"]', 'data-informer') });
@@ -152,8 +152,8 @@ try {
   const mine = `ui-mine-${Date.now()}`;
   await create(configMap(OTHER_NS, other, {}));
   await create(configMap(NS, mine, {}));
-  await page.waitForSelector(`#feed-rows tr[data-name="${mine}"]`, { timeout: 5000 });
-  const shown = await page.$$eval('#feed-rows tr', (rows) => rows.map((r) => [r.dataset.plugin, r.dataset.namespace, r.dataset.name]));
+  await page.waitForSelector(`#feed-rows .feed-row[data-name="${mine}"]`, { timeout: 5000 });
+  const shown = await page.$$eval('#feed-rows .feed-row', (rows) => rows.map((r) => [r.dataset.plugin, r.dataset.namespace, r.dataset.name]));
   for (const [plugin, ns, name] of shown) {
     if (plugin !== 'config-replicator' || ns !== NS) problems.push(`the filter let through ${plugin} ${ns}/${name}`);
   }
@@ -164,11 +164,11 @@ try {
   const held = `ui-held-${Date.now()}`;
   await create(configMap(NS, held, {}));
   await page.waitForFunction(() => /paused \([1-9]/.test(document.querySelector('#feed-stats').textContent), null, { timeout: 5000 });
-  if (await page.$(`#feed-rows tr[data-name="${held}"]`)) problems.push('a row was added while paused');
+  if (await page.$(`#feed-rows .feed-row[data-name="${held}"]`)) problems.push('a row was added while paused');
   await page.click('#pause');
   const after = `ui-after-${Date.now()}`;
   await create(configMap(NS, after, {}));
-  await page.waitForSelector(`#feed-rows tr[data-name="${after}"]`, { timeout: 5000 });
+  await page.waitForSelector(`#feed-rows .feed-row[data-name="${after}"]`, { timeout: 5000 });
   await shot('filtered');
 
   step('a Secret viewed through the page shows its keys with redacted values only');
@@ -182,7 +182,7 @@ try {
     apiVersion: 'v1', kind: 'Secret', metadata: { name: secret, namespace: NS }, type: 'Opaque',
     data: { password: encoded }, stringData: { token: `${plain}-token` },
   });
-  await page.waitForSelector(`#feed-rows tr[data-plugin="secret-reader"][data-name="${secret}"]`, { timeout: 5000 });
+  await page.waitForSelector(`#feed-rows .feed-row[data-plugin="secret-reader"][data-name="${secret}"]`, { timeout: 5000 });
   await page.waitForSelector('#informers tr[data-informer^="secrets"]');
   await page.selectOption('#cache-informer', { value: await page.getAttribute('#informers tr[data-informer^="secrets"]', 'data-informer') });
   await page.fill('#cache-namespace', NS);
