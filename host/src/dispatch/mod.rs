@@ -598,9 +598,13 @@ impl Dispatcher {
         {
             tracing::warn!(plugin = %self.shared.plugin, "dispatcher tasks did not end within the stop grace (a call still running ends at its deadline)");
         }
-        let mut items = std::mem::take(&mut *self.shared.held.lock());
+        // Each object's deltas oldest first: a fenced call's delete was
+        // taken from the queue before anything held back by the cut or
+        // still waiting for the same object (a call is only started on a
+        // delta within the cut, and held ones are the first past it).
+        let mut items = fenced;
+        items.append(&mut self.shared.held.lock());
         items.extend(self.shared.queue.lock().take_pending());
-        items.extend(fenced);
         items
     }
 
