@@ -21,7 +21,8 @@
 #
 # Import it into a node's containerd with
 #   ctr -n k8s.io images import OUT
-# Needs root for apt (musl-tools, buildah) when they are missing.
+# Installs buildah and musl-tools with apt (as root, else with sudo) when
+# they are missing.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
@@ -36,17 +37,9 @@ tag="${IMAGE_TAG:-localhost/kubewasm:dev}"
 archive="${IMAGE_ARCHIVE:-oci-archive}"
 triple=x86_64-unknown-linux-musl
 
-apt_install() {
-  if [[ $(id -u) -ne 0 ]]; then
-    echo "error: $* missing; install with: sudo apt-get install -y $*" >&2
-    exit 1
-  fi
-  DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "$@" >/dev/null \
-    || { apt-get update >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "$@" >/dev/null; }
-}
-
-command -v buildah >/dev/null || apt_install buildah
-[[ -f /etc/ssl/certs/ca-certificates.crt ]] || apt_install ca-certificates
+. scripts/lib/apt.sh
+command -v buildah >/dev/null || apt_ensure buildah
+[[ -f /etc/ssl/certs/ca-certificates.crt ]] || apt_ensure ca-certificates
 
 ctx="$(mktemp -d)"
 trap 'rm -rf "$ctx"' EXIT
@@ -73,7 +66,7 @@ else
     rustup target add "$triple"
   fi
   # ring and jemalloc compile C for the target: cc-rs finds musl-gcc.
-  command -v musl-gcc >/dev/null || apt_install musl-tools
+  command -v musl-gcc >/dev/null || apt_ensure musl-tools
   # No debug info, symbols stripped: the image carries the binary only.
   CARGO_PROFILE_RELEASE_DEBUG=false CARGO_PROFILE_RELEASE_STRIP=symbols \
     cargo build --locked --release -p kubewasm --bin kubewasm --target "$triple" --features jemalloc
