@@ -181,6 +181,13 @@ function onFeed(batch) {
   unsampled += batch.unsampled;
   if (paused) pausedRows += batch.rows.length;
   else for (const r of batch.rows) pending.push(r);
+  // A hidden tab runs no animation frame: keep what the table would keep
+  // (the rest would have scrolled through it), not everything since.
+  if (pending.length > 2 * FEED_KEEP) {
+    const gone = pending.length - FEED_KEEP;
+    pending.splice(0, gone);
+    shown += gone;
+  }
   if (!flushing) {
     flushing = true;
     const wait = Math.max(0, lastFlush + FEED_EVERY_MS - performance.now());
