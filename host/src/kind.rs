@@ -441,7 +441,7 @@ impl KindRegistry {
     /// default-on beta APIs, one version each: the preferred one), so the
     /// local cluster and offline `kubewasm rbac` resolve what a real
     /// cluster would. Checked against a real v1.35 server's discovery by
-    /// `tests/tests/e2e.rs`.
+    /// `tests/tests/e2e/kinds.rs`.
     pub fn builtin() -> Self {
         let reg = Self::default();
         for (group, version, kind, plural, namespaced) in BUILTIN {

@@ -280,7 +280,7 @@ impl fmt::Display for FieldSelector {
 /// (the generic set, also for most cluster-scoped kinds) plus the kind's
 /// own; the cluster-scoped kinds with their own set have no
 /// `metadata.namespace`. Checked against a real server by
-/// `tests/tests/e2e.rs`.
+/// `tests/tests/e2e/kinds.rs`.
 pub fn supported_fields(kind: &KindInfo) -> Vec<&'static str> {
     let mut fields = vec!["metadata.name"];
     let own: &[&str] = match (kind.gvk.group.as_str(), kind.plural.as_str()) {
