@@ -385,7 +385,7 @@ async fn pipeline(pods: &[Value], plugin_name: &str, concurrency: usize, sweep: 
         actions_per_second: u32::MAX,
         ..Ceiling::default()
     });
-    let host = PluginHost::new(
+    let host = Arc::new(PluginHost::new(
         runtime,
         informers.clone(),
         KindRegistry::builtin(),
@@ -393,7 +393,7 @@ async fn pipeline(pods: &[Value], plugin_name: &str, concurrency: usize, sweep: 
         activity.clone(),
         DispatchOptions::default(),
         telemetry.clone(),
-    );
+    ));
     // What the bench plugins do: read pods and nodes, write pods.
     let mut manifest = Manifest::parse(
         std::path::Path::new("bench.yaml"),

@@ -13,6 +13,11 @@ pub(crate) struct ChildCompileArgs {
     digest: String,
     #[arg(long, action = clap::ArgAction::Set)]
     epoch_deadlines: bool,
+    #[arg(long, default_value = "optimized")]
+    tier: kubewasm::runtime::Tier,
+    /// A tier-up's compile: the lowest CPU priority.
+    #[arg(long)]
+    background: bool,
     #[arg(long)]
     parent_pid: Option<u32>,
 }
@@ -24,6 +29,12 @@ pub(crate) fn child_compile(args: ChildCompileArgs) -> std::process::ExitCode {
         compat: args.compat,
         digest: args.digest,
         epoch_deadlines: args.epoch_deadlines,
+        tier: args.tier,
+        priority: if args.background {
+            kubewasm::runtime::Priority::Background
+        } else {
+            kubewasm::runtime::Priority::Load
+        },
         parent: args.parent_pid,
     };
     if kubewasm::runtime::compiler::serve_child(

@@ -95,6 +95,7 @@ impl RunSettings {
             compile_cache_max: self.compile_cache_max.or(file.compile_cache_max),
             compiler: self.compiler.or(file.compiler),
             artifact_key: self.artifact_key.or(file.artifact_key),
+            fast_first_compile: self.fast_first_compile.or(file.fast_first_compile),
             keep_managed_fields: self.keep_managed_fields.or(file.keep_managed_fields),
             initial_list: self.initial_list.or(file.initial_list),
             page_size: self.page_size.or(file.page_size),

@@ -60,6 +60,7 @@ impl RunSettings {
             engine.cache_max_bytes = max;
         }
         engine.artifact_key = self.artifact_key;
+        engine.fast_first = self.fast_first_compile.unwrap_or_default().into();
         engine.compiler = match self.compiler.unwrap_or(CompilerKind::Child) {
             CompilerKind::Child => Compiler::child_of_current_exe(),
             CompilerKind::InProcess => Compiler::InProcess,

@@ -37,6 +37,11 @@ pub struct RunSettings {
     /// that signs and verifies compiled artifacts; unset, the host
     /// generates a key of its own into the cache folder.
     pub artifact_key: Option<PathBuf>,
+    /// `auto` (default): a component of 1 MiB or more whose optimized code
+    /// is not in the compile cache is served at once by the fast compile
+    /// tier (Winch), its optimized code compiled in the background and
+    /// swapped in; `off`: every plugin waits for its optimized code.
+    pub fast_first_compile: Option<crate::runtime::FastFirstCompile>,
     pub keep_managed_fields: Option<bool>,
     pub initial_list: Option<InitialList>,
     pub page_size: Option<u32>,

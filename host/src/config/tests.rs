@@ -84,8 +84,17 @@ fn compile_cache_cap_and_compiler_from_the_host_config() {
     );
     assert!(matches!(defaults.engine.compiler, Compiler::Child { .. }));
     assert_eq!(defaults.engine.artifact_key, None);
-    let set =
-        parse("compileCacheMax: 256Mi\ncompiler: inProcess\nartifactKey: keys/artifact\n").unwrap();
+    assert_eq!(
+        defaults.engine.fast_first,
+        crate::runtime::FastFirst::Auto {
+            min_bytes: crate::runtime::tier::FAST_FIRST_MIN_BYTES
+        }
+    );
+    let set = parse(
+        "compileCacheMax: 256Mi\ncompiler: inProcess\nartifactKey: keys/artifact\nfastFirstCompile: off\n",
+    )
+    .unwrap();
+    assert_eq!(set.engine.fast_first, crate::runtime::FastFirst::Off);
     assert_eq!(set.engine.cache_max_bytes, 256 << 20);
     assert_eq!(set.engine.compiler, Compiler::InProcess);
     assert_eq!(

@@ -128,6 +128,12 @@ mod tests {
         p.actions.retry("patch").inc();
         m.plugin_reloaded("replicator");
         m.plugin_load_failed("broken");
+        m.plugin_fast_tier("replicator", Some(true));
+        m.plugin_fast_tier("python", Some(true));
+        m.plugin_fast_tier("python", Some(false));
+        m.plugin_tiered_up("python");
+        m.plugin_fast_tier("gone", Some(true));
+        m.plugin_fast_tier("gone", None);
 
         let stats = Arc::new(PluginStats::default());
         stats.failed_calls.store(4, Ordering::Relaxed);
@@ -156,6 +162,9 @@ mod tests {
             "kubewasm_action_retries_total{plugin=\"replicator\",verb=\"patch\"} 1",
             "kubewasm_plugin_reloads_total{plugin=\"replicator\"} 1",
             "kubewasm_plugin_load_failures_total{plugin=\"broken\"} 1",
+            "kubewasm_plugin_fast_tier{plugin=\"replicator\"} 1",
+            "kubewasm_plugin_fast_tier{plugin=\"python\"} 0",
+            "kubewasm_plugin_tier_ups_total{plugin=\"python\"} 1",
             "kubewasm_plugin_handler_errors_total{plugin=\"replicator\"} 4",
             "kubewasm_plugin_retries_total{plugin=\"replicator\"} 3",
             "kubewasm_plugin_dead_letters_total{plugin=\"replicator\"} 1",
@@ -175,6 +184,10 @@ mod tests {
         ] {
             assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
         }
+        assert!(
+            !text.contains("kubewasm_plugin_fast_tier{plugin=\"gone\"}"),
+            "an unloaded plugin's tier stays: {text}"
+        );
         let sum: f64 = line(
             &text,
             "kubewasm_plugin_call_duration_seconds_sum{plugin=\"replicator\"}",

@@ -7,20 +7,25 @@
 //! its replay. Everything else it held is in the replay or the new
 //! version's own stream.
 //! Gaining leadership takes the same path without recompiling: every
-//! running version is resubscribed, receiving the cache again.
+//! running version is resubscribed, receiving the cache again. A version
+//! served by the fast compile tier is replaced the same way by its
+//! optimized code once that is compiled (see [`tier_up`]).
 //!
 //! A running version, its subscriptions and how it stops are
 //! `version.rs`'s; starting one (instances, subscriptions, indexes, its
 //! dispatcher) `start.rs`'s; the swap that hands the old version's
 //! unhandled deletes to the new one `swap.rs`'s; checking a registration
-//! against the kinds and the sidecar's grant `resolve.rs`'s.
+//! against the kinds and the sidecar's grant `resolve.rs`'s; compiling a
+//! fast-tier version's optimized code in the background and swapping it in
+//! `tier_up.rs`'s.
 
 mod resolve;
 mod start;
 mod swap;
+mod tier_up;
 mod version;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -32,7 +37,7 @@ use crate::informer::InformerSet;
 use crate::kind::{KindDiscovery, KindRegistry};
 use crate::leader::Leadership;
 use crate::origin::{Origin, Origins};
-use crate::runtime::{CompileSource, Content, LoadError, Manifest, Runtime};
+use crate::runtime::{CompileSource, Content, LoadError, Manifest, Prepared, Runtime, Tier};
 use crate::telemetry::Telemetry;
 pub use resolve::{narrow_to_grant, resolve_subscriptions, resolve_writes, unknown_kind};
 pub use version::PluginVersion;
@@ -41,6 +46,8 @@ pub use version::PluginVersion;
 #[derive(Debug, Clone)]
 pub struct LoadInfo {
     pub compile_source: CompileSource,
+    /// Which compiler made the code this version runs.
+    pub tier: Tier,
     pub compile_time: Duration,
     /// Instantiation plus `register` on every instance.
     pub start_time: Duration,
@@ -54,6 +61,10 @@ pub struct PluginHost {
     activity: Arc<Activity>,
     dispatch: DispatchOptions,
     plugins: Mutex<BTreeMap<String, Arc<PluginVersion>>>,
+    /// One swap of a plugin at a time (an install, a tier-up, an unload),
+    /// by plugin name.
+    swaps: parking_lot::Mutex<HashMap<String, Arc<Mutex<()>>>>,
+    tier_ups: tier_up::TierUps,
     /// Stats survive version swaps: one line per plugin name in summaries.
     stats: parking_lot::Mutex<BTreeMap<String, Arc<PluginStats>>>,
     versions: std::sync::atomic::AtomicU64,
@@ -94,6 +105,8 @@ impl PluginHost {
             activity,
             dispatch,
             plugins: Mutex::new(BTreeMap::new()),
+            swaps: parking_lot::Mutex::default(),
+            tier_ups: tier_up::TierUps::default(),
             stats: parking_lot::Mutex::new(BTreeMap::new()),
             versions: std::sync::atomic::AtomicU64::new(0),
             discovery: None,
@@ -171,9 +184,11 @@ impl PluginHost {
 
     /// Loads `bytes` as plugin `name` and starts it; the previous version,
     /// if any, keeps serving until the new one is subscribed, then stops
-    /// and hands over what it did not handle (see the module doc).
+    /// and hands over what it did not handle (see the module doc). A
+    /// version served by the fast tier gets its optimized code in the
+    /// background (see [`tier_up`]).
     pub async fn install(
-        &self,
+        self: &Arc<Self>,
         name: &str,
         content: impl Into<Content>,
         manifest: Manifest,
@@ -186,7 +201,7 @@ impl PluginHost {
     /// [`LoadError::NameTaken`] while another origin serves or loads a
     /// plugin of that name.
     pub async fn install_from(
-        &self,
+        self: &Arc<Self>,
         origin: Origin,
         name: &str,
         content: impl Into<Content>,
@@ -199,13 +214,41 @@ impl PluginHost {
                 name: name.to_owned(),
                 holder: holder.to_string(),
             })?;
-        let result = self.swap_in(name, content.into(), manifest).await;
-        // A first load that failed leaves nothing serving: the name is
-        // free again.
-        if result.is_err() && claimed {
-            self.origins.release(name, &origin);
+        let content = content.into();
+        let swap = self.swap_lock(name);
+        let _swapping = swap.lock().await;
+        let result = self
+            .swap_in(
+                name,
+                Load::Content(content.clone(), Box::new(manifest.clone())),
+            )
+            .await;
+        let version = match result {
+            Ok(version) => version,
+            Err(e) => {
+                // A first load that failed leaves nothing serving: the name
+                // is free again.
+                if claimed {
+                    self.origins.release(name, &origin);
+                }
+                return Err(e);
+            }
+        };
+        // The previous version's tier-up, if any, is moot.
+        self.tier_ups.cancel(name);
+        if version.tier() == Tier::Fast {
+            self.spawn_tier_up(name, &version, content, manifest);
         }
-        result
+        Ok(version)
+    }
+
+    /// Serialises the swaps of plugin `name`.
+    fn swap_lock(&self, name: &str) -> Arc<Mutex<()>> {
+        self.swaps
+            .lock()
+            .entry(name.to_owned())
+            .or_default()
+            .clone()
     }
 
     /// Which source each plugin name belongs to.
@@ -224,6 +267,9 @@ impl PluginHost {
     /// Stops and removes plugin `name` after its in-flight call; the name
     /// is free for any origin afterwards.
     pub async fn unload(&self, name: &str) -> bool {
+        let swap = self.swap_lock(name);
+        let _swapping = swap.lock().await;
+        self.tier_ups.cancel(name);
         let old = self.plugins.lock().await.remove(name);
         if let Some(origin) = self.origins.holder(name) {
             self.origins.release(name, &origin);
@@ -231,6 +277,7 @@ impl PluginHost {
         match old {
             Some(old) => {
                 old.stop_for_good(&self.informers).await;
+                self.telemetry.metrics().plugin_fast_tier(name, None);
                 tracing::info!(plugin = name, "plugin unloaded");
                 true
             }
@@ -271,6 +318,7 @@ impl PluginHost {
 
     /// Stops every plugin, draining in-flight calls.
     pub async fn shutdown(&self) {
+        self.tier_ups.cancel_all();
         let all: Vec<_> = std::mem::take(&mut *self.plugins.lock().await)
             .into_values()
             .collect();
@@ -278,4 +326,12 @@ impl PluginHost {
         // delay the others' stop.
         futures::future::join_all(all.iter().map(|p| p.stop_for_good(&self.informers))).await;
     }
+}
+
+/// What a new version is started from.
+enum Load {
+    /// A plugin's content and sidecar, to compile (or load from the cache).
+    Content(Content, Box<Manifest>),
+    /// Code already compiled (a tier-up's optimized code).
+    Prepared(Arc<Prepared>),
 }

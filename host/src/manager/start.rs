@@ -10,14 +10,14 @@ use tokio::sync::mpsc;
 
 use super::resolve::{narrow_to_grant, resolve_subscriptions, resolve_writes, unknown_kind};
 use super::version::{PluginVersion, pair_id};
-use super::{LoadInfo, PluginHost};
+use super::{Load, LoadInfo, PluginHost};
 use crate::dispatch::{
     DispatchOptions, Dispatcher, DispatcherParts, PluginStats, SubscriptionFilter,
 };
 use crate::informer::{CacheView, Informer, InformerSpec, SubscriptionHandle};
 use crate::kind::KindRef;
 use crate::runtime::host::PluginScope;
-use crate::runtime::{Actor, Content, LoadError, Manifest, Registration};
+use crate::runtime::{Actor, LoadError, Registration};
 use crate::telemetry::PluginTelemetry;
 
 impl PluginHost {
@@ -49,8 +49,7 @@ impl PluginHost {
     pub(super) async fn start(
         &self,
         name: &str,
-        content: Content,
-        manifest: Manifest,
+        load: Load,
         previous: Option<&PluginVersion>,
     ) -> Result<PluginVersion, LoadError> {
         let Instances {
@@ -58,7 +57,7 @@ impl PluginHost {
             actors,
             registration,
             start_time,
-        } = self.instantiate(name, content, manifest).await?;
+        } = self.instantiate(name, load).await?;
         let resolved = self.resolve_subscriptions(&registration)?;
         let (writes, write_kinds) = self.resolve_writes(&registration)?;
         let grant = prepared.manifest.grant(name);
@@ -100,6 +99,7 @@ impl PluginHost {
         tracing::info!(
             plugin = name,
             compile = ?prepared.compile_source,
+            tier = %prepared.tier,
             compile_ms = prepared.compile_time.as_millis() as u64,
             start_ms = start_time.as_millis() as u64,
             subscriptions = registration.subscriptions.len(),
@@ -109,6 +109,7 @@ impl PluginHost {
             name: plugin,
             load: LoadInfo {
                 compile_source: prepared.compile_source,
+                tier: prepared.tier,
                 compile_time: prepared.compile_time,
                 start_time,
             },
@@ -123,15 +124,16 @@ impl PluginHost {
     }
 
     /// Obtains the component (from the cache, else compiled by the
-    /// runtime's compiler, off the async threads), starts its instances
-    /// and registers each; the kinds it names are learnt.
-    async fn instantiate(
-        &self,
-        name: &str,
-        content: Content,
-        manifest: Manifest,
-    ) -> Result<Instances, LoadError> {
-        let prepared = Arc::new(self.runtime.prepare_async(name, content, manifest).await?);
+    /// runtime's compiler, off the async threads), unless already
+    /// prepared, starts its instances and registers each; the kinds it
+    /// names are learnt.
+    async fn instantiate(&self, name: &str, load: Load) -> Result<Instances, LoadError> {
+        let prepared = match load {
+            Load::Content(content, manifest) => {
+                Arc::new(self.runtime.prepare_async(name, content, *manifest).await?)
+            }
+            Load::Prepared(prepared) => prepared,
+        };
         let started = Instant::now();
         let config = prepared.manifest.config_json();
         let mut actors = Vec::new();

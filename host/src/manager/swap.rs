@@ -4,25 +4,21 @@
 
 use std::sync::Arc;
 
-use super::PluginHost;
 use super::version::PluginVersion;
+use super::{Load, PluginHost};
 use crate::dispatch::queue::Item;
 use crate::dispatch::{Key, SubId};
 use crate::informer::DeltaType;
-use crate::runtime::{Content, LoadError, Manifest};
+use crate::runtime::{LoadError, Tier};
 
 impl PluginHost {
     pub(super) async fn swap_in(
         &self,
         name: &str,
-        content: Content,
-        manifest: Manifest,
+        load: Load,
     ) -> Result<Arc<PluginVersion>, LoadError> {
         let previous = self.plugins.lock().await.get(name).cloned();
-        let version = match self
-            .start(name, content, manifest, previous.as_deref())
-            .await
-        {
+        let version = match self.start(name, load, previous.as_deref()).await {
             Ok(v) => Arc::new(v),
             Err(e) => {
                 if let Some(p) = &previous {
@@ -76,6 +72,9 @@ impl PluginHost {
         }
         self.requeue_dead_letters(name, &version);
         version.dispatcher.start_when_synced(version.informers());
+        self.telemetry
+            .metrics()
+            .plugin_fast_tier(name, Some(version.tier() == Tier::Fast));
         Ok(version)
     }
 

@@ -10,7 +10,7 @@ use super::LoadInfo;
 use crate::dispatch::queue::Item;
 use crate::dispatch::{Dispatcher, Key, PluginStats, SubId, SubscriptionFilter};
 use crate::informer::{Informer, InformerSet, InformerSpec, SubscriptionHandle};
-use crate::runtime::Registration;
+use crate::runtime::{Registration, Tier};
 
 /// One running version of a plugin.
 #[derive(Debug)]
@@ -33,6 +33,12 @@ impl PluginVersion {
     /// component's SHA-256).
     pub fn version(&self) -> &str {
         &self.prepared.version
+    }
+
+    /// Which compiler made the code this version runs (a fast-tier
+    /// version is replaced by optimized code once that is compiled).
+    pub fn tier(&self) -> Tier {
+        self.prepared.tier
     }
 
     /// This version's subscription pair fed by `informer`: its id, its

@@ -39,6 +39,8 @@ fn encoded() -> String {
     let _ = m.action_rate("p", 1);
     m.plugin_reloaded("p");
     m.plugin_load_failed("p");
+    m.plugin_fast_tier("p", Some(true));
+    m.plugin_tiered_up("p");
     *view.write() = Some(Arc::new(OnePlugin(Arc::default())));
     m.encode().unwrap_or_default()
 }

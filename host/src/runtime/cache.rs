@@ -99,6 +99,16 @@ impl CompileCache {
         &self.budget
     }
 
+    /// The same folder, cap, key and pins for another engine (another
+    /// compile tier, see [`super::tier`]): its artifacts are named with its
+    /// own key, and eviction spares what either engine's plugins use.
+    pub fn for_engine(&self, compat: String) -> Self {
+        Self {
+            compat,
+            ..self.clone()
+        }
+    }
+
     pub fn key(&self) -> &ArtifactKey {
         &self.key
     }
@@ -358,6 +368,26 @@ mod tests {
     }
 
     #[test]
+    fn the_tiers_artifacts_are_named_apart_and_share_the_cap_and_the_pins() {
+        let dir = tempfile::tempdir().unwrap();
+        let optimized = cache(dir.path(), 1500);
+        let fast = optimized.for_engine("f".into());
+        let older = artifact(&optimized, "a", 1000, 200);
+        let pinned = artifact(&fast, "a", 1000, 300);
+        assert_eq!(
+            (older.file_name().unwrap(), pinned.file_name().unwrap()),
+            ("a-c.cwasm".as_ref(), "a-f.cwasm".as_ref())
+        );
+        assert!(fast.contains("a") && optimized.contains("a"));
+        // Over the cap: eviction through either engine's cache spares what
+        // the other's plugins use, and counts both engines' files.
+        let _in_use = fast.pin(&pinned);
+        let report = optimized.evict(&[]);
+        assert_eq!((report.removed, report.kept), (1, 1000));
+        assert!(pinned.exists() && !older.exists());
+    }
+
+    #[test]
     fn a_store_leaves_no_temp_file_and_replaces_the_old_artifact() {
         let dir = tempfile::tempdir().unwrap();
         let cache = cache(dir.path(), DEFAULT_MAX_BYTES);
@@ -376,7 +406,11 @@ mod tests {
     /// artifact it did not sign is refused (deleted, nothing mapped).
     #[test]
     fn only_artifacts_whose_mac_verifies_are_mapped() {
-        let engine = Engine::new(&crate::runtime::engine::engine_config(false)).unwrap();
+        let engine = Engine::new(&crate::runtime::engine::engine_config(
+            false,
+            crate::runtime::tier::Tier::Optimized,
+        ))
+        .unwrap();
         let body = Component::new(&engine, b"\0asm\x0d\0\x01\0")
             .unwrap()
             .serialize()

@@ -6,11 +6,13 @@
 //! the artifact. The host hands the child its artifact key ahead of the
 //! component on stdin (never in arguments or the environment), so the
 //! child writes a signed artifact and the host maps it only after its MAC
-//! verifies, like any other. The child runs at a lower CPU priority (nice 10), so
-//! plugins that are running keep their cores, is killed when the host
-//! shuts down (and by the kernel if the host dies), and reports a bad
-//! component as the same typed [`CompileError`] an in-process compile
-//! gives.
+//! verifies, like any other. The child runs at a lower CPU priority (nice
+//! 10; 19 for a tier-up's background compile, so that a plugin waiting for
+//! its first code gets the CPU first), so plugins that are running keep
+//! their cores, is killed when the host shuts down (and by the kernel if
+//! the host dies), and reports a bad component as the same typed
+//! [`CompileError`] an in-process compile gives. It compiles with the
+//! engine of the tier it is asked for (see [`super::tier`]).
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -24,6 +26,7 @@ use tokio_util::sync::CancellationToken;
 use super::artifact_key::{ArtifactKey, KeySource};
 use super::cache::write_atomically;
 use super::engine::{compat_key, engine_config};
+use super::tier::Tier;
 
 /// The hidden subcommand that compiles one component (see [`serve_child`]).
 pub const CHILD_SUBCOMMAND: &str = "__compile";
@@ -106,8 +109,27 @@ enum Reply {
     Failed(CompileError),
 }
 
+/// How soon a compile's result is needed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Priority {
+    /// A plugin waits for it (nice 10).
+    #[default]
+    Load,
+    /// A plugin is served meanwhile (a tier-up: nice 19).
+    Background,
+}
+
+impl Priority {
+    fn nice(self) -> i32 {
+        match self {
+            Priority::Load => 10,
+            Priority::Background => 19,
+        }
+    }
+}
+
 /// What the host asks of the child; the artifact key and the component
-/// come on stdin (see [`write_key`]).
+/// come on stdin (see [`key_frame`]).
 #[derive(Debug, Clone)]
 pub struct ChildRequest {
     /// Where to write the artifact (atomically, signed).
@@ -118,6 +140,9 @@ pub struct ChildRequest {
     /// The component's content digest (what the artifact's MAC binds).
     pub digest: String,
     pub epoch_deadlines: bool,
+    /// The engine (compiler) to compile with.
+    pub tier: Tier,
+    pub priority: Priority,
     /// The host's pid: the child exits if it is already gone.
     pub parent: Option<u32>,
 }
@@ -133,7 +158,11 @@ impl ChildRequest {
             "--digest".into(),
             self.digest.clone(),
             format!("--epoch-deadlines={}", self.epoch_deadlines),
+            format!("--tier={}", self.tier),
         ];
+        if self.priority == Priority::Background {
+            args.push("--background".into());
+        }
         if let Some(pid) = self.parent {
             args.push(format!("--parent-pid={pid}"));
         }
@@ -278,7 +307,7 @@ fn describe_exit(status: std::process::ExitStatus) -> String {
 /// engine configuration `request` names, writes the artifact and answers
 /// on `output`. Returns whether it compiled.
 pub fn serve_child(request: &ChildRequest, input: impl Read, mut output: impl Write) -> bool {
-    detach_from_hot_path(request.parent);
+    detach_from_hot_path(request.parent, request.priority);
     let reply = compile_request(request, input);
     let ok = matches!(reply, Reply::Compiled { .. });
     let written = serde_json::to_writer(&mut output, &reply).is_ok() && output.flush().is_ok();
@@ -300,7 +329,8 @@ fn compile_request(request: &ChildRequest, mut input: impl Read) -> Reply {
             message: format!("reading the component from stdin: {e}"),
         });
     }
-    let engine = match wasmtime::Engine::new(&engine_config(request.epoch_deadlines)) {
+    let engine = match wasmtime::Engine::new(&engine_config(request.epoch_deadlines, request.tier))
+    {
         Ok(e) => e,
         Err(e) => {
             return Reply::Failed(CompileError::Process {
@@ -336,8 +366,9 @@ fn compile_request(request: &ChildRequest, mut input: impl Read) -> Reply {
 }
 
 /// Dies with the host (the kernel's parent-death signal; the host may
-/// have gone before it was set) and yields CPU to the host's own threads.
-fn detach_from_hot_path(parent: Option<u32>) {
+/// have gone before it was set) and yields CPU to the host's own threads
+/// (and a background compile to every other).
+fn detach_from_hot_path(parent: Option<u32>, priority: Priority) {
     #[cfg(target_os = "linux")]
     {
         use rustix::process::{Signal, getppid, set_parent_process_death_signal};
@@ -351,7 +382,9 @@ fn detach_from_hot_path(parent: Option<u32>) {
     #[cfg(not(target_os = "linux"))]
     let _ = parent;
     #[cfg(unix)]
-    let _ = rustix::process::nice(10);
+    let _ = rustix::process::nice(priority.nice());
+    #[cfg(not(unix))]
+    let _ = priority;
 }
 
 #[cfg(test)]
@@ -364,12 +397,14 @@ mod tests {
 
     /// A child's request to compile digest `d` into `dir`.
     fn child_request(dir: &tempfile::TempDir) -> ChildRequest {
-        let engine = wasmtime::Engine::new(&engine_config(false)).unwrap();
+        let engine = wasmtime::Engine::new(&engine_config(false, Tier::Optimized)).unwrap();
         ChildRequest {
             out: dir.path().join("a.cwasm"),
             compat: compat_key(&engine),
             digest: "d".into(),
             epoch_deadlines: false,
+            tier: Tier::Optimized,
+            priority: Priority::Load,
             parent: None,
         }
     }
@@ -389,6 +424,42 @@ mod tests {
             matches!(&reply, Reply::Failed(CompileError::Process { message }) if message.contains("artifact key")),
             "{reply:?}"
         );
+    }
+
+    #[test]
+    fn the_child_compiles_with_the_engine_of_the_tier_it_is_asked_for() {
+        let dir = tempfile::tempdir().unwrap();
+        let fast = wasmtime::Engine::new(&engine_config(false, Tier::Fast)).unwrap();
+        let optimized = wasmtime::Engine::new(&engine_config(false, Tier::Optimized)).unwrap();
+        let mut request = child_request(&dir);
+        assert_ne!(
+            compat_key(&fast),
+            request.compat,
+            "each tier's artifacts have their own engine key"
+        );
+        let input = [key_frame(&key()), b"\0asm\x0d\0\x01\0".to_vec()].concat();
+        // Asked for the fast tier under the optimized engine's key.
+        request.tier = Tier::Fast;
+        let reply = compile_request(&request, &input[..]);
+        assert!(
+            matches!(reply, Reply::Failed(CompileError::Mismatch { .. })),
+            "{reply:?}"
+        );
+        request.compat = compat_key(&fast);
+        request.priority = Priority::Background;
+        let reply = compile_request(&request, &input[..]);
+        assert!(matches!(reply, Reply::Compiled { .. }), "{reply:?}");
+        let load = |engine| {
+            crate::runtime::cache::load_signed(engine, &key(), &request.compat, "d", &request.out)
+        };
+        assert!(load(&fast).is_ok());
+        assert!(
+            load(&optimized).is_err(),
+            "Winch code does not load into the Cranelift engine"
+        );
+        let args = request.args();
+        assert!(args.contains(&"--tier=fast".to_owned()), "{args:?}");
+        assert!(args.contains(&"--background".to_owned()), "{args:?}");
     }
 
     #[test]
@@ -439,6 +510,8 @@ mod tests {
             compat: "0000000000000000".into(),
             digest: "d".into(),
             epoch_deadlines: false,
+            tier: Tier::Optimized,
+            priority: Priority::Load,
             parent: None,
         };
         let reply = compile_request(&request, &key_frame(&key())[..]);

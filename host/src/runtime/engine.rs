@@ -1,7 +1,8 @@
-//! The one shared wasmtime Engine, its epoch ticker, and how a plugin's
-//! component is obtained: from the compile cache when an artifact of its
-//! content is there (a mmap, well under a millisecond), else compiled off
-//! the hot path (see [`super::compiler`]) and cached.
+//! The shared wasmtime Engine of a compile tier (see [`super::tier`]), its
+//! epoch ticker, and how a plugin's component is obtained: from the compile
+//! cache when an artifact of its content is there (a mmap, well under a
+//! millisecond), else compiled off the hot path (see [`super::compiler`])
+//! and cached.
 
 use std::hash::{Hash, Hasher};
 use std::path::PathBuf;
@@ -16,7 +17,8 @@ use wasmtime::{Config, Engine};
 
 use super::artifact_key::{ArtifactKey, KeyError};
 use super::cache::{self, CompileCache, Pin};
-use super::compiler::{self, ChildError, ChildRequest, CompileError, Compiler};
+use super::compiler::{self, ChildError, ChildRequest, CompileError, Compiler, Priority};
+use super::tier::{FastFirst, Tier};
 
 /// How often the epoch advances: the granularity of call deadlines.
 pub const EPOCH_TICK: Duration = Duration::from_millis(10);
@@ -48,6 +50,9 @@ pub struct EngineOptions {
     /// per-host key generated into the cache folder (see
     /// [`super::artifact_key`]).
     pub artifact_key: Option<PathBuf>,
+    /// When a plugin not yet compiled is served by the fast tier first
+    /// (see [`super::tier`]).
+    pub fast_first: FastFirst,
 }
 
 impl Default for EngineOptions {
@@ -58,6 +63,7 @@ impl Default for EngineOptions {
             cache_max_bytes: cache::DEFAULT_MAX_BYTES,
             compiler: Compiler::InProcess,
             artifact_key: None,
+            fast_first: FastFirst::default(),
         }
     }
 }
@@ -70,10 +76,12 @@ pub fn default_cache_dir() -> Option<PathBuf> {
         .map(|d| d.join("kubewasm").join("components"))
 }
 
-/// The engine configuration: one function, so that the host, its compiler
-/// child and `kubewasm compile` produce artifacts each other can load.
-pub fn engine_config(epoch_deadlines: bool) -> Config {
+/// The engine configuration of a tier: one function, so that the host, its
+/// compiler child and `kubewasm compile` produce artifacts each other can
+/// load.
+pub fn engine_config(epoch_deadlines: bool, tier: Tier) -> Config {
     let mut config = Config::new();
+    config.strategy(tier.strategy());
     config.wasm_component_model(true);
     config.epoch_interruption(epoch_deadlines);
     config.parallel_compilation(true);
@@ -94,10 +102,11 @@ pub fn compat_key(engine: &Engine) -> String {
 /// A plugin's bytes, with their content digest when the caller already has
 /// it: the folder scan hashes each file once and passes the digest down,
 /// since one SHA-256 of a 19 MB Python component takes about 9 ms of a
-/// swap.
+/// swap. Cloning shares the bytes (a tier-up keeps them while it
+/// compiles).
 #[derive(Debug, Clone)]
 pub struct Content {
-    bytes: Vec<u8>,
+    bytes: Arc<Vec<u8>>,
     digest: Option<String>,
 }
 
@@ -106,7 +115,7 @@ impl Content {
     pub fn hashed(bytes: Vec<u8>) -> Self {
         let digest = content_digest(&bytes);
         Self {
-            bytes,
+            bytes: Arc::new(bytes),
             digest: Some(digest),
         }
     }
@@ -125,7 +134,7 @@ impl Content {
 impl From<Vec<u8>> for Content {
     fn from(bytes: Vec<u8>) -> Self {
         Self {
-            bytes,
+            bytes: Arc::new(bytes),
             digest: None,
         }
     }
@@ -139,11 +148,13 @@ pub fn content_digest(bytes: &[u8]) -> String {
         .collect()
 }
 
-/// The shared engine plus the ticker that drives epoch deadlines.
+/// The shared engine of a tier plus the ticker that drives epoch
+/// deadlines.
 #[derive(Clone)]
 pub struct WasmEngine {
     engine: Engine,
     options: EngineOptions,
+    tier: Tier,
     compat: String,
     cache: Option<CompileCache>,
     /// Signs and verifies compiled artifacts (the cache's key; without a
@@ -184,6 +195,8 @@ pub enum CompileSource {
 pub struct Obtained {
     pub component: Component,
     pub source: CompileSource,
+    /// The tier of the engine that compiled it (the one to run it on).
+    pub tier: Tier,
     /// The content's SHA-256 (hex).
     pub digest: String,
     /// Keeps its cache artifact from eviction while the plugin runs.
@@ -191,10 +204,9 @@ pub struct Obtained {
 }
 
 impl WasmEngine {
+    /// The optimized tier's engine.
     pub fn new(options: EngineOptions) -> Result<Self, EngineError> {
-        let config = engine_config(options.epoch_deadlines);
-        let engine = Engine::new(&config).map_err(|e| EngineError::Config(format!("{e:#}")))?;
-        let compat = compat_key(&engine);
+        let (engine, compat) = Self::configured(&options, Tier::Optimized)?;
         let key = match (&options.artifact_key, &options.cache_dir) {
             (Some(file), _) => ArtifactKey::from_file(file)?,
             (None, Some(dir)) => ArtifactKey::for_cache(dir)?,
@@ -203,32 +215,42 @@ impl WasmEngine {
         let cache = options.cache_dir.clone().map(|dir| {
             CompileCache::new(dir, options.cache_max_bytes, compat.clone(), key.clone())
         });
-        let stop = Arc::new(AtomicBool::new(false));
-        if options.epoch_deadlines {
-            let weak = engine.weak();
-            let stop2 = stop.clone();
-            std::thread::Builder::new()
-                .name("kubewasm-epoch".into())
-                .spawn(move || {
-                    while !stop2.load(Ordering::Relaxed) {
-                        std::thread::sleep(EPOCH_TICK);
-                        match weak.upgrade() {
-                            Some(engine) => engine.increment_epoch(),
-                            None => break,
-                        }
-                    }
-                })
-                .map_err(EngineError::Ticker)?;
-        }
+        let stop = spawn_ticker(&engine, options.epoch_deadlines)?;
         Ok(Self {
             engine,
             options,
+            tier: Tier::Optimized,
             compat,
             cache,
             key,
             shutdown: CancellationToken::new(),
             stop,
         })
+    }
+
+    /// The engine of `tier` next to this one: the same options, artifact
+    /// key, cache folder (its artifacts under its own engine key, evicted
+    /// with this one's) and shutdown.
+    pub fn sibling(&self, tier: Tier) -> Result<Self, EngineError> {
+        let (engine, compat) = Self::configured(&self.options, tier)?;
+        let stop = spawn_ticker(&engine, self.options.epoch_deadlines)?;
+        Ok(Self {
+            engine,
+            options: self.options.clone(),
+            tier,
+            cache: self.cache.as_ref().map(|c| c.for_engine(compat.clone())),
+            compat,
+            key: self.key.clone(),
+            shutdown: self.shutdown.clone(),
+            stop,
+        })
+    }
+
+    fn configured(options: &EngineOptions, tier: Tier) -> Result<(Engine, String), EngineError> {
+        let config = engine_config(options.epoch_deadlines, tier);
+        let engine = Engine::new(&config).map_err(|e| EngineError::Config(format!("{e:#}")))?;
+        let compat = compat_key(&engine);
+        Ok((engine, compat))
     }
 
     /// Abandons compiles (killing compiler children) once `shutdown` is
@@ -245,6 +267,16 @@ impl WasmEngine {
 
     pub fn epoch_deadlines(&self) -> bool {
         self.options.epoch_deadlines
+    }
+
+    /// The compile tier of this engine.
+    pub fn tier(&self) -> Tier {
+        self.tier
+    }
+
+    /// When a plugin is served by the fast tier first.
+    pub fn fast_first(&self) -> FastFirst {
+        self.options.fast_first
     }
 
     /// The operator's artifact key file, if one is configured.
@@ -264,9 +296,51 @@ impl WasmEngine {
         Some(Obtained {
             component,
             source: CompileSource::Cached,
+            tier: self.tier,
             digest: digest.to_owned(),
             pin: Some(cache.pin(&path)),
         })
+    }
+
+    /// Deletes the cached artifact of `digest`, if any (the fast tier's,
+    /// once optimized code serves: only a restart before that would use
+    /// it). A running version keeps the code it loaded.
+    pub fn forget(&self, digest: &str) {
+        if let Some(cache) = &self.cache {
+            let path = cache.artifact(digest);
+            match std::fs::remove_file(&path) {
+                Ok(()) => {
+                    tracing::debug!(path = %path.display(), tier = %self.tier, "compile cache artifact no longer needed; deleted")
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => {
+                    tracing::warn!(path = %path.display(), error = %e, "cannot delete a compile cache artifact no longer needed; eviction will")
+                }
+            }
+        }
+    }
+
+    /// `content` with its digest (computed off the async threads if not
+    /// known yet) and this engine's cached component of it, if one loads.
+    pub async fn lookup(
+        &self,
+        content: Content,
+    ) -> Result<(Content, Option<Obtained>), CompileError> {
+        let me = self.clone();
+        tokio::task::spawn_blocking(move || {
+            let Content { bytes, digest } = content;
+            let digest = digest.unwrap_or_else(|| content_digest(&bytes));
+            let hit = me.cached(&digest);
+            (
+                Content {
+                    bytes,
+                    digest: Some(digest),
+                },
+                hit,
+            )
+        })
+        .await
+        .map_err(joined)
     }
 
     /// [`obtain`](Self::obtain) on the calling thread, compiling in this
@@ -292,23 +366,28 @@ impl WasmEngine {
         name: &str,
         content: impl Into<Content>,
     ) -> Result<Obtained, CompileError> {
-        let Content { bytes, digest } = content.into();
-        let bytes = Arc::new(bytes);
-        let (digest, hit) = {
-            let (me, bytes) = (self.clone(), bytes.clone());
-            tokio::task::spawn_blocking(move || {
-                let digest = digest.unwrap_or_else(|| content_digest(&bytes));
-                let hit = me.cached(&digest);
-                (digest, hit)
-            })
-            .await
-            .map_err(joined)?
-        };
+        self.obtain_with(name, content.into(), Priority::Load).await
+    }
+
+    /// [`obtain`](Self::obtain) at `priority` (a tier-up compiles in the
+    /// background).
+    pub async fn obtain_with(
+        &self,
+        name: &str,
+        content: Content,
+        priority: Priority,
+    ) -> Result<Obtained, CompileError> {
+        let (content, hit) = self.lookup(content).await?;
         if let Some(hit) = hit {
             return Ok(hit);
         }
+        let Content { bytes, digest } = content;
+        let digest = digest.unwrap_or_default();
         if let Compiler::Child { program } = &self.options.compiler {
-            match self.compile_in_child(program, name, &bytes, &digest).await {
+            match self
+                .compile_in_child(program, name, &bytes, &digest, priority)
+                .await
+            {
                 Err(ChildError::Spawn { program, source }) => {
                     tracing::warn!(plugin = name, program = %program.display(), error = %source, "cannot start the compiler process; compiling in this process");
                 }
@@ -342,6 +421,7 @@ impl WasmEngine {
         name: &str,
         bytes: &[u8],
         digest: &str,
+        priority: Priority,
     ) -> Result<Obtained, ChildError> {
         let cache = self.cache.clone();
         let (out, scratch) = match &cache {
@@ -364,6 +444,8 @@ impl WasmEngine {
             compat: self.compat.clone(),
             digest: digest.to_owned(),
             epoch_deadlines: self.options.epoch_deadlines,
+            tier: self.tier,
+            priority,
             parent: Some(std::process::id()),
         };
         let started = Instant::now();
@@ -371,6 +453,7 @@ impl WasmEngine {
             plugin = name,
             bytes = bytes.len(),
             compiler = "child",
+            tier = %self.tier,
             "compiling component"
         );
         let progress = self.progress(name, bytes.len());
@@ -378,11 +461,12 @@ impl WasmEngine {
             compiler::compile_in_child(program, &request, &self.key, bytes, &self.shutdown).await;
         drop(progress);
         let compiled = compiled?;
-        let (engine, key, compat, digest) = (
+        let (engine, key, compat, digest, tier) = (
             self.engine.clone(),
             self.key.clone(),
             self.compat.clone(),
             digest.to_owned(),
+            self.tier,
         );
         let obtained = tokio::task::spawn_blocking(move || {
             let loaded = cache::load_signed(&engine, &key, &compat, &digest, &out).map_err(|e| {
@@ -408,6 +492,7 @@ impl WasmEngine {
             .map(|(component, pin)| Obtained {
                 component,
                 source: CompileSource::Compiled,
+                tier,
                 digest,
                 pin,
             })
@@ -420,6 +505,7 @@ impl WasmEngine {
             compile_ms = compiled.elapsed_ms,
             artifact_bytes = compiled.artifact_bytes,
             compiler = "child",
+            tier = %self.tier,
             "component compiled"
         );
         Ok(obtained)
@@ -437,6 +523,7 @@ impl WasmEngine {
             plugin = name,
             bytes = bytes.len(),
             compiler = "in-process",
+            tier = %self.tier,
             "compiling component"
         );
         let started = Instant::now();
@@ -448,6 +535,7 @@ impl WasmEngine {
             plugin = name,
             elapsed_ms = started.elapsed().as_millis() as u64,
             compiler = "in-process",
+            tier = %self.tier,
             "component compiled"
         );
         let mut pin = None;
@@ -469,6 +557,7 @@ impl WasmEngine {
         Ok(Obtained {
             component,
             source: CompileSource::Compiled,
+            tier: self.tier,
             digest,
             pin,
         })
@@ -485,6 +574,30 @@ impl WasmEngine {
             );
         })
     }
+}
+
+/// Advances `engine`'s epoch every [`EPOCH_TICK`] on a thread of its own
+/// (when deadlines are on) until the engine goes or the returned flag is
+/// set.
+fn spawn_ticker(engine: &Engine, epoch_deadlines: bool) -> Result<Arc<AtomicBool>, EngineError> {
+    let stop = Arc::new(AtomicBool::new(false));
+    if epoch_deadlines {
+        let weak = engine.weak();
+        let stop2 = stop.clone();
+        std::thread::Builder::new()
+            .name("kubewasm-epoch".into())
+            .spawn(move || {
+                while !stop2.load(Ordering::Relaxed) {
+                    std::thread::sleep(EPOCH_TICK);
+                    match weak.upgrade() {
+                        Some(engine) => engine.increment_epoch(),
+                        None => break,
+                    }
+                }
+            })
+            .map_err(EngineError::Ticker)?;
+    }
+    Ok(stop)
 }
 
 /// A fresh folder only this user can enter, for a compile without a cache.
@@ -547,6 +660,7 @@ mod tests {
             cache_max_bytes: cache::DEFAULT_MAX_BYTES,
             compiler,
             artifact_key: None,
+            fast_first: FastFirst::Off,
         })
         .unwrap()
     }

@@ -1,5 +1,6 @@
-//! The plugin runtime: one shared wasmtime Engine, components checked
-//! against our WIT world, pre-instantiated, and run as actors.
+//! The plugin runtime: one shared wasmtime Engine per compile tier,
+//! components checked against our WIT world, pre-instantiated, and run as
+//! actors.
 
 pub mod access;
 pub mod actor;
@@ -19,6 +20,7 @@ pub mod limits;
 pub mod manifest;
 pub mod network;
 pub mod stdio;
+pub mod tier;
 pub mod v0_1;
 pub mod v0_2;
 
@@ -32,10 +34,12 @@ use crate::informer::DeltaType;
 use crate::kind::KindRef;
 pub use actor::{Actor, CallDelta, CallError, CallOutcome, Caller, Handled, LastFailure};
 use bindings::{Contract, HANDLER_INTERFACE};
-pub use compiler::{CompileError, Compiler};
+pub use compiler::{CompileError, Compiler, Priority};
 pub use engine::{CompileSource, Content, EngineOptions, Obtained, WasmEngine};
 use host::HostState;
 pub use manifest::Manifest;
+use tier::Tiered;
+pub use tier::{FastFirst, FastFirstCompile, Tier};
 
 /// Why a plugin file could not be loaded. Each names the cause and what to do.
 #[derive(Debug, thiserror::Error)]
@@ -107,11 +111,13 @@ impl LoadError {
     }
 }
 
-/// The shared engine and linker.
+/// The shared engines and linkers.
 #[derive(Clone)]
 pub struct Runtime {
     engine: WasmEngine,
     linker: Arc<Linker<HostState>>,
+    /// The fast tier, built when a plugin first needs it.
+    fast: Arc<parking_lot::Mutex<Option<Tiered>>>,
     /// What no sidecar's limits and grants may exceed.
     ceiling: Arc<limits::Ceiling>,
     /// The memory the loaded plugin versions reserve, against the
@@ -146,6 +152,10 @@ pub struct Prepared {
     pub pre: Pre,
     pub manifest: Manifest,
     pub compile_source: CompileSource,
+    /// Which compiler made the code (`engine` is that tier's).
+    pub tier: Tier,
+    /// The component's SHA-256 (hex).
+    pub digest: Arc<str>,
     pub compile_time: Duration,
     /// Instances created so far (first ones and replacements after traps).
     pub instantiations: std::sync::atomic::AtomicU64,
@@ -350,27 +360,11 @@ const CORE_VERSION: [u8; 4] = [0x01, 0x00, 0x00, 0x00];
 impl Runtime {
     pub fn new(options: EngineOptions) -> Result<Self, engine::EngineError> {
         let engine = WasmEngine::new(options)?;
-        let mut linker = Linker::<HostState>::new(engine.engine());
-        wasmtime_wasi::p2::add_to_linker_sync(&mut linker)
-            .map_err(|e| engine::EngineError::Config(format!("{e:#}")))?;
-        bindings::v0_1::Plugin::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)
-            .map_err(|e| engine::EngineError::Config(format!("{e:#}")))?;
-        bindings::v0_2::Plugin::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)
-            .map_err(|e| engine::EngineError::Config(format!("{e:#}")))?;
-        deadline::add_to_linker(&mut linker)
-            .map_err(|e| engine::EngineError::Config(format!("{e:#}")))?;
-        // wasmtime-wasi's name lookup allows every name or none: a guest
-        // may look up only the names its grant lists.
-        linker.allow_shadowing(true);
-        wasmtime_wasi::p2::bindings::sockets::ip_name_lookup::add_to_linker::<
-            HostState,
-            network::GuardedLookup,
-        >(&mut linker, HostState::lookup_view)
-        .map_err(|e| engine::EngineError::Config(format!("{e:#}")))?;
-        linker.allow_shadowing(false);
+        let linker = host_linker(&engine)?;
         let mut runtime = Self {
             engine,
             linker: Arc::new(linker),
+            fast: Arc::default(),
             ceiling: Arc::default(),
             budget: Arc::default(),
             telemetry: None,
@@ -430,7 +424,8 @@ impl Runtime {
     }
 
     /// Checks, compiles (or loads from cache) and pre-instantiates a
-    /// plugin on the calling thread, compiling in this process.
+    /// plugin on the calling thread, compiling in this process (always
+    /// optimized code).
     pub fn prepare(
         &self,
         name: &str,
@@ -453,19 +448,50 @@ impl Runtime {
     }
 
     /// [`prepare`](Self::prepare) off the async threads, compiling with
-    /// the configured compiler (a child process for `run`).
+    /// the configured compiler (a child process for `run`). A component
+    /// whose optimized code is not cached may come back compiled by the
+    /// fast tier (see [`tier`]; its [`Prepared::tier`] says).
     pub async fn prepare_async(
         &self,
         name: &str,
         content: impl Into<Content>,
         manifest: Manifest,
     ) -> Result<Prepared, LoadError> {
-        let content = content.into();
+        self.prepare_tiered(name, content.into(), manifest, false)
+            .await
+    }
+
+    /// [`prepare_async`](Self::prepare_async) with optimized code always,
+    /// compiled in the background (a tier-up: the fast tier serves
+    /// meanwhile).
+    pub async fn prepare_optimized(
+        &self,
+        name: &str,
+        content: impl Into<Content>,
+        manifest: Manifest,
+    ) -> Result<Prepared, LoadError> {
+        self.prepare_tiered(name, content.into(), manifest, true)
+            .await
+    }
+
+    async fn prepare_tiered(
+        &self,
+        name: &str,
+        content: Content,
+        manifest: Manifest,
+        tier_up: bool,
+    ) -> Result<Prepared, LoadError> {
         let (manifest, reservation) = self.admit(name, manifest)?;
         self.check_file(content.bytes(), &manifest)?;
         let language = language::detect(content.bytes());
         let start = Instant::now();
-        let obtained = self.engine.obtain(name, content).await?;
+        let obtained = if tier_up {
+            self.engine
+                .obtain_with(name, content, Priority::Background)
+                .await?
+        } else {
+            self.obtain_first(name, content).await?
+        };
         let compile_time = start.elapsed();
         let (runtime, name) = (self.clone(), name.to_owned());
         tokio::task::spawn_blocking(move || {
@@ -491,15 +517,18 @@ impl Runtime {
             Pre::V0_1(p) => p.instance_pre().component().clone(),
             Pre::V0_2(p) => p.instance_pre().component().clone(),
         };
-        let (_, pre) = self.pre(&component)?;
+        let tiered = self.tiered(base.tier)?;
+        let (_, pre) = Self::pre(&tiered, &component)?;
         Ok(Prepared {
             name: base.name.clone(),
             version: base.version.clone(),
             language: base.language.clone(),
-            engine: self.engine.clone(),
+            engine: tiered.engine.clone(),
             pre,
             manifest,
             compile_source: base.compile_source,
+            tier: base.tier,
+            digest: base.digest.clone(),
             compile_time: Duration::ZERO,
             instantiations: std::sync::atomic::AtomicU64::new(0),
             cap_counters: limits::CapCounters::default(),
@@ -561,15 +590,18 @@ impl Runtime {
     /// Checks that a compiled component is a plugin this host runs (what
     /// `kubewasm compile` asks before shipping its artifact).
     pub fn check(&self, component: &wasmtime::component::Component) -> Result<Contract, LoadError> {
-        self.pre(component).map(|(contract, _)| contract)
+        Self::pre(&self.optimized(), component).map(|(contract, _)| contract)
     }
 
     /// The first version of the handler interface the component exports
     /// that the host knows.
-    fn contract(&self, component: &wasmtime::component::Component) -> Result<Contract, LoadError> {
+    fn contract(
+        engine: &WasmEngine,
+        component: &wasmtime::component::Component,
+    ) -> Result<Contract, LoadError> {
         let ty = component.component_type();
         let exports: Vec<String> = ty
-            .exports(self.engine.engine())
+            .exports(engine.engine())
             .map(|(n, _)| n.to_owned())
             .collect();
         let handler_prefix = format!("{HANDLER_INTERFACE}@");
@@ -594,14 +626,14 @@ impl Runtime {
         Ok(contract)
     }
 
-    /// The component pre-instantiated for its contract: every import
-    /// linked, the exports typed.
+    /// The component pre-instantiated for its contract on its tier's
+    /// linker: every import linked, the exports typed.
     fn pre(
-        &self,
+        tiered: &Tiered,
         component: &wasmtime::component::Component,
     ) -> Result<(Contract, Pre), LoadError> {
-        let contract = self.contract(component)?;
-        let pre = self
+        let contract = Self::contract(&tiered.engine, component)?;
+        let pre = tiered
             .linker
             .instantiate_pre(component)
             .map_err(|e| LoadError::Imports(format!("{e:#}")))?;
@@ -613,7 +645,8 @@ impl Runtime {
         Ok((contract, pre))
     }
 
-    /// Type-checks and pre-instantiates an obtained component.
+    /// Type-checks and pre-instantiates an obtained component on the tier
+    /// that compiled it.
     fn finish(
         &self,
         name: &str,
@@ -626,25 +659,30 @@ impl Runtime {
         let Obtained {
             component,
             source: compile_source,
+            tier,
             digest,
             pin,
         } = obtained;
-        let (contract, pre) = self.pre(&component)?;
+        let tiered = self.tiered(tier)?;
+        let (contract, pre) = Self::pre(&tiered, &component)?;
         let version = digest.get(..12).unwrap_or(&digest).to_owned();
         tracing::debug!(
             plugin = name,
             version,
             contract = contract.version(),
+            %tier,
             "component checked"
         );
         Ok(Prepared {
             name: Arc::from(name),
             version: Arc::from(version),
             language: language.map(Arc::from),
-            engine: self.engine.clone(),
+            engine: tiered.engine.clone(),
             pre,
             manifest,
             compile_source,
+            tier,
+            digest: Arc::from(digest),
             compile_time,
             instantiations: std::sync::atomic::AtomicU64::new(0),
             cap_counters: self
@@ -658,4 +696,27 @@ impl Runtime {
             _reservation: reservation,
         })
     }
+}
+
+/// The host's imports (WASI, the plugin worlds, deadlines, the guarded name
+/// lookup) for `engine`'s components.
+fn host_linker(engine: &WasmEngine) -> Result<Linker<HostState>, engine::EngineError> {
+    let config = |e: wasmtime::Error| engine::EngineError::Config(format!("{e:#}"));
+    let mut linker = Linker::<HostState>::new(engine.engine());
+    wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(config)?;
+    bindings::v0_1::Plugin::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)
+        .map_err(config)?;
+    bindings::v0_2::Plugin::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)
+        .map_err(config)?;
+    deadline::add_to_linker(&mut linker).map_err(config)?;
+    // wasmtime-wasi's name lookup allows every name or none: a guest
+    // may look up only the names its grant lists.
+    linker.allow_shadowing(true);
+    wasmtime_wasi::p2::bindings::sockets::ip_name_lookup::add_to_linker::<
+        HostState,
+        network::GuardedLookup,
+    >(&mut linker, HostState::lookup_view)
+    .map_err(config)?;
+    linker.allow_shadowing(false);
+    Ok(linker)
 }

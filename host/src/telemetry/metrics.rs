@@ -16,6 +16,7 @@ use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::{Registry, Unit};
 
@@ -223,6 +224,8 @@ pub struct Metrics {
     limit_exceeded: Family<L2, Counter>,
     throttled: Family<L1, Counter>,
     throttle_seconds: Family<L1, Counter<f64>>,
+    fast_tier: Family<L1, Gauge>,
+    tier_ups: Family<L1, Counter>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -312,6 +315,18 @@ impl Metrics {
             "Seconds actions waited for the plugin's limits.actionsPerSecond, by plugin",
             throttle_seconds.clone(),
         );
+        let fast_tier = Family::<L1, Gauge>::default();
+        registry.register(
+            "kubewasm_plugin_fast_tier",
+            "1 while a plugin is served by fast-tier (Winch) code, its optimized (Cranelift) code compiling; 0 once optimized code serves, by plugin",
+            fast_tier.clone(),
+        );
+        let tier_ups = Family::<L1, Counter>::default();
+        registry.register(
+            "kubewasm_plugin_tier_ups",
+            "Fast-tier plugin versions replaced by their optimized code, by plugin",
+            tier_ups.clone(),
+        );
         registry.register(
             "kubewasm_build",
             "Build of this kubewasm binary",
@@ -333,6 +348,8 @@ impl Metrics {
             limit_exceeded,
             throttled,
             throttle_seconds,
+            fast_tier,
+            tier_ups,
         }
     }
 
@@ -408,6 +425,26 @@ impl Metrics {
 
     pub fn plugin_reloaded(&self, plugin: &str) {
         self.reloads
+            .get_or_create(&[("plugin", plugin.to_owned())])
+            .inc();
+    }
+
+    /// Whether fast-tier code serves `plugin` now (`None`: unloaded, its
+    /// series goes).
+    pub fn plugin_fast_tier(&self, plugin: &str, fast: Option<bool>) {
+        let labels = [("plugin", plugin.to_owned())];
+        match fast {
+            Some(fast) => {
+                self.fast_tier.get_or_create(&labels).set(i64::from(fast));
+            }
+            None => {
+                self.fast_tier.remove(&labels);
+            }
+        }
+    }
+
+    pub fn plugin_tiered_up(&self, plugin: &str) {
+        self.tier_ups
             .get_or_create(&[("plugin", plugin.to_owned())])
             .inc();
     }
