@@ -318,7 +318,7 @@ impl PluginHost {
 
     /// Stops every plugin, draining in-flight calls.
     pub async fn shutdown(&self) {
-        self.tier_ups.cancel_all();
+        self.tier_ups.stop().await;
         let all: Vec<_> = std::mem::take(&mut *self.plugins.lock().await)
             .into_values()
             .collect();

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use super::{Load, PluginHost, PluginVersion};
 use crate::runtime::{Content, Manifest, Prepared};
@@ -30,6 +31,8 @@ pub(super) struct TierUps {
     /// every core it gets for a JavaScript or Python component, and the
     /// plugins wait for nothing meanwhile.
     slot: Arc<Semaphore>,
+    /// The tier-up tasks, awaited at shutdown.
+    tasks: TaskTracker,
 }
 
 impl Default for TierUps {
@@ -38,6 +41,7 @@ impl Default for TierUps {
             pending: parking_lot::Mutex::default(),
             next: std::sync::atomic::AtomicU64::new(0),
             slot: Arc::new(Semaphore::new(1)),
+            tasks: TaskTracker::new(),
         }
     }
 }
@@ -73,11 +77,15 @@ impl TierUps {
         }
     }
 
-    /// Abandons every tier-up (shutting down).
-    pub(super) fn cancel_all(&self) {
+    /// Abandons every tier-up and waits for their tasks (shutting down):
+    /// a compile is dropped, which kills its child; a swap already under
+    /// way finishes.
+    pub(super) async fn stop(&self) {
         for (_, (_, token)) in self.pending.lock().drain() {
             token.cancel();
         }
+        self.tasks.close();
+        self.tasks.wait().await;
     }
 
     /// Whether a tier-up of `name` is pending.
@@ -106,7 +114,7 @@ impl PluginHost {
             tier = "fast",
             "fast-tier code serves the plugin; compiling its optimized code in the background"
         );
-        tokio::spawn(async move {
+        self.tier_ups.tasks.spawn(async move {
             let compile = async {
                 // Never closed.
                 let _slot = slot.acquire_owned().await.ok();
@@ -221,15 +229,26 @@ mod tests {
         assert!(!t.is_pending("p"));
     }
 
-    #[test]
-    fn cancel_and_cancel_all_stop_pending_tier_ups() {
+    #[tokio::test]
+    async fn cancel_and_stop_end_pending_tier_ups_and_stop_waits_for_their_tasks() {
         let t = TierUps::default();
         let (_, a) = t.begin("a");
         let (_, b) = t.begin("b");
         t.cancel("a");
         assert!(a.is_cancelled() && !b.is_cancelled() && !t.is_pending("a"));
         t.cancel("missing");
-        t.cancel_all();
+        let ended = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (token, flag) = (b.clone(), ended.clone());
+        t.tasks.spawn(async move {
+            token.cancelled().await;
+            tokio::task::yield_now().await;
+            flag.store(true, std::sync::atomic::Ordering::SeqCst);
+        });
+        t.stop().await;
         assert!(b.is_cancelled() && !t.is_pending("b"));
+        assert!(
+            ended.load(std::sync::atomic::Ordering::SeqCst),
+            "stop returned before the tier-up task ended"
+        );
     }
 }
