@@ -3,11 +3,10 @@
 
 use super::*;
 
-/// The object is deleted and created again while the delete's call outlives
-/// the stop grace: the successor must see the delete before the new add, or
-/// it would take a live object for gone.
-#[tokio::test(start_paused = true)]
-async fn a_fenced_delete_is_handed_over_before_the_newer_deltas_of_its_object() {
+/// A rig whose plugin applies what it sees, with a stop grace of 1 s, and
+/// whose calls on a delete hang until the sender is sent to (or dropped):
+/// calls that outlive their version's stop grace.
+fn deletes_outlive_the_grace() -> (Rig, std::sync::mpsc::Sender<()>) {
     let (release, gate) = std::sync::mpsc::channel::<()>();
     let gate = Mutex::new(gate);
     let r = rig(
@@ -26,6 +25,15 @@ async fn a_fenced_delete_is_handed_over_before_the_newer_deltas_of_its_object() 
             })
         }),
     );
+    (r, release)
+}
+
+/// The object is deleted and created again while the delete's call outlives
+/// the stop grace: the successor must see the delete before the new add, or
+/// it would take a live object for gone.
+#[tokio::test(start_paused = true)]
+async fn a_fenced_delete_is_handed_over_before_the_newer_deltas_of_its_object() {
+    let (r, release) = deletes_outlive_the_grace();
     r.list(vec![cm("a", 1, "x"), cm("b", 1, "x")]);
     r.eventually("the adds' actions", |r| r.sink.done.lock().len() == 2)
         .await;
@@ -71,25 +79,7 @@ async fn a_fenced_delete_is_handed_over_before_the_newer_deltas_of_its_object() 
 
 #[tokio::test(start_paused = true)]
 async fn a_call_outliving_the_stop_grace_is_fenced_and_its_delete_handed_over() {
-    let (release, gate) = std::sync::mpsc::channel::<()>();
-    let gate = Mutex::new(gate);
-    let r = rig(
-        DispatchOptions {
-            stop_grace: Duration::from_secs(1),
-            ..DispatchOptions::default()
-        },
-        all_deltas(&[], None),
-        Box::new(move |d| {
-            if d.dtype == DeltaType::Deleted {
-                // A call that outlives its version's stop grace.
-                let _ = gate.lock().recv();
-            }
-            Ok(Handled {
-                actions: vec![apply_action(d)],
-                requeue_after: None,
-            })
-        }),
-    );
+    let (r, release) = deletes_outlive_the_grace();
     r.list(vec![cm("a", 1, "x")]);
     r.eventually("the add's action", |r| r.sink.done.lock().len() == 1)
         .await;
