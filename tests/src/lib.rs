@@ -19,9 +19,12 @@ use std::time::Duration;
 
 use kubewasm::actions::executor::{ActionSink, RecordingSink};
 use kubewasm::app::{App, RunOptions};
-use kubewasm::dispatch::DispatchOptions;
+use kubewasm::dispatch::{Activity, DispatchOptions};
+use kubewasm::informer::InformerSet;
+use kubewasm::kind::KindRegistry;
 use kubewasm::object::StripOptions;
 use kubewasm::runtime::EngineOptions;
+use kubewasm::source::local::LocalCluster;
 use kubewasm::telemetry::{Identity, Telemetry};
 use tokio_util::sync::CancellationToken;
 
@@ -170,6 +173,15 @@ pub fn options(plugins: &Path, local: &Path, cache: &Path) -> RunOptions {
 }
 
 /// A host over a temp cluster and plugin folder.
+/// What [`Harness::local_informers`] builds.
+pub struct LocalInformers {
+    pub kinds: KindRegistry,
+    pub cluster: Arc<LocalCluster>,
+    pub activity: Arc<Activity>,
+    pub telemetry: Telemetry,
+    pub informers: Arc<InformerSet>,
+}
+
 pub struct Harness {
     pub plugins: tempfile::TempDir,
     pub cluster: tempfile::TempDir,
@@ -194,6 +206,34 @@ impl Harness {
 
     pub fn options(&self) -> RunOptions {
         options(self.plugins.path(), self.cluster.path(), self.cache.path())
+    }
+
+    /// The informer side of a pipeline over the embedded cluster folder,
+    /// for the suites that assemble a [`PluginHost`](kubewasm::manager::PluginHost)
+    /// by hand (their own sink, leadership or compiler).
+    pub fn local_informers(&self) -> LocalInformers {
+        let kinds = KindRegistry::builtin();
+        let cluster = LocalCluster::new(
+            self.cluster.path().to_owned(),
+            kinds.clone(),
+            StripOptions::default(),
+        )
+        .unwrap();
+        let activity = Arc::new(Activity::default());
+        let telemetry = Telemetry::new(Identity::from_env());
+        let informers = Arc::new(InformerSet::new(
+            cluster.clone(),
+            activity.clone(),
+            CancellationToken::new(),
+            telemetry.clone(),
+        ));
+        LocalInformers {
+            kinds,
+            cluster,
+            activity,
+            telemetry,
+            informers,
+        }
     }
 
     /// Starts the host with actions recorded instead of applied.

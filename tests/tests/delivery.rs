@@ -15,16 +15,11 @@ use futures::future::BoxFuture;
 use kubewasm::actions::Action;
 use kubewasm::actions::executor::{ActionError, ActionSink, Executor, ExecutorOptions};
 use kubewasm::dispatch::{Activity, DispatchOptions, PluginStats};
-use kubewasm::informer::InformerSet;
-use kubewasm::kind::KindRegistry;
 use kubewasm::manager::PluginHost;
-use kubewasm::object::StripOptions;
 use kubewasm::runtime::{EngineOptions, Manifest, Runtime};
 use kubewasm::source::local::LocalCluster;
-use kubewasm::telemetry::{Identity, Telemetry};
 use kubewasm_tests::e2e::eventually;
-use kubewasm_tests::{Harness, wasm, write_cluster};
-use tokio_util::sync::CancellationToken;
+use kubewasm_tests::{Harness, LocalInformers, wasm, write_cluster};
 
 /// What the sink does to the actions a rule matches.
 #[derive(Debug, Clone)]
@@ -150,21 +145,13 @@ impl Pipeline {
             .map(|(p, t)| (p.as_str(), t.as_str()))
             .collect();
         write_cluster(h.cluster.path(), &refs);
-        let kinds = KindRegistry::builtin();
-        let cluster = LocalCluster::new(
-            h.cluster.path().to_owned(),
-            kinds.clone(),
-            StripOptions::default(),
-        )
-        .unwrap();
-        let activity = Arc::new(Activity::default());
-        let telemetry = Telemetry::new(Identity::from_env());
-        let informers = Arc::new(InformerSet::new(
-            cluster.clone(),
-            activity.clone(),
-            CancellationToken::new(),
-            telemetry.clone(),
-        ));
+        let LocalInformers {
+            kinds,
+            cluster,
+            activity,
+            telemetry,
+            informers,
+        } = h.local_informers();
         let sink = Arc::new(FaultySink {
             cluster: cluster.clone(),
             rules: std::sync::Mutex::new(Vec::new()),

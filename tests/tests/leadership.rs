@@ -12,18 +12,13 @@ use std::time::Duration;
 use kubewasm::actions::Action;
 use kubewasm::actions::executor::{Executor, ExecutorOptions, RecordingSink};
 use kubewasm::dispatch::{Activity, DispatchOptions};
-use kubewasm::informer::InformerSet;
-use kubewasm::kind::KindRegistry;
 use kubewasm::leader::Leadership;
 use kubewasm::manager::PluginHost;
-use kubewasm::object::StripOptions;
 use kubewasm::runtime::{EngineOptions, Manifest, Runtime};
 use kubewasm::source::local::LocalCluster;
-use kubewasm::telemetry::{Identity, Telemetry};
 use kubewasm_tests::e2e::{eventually, recorder_sidecar};
-use kubewasm_tests::{Harness, wasm, write_cluster};
+use kubewasm_tests::{Harness, LocalInformers, wasm, write_cluster};
 use serde_json::Value;
-use tokio_util::sync::CancellationToken;
 
 fn cm(name: &str, v: &str) -> String {
     format!(
@@ -60,21 +55,13 @@ struct Pipeline {
 
 impl Pipeline {
     async fn start(h: &Harness) -> Self {
-        let kinds = KindRegistry::builtin();
-        let cluster = LocalCluster::new(
-            h.cluster.path().to_owned(),
-            kinds.clone(),
-            StripOptions::default(),
-        )
-        .unwrap();
-        let activity = Arc::new(Activity::default());
-        let telemetry = Telemetry::new(Identity::from_env());
-        let informers = Arc::new(InformerSet::new(
-            cluster.clone(),
-            activity.clone(),
-            CancellationToken::new(),
-            telemetry.clone(),
-        ));
+        let LocalInformers {
+            kinds,
+            cluster,
+            activity,
+            telemetry,
+            informers,
+        } = h.local_informers();
         let sink = Arc::new(RecordingSink::default());
         let leadership = Leadership::follower();
         let executor = Arc::new(

@@ -23,20 +23,15 @@ use std::time::{Duration, Instant};
 use kubewasm::actions::Action;
 use kubewasm::actions::executor::{Executor, ExecutorOptions, RecordingSink};
 use kubewasm::dispatch::{Activity, DispatchOptions};
-use kubewasm::informer::InformerSet;
-use kubewasm::kind::KindRegistry;
 use kubewasm::manager::PluginHost;
-use kubewasm::object::StripOptions;
 use kubewasm::runtime::{Compiler, EngineOptions, FastFirst, Manifest, Runtime, Tier};
 use kubewasm::source::local::LocalCluster;
-use kubewasm::telemetry::{Identity, Telemetry};
 use kubewasm_tests::e2e::{eventually, kubewasm_bin, recorder_sidecar};
 use kubewasm_tests::{
-    Harness, REPLICATOR_CLUSTER, REPLICATOR_SIDECAR, install_file, language_artifacts, wasm,
-    write_cluster,
+    Harness, LocalInformers, REPLICATOR_CLUSTER, REPLICATOR_SIDECAR, install_file,
+    language_artifacts, wasm, write_cluster,
 };
 use serde_json::Value;
-use tokio_util::sync::CancellationToken;
 
 const WAIT: Duration = Duration::from_secs(300);
 
@@ -478,21 +473,13 @@ async fn the_tier_up_swap_hands_every_delta_to_exactly_one_version() {
         .collect();
     write_cluster(h.cluster.path(), &refs);
     let mut gate = Gate::new(h.plugins.path());
-    let kinds = KindRegistry::builtin();
-    let cluster = LocalCluster::new(
-        h.cluster.path().to_owned(),
-        kinds.clone(),
-        StripOptions::default(),
-    )
-    .unwrap();
-    let activity = Arc::new(Activity::default());
-    let telemetry = Telemetry::new(Identity::from_env());
-    let informers = Arc::new(InformerSet::new(
-        cluster.clone(),
-        activity.clone(),
-        CancellationToken::new(),
-        telemetry.clone(),
-    ));
+    let LocalInformers {
+        kinds,
+        cluster,
+        activity,
+        telemetry,
+        informers,
+    } = h.local_informers();
     let sink = Arc::new(RecordingSink::default());
     let executor = Arc::new(
         Executor::new(sink.clone(), ExecutorOptions::default(), telemetry.clone())
