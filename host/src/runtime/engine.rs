@@ -321,23 +321,22 @@ impl WasmEngine {
     }
 
     /// `content` with its digest (computed off the async threads if not
-    /// known yet) and this engine's cached component of it, if one loads.
+    /// known yet, and also returned on its own) and this engine's cached
+    /// component of it, if one loads.
     pub async fn lookup(
         &self,
         content: Content,
-    ) -> Result<(Content, Option<Obtained>), CompileError> {
+    ) -> Result<(Content, String, Option<Obtained>), CompileError> {
         let me = self.clone();
         tokio::task::spawn_blocking(move || {
             let Content { bytes, digest } = content;
             let digest = digest.unwrap_or_else(|| content_digest(&bytes));
             let hit = me.cached(&digest);
-            (
-                Content {
-                    bytes,
-                    digest: Some(digest),
-                },
-                hit,
-            )
+            let content = Content {
+                bytes,
+                digest: Some(digest.clone()),
+            };
+            (content, digest, hit)
         })
         .await
         .map_err(joined)
@@ -377,12 +376,11 @@ impl WasmEngine {
         content: Content,
         priority: Priority,
     ) -> Result<Obtained, CompileError> {
-        let (content, hit) = self.lookup(content).await?;
+        let (content, digest, hit) = self.lookup(content).await?;
         if let Some(hit) = hit {
             return Ok(hit);
         }
-        let Content { bytes, digest } = content;
-        let digest = digest.unwrap_or_default();
+        let bytes = content.bytes;
         if let Compiler::Child { program } = &self.options.compiler {
             match self
                 .compile_in_child(program, name, &bytes, &digest, priority)

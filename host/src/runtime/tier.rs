@@ -181,7 +181,7 @@ impl Runtime {
         if !self.engine.fast_first().applies(content.bytes().len()) {
             return self.engine.obtain(name, content).await;
         }
-        let (content, hit) = self.engine.lookup(content).await?;
+        let (content, _, hit) = self.engine.lookup(content).await?;
         if let Some(hit) = hit {
             return Ok(hit);
         }
