@@ -48,7 +48,7 @@ use crate::telemetry::Telemetry;
 use crate::telemetry::feed::{FeedSubscription, Filter, Window};
 
 /// Rows a page receives per flush at most.
-pub const FEED_ROWS: usize = 50;
+pub const FEED_ROWS: usize = 20;
 /// How often a page's feed rows are flushed.
 pub const FEED_FLUSH: Duration = Duration::from_millis(100);
 /// How often a page's plugin and informer tables are refreshed.
