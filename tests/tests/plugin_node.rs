@@ -20,7 +20,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
@@ -142,6 +142,52 @@ async fn wait_condition(
         host_logs(client)
     })
     .await
+}
+
+/// The host log lines of both replicas about plugin `name` (pull,
+/// signature, compile, start, load, tier-up), each as seconds after
+/// `applied` with its timing fields: where the apply → first delta time
+/// goes. The test and the host-network Pods read the same clock.
+async fn load_timeline(client: &kube::Client, name: &str, applied: SystemTime) -> String {
+    const FIELDS: [&str; 6] = [
+        "tier",
+        "compile_ms",
+        "start_ms",
+        "elapsed_ms",
+        "bytes",
+        "module_cached",
+    ];
+    let mut out = String::new();
+    for line in host_logs(client).await.lines() {
+        if let Some(pod) = line.strip_prefix("--- ") {
+            out.push_str(&format!("  {pod}\n"));
+            continue;
+        }
+        let Ok(entry) = serde_json::from_str::<Value>(line) else {
+            continue;
+        };
+        let fields = &entry["fields"];
+        let about = |k: &str| fields[k].as_str().is_some_and(|v| v.contains(name));
+        if !(about("plugin") || about("reference")) {
+            continue;
+        }
+        let at = entry["timestamp"]
+            .as_str()
+            .and_then(|t| humantime::parse_rfc3339_weak(t).ok())
+            .and_then(|t| t.duration_since(applied).ok())
+            .map_or_else(|| "?".to_owned(), |d| format!("{:.2}", d.as_secs_f64()));
+        let timing: Vec<String> = FIELDS
+            .iter()
+            .filter(|k| !fields[**k].is_null())
+            .map(|k| format!("{k}={}", fields[*k]))
+            .collect();
+        out.push_str(&format!(
+            "    {at:>7} s  {}  {}\n",
+            fields["message"].as_str().unwrap_or_default(),
+            timing.join(" ")
+        ));
+    }
+    out
 }
 
 /// Both replicas report `name` loaded, the status naming `module` (the
@@ -286,7 +332,7 @@ async fn plugin_objects_from_a_registry_serve_swap_and_survive_on_the_real_node(
             .await
             .unwrap();
         let pinned = format!("{}/plugins/{}@{}", registry.host(), r.name(), pushed.digest);
-        let applied = Instant::now();
+        let (applied, applied_at) = (Instant::now(), SystemTime::now());
         plugins
             .create(
                 &PostParams::default(),
@@ -315,6 +361,11 @@ async fn plugin_objects_from_a_registry_serve_swap_and_survive_on_the_real_node(
         )
         .await;
         wait_replicas_loaded(&plugins, &r.name(), &sha256(&wasm)).await;
+        eprintln!(
+            "{}: where the time went, per replica (seconds after the apply):\n{}",
+            r.lang,
+            load_timeline(&client, &r.name(), applied_at).await
+        );
         digests.insert(r.lang, (pinned, sha256(&wasm)));
     }
     for (pod, working_set, rss) in container_memory(&client).await {
