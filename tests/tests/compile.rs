@@ -357,6 +357,11 @@ fn artifacts_the_host_key_does_not_verify_are_refused_and_the_wasm_served() {
     let mut tampered = good.clone();
     let mid = 48 + (good.len() - 48) / 2;
     tampered[mid] ^= 0x01;
+    // Another release's format: the header's version byte (after
+    // `KWCWASM`) says v1, HMAC-SHA256.
+    assert_eq!(&good[..8], b"KWCWASM\x02");
+    let mut v1 = good.clone();
+    v1[7] = 1;
 
     for (what, bytes, reason) in [
         ("tampered", tampered, "its MAC does not match"),
@@ -380,6 +385,11 @@ fn artifacts_the_host_key_does_not_verify_are_refused_and_the_wasm_served() {
             "signed with another key",
             other_key,
             "signed with another key",
+        ),
+        (
+            "in another release's format",
+            v1,
+            "it is in artifact format v1",
         ),
     ] {
         std::fs::write(&path, &bytes).unwrap();

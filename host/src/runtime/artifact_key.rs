@@ -2,9 +2,16 @@
 //! its operator. A compiled artifact is native code the host maps and
 //! runs outside the Wasm sandbox, so whoever can put one in the compile
 //! cache under a plugin's name could run anything as the host. Each
-//! artifact therefore starts with a header holding an HMAC-SHA256, under
-//! this key, of the artifact together with the content digest and engine
-//! key it claims; the host maps nothing whose MAC does not verify.
+//! artifact therefore starts with a header holding a MAC, under this key,
+//! of the artifact together with the content digest and engine key it
+//! claims; the host maps nothing whose MAC does not verify.
+//!
+//! The MAC is BLAKE3 in its keyed mode (format v2). Format v1 used
+//! HMAC-SHA256, which on a CPU without SHA extensions runs at about 180
+//! MB/s optimised and 14 MB/s in a debug build: a Python plugin's 46 MB
+//! artifact was hashed twice per compile (the writer, then the host) and
+//! once per load, 0.5 s optimised and 7 s in the debug build the tests run.
+//! BLAKE3 does the same pass at about 4 GB/s.
 //!
 //! The key is the operator's (`--artifact-key FILE`, e.g. a mounted
 //! Secret; `kubewasm compile --artifact-key FILE` signs with the same
@@ -15,22 +22,27 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use hmac::{Hmac, KeyInit, Mac};
-use sha2::Sha256;
-
 /// The per-host key's file name inside the cache folder.
 pub const HOST_KEY_FILE: &str = ".artifact-key";
 /// Bytes of a generated key; an operator's key must have at least these.
 pub const KEY_BYTES: usize = 32;
 
+/// The format's name, followed by its version byte.
+const NAME: &[u8; 7] = b"KWCWASM";
+/// The format version this release writes and reads.
+const VERSION: u8 = 2;
 /// Starts every signed artifact: the format's name and version.
-const MAGIC: &[u8; 8] = b"KWCWASM\x01";
+const MAGIC: &[u8; 8] = b"KWCWASM\x02";
+const _: () = assert!(MAGIC[7] == VERSION);
 const KEY_ID_BYTES: usize = 8;
 const TAG_BYTES: usize = 32;
 /// Magic, key id, tag.
 pub const HEADER_BYTES: usize = MAGIC.len() + KEY_ID_BYTES + TAG_BYTES;
 /// What the MAC covers besides the artifact, so a tag means one thing.
-const DOMAIN: &[u8] = b"kubewasm compiled artifact v1\0";
+const DOMAIN: &[u8] = b"kubewasm compiled artifact v2\0";
+/// BLAKE3's key derivation context: the MAC key is derived from the
+/// operator's key (any length from [`KEY_BYTES`] up), never used raw.
+const KEY_CONTEXT: &str = "kubewasm 2026-11 compiled artifact MAC key v2";
 
 #[derive(Debug, thiserror::Error)]
 pub enum KeyError {
@@ -74,7 +86,10 @@ impl std::fmt::Display for KeySource {
 /// An artifact key. Its bytes never appear in Debug output or logs.
 #[derive(Clone)]
 pub struct ArtifactKey {
+    /// The key as given: what the compiler child receives.
     key: Vec<u8>,
+    /// The MAC key derived from it.
+    mac_key: [u8; blake3::KEY_LEN],
     /// Names the key in headers without revealing it, so a refusal can
     /// say "signed with another key" rather than "modified".
     id: [u8; KEY_ID_BYTES],
@@ -100,6 +115,10 @@ pub enum Refusal {
     #[error("it is truncated ({len} bytes, shorter than its {HEADER_BYTES}-byte header)")]
     Truncated { len: usize },
     #[error(
+        "it is in artifact format v{found}, another kubewasm release's (this one reads v{VERSION}); it is compiled again, or rebuild shipped artifacts with this release's `kubewasm compile`"
+    )]
+    OtherFormat { found: u8 },
+    #[error(
         "it is signed with another key (key id {found}; this host verifies with key id {expected}: pass the key it was compiled with to --artifact-key)"
     )]
     OtherKey { found: String, expected: String },
@@ -111,12 +130,16 @@ pub enum Refusal {
 
 impl ArtifactKey {
     fn new(key: Vec<u8>, source: KeySource) -> Self {
-        let mut mac = hmac(&key);
-        mac.update(b"kubewasm artifact key id");
-        let tag = mac.finalize().into_bytes();
+        let mac_key = blake3::derive_key(KEY_CONTEXT, &key);
+        let tag = blake3::keyed_hash(&mac_key, b"kubewasm artifact key id");
         let mut id = [0; KEY_ID_BYTES];
-        id.copy_from_slice(&tag[..KEY_ID_BYTES]);
-        Self { key, id, source }
+        id.copy_from_slice(&tag.as_bytes()[..KEY_ID_BYTES]);
+        Self {
+            key,
+            mac_key,
+            id,
+            source,
+        }
     }
 
     /// `bytes` as a key (tests, and keys read elsewhere).
@@ -189,36 +212,42 @@ impl ArtifactKey {
         hex(&self.id)
     }
 
-    fn tag(&self, digest: &str, compat: &str, body: &[u8]) -> Hmac<Sha256> {
-        let mut mac = hmac(&self.key);
+    fn tag(&self, digest: &str, compat: &str, body: &[u8]) -> blake3::Hash {
+        let mut mac = blake3::Hasher::new_keyed(&self.mac_key);
         mac.update(DOMAIN);
         for part in [digest.as_bytes(), b"\0", compat.as_bytes(), b"\0"] {
             mac.update(part);
         }
         mac.update(body);
-        mac
+        mac.finalize()
     }
 
     /// The header that makes `body` (a serialized component of content
     /// `digest` for engine `compat`) an artifact this key verifies.
     pub fn header(&self, digest: &str, compat: &str, body: &[u8]) -> [u8; HEADER_BYTES] {
-        let tag = self.tag(digest, compat, body).finalize().into_bytes();
+        let tag = self.tag(digest, compat, body);
         let mut header = [0; HEADER_BYTES];
         header[..MAGIC.len()].copy_from_slice(MAGIC);
         header[MAGIC.len()..MAGIC.len() + KEY_ID_BYTES].copy_from_slice(&self.id);
-        header[MAGIC.len() + KEY_ID_BYTES..].copy_from_slice(&tag);
+        header[MAGIC.len() + KEY_ID_BYTES..].copy_from_slice(tag.as_bytes());
         header
     }
 
     /// The serialized component inside `artifact` if its header verifies
     /// for content `digest` and engine `compat` (the MAC compared in
-    /// constant time).
+    /// constant time: `blake3::Hash`'s equality is).
     pub fn verify<'a>(
         &self,
         digest: &str,
         compat: &str,
         artifact: &'a [u8],
     ) -> Result<&'a [u8], Refusal> {
+        if let Some(&found) = artifact.get(NAME.len())
+            && artifact.starts_with(NAME)
+            && found != VERSION
+        {
+            return Err(Refusal::OtherFormat { found });
+        }
         if artifact.len() < HEADER_BYTES {
             return Err(if artifact.starts_with(MAGIC) {
                 Refusal::Truncated {
@@ -239,16 +268,13 @@ impl ArtifactKey {
                 expected: self.id(),
             });
         }
-        self.tag(digest, compat, body)
-            .verify_slice(&header[MAGIC.len() + KEY_ID_BYTES..])
-            .map_err(|_| Refusal::Mismatch)?;
+        let mut claimed = [0; TAG_BYTES];
+        claimed.copy_from_slice(&header[MAGIC.len() + KEY_ID_BYTES..]);
+        if self.tag(digest, compat, body) != blake3::Hash::from_bytes(claimed) {
+            return Err(Refusal::Mismatch);
+        }
         Ok(body)
     }
-}
-
-fn hmac(key: &[u8]) -> Hmac<Sha256> {
-    // HMAC takes keys of any length: new_from_slice cannot fail.
-    <Hmac<Sha256> as KeyInit>::new_from_slice(key).unwrap_or_else(|_| unreachable!())
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -379,6 +405,18 @@ mod tests {
             }
             r => panic!("{r:?}"),
         }
+        // Another release's format (v1 was HMAC-SHA256): said so, even
+        // when cut short after the version byte.
+        let mut v1 = artifact.clone();
+        v1[NAME.len()] = 1;
+        assert_eq!(
+            k.verify("d1", "c", &v1),
+            Err(Refusal::OtherFormat { found: 1 })
+        );
+        assert_eq!(
+            k.verify("d1", "c", &v1[..NAME.len() + 1]),
+            Err(Refusal::OtherFormat { found: 1 })
+        );
         // A forged header naming this key's id does not help.
         let mut forged = signed(&other, "d1", b"machine code");
         forged[MAGIC.len()..MAGIC.len() + KEY_ID_BYTES].copy_from_slice(&k.id);
