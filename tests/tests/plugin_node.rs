@@ -147,7 +147,9 @@ async fn wait_condition(
 /// The host log lines of both replicas about plugin `name` (pull,
 /// signature, compile, start, load, tier-up), each as seconds after
 /// `applied` with its timing fields: where the apply → first delta time
-/// goes. The test and the host-network Pods read the same clock.
+/// goes; and other plugins' compiles and tier-ups after the apply, which
+/// compete for the replica's CPU. The test and the host-network Pods read
+/// the same clock.
 async fn load_timeline(client: &kube::Client, name: &str, applied: SystemTime) -> String {
     const FIELDS: [&str; 6] = [
         "tier",
@@ -168,21 +170,28 @@ async fn load_timeline(client: &kube::Client, name: &str, applied: SystemTime) -
         };
         let fields = &entry["fields"];
         let about = |k: &str| fields[k].as_str().is_some_and(|v| v.contains(name));
-        if !(about("plugin") || about("reference")) {
-            continue;
-        }
-        let at = entry["timestamp"]
+        let since = entry["timestamp"]
             .as_str()
             .and_then(|t| humantime::parse_rfc3339_weak(t).ok())
-            .and_then(|t| t.duration_since(applied).ok())
-            .map_or_else(|| "?".to_owned(), |d| format!("{:.2}", d.as_secs_f64()));
+            .and_then(|t| t.duration_since(applied).ok());
+        // Another plugin's compile or tier-up after the apply competes
+        // for the replica's CPU: shown, named.
+        let other = fields["plugin"]
+            .as_str()
+            .filter(|p| !p.contains(name) && since.is_some())
+            .filter(|_| fields["tier"].is_string());
+        if !(about("plugin") || about("reference") || other.is_some()) {
+            continue;
+        }
+        let at = since.map_or_else(|| "?".to_owned(), |d| format!("{:.2}", d.as_secs_f64()));
+        let whose = other.map(|p| format!("[{p}] ")).unwrap_or_default();
         let timing: Vec<String> = FIELDS
             .iter()
             .filter(|k| !fields[**k].is_null())
             .map(|k| format!("{k}={}", fields[*k]))
             .collect();
         out.push_str(&format!(
-            "    {at:>7} s  {}  {}\n",
+            "    {at:>7} s  {whose}{}  {}\n",
             fields["message"].as_str().unwrap_or_default(),
             timing.join(" ")
         ));
