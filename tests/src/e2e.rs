@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -12,6 +12,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Namespace, ServiceAccount};
 use kube::api::{Api, ListParams, PostParams};
 use serde_json::{Value, json};
 
+use crate::host_child::HostChild;
 use crate::{install, repo_root};
 
 /// Builds the `kubewasm` binary once per test process (debug), unless
@@ -37,11 +38,12 @@ pub fn kubewasm_bin() -> &'static Path {
     })
 }
 
-/// `kubewasm run` against a kubeconfig, logs to a file, SIGTERM on drop.
+/// `kubewasm run` against a kubeconfig, logs to a file, SIGTERM on drop
+/// (see [`HostChild`]), then its folders removed.
 pub struct HostProcess {
-    child: Child,
+    /// First: stopped before the folders holding its log and cache go.
+    host: HostChild,
     pub plugins: tempfile::TempDir,
-    pub log: PathBuf,
     _cache: tempfile::TempDir,
 }
 
@@ -82,159 +84,73 @@ impl HostProcess {
         let cache = tempfile::tempdir().unwrap();
         fill(dir.path());
         let log = dir.path().join("host.log");
-        let child = Command::new(kubewasm_bin())
-            .args(["run"])
-            .args(args)
-            .envs(env.iter().copied())
-            .arg("--kubeconfig")
-            .arg(kubeconfig)
-            .arg("--plugins")
-            .arg(dir.path())
-            .arg("--cache-dir")
-            .arg(cache.path())
-            // The suites read these logs as text; several hosts run at once,
-            // so each metrics listener takes a free port.
-            .args(["--log-format", "text", "--metrics-addr", "127.0.0.1:0"])
-            .env("RUST_LOG", "info,kube_client=warn,kube_runtime=warn")
-            .env_remove("KUBECONFIG")
-            .envs(env.iter().copied())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .expect("start kubewasm");
-        Self {
-            child,
-            plugins: dir,
+        let host = HostChild::spawn(
+            Command::new(kubewasm_bin())
+                .args(["run"])
+                .args(args)
+                .envs(env.iter().copied())
+                .arg("--kubeconfig")
+                .arg(kubeconfig)
+                .arg("--plugins")
+                .arg(dir.path())
+                .arg("--cache-dir")
+                .arg(cache.path())
+                // The suites read these logs as text; several hosts run at once,
+                // so each metrics listener takes a free port.
+                .args(["--log-format", "text", "--metrics-addr", "127.0.0.1:0"])
+                .env("RUST_LOG", "info,kube_client=warn,kube_runtime=warn")
+                .env_remove("KUBECONFIG")
+                .envs(env.iter().copied()),
             log,
+        );
+        Self {
+            host,
+            plugins: dir,
             _cache: cache,
         }
     }
 
     pub fn logs(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
+        self.host.logs()
     }
 
     /// The host's process id.
     pub fn pid(&self) -> u32 {
-        self.child.id()
+        self.host.pid()
     }
 
-    fn signal(&self, sig: &str) {
-        let status = Command::new("kill")
-            .arg(format!("-{sig}"))
-            .arg(self.child.id().to_string())
-            .status()
-            .unwrap();
-        assert!(status.success(), "kill -{sig} failed");
-    }
-
-    /// The address the metrics listener bound (from the text log line
-    /// `metrics listening addr=...`), once it is up.
+    /// The address the metrics listener bound, once it is up.
     pub async fn metrics_addr(&self, timeout: Duration) -> std::net::SocketAddr {
-        self.wait_log("metrics listening", timeout).await;
-        let logs = self.logs();
-        let line = logs
-            .lines()
-            .find(|l| l.contains("metrics listening"))
-            .unwrap();
-        line.split("addr=")
-            .nth(1)
-            .and_then(|rest| rest.split_whitespace().next())
-            .and_then(|a| a.parse().ok())
-            .unwrap_or_else(|| panic!("no address in {line:?}"))
+        self.host.metrics_addr(timeout).await
     }
 
     /// Freezes the process (SIGSTOP): its watches stall, nothing is lost.
     pub fn pause(&self) {
-        self.signal("STOP");
+        self.host.pause();
     }
 
     pub fn resume(&self) {
-        self.signal("CONT");
+        self.host.resume();
     }
 
     /// Waits until the log contains `needle`.
     pub async fn wait_log(&self, needle: &str, timeout: Duration) {
-        let start = Instant::now();
-        while !self.logs().contains(needle) {
-            assert!(
-                start.elapsed() < timeout,
-                "host log never showed {needle:?} within {timeout:?}; log:\n{}",
-                self.logs()
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        self.host.wait_log(needle, timeout).await;
     }
 
     /// SIGKILL and wait: no drain, no release, as when a node dies.
-    pub fn kill(mut self) {
-        self.signal("KILL");
-        let _ = self.child.wait();
+    pub fn kill(self) {
+        self.host.kill();
     }
 
     /// SIGTERM and wait: returns the exit status (the host drains and exits 0).
-    pub fn stop(mut self) -> std::process::ExitStatus {
-        self.terminate()
+    pub fn stop(self) -> std::process::ExitStatus {
+        self.host.stop()
     }
 
     /// [`stop`](Self::stop), also returning the log (gone with the folder).
-    pub fn stop_with_logs(mut self) -> (std::process::ExitStatus, String) {
-        let status = self.terminate();
-        (status, self.logs())
-    }
-
-    fn terminate(&mut self) -> std::process::ExitStatus {
-        self.signal("TERM");
-        let start = Instant::now();
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return status;
-            }
-            if start.elapsed() > Duration::from_secs(20) {
-                let _ = self.child.kill();
-                panic!(
-                    "host did not exit within 20s of SIGTERM; log:\n{}",
-                    self.logs()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-}
-
-impl Drop for HostProcess {
-    fn drop(&mut self) {
-        // A failing test's assertion rarely says why the host did not act:
-        // its log does, and it goes with the folder.
-        if std::thread::panicking() {
-            let logs = self.logs();
-            let lines: Vec<&str> = logs.lines().collect();
-            let tail = &lines[lines.len().saturating_sub(200)..];
-            eprintln!(
-                "--- last {} lines of the host log ({}) ---\n{}\n--- end of host log ---",
-                tail.len(),
-                self.log.display(),
-                tail.join("\n")
-            );
-        }
-        if let Ok(None) = self.child.try_wait() {
-            let _ = Command::new("kill")
-                .arg("-CONT")
-                .arg(self.child.id().to_string())
-                .status();
-            let _ = Command::new("kill")
-                .arg("-TERM")
-                .arg(self.child.id().to_string())
-                .status();
-            for _ in 0..100 {
-                if let Ok(Some(_)) = self.child.try_wait() {
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
+    pub fn stop_with_logs(self) -> (std::process::ExitStatus, String) {
+        self.host.stop_with_logs()
     }
 }
 

@@ -7,6 +7,7 @@ pub mod controlplane;
 pub mod docs;
 pub mod e2e;
 pub mod faultproxy;
+pub mod host_child;
 pub mod incluster;
 pub mod manifests;
 pub mod objects;
@@ -110,12 +111,13 @@ pub fn install_testkit(dir: &Path, name: &str, head: &str) {
     );
 }
 
-/// `kubewasm run --until-idle` over the local cluster folder `cluster`
-/// with the plugins in `plugins` and its compile cache in `cache`; text
-/// logs at info (the suites read their fields), `KUBECONFIG` unset.
-pub fn until_idle_local(cluster: &Path, plugins: &Path, cache: &Path) -> Command {
+/// `kubewasm run` over the local cluster folder `cluster` with the
+/// plugins in `plugins` and its compile cache in `cache`; text logs at
+/// info (the suites read their fields), `KUBECONFIG` unset. More flags
+/// may follow.
+pub fn run_local(cluster: &Path, plugins: &Path, cache: &Path) -> Command {
     let mut cmd = Command::new(e2e::kubewasm_bin());
-    cmd.args(["--log-format", "text", "run", "--until-idle", "--local"])
+    cmd.args(["--log-format", "text", "run", "--local"])
         .arg(cluster)
         .arg("--plugins")
         .arg(plugins)
@@ -123,6 +125,13 @@ pub fn until_idle_local(cluster: &Path, plugins: &Path, cache: &Path) -> Command
         .arg(cache)
         .env_remove("KUBECONFIG")
         .env("RUST_LOG", "info");
+    cmd
+}
+
+/// [`run_local`] until the host is idle (`--until-idle`).
+pub fn until_idle_local(cluster: &Path, plugins: &Path, cache: &Path) -> Command {
+    let mut cmd = run_local(cluster, plugins, cache);
+    cmd.arg("--until-idle");
     cmd
 }
 

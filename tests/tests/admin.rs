@@ -11,7 +11,7 @@
 use std::io::{Read, Write};
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -21,9 +21,10 @@ use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use kube::api::{Api, PostParams};
 use kubewasm_tests::controlplane::ControlPlane;
 use kubewasm_tests::e2e::{HostProcess, eventually, http_get, kubewasm_bin, namespace};
-use kubewasm_tests::install;
+use kubewasm_tests::host_child::HostChild;
 use kubewasm_tests::manifests::docs;
 use kubewasm_tests::repo_root;
+use kubewasm_tests::{install, run_local};
 use serde_json::{Value, json};
 
 const WAIT: Duration = Duration::from_secs(120);
@@ -95,43 +96,27 @@ fn logged_addr(logs: &str, message: &str, field: &str) -> Option<SocketAddr> {
         .and_then(|a| a.parse().ok())
 }
 
-/// `kubewasm run --local` with both listeners on free ports; killed on drop.
+/// `kubewasm run --local` with both listeners on free ports; stopped on
+/// drop.
 struct LocalHost {
-    child: Child,
-    log: std::path::PathBuf,
+    host: HostChild,
 }
 
 impl LocalHost {
     fn start(cluster: &Path, plugins: &Path, cache: &Path, log: std::path::PathBuf) -> Self {
-        let child = Command::new(kubewasm_bin())
-            .args(["--log-format", "text", "run", "--local"])
-            .arg(cluster)
-            .arg("--plugins")
-            .arg(plugins)
-            .arg("--cache-dir")
-            .arg(cache)
-            // `:0`: a free port on the web view's default host, loopback.
-            .args(["--metrics-addr", "127.0.0.1:0", "--ui", "--ui-addr", ":0"])
-            // Keeps the last-applied annotation, which copies a Secret's data.
-            .arg("--keep-managed-fields")
-            .env_remove("KUBECONFIG")
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .expect("start kubewasm");
-        Self { child, log }
+        let host = HostChild::spawn(
+            run_local(cluster, plugins, cache)
+                // `:0`: a free port on the web view's default host, loopback.
+                .args(["--metrics-addr", "127.0.0.1:0", "--ui", "--ui-addr", ":0"])
+                // Keeps the last-applied annotation, which copies a Secret's data.
+                .arg("--keep-managed-fields"),
+            log,
+        );
+        Self { host }
     }
 
     fn logs(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-}
-
-impl Drop for LocalHost {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.host.logs()
     }
 }
 

@@ -6,12 +6,11 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use kubewasm::source::local::parse_manifests;
-use kubewasm_tests::e2e::kubewasm_bin;
-use kubewasm_tests::{install, write_cluster};
+use kubewasm_tests::host_child::HostChild;
+use kubewasm_tests::{install, run_local, write_cluster};
 use serde_json::Value;
 
 const ACCESS: &str = "access:\n  - {kinds: [configmaps], verbs: [read, patch, delete]}\n";
@@ -20,10 +19,11 @@ const ACCESS: &str = "access:\n  - {kinds: [configmaps], verbs: [read, patch, de
 /// the suites share two cores).
 const PATIENCE: Duration = Duration::from_secs(120);
 
-/// `kubewasm run --local` over a folder, its log in a file, killed on drop.
+/// `kubewasm run --local` over a folder, its log in a file, stopped on
+/// drop.
 struct LocalHost {
-    child: Child,
-    log: PathBuf,
+    /// First: stopped before its folders go.
+    host: HostChild,
     cluster: PathBuf,
     _dirs: tempfile::TempDir,
 }
@@ -51,32 +51,22 @@ impl LocalHost {
             "apiVersion: kubewasm.io/v1alpha1\nkind: HostConfig\ndispatch: {baseBackoff: 5ms}\n",
         )
         .unwrap();
-        let child = Command::new(kubewasm_bin())
-            .args(["--log-format", "text", "run", "--config"])
-            .arg(&host_config)
-            .arg("--local")
-            .arg(&cluster)
-            .arg("--plugins")
-            .arg(&plugins)
-            .arg("--cache-dir")
-            .arg(dirs.path().join("cache"))
-            .args(["--metrics-addr", "off"])
-            .env_remove("KUBECONFIG")
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .expect("start kubewasm");
-        Self {
-            child,
+        let host = HostChild::spawn(
+            run_local(&cluster, &plugins, &dirs.path().join("cache"))
+                .arg("--config")
+                .arg(&host_config)
+                .args(["--metrics-addr", "off"]),
             log,
+        );
+        Self {
+            host,
             cluster,
             _dirs: dirs,
         }
     }
 
     fn logs(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
+        self.host.logs()
     }
 
     fn path(&self, rel: &str) -> PathBuf {
@@ -121,16 +111,6 @@ impl LocalHost {
             .ok()?
             .into_iter()
             .next()
-    }
-}
-
-impl Drop for LocalHost {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            eprintln!("--- host log ---\n{}\n--- end ---", self.logs());
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -350,7 +330,7 @@ fn race(resource_versions: bool) {
             host.object("d/race-a.yaml")
                 .filter(|v| v["data"].get(&key).is_some() && writes(v) > before)
         });
-        hit = log.read(&host.log).contains("at-swap");
+        hit = log.read(host.host.log_path()).contains("at-swap");
     }
     drop(watcher);
     let mut v = host.object("d/race-a.yaml").unwrap();

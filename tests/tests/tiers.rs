@@ -15,7 +15,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -27,9 +27,10 @@ use kubewasm::manager::PluginHost;
 use kubewasm::runtime::{Compiler, EngineOptions, FastFirst, Manifest, Runtime, Tier};
 use kubewasm::source::local::LocalCluster;
 use kubewasm_tests::e2e::{eventually, kubewasm_bin, recorder_sidecar};
+use kubewasm_tests::host_child::HostChild;
 use kubewasm_tests::{
     Harness, LocalInformers, REPLICATOR_CLUSTER, REPLICATOR_SIDECAR, install_file,
-    language_artifacts, wasm, write_cluster,
+    language_artifacts, run_local, wasm, write_cluster,
 };
 use serde_json::Value;
 
@@ -37,34 +38,26 @@ const WAIT: Duration = Duration::from_secs(300);
 
 /// `kubewasm run` over a local cluster folder, logging (text) to a file.
 struct LocalHost {
-    child: Child,
-    log: PathBuf,
+    host: HostChild,
 }
 
 impl LocalHost {
     fn start(dir: &Path) -> Self {
         let log = dir.join(format!("host-{}.log", nanos()));
-        let child = Command::new(kubewasm_bin())
-            .args(["--log-format", "text", "run", "--local"])
-            .arg(dir.join("cluster"))
-            .arg("--plugins")
-            .arg(dir.join("plugins"))
-            .arg("--cache-dir")
-            .arg(dir.join("cache"))
-            .args(["--metrics-addr", "off"])
-            .env_remove("KUBECONFIG")
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap();
-        Self { child, log }
+        let host = HostChild::spawn(
+            run_local(
+                &dir.join("cluster"),
+                &dir.join("plugins"),
+                &dir.join("cache"),
+            )
+            .args(["--metrics-addr", "off"]),
+            log,
+        );
+        Self { host }
     }
 
     fn logs(&self) -> String {
-        std::fs::read_to_string(&self.log)
-            .unwrap_or_default()
-            .replace('"', "")
+        self.host.logs().replace('"', "")
     }
 
     /// The first log line holding every one of `needles`.
@@ -86,7 +79,7 @@ impl LocalHost {
 
     /// The host's resident set, MiB.
     fn rss_mib(&self) -> f64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.host.pid())).unwrap();
         let kb: f64 = status
             .lines()
             .find_map(|l| l.strip_prefix("VmRSS:"))
@@ -95,27 +88,9 @@ impl LocalHost {
         kb / 1024.0
     }
 
-    fn stop(mut self) {
-        let _ = Command::new("kill")
-            .arg("-TERM")
-            .arg(self.child.id().to_string())
-            .status();
-        let status = self.child.wait().unwrap();
-        assert!(
-            status.success(),
-            "host exit {status}; log:\n{}",
-            self.logs()
-        );
-    }
-}
-
-impl Drop for LocalHost {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            eprintln!("--- host log ---\n{}\n--- end ---", self.logs());
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+    fn stop(self) {
+        let (status, logs) = self.host.stop_with_logs();
+        assert!(status.success(), "host exit {status}; log:\n{logs}");
     }
 }
 

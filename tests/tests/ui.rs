@@ -11,12 +11,13 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use kubewasm_tests::controlplane::ControlPlane;
-use kubewasm_tests::e2e::{HostProcess, kubewasm_bin, namespace};
-use kubewasm_tests::{install, plugin_artifacts, repo_root};
+use kubewasm_tests::e2e::{HostProcess, namespace};
+use kubewasm_tests::host_child::HostChild;
+use kubewasm_tests::{install, plugin_artifacts, repo_root, run_local};
 use serde_json::{Value, json};
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -145,44 +146,31 @@ fn local_dirs() -> (tempfile::TempDir, PathBuf, PathBuf, PathBuf) {
     (dir, cluster, plugins, cache)
 }
 
-/// `kubewasm run --local` with `--ui` on a free loopback port; killed on
+/// `kubewasm run --local` with `--ui` on a free loopback port; stopped on
 /// drop.
 struct LocalHost {
-    child: Child,
-    log: PathBuf,
+    host: HostChild,
 }
 
 impl LocalHost {
     fn start(cluster: &Path, plugins: &Path, cache: &Path, log: PathBuf, extra: &[&str]) -> Self {
-        let child = Command::new(kubewasm_bin())
-            .args([
-                "--log-format",
-                "text",
-                "run",
-                "--ui",
-                "--ui-addr",
-                "127.0.0.1:0",
-                "--metrics-addr",
-                "127.0.0.1:0",
-                "--local",
-            ])
-            .arg(cluster)
-            .arg("--plugins")
-            .arg(plugins)
-            .arg("--cache-dir")
-            .arg(cache)
-            .args(extra)
-            .env_remove("KUBECONFIG")
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .expect("start kubewasm");
-        Self { child, log }
+        let host = HostChild::spawn(
+            run_local(cluster, plugins, cache)
+                .args([
+                    "--ui",
+                    "--ui-addr",
+                    "127.0.0.1:0",
+                    "--metrics-addr",
+                    "127.0.0.1:0",
+                ])
+                .args(extra),
+            log,
+        );
+        Self { host }
     }
 
     fn logs(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
+        self.host.logs()
     }
 
     /// The web view's address, from the `web view serving url=...` line.
@@ -193,7 +181,7 @@ impl LocalHost {
             if let Some(url) = logged_url(&logs) {
                 return url;
             }
-            if let Some(status) = self.child.try_wait().unwrap() {
+            if let Some(status) = self.host.try_wait() {
                 panic!("kubewasm exited ({status}) before serving the web view:\n{logs}");
             }
             assert!(start.elapsed() < WAIT, "no web view address in:\n{logs}");
@@ -208,13 +196,6 @@ fn logged_url(logs: &str) -> Option<String> {
         .find_map(|l| l.split("web view serving url=").nth(1))
         .and_then(|rest| rest.split_whitespace().next())
         .map(str::to_owned)
-}
-
-impl Drop for LocalHost {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 /// One browser test at a time: each drives chromium against a host, and on
