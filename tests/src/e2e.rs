@@ -138,6 +138,12 @@ impl HostProcess {
         self.host.wait_log(needle, timeout).await;
     }
 
+    /// Waits until the log contains `needle`; returns the first line
+    /// holding it.
+    pub async fn wait_line(&self, needle: &str, timeout: Duration) -> String {
+        self.host.wait_line(needle, timeout).await
+    }
+
     /// SIGKILL and wait: no drain, no release, as when a node dies.
     pub fn kill(self) {
         self.host.kill();

@@ -56,12 +56,7 @@ impl HostChild {
     /// The address the metrics listener bound (from the text log line
     /// `metrics listening addr=...`), once it is up.
     pub async fn metrics_addr(&self, timeout: Duration) -> std::net::SocketAddr {
-        self.wait_log("metrics listening", timeout).await;
-        let logs = self.logs();
-        let line = logs
-            .lines()
-            .find(|l| l.contains("metrics listening"))
-            .unwrap();
+        let line = self.wait_line("metrics listening", timeout).await;
         line.split("addr=")
             .nth(1)
             .and_then(|rest| rest.split_whitespace().next())
@@ -89,6 +84,17 @@ impl HostChild {
             );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+    }
+
+    /// Waits until the log contains `needle`; returns the first line
+    /// holding it.
+    pub async fn wait_line(&self, needle: &str, timeout: Duration) -> String {
+        self.wait_log(needle, timeout).await;
+        self.logs()
+            .lines()
+            .find(|l| l.contains(needle))
+            .map(str::to_owned)
+            .unwrap_or_default()
     }
 
     /// SIGKILL and wait: no drain, no release, as when a node dies.

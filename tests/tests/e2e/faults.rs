@@ -102,15 +102,10 @@ async fn api_server_frozen_for_a_minute_is_reported_and_loses_no_delta() {
     let frozen = std::time::Instant::now();
     cp.pause_apiserver().unwrap();
     let thaw = scopeguard(&cp);
-    host.wait_log("watch stalled", Duration::from_secs(60))
+    let line = host
+        .wait_line("watch stalled", Duration::from_secs(60))
         .await;
     let reported = frozen.elapsed();
-    let line = host
-        .logs()
-        .lines()
-        .find(|l| l.contains("watch stalled"))
-        .unwrap()
-        .to_owned();
     assert!(
         line.contains("configmaps"),
         "the stall names the informer: {line}"

@@ -179,12 +179,7 @@ async fn a_kind_that_cannot_be_watched_is_refused_at_registration() {
             ("fine", "recorder", Some(&good)),
         ],
     );
-    host.wait_log("cannot load plugin", WAIT).await;
-    let logs = host.logs();
-    let line = logs
-        .lines()
-        .find(|l| l.contains("cannot load plugin"))
-        .unwrap();
+    let line = host.wait_line("cannot load plugin", WAIT).await;
     for part in [
         "plugin=unwatchable",
         "tokenreviews.authentication.k8s.io cannot be subscribed to",

@@ -67,12 +67,7 @@ async fn with_only_the_rbac_it_needs_the_host_works_and_a_forbidden_write_is_log
         copies.get_opt("rbac-shared").await.unwrap().map(|_| ())
     })
     .await;
-    host.wait_log("action failed: ", WAIT).await;
-    let logs = host.logs();
-    let line = logs
-        .lines()
-        .find(|l| l.contains("action failed: "))
-        .unwrap();
+    let line = host.wait_line("action failed: ", WAIT).await;
     for part in [
         "config-replicator",
         "verb=\"patch\"",
