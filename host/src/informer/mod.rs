@@ -15,6 +15,8 @@ pub mod store;
 
 mod delta;
 mod reflector;
+#[cfg(test)]
+pub(crate) mod scripted;
 mod set;
 mod shared;
 #[cfg(test)]

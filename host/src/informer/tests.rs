@@ -1,8 +1,6 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use futures::stream::BoxStream;
-use parking_lot::Mutex;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -11,20 +9,9 @@ use crate::kind::KindInfo;
 use crate::object::{KObject, ObjectError};
 use crate::telemetry::{Identity, Telemetry};
 
+use super::scripted::{Script, Scripted};
 use super::*;
 use crate::object::StripOptions;
-
-/// A source that replays scripted events, then stays open.
-struct Scripted(Mutex<Option<mpsc::UnboundedReceiver<Result<WatchEvent, SourceError>>>>);
-
-impl Source for Scripted {
-    fn watch(&self, _spec: &InformerSpec) -> BoxStream<'static, Result<WatchEvent, SourceError>> {
-        let Some(mut rx) = self.0.lock().take() else {
-            return Box::pin(futures::stream::pending());
-        };
-        Box::pin(futures::stream::poll_fn(move |cx| rx.poll_recv(cx)))
-    }
-}
 
 fn all_configmaps() -> InformerSpec {
     InformerSpec {
@@ -50,12 +37,9 @@ fn cm_at(name: &str, rv: &str, uid: &str) -> KObject {
 
 /// Informers over a script (`None`: a source that never answers), counting
 /// into `telemetry`.
-fn scripted_set(
-    script: Option<mpsc::UnboundedReceiver<Result<WatchEvent, SourceError>>>,
-    telemetry: Telemetry,
-) -> InformerSet {
+fn scripted_set(script: Option<Script>, telemetry: Telemetry) -> InformerSet {
     InformerSet::new(
-        Arc::new(Scripted(Mutex::new(script))),
+        Arc::new(Scripted::new(script)),
         Arc::new(Activity::default()),
         CancellationToken::new(),
         telemetry,

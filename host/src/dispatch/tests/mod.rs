@@ -7,7 +7,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use futures::stream::BoxStream;
 use parking_lot::Mutex;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -15,7 +14,8 @@ use tokio_util::sync::CancellationToken;
 use super::*;
 use crate::actions::executor::{ActionError, ActionSink, ExecutorOptions};
 use crate::actions::{Action, Preconditions, Target};
-use crate::informer::{InformerSet, Source, SourceError, WatchEvent};
+use crate::informer::scripted::Scripted;
+use crate::informer::{InformerSet, SourceError, WatchEvent};
 use crate::kind::KindInfo;
 use crate::object::StripOptions;
 use crate::runtime::{CallError, Handled, LastFailure};
@@ -26,18 +26,6 @@ mod retry;
 mod swap;
 
 type Events = mpsc::UnboundedSender<Result<WatchEvent, SourceError>>;
-
-/// Replays what the test sends, then stays open.
-struct Scripted(Mutex<Option<mpsc::UnboundedReceiver<Result<WatchEvent, SourceError>>>>);
-
-impl Source for Scripted {
-    fn watch(&self, _spec: &InformerSpec) -> BoxStream<'static, Result<WatchEvent, SourceError>> {
-        let Some(mut rx) = self.0.lock().take() else {
-            return Box::pin(futures::stream::pending());
-        };
-        Box::pin(futures::stream::poll_fn(move |cx| rx.poll_recv(cx)))
-    }
-}
 
 fn configmaps() -> KindInfo {
     KindInfo::new("", "v1", "ConfigMap", "configmaps", true)
@@ -136,7 +124,7 @@ fn rig(options: DispatchOptions, filter: SubscriptionFilter, decide: Decide) -> 
     let activity = Arc::new(Activity::default());
     let telemetry = Telemetry::new(Identity::from_env());
     let set = Arc::new(InformerSet::new(
-        Arc::new(Scripted(Mutex::new(Some(rx)))),
+        Arc::new(Scripted::new(Some(rx))),
         activity.clone(),
         CancellationToken::new(),
         telemetry.clone(),

@@ -244,7 +244,7 @@ proptest::proptest! {
             let (events, rx) = mpsc::unbounded_channel();
             let activity = Arc::new(Activity::default());
             let set = Arc::new(InformerSet::new(
-                Arc::new(Scripted(Mutex::new(Some(rx)))),
+                Arc::new(Scripted::new(Some(rx))),
                 activity.clone(),
                 CancellationToken::new(),
                 Telemetry::new(Identity::from_env()),
