@@ -13,17 +13,8 @@ async fn an_object_that_stops_matching_a_selector_is_deleted_from_that_watch() {
         )
     };
     std::fs::write(dir.path().join("c.yaml"), cm("a")).unwrap();
-    let kinds = KindRegistry::builtin();
-    let cluster = LocalCluster::new(
-        dir.path().to_owned(),
-        kinds.clone(),
-        StripOptions::default(),
-    )
-    .unwrap();
+    let (cluster, kind) = configmap_cluster(dir.path());
     cluster.rescan().unwrap();
-    let kind = kinds
-        .resolve(&crate::kind::KindRef::Resource("configmaps".into()))
-        .unwrap();
     let spec = |sel: &str| InformerSpec {
         kind: kind.clone(),
         namespace: None,
@@ -86,16 +77,7 @@ async fn a_file_that_cannot_be_read_keeps_its_objects_as_they_were() {
         )
     };
     std::fs::write(&file, cm("c", "a")).unwrap();
-    let kinds = KindRegistry::builtin();
-    let cluster = LocalCluster::new(
-        dir.path().to_owned(),
-        kinds.clone(),
-        StripOptions::default(),
-    )
-    .unwrap();
-    let kind = kinds
-        .resolve(&crate::kind::KindRef::Resource("configmaps".into()))
-        .unwrap();
+    let (cluster, kind) = configmap_cluster(dir.path());
     let mut all = cluster.watch(&InformerSpec {
         kind,
         namespace: None,
@@ -154,11 +136,7 @@ async fn actions_with_escaping_names_are_refused_and_write_nothing() {
     let root = tempfile::tempdir().unwrap();
     let dir = root.path().join("a").join("b").join("cluster");
     std::fs::create_dir_all(&dir).unwrap();
-    let kinds = KindRegistry::builtin();
-    let cluster = LocalCluster::new(dir.clone(), kinds.clone(), StripOptions::default()).unwrap();
-    let kind = kinds
-        .resolve(&crate::kind::KindRef::Resource("configmaps".into()))
-        .unwrap();
+    let (cluster, kind) = configmap_cluster(&dir);
     for (ns, name) in [
         ("../../x", "cm"),
         ("default", "../../../x"),

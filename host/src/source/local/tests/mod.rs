@@ -9,6 +9,18 @@ use crate::actions::Target;
 mod api_server;
 mod folder;
 
+/// The embedded cluster over `dir` (the built-in kinds, nothing stripped)
+/// and the ConfigMap kind the tests watch and write.
+fn configmap_cluster(dir: &std::path::Path) -> (Arc<LocalCluster>, crate::kind::KindInfo) {
+    let kinds = KindRegistry::builtin();
+    let cluster =
+        LocalCluster::new(dir.to_owned(), kinds.clone(), StripOptions::default()).unwrap();
+    let kind = kinds
+        .resolve(&crate::kind::KindRef::Resource("configmaps".into()))
+        .unwrap();
+    (cluster, kind)
+}
+
 /// A cluster over a temporary folder with a watch on every ConfigMap,
 /// for the API-server behaviour tests.
 struct Fixture {
@@ -26,18 +38,8 @@ impl Fixture {
             std::fs::create_dir_all(p.parent().unwrap()).unwrap();
             std::fs::write(p, text).unwrap();
         }
-        let kinds = KindRegistry::builtin();
-        let cluster = LocalCluster::new(
-            dir.path().to_owned(),
-            kinds.clone(),
-            StripOptions::default(),
-        )
-        .unwrap();
-        let kind = Arc::new(
-            kinds
-                .resolve(&crate::kind::KindRef::Resource("configmaps".into()))
-                .unwrap(),
-        );
+        let (cluster, kind) = configmap_cluster(dir.path());
+        let kind = Arc::new(kind);
         let watch = cluster.watch(&InformerSpec {
             kind: (*kind).clone(),
             namespace: None,
