@@ -291,6 +291,25 @@ pub fn seen_view<'a>(seen: impl IntoIterator<Item = &'a Seen>) -> BTreeMap<Strin
     )
 }
 
+/// Waits until `plugin`'s view of the ConfigMaps in `ns`, replayed from
+/// what it recorded ([`seen_view`]), equals `server`
+/// ([`configmap_versions`]); returns what it recorded. Fails after
+/// `timeout`, saying `what` it waited for.
+pub async fn recorded_until_view_is(
+    client: &kube::Client,
+    ns: &str,
+    plugin: &str,
+    server: &BTreeMap<String, String>,
+    what: &str,
+    timeout: Duration,
+) -> Vec<Seen> {
+    eventually(what, timeout, || async {
+        let seen = recorded_by(client, ns, plugin).await;
+        (seen_view(&seen) == *server).then_some(seen)
+    })
+    .await
+}
+
 /// The recorder's view in `ns`, in the order it saw it (per version).
 pub async fn recorded(client: &kube::Client, ns: &str) -> Vec<Seen> {
     recorded_by(client, ns, "recorder").await

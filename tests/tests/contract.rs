@@ -234,16 +234,13 @@ async fn plugins_of_0_1_and_0_2_in_one_folder_see_the_same_deltas() {
     }
     let server = configmap_versions(&api).await;
     for plugin in ["recorder", "recorder-old"] {
-        let seen = eventually(
+        let seen = recorded_until_view_is(
+            &client,
+            ns,
+            plugin,
+            &server,
             &format!("{plugin}'s view"),
             std::time::Duration::from_secs(60),
-            || {
-                let (client, server) = (client.clone(), server.clone());
-                async move {
-                    let seen = recorded_by(&client, ns, plugin).await;
-                    (seen_view(&seen) == server).then_some(seen)
-                }
-            },
         )
         .await;
         // Each delta once: no (type, name, rv) recorded twice.

@@ -64,10 +64,14 @@ async fn api_server_restart_mid_stream_loses_no_delta() {
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
     churn(&api, ns).await;
     let server = configmap_versions(&api).await;
-    let seen = eventually("the plugin's view to equal the server's", WAIT, || async {
-        let seen = recorded(&client, ns).await;
-        (seen_view(&seen) == server).then_some(seen)
-    })
+    let seen = recorded_until_view_is(
+        &client,
+        ns,
+        "recorder",
+        &server,
+        "the plugin's view to equal the server's",
+        WAIT,
+    )
     .await;
     assert_no_duplicates(&seen);
     assert!(host.stop().success());
@@ -118,10 +122,14 @@ async fn api_server_frozen_for_a_minute_is_reported_and_loses_no_delta() {
 
     churn(&api, ns).await;
     let server = configmap_versions(&api).await;
-    let seen = eventually("the plugin's view to equal the server's", WAIT, || async {
-        let seen = recorded(&client, ns).await;
-        (seen_view(&seen) == server).then_some(seen)
-    })
+    let seen = recorded_until_view_is(
+        &client,
+        ns,
+        "recorder",
+        &server,
+        "the plugin's view to equal the server's",
+        WAIT,
+    )
     .await;
     eprintln!(
         "API server frozen {:?}: stall reported after {reported:?}; view equal to the server {:?} after the thaw",
@@ -181,13 +189,13 @@ async fn gone_410_relists_and_reports_missed_deletions_as_final_state_unknown() 
     tokio::time::sleep(Duration::from_secs(5)).await;
     host.resume();
     let server = configmap_versions(&api).await;
-    let seen = eventually(
+    let seen = recorded_until_view_is(
+        &client,
+        ns,
+        "recorder",
+        &server,
         "the plugin's view to equal the server's after a relist",
         WAIT,
-        || async {
-            let seen = recorded(&client, ns).await;
-            (seen_view(&seen) == server).then_some(seen)
-        },
     )
     .await;
     let deletes: Vec<String> = seen
@@ -317,10 +325,14 @@ async fn write_storms_of_429_and_5xx_lose_and_double_nothing() {
     )
     .await;
     let server = configmap_versions(&api).await;
-    let seen = eventually("the recorder's view equals the server's", WAIT, || async {
-        let seen = recorded(&client, src).await;
-        (seen_view(&seen) == server).then_some(seen)
-    })
+    let seen = recorded_until_view_is(
+        &client,
+        src,
+        "recorder",
+        &server,
+        "the recorder's view equals the server's",
+        WAIT,
+    )
     .await;
     // Exactly once: no delta (type, object, version) recorded twice.
     let mut once = std::collections::BTreeSet::new();
