@@ -14,15 +14,7 @@ async fn initial_list_synced_then_live_deltas_with_old_and_new() {
     let rv_a = create_cm(&api, ns, "a", "1").await;
     create_cm(&api, ns, "b", "1").await;
 
-    let host = HostProcess::start(
-        cp.admin_kubeconfig(),
-        &[(
-            "recorder",
-            "recorder",
-            Some(&recorder_sidecar(ns, &["configmaps"])),
-        )],
-    );
-    let seen = wait_seen(&client, ns, |s| s.iter().any(|x| x.delta == "synced")).await;
+    let (host, seen) = recorder_synced(cp, &client, ns).await;
     let mut initial: Vec<String> = seen.iter().map(Seen::short).collect();
     // Order within the initial list is the server's; the marker comes last.
     assert_eq!(initial.pop().as_deref(), Some("synced"));

@@ -44,20 +44,8 @@ async fn api_server_restart_mid_stream_loses_no_delta() {
     let cp = ControlPlane::start().await.unwrap();
     let client = cp.admin_client().await;
     let ns = "e2e-restart";
-    namespace(&client, ns, json!({})).await;
-    let api: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
-    for i in 0..8 {
-        create_cm(&api, ns, &format!("c{i}"), "0").await;
-    }
-    let host = HostProcess::start(
-        cp.admin_kubeconfig(),
-        &[(
-            "recorder",
-            "recorder",
-            Some(&recorder_sidecar(ns, &["configmaps"])),
-        )],
-    );
-    wait_seen(&client, ns, |s| s.iter().any(|x| x.delta == "synced")).await;
+    eight_configmaps(&client, ns).await;
+    let (host, _) = recorder_synced(&cp, &client, ns).await;
     cp.restart().await.unwrap();
     // Churn at once, while the host is still reconnecting with backoff.
     let client = cp.admin_client().await;
@@ -86,20 +74,8 @@ async fn api_server_frozen_for_a_minute_is_reported_and_loses_no_delta() {
     let cp = ControlPlane::start().await.unwrap();
     let client = cp.admin_client().await;
     let ns = "e2e-freeze";
-    namespace(&client, ns, json!({})).await;
-    let api: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
-    for i in 0..8 {
-        create_cm(&api, ns, &format!("c{i}"), "0").await;
-    }
-    let host = HostProcess::start(
-        cp.admin_kubeconfig(),
-        &[(
-            "recorder",
-            "recorder",
-            Some(&recorder_sidecar(ns, &["configmaps"])),
-        )],
-    );
-    wait_seen(&client, ns, |s| s.iter().any(|x| x.delta == "synced")).await;
+    let api = eight_configmaps(&client, ns).await;
+    let (host, _) = recorder_synced(&cp, &client, ns).await;
     set_cm(&api, "c0", "before").await;
     wait_seen(&client, ns, |s| s.iter().any(|x| x.delta == "updated")).await;
 
@@ -164,20 +140,8 @@ async fn gone_410_relists_and_reports_missed_deletions_as_final_state_unknown() 
         .unwrap();
     let client = cp.admin_client().await;
     let ns = "e2e-gone";
-    namespace(&client, ns, json!({})).await;
-    let api: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
-    for i in 0..8 {
-        create_cm(&api, ns, &format!("c{i}"), "0").await;
-    }
-    let host = HostProcess::start(
-        cp.admin_kubeconfig(),
-        &[(
-            "recorder",
-            "recorder",
-            Some(&recorder_sidecar(ns, &["configmaps"])),
-        )],
-    );
-    wait_seen(&client, ns, |s| s.iter().any(|x| x.delta == "synced")).await;
+    eight_configmaps(&client, ns).await;
+    let (host, _) = recorder_synced(&cp, &client, ns).await;
     // Freeze the host and cut its watch (restarting the API server), so
     // that it sees nothing of what follows until it reconnects...
     host.pause();

@@ -69,3 +69,33 @@ async fn wait_seen(client: &kube::Client, ns: &str, until: impl Fn(&[Seen]) -> b
     })
     .await
 }
+
+/// The recorder over the ConfigMaps of `ns`, started against `cp` and
+/// waited for until its initial list is done; what it saw by then.
+async fn recorder_synced(
+    cp: &ControlPlane,
+    client: &kube::Client,
+    ns: &str,
+) -> (HostProcess, Vec<Seen>) {
+    let host = HostProcess::start(
+        cp.admin_kubeconfig(),
+        &[(
+            "recorder",
+            "recorder",
+            Some(&recorder_sidecar(ns, &["configmaps"])),
+        )],
+    );
+    let seen = wait_seen(client, ns, |s| s.iter().any(|x| x.delta == "synced")).await;
+    (host, seen)
+}
+
+/// Namespace `ns` with ConfigMaps `c0`..`c7`, and the API of its
+/// ConfigMaps: where the fault tests start.
+async fn eight_configmaps(client: &kube::Client, ns: &str) -> Api<ConfigMap> {
+    namespace(client, ns, json!({})).await;
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    for i in 0..8 {
+        create_cm(&api, ns, &format!("c{i}"), "0").await;
+    }
+    api
+}
