@@ -440,6 +440,27 @@ fn crafted() -> Vec<(&'static str, Vec<u8>, Expect)> {
             vec![25, 7, 0, 6, 6],
             Expect::Error("fuel allocated for hostcalls has been exhausted"),
         ),
+        // `label-selector.parse` of "/0" repeated to 16 MiB: one key of
+        // eight million parts (a host that split it built 128 MiB of
+        // slices, and 272 MiB at its peak: found by this fuzz test).
+        (
+            "a 16 MiB label key of eight million parts",
+            vec![10, 3, 31, 7, 4],
+            Expect::Actions(0),
+        ),
+        // "a," repeated to 16 MiB: eight million requirements, over the
+        // 1 MiB a request can carry, refused before any is built.
+        (
+            "a 16 MiB selector of eight million requirements",
+            vec![10, 3, 50, 7, 4],
+            Expect::Actions(0),
+        ),
+        // "a," repeated to 512 KiB: parsed, 262,145 requirements.
+        (
+            "a 512 KiB selector of 262,145 requirements",
+            vec![10, 3, 50, 6, 9],
+            Expect::Actions(0),
+        ),
         // The whole object (pointer "") a million times.
         (
             "a million whole-object fields",
@@ -495,6 +516,10 @@ fn wit_boundary() {
         // memory (32 MiB; wasmtime's default would be 128 MiB).
         let bound = if name.contains("aliased") {
             40 << 20
+        } else if name.contains("selector") || name.contains("label key") {
+            // The text's copy (16 MiB at most), and what parsing builds
+            // from at most 1 MiB of it (about 60 bytes a requirement).
+            48 << 20
         } else {
             CALL_PEAK_BOUND
         };

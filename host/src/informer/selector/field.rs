@@ -6,6 +6,8 @@ use std::fmt;
 use crate::kind::KindInfo;
 use crate::object::{FieldValue, KObject};
 
+use super::{MAX_SELECTOR_BYTES, excerpt};
+
 /// Why a field selector does not parse. Each message starts with the API
 /// server's own text for the same mistake (apimachinery's `ParseSelector`),
 /// then says how to write it.
@@ -17,6 +19,12 @@ pub enum FieldSelectorError {
          (write each comma-separated term as FIELD=VALUE, FIELD==VALUE or FIELD!=VALUE)"
     )]
     Term { selector: String, term: String },
+    /// Longer than a request to the API server can carry.
+    #[error(
+        "invalid field selector: it is {bytes} bytes, over the {max} a request to the API \
+         server can carry; select on fewer fields"
+    )]
+    TooLong { bytes: usize, max: usize },
     /// A backslash in a value before anything but `\`, `,` or `=`, or at its end.
     #[error(
         "invalid field selector: invalid escape sequence: {sequence} (in '{term}': \
@@ -137,7 +145,7 @@ fn unescape_value(value: &str, term: &str) -> Result<String, FieldSelectorError>
         if in_slash {
             if !matches!(c, '\\' | ',' | '=') {
                 return Err(FieldSelectorError::InvalidEscape {
-                    term: term.to_owned(),
+                    term: excerpt(term),
                     sequence: format!("\\{c}"),
                 });
             }
@@ -147,7 +155,7 @@ fn unescape_value(value: &str, term: &str) -> Result<String, FieldSelectorError>
             in_slash = true;
         } else if matches!(c, ',' | '=') {
             return Err(FieldSelectorError::Unescaped {
-                term: term.to_owned(),
+                term: excerpt(term),
                 character: c,
             });
         } else {
@@ -156,7 +164,7 @@ fn unescape_value(value: &str, term: &str) -> Result<String, FieldSelectorError>
     }
     if in_slash {
         return Err(FieldSelectorError::InvalidEscape {
-            term: term.to_owned(),
+            term: excerpt(term),
             sequence: "\\".to_owned(),
         });
     }
@@ -181,13 +189,19 @@ impl FieldSelector {
     /// When several terms are wrong, the error names the first in sorted
     /// order, the one the server names.
     pub fn parse(selector: &str) -> Result<Self, FieldSelectorError> {
+        if selector.len() > MAX_SELECTOR_BYTES {
+            return Err(FieldSelectorError::TooLong {
+                bytes: selector.len(),
+                max: MAX_SELECTOR_BYTES,
+            });
+        }
         let mut terms = split_terms(selector);
         terms.sort_unstable();
         let mut reqs = Vec::with_capacity(terms.len());
         for term in terms.into_iter().filter(|t| !t.is_empty()) {
             let (field, op, raw) = split_term(term).ok_or_else(|| FieldSelectorError::Term {
-                selector: selector.to_owned(),
-                term: term.to_owned(),
+                selector: excerpt(selector),
+                term: excerpt(term),
             })?;
             let value = unescape_value(raw, term)?;
             // ParseSelector's identity transform drops a term whose field

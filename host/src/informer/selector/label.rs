@@ -7,6 +7,7 @@ use crate::object::Meta;
 
 use super::parser::Parser;
 use super::validation::{label_value_errors, parse_int, validate_label_key};
+use super::{MAX_SELECTOR_BYTES, excerpt};
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 #[error("invalid selector {selector:?}: {reason}")]
@@ -178,10 +179,20 @@ impl LabelSelector {
     /// names the offending token, key or value. Empty (or blank) text is the
     /// selector that matches everything.
     pub fn parse(selector: &str) -> Result<Self, SelectorError> {
+        if selector.len() > MAX_SELECTOR_BYTES {
+            return Err(SelectorError {
+                selector: excerpt(selector),
+                reason: format!(
+                    "it is {} bytes, over the {MAX_SELECTOR_BYTES} a request to the API server \
+                     can carry; select on fewer values, or on a label the objects share",
+                    selector.len()
+                ),
+            });
+        }
         let mut reqs = Parser::new(selector)
             .parse()
             .map_err(|reason| SelectorError {
-                selector: selector.to_owned(),
+                selector: excerpt(selector),
                 reason,
             })?;
         // Deterministic, as apimachinery's sort.Sort(ByKey); stable, so

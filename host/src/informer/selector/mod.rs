@@ -23,5 +23,25 @@ mod parser;
 mod tests;
 mod validation;
 
+/// The longest selector text parsed, label or field: 1 MiB. A selector
+/// travels to the API server in a request's URL, and Go's HTTP server, the
+/// API server's, reads a request's line and headers up to 1 MiB
+/// (`http.DefaultMaxHeaderBytes`), so a longer one could never be sent. The
+/// cap also bounds what parsing builds from text a plugin passes: about 60
+/// bytes per requirement, a million of them in 16 MiB of `a,`.
+pub const MAX_SELECTOR_BYTES: usize = 1 << 20;
+
+/// How an error shows a selector or a key: whole up to 256 bytes, beyond
+/// that its start and its length, so a refused 1 MiB selector is a
+/// readable line in a log and not a megabyte copied into each message.
+pub(crate) fn excerpt(text: &str) -> String {
+    const SHOWN: usize = 256;
+    if text.len() <= SHOWN {
+        return text.to_owned();
+    }
+    let cut = text.floor_char_boundary(SHOWN);
+    format!("{}... ({} bytes)", &text[..cut], text.len())
+}
+
 pub use field::{FieldOp, FieldSelector, FieldSelectorError, supported_fields};
 pub use label::{LabelSelector, SelectorError};

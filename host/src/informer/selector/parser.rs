@@ -12,11 +12,15 @@ pub(super) enum Context {
     Values,
 }
 
-/// apimachinery's recursive-descent `Parser` over the scanned tokens,
-/// which always end with `Token::End`.
+/// apimachinery's recursive-descent `Parser`. apimachinery scans every
+/// token first; this one scans as it goes, holding only the next token,
+/// so what parsing builds never grows with the tokens it has not reached
+/// (a selector of a million commas was 24 MiB of tokens before its first
+/// error).
 pub(super) struct Parser<'a> {
-    pub(super) items: Vec<(Token, &'a str)>,
-    pub(super) position: usize,
+    lexer: Lexer<'a>,
+    /// The next token, already scanned; `Token::End` for good at the end.
+    next: (Token, &'a str),
 }
 
 /// How an error names the token it found: apimachinery prints the end of
@@ -35,32 +39,24 @@ impl<'a> Parser<'a> {
             s: selector,
             pos: 0,
         };
-        let mut items = Vec::new();
-        loop {
-            let item = lexer.lex();
-            items.push(item);
-            if item.0 == Token::End {
-                break;
-            }
-        }
-        Self { items, position: 0 }
+        let next = lexer.lex();
+        Self { lexer, next }
     }
 
     pub(super) fn lookahead(&self, context: Context) -> (Token, &'a str) {
-        let (tok, lit) = self
-            .items
-            .get(self.position)
-            .copied()
-            .unwrap_or((Token::End, ""));
-        match tok {
-            Token::In | Token::NotIn if context == Context::Values => (Token::Identifier, lit),
-            _ => (tok, lit),
+        match self.next {
+            (Token::In | Token::NotIn, lit) if context == Context::Values => {
+                (Token::Identifier, lit)
+            }
+            item => item,
         }
     }
 
     pub(super) fn consume(&mut self, context: Context) -> (Token, &'a str) {
         let item = self.lookahead(context);
-        self.position += 1;
+        if self.next.0 != Token::End {
+            self.next = self.lexer.lex();
+        }
         item
     }
 

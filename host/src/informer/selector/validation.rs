@@ -60,10 +60,12 @@ pub(super) fn is_dns1123_subdomain(s: &str) -> bool {
 /// apimachinery's `content.IsLabelKey`: the problems with `key`, if any.
 pub(super) fn label_key_errors(key: &str) -> Vec<String> {
     let mut errs = Vec::new();
-    let parts: Vec<&str> = key.split('/').collect();
-    let name = match parts.as_slice() {
-        [name] => *name,
-        [prefix, name] => {
+    // At most three parts: a key of a million `/`s is refused as one
+    // with more than two, without building a million slices.
+    let mut parts = key.splitn(3, '/');
+    let name = match (parts.next(), parts.next(), parts.next()) {
+        (Some(name), None, _) => name,
+        (Some(prefix), Some(name), None) => {
             if prefix.is_empty() {
                 errs.push("prefix part must be non-empty".to_owned());
             } else {
@@ -83,7 +85,7 @@ pub(super) fn label_key_errors(key: &str) -> Vec<String> {
                     ));
                 }
             }
-            *name
+            name
         }
         _ => {
             errs.push(format!(
@@ -138,7 +140,11 @@ pub(super) fn validate_label_key(key: &str) -> Result<(), String> {
     if errs.is_empty() {
         Ok(())
     } else {
-        Err(format!("invalid label key {key:?}: {}", errs.join("; ")))
+        Err(format!(
+            "invalid label key {:?}: {}",
+            super::excerpt(key),
+            errs.join("; ")
+        ))
     }
 }
 

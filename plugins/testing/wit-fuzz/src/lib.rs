@@ -94,6 +94,9 @@ const TOKENS: &[&str] = &[
     "1e999",
     "-0",
     "9223372036854775808",
+    // Repeated, a selector of as many requirements as fit (new words go
+    // last, so the crafted programs' indices stay).
+    "a,",
 ];
 
 /// The input program, read byte by byte; past its end every read is 0.

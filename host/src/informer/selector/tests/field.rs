@@ -370,3 +370,23 @@ fn field_selector_on_objects() {
         assert_eq!(parsed.matches(&o), want, "{sel:?}");
     }
 }
+
+#[test]
+fn field_selectors_over_a_request_s_limit_are_refused_and_errors_show_an_excerpt() {
+    let e = FieldSelector::parse(&"a=b,".repeat(MAX_SELECTOR_BYTES / 4 + 1)).unwrap_err();
+    assert_eq!(
+        e,
+        FieldSelectorError::TooLong {
+            bytes: MAX_SELECTOR_BYTES + 4,
+            max: MAX_SELECTOR_BYTES
+        }
+    );
+    let long_term = "x".repeat(100_000);
+    let e = FieldSelector::parse(&long_term).unwrap_err().to_string();
+    assert!(e.contains("(100000 bytes)"), "{e}");
+    assert!(
+        e.len() < 1000,
+        "the error copies the term: {} bytes",
+        e.len()
+    );
+}

@@ -40,6 +40,16 @@ fn req(key: &str, op: Operator, values: &[&str]) -> Requirement {
     Requirement::new(key, op, values).unwrap()
 }
 
+/// Every token of `s`, the final `End` included, as the parser consumes
+/// them in the context that reads `in` and `notin` as themselves.
 fn tokens(s: &str) -> Vec<Token> {
-    Parser::new(s).items.iter().map(|(t, _)| *t).collect()
+    let mut p = Parser::new(s);
+    let mut out = Vec::new();
+    loop {
+        let (t, _) = p.consume(Context::KeyAndOperator);
+        out.push(t);
+        if t == Token::End {
+            return out;
+        }
+    }
 }
