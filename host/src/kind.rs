@@ -555,7 +555,7 @@ impl KindRegistry {
             KindRef::Gvk(gvk) => map
                 .get(gvk)
                 .cloned()
-                .ok_or_else(|| KindError::Unknown(gvk.to_string())),
+                .ok_or_else(|| KindError::Unknown(crate::names::excerpt_of(gvk))),
             KindRef::Resource(name) => {
                 let (resource, rest) = match name.split_once('.') {
                     Some((r, rest)) => (r, Some(rest)),
@@ -611,7 +611,7 @@ impl KindRegistry {
                 found
                     .first()
                     .map(|i| (*i).clone())
-                    .ok_or_else(|| KindError::Unknown(name.clone()))
+                    .ok_or_else(|| KindError::Unknown(crate::names::excerpt(name)))
             }
         }
     }

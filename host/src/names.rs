@@ -19,10 +19,56 @@ pub const LABEL_MAX: usize = 63;
 /// Longest DNS-1123 subdomain (most object names).
 pub const SUBDOMAIN_MAX: usize = 253;
 
+/// How an error quotes a name, key or selector a caller gave: whole up to
+/// 256 bytes, beyond that its start and its length. A plugin can pass 16
+/// MiB as a namespace; quoted whole in each message that wraps the last,
+/// it was eight copies of host heap, and a line no one reads in the log.
+pub fn excerpt(text: &str) -> String {
+    const SHOWN: usize = 256;
+    if text.len() <= SHOWN {
+        return text.to_owned();
+    }
+    let cut = text.floor_char_boundary(SHOWN);
+    format!("{}... ({} bytes)", &text[..cut], text.len())
+}
+
+/// [`excerpt`] of a value's text, formatted without building all of it
+/// (a kind whose group is 16 MiB is not copied to be cut to 256 bytes).
+pub fn excerpt_of(value: &dyn std::fmt::Display) -> String {
+    use std::fmt::Write;
+    /// Keeps the first bytes written (the whole text if it is short) and
+    /// counts the rest.
+    struct Head {
+        kept: String,
+        len: usize,
+    }
+    impl Write for Head {
+        fn write_str(&mut self, s: &str) -> std::fmt::Result {
+            self.len += s.len();
+            let room = 260usize.saturating_sub(self.kept.len());
+            self.kept
+                .push_str(&s[..s.floor_char_boundary(room.min(s.len()))]);
+            Ok(())
+        }
+    }
+    let mut head = Head {
+        kept: String::new(),
+        len: 0,
+    };
+    // Writing to a String-like buffer cannot fail; a Display that fails
+    // leaves what it wrote.
+    let _ = write!(head, "{value}");
+    if head.len == head.kept.len() {
+        return head.kept;
+    }
+    let cut = head.kept.floor_char_boundary(256);
+    format!("{}... ({} bytes)", &head.kept[..cut], head.len)
+}
+
 fn invalid(what: &'static str, value: &str, reason: impl Into<String>) -> NameError {
     NameError::Invalid {
         what,
-        value: value.to_owned(),
+        value: excerpt(value),
         reason: reason.into(),
     }
 }
@@ -114,6 +160,19 @@ pub fn validate_object(kind: &str, namespace: Option<&str>, name: &str) -> Resul
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn excerpts_keep_short_text_and_cut_long_text_at_a_character() {
+        assert_eq!(excerpt("default"), "default");
+        assert_eq!(excerpt_of(&"default"), "default");
+        let long = format!("{}{}", "a".repeat(255), "é".repeat(1000));
+        let want = format!("{}... (2255 bytes)", "a".repeat(255));
+        assert_eq!(excerpt(&long), want);
+        assert_eq!(excerpt_of(&long), want);
+        let exact = "b".repeat(256);
+        assert_eq!(excerpt(&exact), exact);
+        assert_eq!(excerpt_of(&exact), exact);
+    }
 
     #[test]
     fn names_follow_the_api_servers_rules() {

@@ -18,6 +18,13 @@ pub const MAX_SEGMENTS: usize = 128;
 /// text that is not a pointer (non-empty and not starting with `/`) or is
 /// deeper than [`MAX_SEGMENTS`].
 pub fn segments(pointer: &str) -> Option<Vec<String>> {
+    segments_borrowed(pointer).map(|s| s.into_iter().map(Cow::into_owned).collect())
+}
+
+/// [`segments`], borrowed from `pointer` where no `~` escape needs a copy:
+/// reading many pointers at once (`object.fields`) builds no string per
+/// segment.
+pub fn segments_borrowed(pointer: &str) -> Option<Vec<Cow<'_, str>>> {
     if pointer.is_empty() {
         return Some(Vec::new());
     }
@@ -29,9 +36,9 @@ pub fn segments(pointer: &str) -> Option<Vec<String>> {
         rest.split('/')
             .map(|s| {
                 if s.contains('~') {
-                    s.replace("~1", "/").replace("~0", "~")
+                    Cow::Owned(s.replace("~1", "/").replace("~0", "~"))
                 } else {
-                    s.to_owned()
+                    Cow::Borrowed(s)
                 }
             })
             .collect(),

@@ -18,7 +18,9 @@
 //! of argument patterns (so each host function is reached on every run),
 //! then crafted programs (large and many actions, amplifying reads), then
 //! random programs for 10 s (`BOLERO_RANDOM_TEST_TIME_MS` changes it,
-//! `BOLERO_RANDOM_SEED` replays one). Needs `bash plugins/build.sh`.
+//! `BOLERO_RANDOM_SEED` replays one, `WIT_FUZZ_PROGRAM` runs one program,
+//! `WIT_FUZZ_REPORT_MIB` prints the large ones). Needs `bash
+//! plugins/build.sh`.
 // `unsafe` only for the counting allocator, which forwards to `System`.
 #![allow(
     unsafe_code,
@@ -276,6 +278,14 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// `WIT_FUZZ_REPORT_MIB=N`: print each program whose call adds more than N
+/// MiB of host heap, to find what is large before it is over the bound
+/// (with a long `BOLERO_RANDOM_TEST_TIME_MS`).
+fn report_over() -> Option<usize> {
+    static OVER: OnceLock<Option<usize>> = OnceLock::new();
+    *OVER.get_or_init(|| std::env::var("WIT_FUZZ_REPORT_MIB").ok()?.parse().ok())
+}
+
 /// Runs one program, checks what must hold after any program, and
 /// returns the call's outcome.
 fn run(program: &[u8]) -> Result<Handled, CallError> {
@@ -317,6 +327,13 @@ fn run(program: &[u8]) -> Result<Handled, CallError> {
         CALL_PEAK_BOUND >> 20,
         hex(program)
     );
+    if report_over().is_some_and(|mib| peak > mib << 20) {
+        println!(
+            "WIT-FUZZ large: {} MiB, program {}",
+            peak >> 20,
+            hex(program)
+        );
+    }
     let mut seen = SEEN.lock().unwrap();
     let seen = seen.get_or_insert_with(Seen::default);
     seen.calls += 1;
@@ -461,6 +478,23 @@ fn crafted() -> Vec<(&'static str, Vec<u8>, Expect)> {
             vec![10, 3, 50, 6, 9],
             Expect::Actions(0),
         ),
+        // A delete in a namespace of "default" repeated to 16 MiB: the
+        // host quoted it whole in each error that wrapped the last, 128
+        // MiB at its peak (found by this fuzz test).
+        (
+            "a delete in a 16 MiB namespace",
+            vec![17, 2, 1, 1, 3, 1, 7, 4, 0, 9, 0, 0, 0],
+            Expect::Actions(0),
+        ),
+        // `object.fields` of "/metadata/namev1" 524,288 times: 20 MiB in
+        // the guest; the host built each pointer's segments twice, 154 MiB
+        // at its peak (found by this fuzz test). Now what it would build
+        // is counted first, and over the plugin's memory it traps.
+        (
+            "524,288 two-segment pointers",
+            vec![11, 0, 4, 2, 27, 7, 7, 2],
+            Expect::Error("more than the plugin's memory limit"),
+        ),
         // The whole object (pointer "") a million times.
         (
             "a million whole-object fields",
@@ -516,9 +550,14 @@ fn wit_boundary() {
         // memory (32 MiB; wasmtime's default would be 128 MiB).
         let bound = if name.contains("aliased") {
             40 << 20
-        } else if name.contains("selector") || name.contains("label key") {
-            // The text's copy (16 MiB at most), and what parsing builds
-            // from at most 1 MiB of it (about 60 bytes a requirement).
+        } else if name.contains("selector")
+            || name.contains("label key")
+            || name.contains("namespace")
+            || name.contains("pointers")
+        {
+            // The argument's copy (16 MiB, or 20 MiB of pointers), and
+            // what parsing builds from at most 1 MiB of a selector (about
+            // 60 bytes a requirement).
             48 << 20
         } else {
             CALL_PEAK_BOUND

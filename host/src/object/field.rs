@@ -21,34 +21,49 @@ impl KObject {
     }
 
     /// [`fields`](Self::fields), or `Err(bytes)` when reading them would
-    /// take more than `budget` bytes: the pointers' segments (each a
-    /// string) or the values found. A guest asking for the whole object, or
-    /// for a pointer of 128 empty segments, a million times must not make
-    /// the host build it a million times.
+    /// take more than `budget` bytes: what the read builds per pointer
+    /// (its parsed segments, the walk's slot, the value's slot), counted
+    /// before any of it is built, or the values found. A guest asking for
+    /// the whole object, or for a pointer of 128 empty segments, a million
+    /// times must not make the host build it a million times.
     pub fn fields_within<S: AsRef<str>>(
         &self,
         pointers: &[S],
         budget: usize,
     ) -> Result<Vec<Option<FieldValue>>, usize> {
-        let segment_bytes = pointers
+        use std::mem::size_of;
+        const PER_POINTER: usize = size_of::<Vec<Cow<'_, str>>>()
+            + size_of::<bool>()
+            + size_of::<Option<&str>>()
+            + size_of::<usize>()
+            + size_of::<Option<FieldValue>>();
+        let building = pointers
             .iter()
             .map(|p| {
                 let p = p.as_ref();
+                // Segments borrow from the pointer unless an escape is unescaped.
+                let copied = if p.contains('~') { p.len() } else { 0 };
                 crate::pointer::segment_count(p)
                     .min(crate::pointer::MAX_SEGMENTS)
-                    .saturating_mul(std::mem::size_of::<String>())
-                    .saturating_add(p.len())
+                    .saturating_mul(size_of::<Cow<'_, str>>())
+                    .saturating_add(copied)
+                    .saturating_add(PER_POINTER)
             })
             .fold(0usize, usize::saturating_add);
-        if segment_bytes > budget {
-            return Err(segment_bytes);
+        if building > budget {
+            return Err(building);
         }
-        let parsed: Vec<Option<Vec<String>>> = pointers
+        let mut valid = Vec::with_capacity(pointers.len());
+        let is_pointer: Vec<bool> = pointers
             .iter()
-            .map(|p| crate::pointer::segments(p.as_ref()))
+            .map(|p| {
+                crate::pointer::segments_borrowed(p.as_ref())
+                    .map(|segments| valid.push(segments))
+                    .is_some()
+            })
             .collect();
-        let valid: Vec<Vec<String>> = parsed.iter().flatten().cloned().collect();
         let found = crate::pointer::raw_at_many(&self.json, &valid);
+        drop(valid);
         let bytes = found
             .iter()
             .flatten()
@@ -57,10 +72,12 @@ impl KObject {
             return Err(bytes);
         }
         let mut found = found.into_iter();
-        Ok(parsed
+        Ok(is_pointer
             .iter()
-            .map(|p| {
-                p.as_ref()?;
+            .map(|&ok| {
+                if !ok {
+                    return None;
+                }
                 found.next().flatten().map(FieldValue::from_raw)
             })
             .collect())
@@ -128,7 +145,7 @@ fn collect_wildcard(value: &Value, pointer: &str, out: &mut Vec<String>) {
 }
 
 pub(super) fn raw_at<'a>(json: &'a str, pointer: &str) -> Option<Cow<'a, str>> {
-    let segs = crate::pointer::segments(pointer)?;
+    let segs = crate::pointer::segments_borrowed(pointer)?;
     crate::pointer::raw_at(json, &segs).map(Cow::Borrowed)
 }
 

@@ -258,7 +258,7 @@ fn fields_within_refuses_what_exceeds_the_budget() {
     assert!(o.fields_within(&deep, 1 << 20).is_err());
     assert_eq!(o.fields_within(&deep, 4 << 20).map(|v| v.len()), Ok(1000));
     assert_eq!(
-        o.fields_within(&["/kind", "/nope"], 64),
+        o.fields_within(&["/kind", "/nope"], 512),
         Ok(vec![Some(FieldValue::Text("Pod".into())), None])
     );
 }

@@ -6,7 +6,8 @@ use std::fmt;
 use crate::kind::KindInfo;
 use crate::object::{FieldValue, KObject};
 
-use super::{MAX_SELECTOR_BYTES, excerpt};
+use super::MAX_SELECTOR_BYTES;
+use crate::names::excerpt;
 
 /// Why a field selector does not parse. Each message starts with the API
 /// server's own text for the same mistake (apimachinery's `ParseSelector`),

@@ -5,9 +5,10 @@ use std::fmt;
 
 use crate::object::Meta;
 
+use super::MAX_SELECTOR_BYTES;
 use super::parser::Parser;
 use super::validation::{label_value_errors, parse_int, validate_label_key};
-use super::{MAX_SELECTOR_BYTES, excerpt};
+use crate::names::excerpt;
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 #[error("invalid selector {selector:?}: {reason}")]

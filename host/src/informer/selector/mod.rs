@@ -31,17 +31,5 @@ mod validation;
 /// bytes per requirement, a million of them in 16 MiB of `a,`.
 pub const MAX_SELECTOR_BYTES: usize = 1 << 20;
 
-/// How an error shows a selector or a key: whole up to 256 bytes, beyond
-/// that its start and its length, so a refused 1 MiB selector is a
-/// readable line in a log and not a megabyte copied into each message.
-pub(crate) fn excerpt(text: &str) -> String {
-    const SHOWN: usize = 256;
-    if text.len() <= SHOWN {
-        return text.to_owned();
-    }
-    let cut = text.floor_char_boundary(SHOWN);
-    format!("{}... ({} bytes)", &text[..cut], text.len())
-}
-
 pub use field::{FieldOp, FieldSelector, FieldSelectorError, supported_fields};
 pub use label::{LabelSelector, SelectorError};

@@ -142,7 +142,7 @@ pub(super) fn validate_label_key(key: &str) -> Result<(), String> {
     } else {
         Err(format!(
             "invalid label key {:?}: {}",
-            super::excerpt(key),
+            crate::names::excerpt(key),
             errs.join("; ")
         ))
     }

@@ -85,9 +85,9 @@ impl HostState {
                     kind.resource_name(),
                     namespace
                         .as_deref()
-                        .map(|n| format!("{n}/"))
+                        .map(|n| format!("{}/", crate::names::excerpt(n)))
                         .unwrap_or_default(),
-                    r.name
+                    crate::names::excerpt(&r.name)
                 ))
             },
         )?;

@@ -107,7 +107,8 @@ impl HostState {
         };
         let Some(caches) = scope.indexes.get(index) else {
             return Ok(Err(ReadError::UnknownIndex(format!(
-                "no index {index:?} was declared at registration"
+                "no index {:?} was declared at registration",
+                crate::names::excerpt(index)
             ))));
         };
         let found: Vec<Vec<ObjectHandle>> = caches
