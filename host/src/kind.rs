@@ -561,6 +561,12 @@ impl KindRegistry {
                     Some((r, rest)) => (r, Some(rest)),
                     None => (name.as_str(), None),
                 };
+                // No served resource is longer than a DNS subdomain: a
+                // longer name (a plugin can pass 16 MiB) is unknown
+                // without a lowercase copy of it.
+                if resource.len() > crate::names::SUBDOMAIN_MAX {
+                    return Err(KindError::Unknown(crate::names::excerpt(name)));
+                }
                 let lower = resource.to_ascii_lowercase();
                 let mut found: Vec<&KindInfo> = map
                     .values()

@@ -46,7 +46,7 @@ pub enum ReadScope {
 
 fn snippet(plugin: &str, kind: &str, verb: Verb, namespace: Option<&str>) -> String {
     let ns = namespace
-        .map(|n| format!(", namespaces: [{n}]"))
+        .map(|n| format!(", namespaces: [{}]", crate::names::excerpt(n)))
         .unwrap_or_default();
     format!(
         "add to the access list in its sidecar {plugin}.yaml: `access: [{{kinds: [{kind}], verbs: [{verb}]{ns}}}]`"
@@ -225,7 +225,8 @@ impl Grant {
         let where_: Vec<String> = matching.iter().map(|r| r.namespaces.to_string()).collect();
         Err(Denied(match namespace {
             Some(ns) => format!(
-                "plugin {plugin} may not {verb} {gk} in namespace {ns}: its sidecar grants {verb} on {gk} only in {}",
+                "plugin {plugin} may not {verb} {gk} in namespace {}: its sidecar grants {verb} on {gk} only in {}",
+                crate::names::excerpt(ns),
                 where_.join(" and ")
             ),
             None => format!(
