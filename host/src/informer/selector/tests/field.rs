@@ -383,10 +383,5 @@ fn field_selectors_over_a_request_s_limit_are_refused_and_errors_show_an_excerpt
     );
     let long_term = "x".repeat(100_000);
     let e = FieldSelector::parse(&long_term).unwrap_err().to_string();
-    assert!(e.contains("(100000 bytes)"), "{e}");
-    assert!(
-        e.len() < 1000,
-        "the error copies the term: {} bytes",
-        e.len()
-    );
+    assert_excerpted(&e, "(100000 bytes)");
 }

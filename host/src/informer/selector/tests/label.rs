@@ -221,24 +221,12 @@ fn selectors_over_a_request_s_limit_are_refused_and_errors_show_an_excerpt() {
 
     at_cap.push('c');
     let e = LabelSelector::parse(&at_cap).unwrap_err().to_string();
-    assert!(e.contains("it is 1048577 bytes, over the 1048576"), "{e}");
-    assert!(
-        e.len() < 600,
-        "the error copies the selector: {} bytes",
-        e.len()
-    );
+    assert_excerpted(&e, "it is 1048577 bytes, over the 1048576");
 
     // A key of a million slashes: refused as a key of more than two parts,
     // and named by its start.
     let slashes = "/0".repeat(MAX_SELECTOR_BYTES / 2);
     let e = LabelSelector::parse(&slashes).unwrap_err().to_string();
-    assert!(
-        e.contains("a valid label key must consist of") && e.contains("(1048576 bytes)"),
-        "{e}"
-    );
-    assert!(
-        e.len() < 1500,
-        "the error copies the key: {} bytes",
-        e.len()
-    );
+    assert!(e.contains("a valid label key must consist of"), "{e}");
+    assert_excerpted(&e, "(1048576 bytes)");
 }

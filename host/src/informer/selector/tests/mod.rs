@@ -24,6 +24,17 @@ fn obj(labels: serde_json::Value) -> KObject {
     .unwrap()
 }
 
+/// An error that quotes long text by an excerpt: it names the text's
+/// length (`note`) and stays short, not a copy of the text.
+fn assert_excerpted(e: &str, note: &str) {
+    assert!(e.contains(note), "{e}");
+    assert!(
+        e.len() < 1500,
+        "the error copies the text: {} bytes",
+        e.len()
+    );
+}
+
 fn parse(s: &str) -> LabelSelector {
     LabelSelector::parse(s).unwrap_or_else(|e| panic!("{s:?}: {e}"))
 }
