@@ -272,3 +272,24 @@ fn selectors_agree_with_apimachinery_golden() {
     }
     assert!(count > 1000, "{count} golden cases");
 }
+
+/// Selector text over 1 MiB, more than a request to the API server
+/// carries, is refused as the host refuses it (the host's message), and
+/// text at the limit parses.
+#[test]
+fn selectors_over_a_request_s_limit_are_refused_as_by_the_host() {
+    let mut at_cap = "a,".repeat(1 << 19);
+    at_cap.pop();
+    at_cap.push('b');
+    assert_eq!(at_cap.len(), 1 << 20);
+    assert!(LabelSelector::parse(&at_cap).is_ok());
+    at_cap.push('c');
+    let e = format!("{:?}", LabelSelector::parse(&at_cap).unwrap_err());
+    assert!(e.contains("it is 1048577 bytes, over the 1048576"), "{e}");
+    assert!(e.contains("(1048577 bytes)"), "quoted by an excerpt: {e}");
+    assert!(
+        e.len() < 1500,
+        "the error copies the selector: {} bytes",
+        e.len()
+    );
+}

@@ -181,11 +181,12 @@ enum Context {
     Values,
 }
 
-/// apimachinery's recursive-descent `Parser` over the scanned tokens,
-/// which always end with `Token::End`.
+/// apimachinery's recursive-descent `Parser`, scanning tokens as it goes
+/// (as the host's does) and holding only the next one.
 struct Parser<'a> {
-    items: Vec<(Token, &'a str)>,
-    position: usize,
+    lexer: Lexer<'a>,
+    /// The next token, already scanned; `Token::End` for good at the end.
+    next: (Token, &'a str),
 }
 
 /// How an error names the token it found: apimachinery prints the end of
@@ -204,32 +205,24 @@ impl<'a> Parser<'a> {
             s: selector,
             pos: 0,
         };
-        let mut items = Vec::new();
-        loop {
-            let item = lexer.lex();
-            items.push(item);
-            if item.0 == Token::End {
-                break;
-            }
-        }
-        Self { items, position: 0 }
+        let next = lexer.lex();
+        Self { lexer, next }
     }
 
     fn lookahead(&self, context: Context) -> (Token, &'a str) {
-        let (tok, lit) = self
-            .items
-            .get(self.position)
-            .copied()
-            .unwrap_or((Token::End, ""));
-        match tok {
-            Token::In | Token::NotIn if context == Context::Values => (Token::Identifier, lit),
-            _ => (tok, lit),
+        match self.next {
+            (Token::In | Token::NotIn, lit) if context == Context::Values => {
+                (Token::Identifier, lit)
+            }
+            item => item,
         }
     }
 
     fn consume(&mut self, context: Context) -> (Token, &'a str) {
         let item = self.lookahead(context);
-        self.position += 1;
+        if self.next.0 != Token::End {
+            self.next = self.lexer.lex();
+        }
         item
     }
 
@@ -472,10 +465,11 @@ fn is_dns1123_subdomain(s: &str) -> bool {
 /// apimachinery's `content.IsLabelKey`: the problems with `key`, if any.
 fn label_key_errors(key: &str) -> Vec<String> {
     let mut errs = Vec::new();
-    let parts: Vec<&str> = key.split('/').collect();
-    let name = match parts.as_slice() {
-        [name] => *name,
-        [prefix, name] => {
+    // At most three parts: one, prefix/name, or too many.
+    let mut parts = key.splitn(3, '/');
+    let name = match (parts.next(), parts.next(), parts.next()) {
+        (Some(name), None, _) => name,
+        (Some(prefix), Some(name), None) => {
             if prefix.is_empty() {
                 errs.push("prefix part must be non-empty".to_owned());
             } else {
@@ -495,7 +489,7 @@ fn label_key_errors(key: &str) -> Vec<String> {
                     ));
                 }
             }
-            *name
+            name
         }
         _ => {
             errs.push(format!(
@@ -550,7 +544,11 @@ fn validate_label_key(key: &str) -> Result<(), String> {
     if errs.is_empty() {
         Ok(())
     } else {
-        Err(format!("invalid label key {key:?}: {}", errs.join("; ")))
+        Err(format!(
+            "invalid label key {:?}: {}",
+            excerpt(key),
+            errs.join("; ")
+        ))
     }
 }
 
@@ -687,13 +685,36 @@ impl fmt::Display for Selector {
     }
 }
 
+/// The longest selector text parsed, as the host's `MAX_SELECTOR_BYTES`:
+/// a request to the API server carries no more.
+const MAX_SELECTOR_BYTES: usize = 1 << 20;
+
+/// How an error quotes long text, as the host's `names::excerpt`: whole up
+/// to 256 bytes, beyond that its start and its length.
+fn excerpt(text: &str) -> String {
+    const SHOWN: usize = 256;
+    if text.len() <= SHOWN {
+        return text.to_owned();
+    }
+    let cut = text.floor_char_boundary(SHOWN);
+    format!("{}... ({} bytes)", &text[..cut], text.len())
+}
+
 impl Selector {
     /// Parses `selector` as the API server's `labels.Parse` does (the
     /// host's message on error). Blank text matches everything.
     pub fn parse(selector: &str) -> Result<Self, String> {
+        if selector.len() > MAX_SELECTOR_BYTES {
+            return Err(format!(
+                "invalid selector {:?}: it is {} bytes, over the {MAX_SELECTOR_BYTES} a request \
+                 to the API server can carry; select on fewer values, or on a label the objects share",
+                excerpt(selector),
+                selector.len()
+            ));
+        }
         let mut reqs = Parser::new(selector)
             .parse()
-            .map_err(|reason| format!("invalid selector {selector:?}: {reason}"))?;
+            .map_err(|reason| format!("invalid selector {:?}: {reason}", excerpt(selector)))?;
         // apimachinery's sort.Sort(ByKey); stable.
         reqs.sort_by(|a, b| a.key.cmp(&b.key));
         Ok(Self { reqs })
