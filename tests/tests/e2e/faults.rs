@@ -20,6 +20,19 @@ async fn churn(api: &Api<ConfigMap>, ns: &str) {
     }
 }
 
+/// Waits until the recorder's view of the ConfigMaps in `ns` equals what
+/// the server holds now, saying `what` it waits for; returns what it
+/// recorded.
+async fn recorder_caught_up(
+    client: &kube::Client,
+    api: &Api<ConfigMap>,
+    ns: &str,
+    what: &str,
+) -> Vec<Seen> {
+    let server = configmap_versions(api).await;
+    recorded_until_view_is(client, ns, "recorder", &server, what, WAIT).await
+}
+
 /// Live deltas (after the first synced marker) never repeat.
 fn assert_no_duplicates(seen: &[Seen]) {
     let start = seen
@@ -51,16 +64,8 @@ async fn api_server_restart_mid_stream_loses_no_delta() {
     let client = cp.admin_client().await;
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
     churn(&api, ns).await;
-    let server = configmap_versions(&api).await;
-    let seen = recorded_until_view_is(
-        &client,
-        ns,
-        "recorder",
-        &server,
-        "the plugin's view to equal the server's",
-        WAIT,
-    )
-    .await;
+    let seen =
+        recorder_caught_up(&client, &api, ns, "the plugin's view to equal the server's").await;
     assert_no_duplicates(&seen);
     assert!(host.stop().success());
 }
@@ -97,16 +102,8 @@ async fn api_server_frozen_for_a_minute_is_reported_and_loses_no_delta() {
     let thawed = std::time::Instant::now();
 
     churn(&api, ns).await;
-    let server = configmap_versions(&api).await;
-    let seen = recorded_until_view_is(
-        &client,
-        ns,
-        "recorder",
-        &server,
-        "the plugin's view to equal the server's",
-        WAIT,
-    )
-    .await;
+    let seen =
+        recorder_caught_up(&client, &api, ns, "the plugin's view to equal the server's").await;
     eprintln!(
         "API server frozen {:?}: stall reported after {reported:?}; view equal to the server {:?} after the thaw",
         thawed - frozen,
@@ -152,14 +149,11 @@ async fn gone_410_relists_and_reports_missed_deletions_as_final_state_unknown() 
     // ...by when compaction has passed its last resourceVersion.
     tokio::time::sleep(Duration::from_secs(5)).await;
     host.resume();
-    let server = configmap_versions(&api).await;
-    let seen = recorded_until_view_is(
+    let seen = recorder_caught_up(
         &client,
+        &api,
         ns,
-        "recorder",
-        &server,
         "the plugin's view to equal the server's after a relist",
-        WAIT,
     )
     .await;
     let deletes: Vec<String> = seen
@@ -288,14 +282,11 @@ async fn write_storms_of_429_and_5xx_lose_and_double_nothing() {
         },
     )
     .await;
-    let server = configmap_versions(&api).await;
-    let seen = recorded_until_view_is(
+    let seen = recorder_caught_up(
         &client,
+        &api,
         src,
-        "recorder",
-        &server,
         "the recorder's view equals the server's",
-        WAIT,
     )
     .await;
     // Exactly once: no delta (type, object, version) recorded twice.
