@@ -24,44 +24,50 @@ pub const SUBDOMAIN_MAX: usize = 253;
 /// MiB as a namespace; quoted whole in each message that wraps the last,
 /// it was eight copies of host heap, and a line no one reads in the log.
 pub fn excerpt(text: &str) -> String {
-    const SHOWN: usize = 256;
-    if text.len() <= SHOWN {
-        return text.to_owned();
-    }
-    let cut = text.floor_char_boundary(SHOWN);
-    format!("{}... ({} bytes)", &text[..cut], text.len())
+    excerpt_of(&text)
 }
 
 /// [`excerpt`] of a value's text, formatted without building all of it
 /// (a kind whose group is 16 MiB is not copied to be cut to 256 bytes).
 pub fn excerpt_of(value: &dyn std::fmt::Display) -> String {
     use std::fmt::Write;
-    /// Keeps the first bytes written (the whole text if it is short) and
-    /// counts the rest.
+    const SHOWN: usize = 256;
+    /// Keeps the first bytes written, up to one more than are shown (so
+    /// a text of exactly `SHOWN` bytes is known whole), and counts them
+    /// all. Once a piece is cut, nothing after it is kept: the start stays
+    /// one run of the text.
     struct Head {
         kept: String,
         len: usize,
+        full: bool,
     }
     impl Write for Head {
         fn write_str(&mut self, s: &str) -> std::fmt::Result {
             self.len += s.len();
-            let room = 260usize.saturating_sub(self.kept.len());
-            self.kept
-                .push_str(&s[..s.floor_char_boundary(room.min(s.len()))]);
+            if !self.full {
+                let room = (SHOWN + 1).saturating_sub(self.kept.len());
+                if s.len() <= room {
+                    self.kept.push_str(s);
+                } else {
+                    self.kept.push_str(&s[..s.floor_char_boundary(room)]);
+                    self.full = true;
+                }
+            }
             Ok(())
         }
     }
     let mut head = Head {
         kept: String::new(),
         len: 0,
+        full: false,
     };
     // Writing to a String-like buffer cannot fail; a Display that fails
     // leaves what it wrote.
     let _ = write!(head, "{value}");
-    if head.len == head.kept.len() {
+    if head.len <= SHOWN {
         return head.kept;
     }
-    let cut = head.kept.floor_char_boundary(256);
+    let cut = head.kept.floor_char_boundary(SHOWN);
     format!("{}... ({} bytes)", &head.kept[..cut], head.len)
 }
 
@@ -172,6 +178,21 @@ mod tests {
         let exact = "b".repeat(256);
         assert_eq!(excerpt(&exact), exact);
         assert_eq!(excerpt_of(&exact), exact);
+        // Written in pieces, one cut mid-character: the start is one run.
+        struct Pieces;
+        impl std::fmt::Display for Pieces {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a")?;
+                f.write_str(&"é".repeat(200))?;
+                f.write_str(&"b".repeat(100))
+            }
+        }
+        let whole = format!("a{}{}", "é".repeat(200), "b".repeat(100));
+        assert_eq!(excerpt_of(&Pieces), excerpt(&whole));
+        assert_eq!(
+            excerpt(&whole),
+            format!("a{}... (501 bytes)", "é".repeat(127))
+        );
     }
 
     #[test]
