@@ -116,6 +116,16 @@ access:\n  - {kinds: [configmaps], verbs: [read, apply, patch, delete, status, e
 /// entries). Measured peaks are printed.
 const CALL_PEAK_BOUND: usize = 256 << 20;
 
+/// The bound of a crafted program whose list aliases one string: the
+/// hostcall fuel, set to the plugin's memory (32 MiB; wasmtime's default
+/// would be 128 MiB), stops the copying.
+const FUEL_BOUND: usize = 40 << 20;
+
+/// The bound of a crafted program that passes one large argument: its copy
+/// (16 MiB, or 20 MiB of pointers), and what parsing builds from at most 1
+/// MiB of a selector (about 60 bytes a requirement).
+const ONE_COPY_BOUND: usize = 48 << 20;
+
 /// The most host heap the whole run may leave behind (instances replaced
 /// after traps, compiled-kind caches, the allocator's bookkeeping).
 const LEFT_BOUND: usize = 16 << 20;
@@ -385,7 +395,7 @@ enum Expect {
 /// the host accepts, many of them, large ones, and reads that would make
 /// the host build more than the guest could take (op and argument bytes as
 /// `plugins/testing/wit-fuzz/src/lib.rs` reads them).
-fn crafted() -> Vec<(&'static str, Vec<u8>, Expect)> {
+fn crafted() -> Vec<(&'static str, Vec<u8>, Expect, usize)> {
     // ConfigMap default/default: kind (builtin, ConfigMap), namespace, name
     const TARGET: [u8; 7] = [2, 0, 1, 0, 1, 0, 1];
     // {ConfigMap default/default, data.k: VALUE} as JSON
@@ -422,33 +432,43 @@ fn crafted() -> Vec<(&'static str, Vec<u8>, Expect)> {
     event.extend(TARGET);
     event.extend([0, 0, 0, 9, 3, 12, 7, 2]); // no uid, Normal, reason ConfigMap, 4 MiB note
     vec![
-        ("one apply", repeat(1, apply(&small)), Expect::Actions(1)),
+        (
+            "one apply",
+            repeat(1, apply(&small)),
+            Expect::Actions(1),
+            CALL_PEAK_BOUND,
+        ),
         (
             "255 applies",
             repeat(255, apply(&small)),
             Expect::Actions(255),
+            CALL_PEAK_BOUND,
         ),
         // Over the API server's 3 MiB: refused to the guest, which goes on.
         (
             "one 4 MiB apply",
             repeat(1, apply(&four_mib)),
             Expect::Actions(0),
+            CALL_PEAK_BOUND,
         ),
         (
             "255 applies of 1 MiB",
             repeat(255, apply(&one_mib)),
             Expect::Error("limits.actionBytesPerCall"),
+            CALL_PEAK_BOUND,
         ),
         (
             "255 patches of 1 MiB",
             repeat(255, patch(&one_mib)),
             Expect::Error("limits.actionBytesPerCall"),
+            CALL_PEAK_BOUND,
         ),
         // Notes are cut to 1 KiB: 255 Events are small.
         (
             "255 events of 4 MiB",
             repeat(255, event),
             Expect::Actions(255),
+            CALL_PEAK_BOUND,
         ),
         // One 1 MiB string as the keys and values of 65,536 log fields:
         // 128 GiB to copy, stopped by the hostcall fuel (the plugin's memory).
@@ -456,6 +476,7 @@ fn crafted() -> Vec<(&'static str, Vec<u8>, Expect)> {
             "a 1 MiB string aliased 131,072 times",
             vec![25, 7, 0, 6, 6],
             Expect::Error("fuel allocated for hostcalls has been exhausted"),
+            FUEL_BOUND,
         ),
         // `label-selector.parse` of "/0" repeated to 16 MiB: one key of
         // eight million parts (a host that split it built 128 MiB of
@@ -464,6 +485,7 @@ fn crafted() -> Vec<(&'static str, Vec<u8>, Expect)> {
             "a 16 MiB label key of eight million parts",
             vec![10, 3, 31, 7, 4],
             Expect::Actions(0),
+            ONE_COPY_BOUND,
         ),
         // "a," repeated to 16 MiB: eight million requirements, over the
         // 1 MiB a request can carry, refused before any is built.
@@ -471,12 +493,14 @@ fn crafted() -> Vec<(&'static str, Vec<u8>, Expect)> {
             "a 16 MiB selector of eight million requirements",
             vec![10, 3, 50, 7, 4],
             Expect::Actions(0),
+            ONE_COPY_BOUND,
         ),
         // "a," repeated to 512 KiB: parsed, 262,145 requirements.
         (
             "a 512 KiB selector of 262,145 requirements",
             vec![10, 3, 50, 6, 9],
             Expect::Actions(0),
+            ONE_COPY_BOUND,
         ),
         // A delete in a namespace of "default" repeated to 16 MiB: the
         // host quoted it whole in each error that wrapped the last, 128
@@ -485,6 +509,7 @@ fn crafted() -> Vec<(&'static str, Vec<u8>, Expect)> {
             "a delete in a 16 MiB namespace",
             vec![17, 2, 1, 1, 3, 1, 7, 4, 0, 9, 0, 0, 0],
             Expect::Actions(0),
+            ONE_COPY_BOUND,
         ),
         // `object.fields` of "/metadata/namev1" 524,288 times: 20 MiB in
         // the guest; the host built each pointer's segments twice, 154 MiB
@@ -494,12 +519,14 @@ fn crafted() -> Vec<(&'static str, Vec<u8>, Expect)> {
             "524,288 two-segment pointers",
             vec![11, 0, 4, 2, 27, 7, 7, 2],
             Expect::Error("more than the plugin's memory limit"),
+            ONE_COPY_BOUND,
         ),
         // The whole object (pointer "") a million times.
         (
             "a million whole-object fields",
             vec![11, 0, 6, 7, 3, 24, 0],
             Expect::Error("more than the plugin's memory limit"),
+            CALL_PEAK_BOUND,
         ),
     ]
 }
@@ -542,26 +569,10 @@ fn wit_boundary() {
         let _ = run(&[21, 200, op, 6, 9, 4, 3, 1, 7, 2, 5]);
     }
     let every_op = SEEN.lock().unwrap().take();
-    for (name, program, expect) in crafted() {
+    for (name, program, expect, bound) in crafted() {
         let result = run(&program);
         let seen = SEEN.lock().unwrap().take().unwrap();
         println!("WIT-FUZZ crafted {name}: {seen:?}");
-        // Aliasing is stopped by the hostcall fuel, set to the plugin's
-        // memory (32 MiB; wasmtime's default would be 128 MiB).
-        let bound = if name.contains("aliased") {
-            40 << 20
-        } else if name.contains("selector")
-            || name.contains("label key")
-            || name.contains("namespace")
-            || name.contains("pointers")
-        {
-            // The argument's copy (16 MiB, or 20 MiB of pointers), and
-            // what parsing builds from at most 1 MiB of a selector (about
-            // 60 bytes a requirement).
-            48 << 20
-        } else {
-            CALL_PEAK_BOUND
-        };
         assert!(
             seen.max_peak <= bound,
             "crafted program {name:?} added {} MiB of host heap (bound {} MiB)",
