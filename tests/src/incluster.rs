@@ -16,7 +16,6 @@ use kube::discovery::{Discovery, Scope};
 use serde_json::Value;
 
 use crate::controlplane::ControlPlane;
-use crate::e2e::eventually;
 use crate::manifests::{docs, kustomize};
 use crate::repo_root;
 
@@ -104,39 +103,167 @@ pub async fn apply_all(client: &kube::Client, docs: &[Value]) {
 }
 
 /// The Deployment `kubewasm` reports `n` available replicas (and no more
-/// Pods than that exist, terminating ones included).
+/// Pods than that exist, terminating ones included). On a timeout the
+/// failure says what it last saw: the Deployment's counts, each Pod's
+/// phase and containers (waiting or terminated reasons, restarts), the
+/// namespace's warning Events and every host container's log, the
+/// previous one's too after a restart.
 pub async fn wait_available(client: &kube::Client, n: i32, timeout: Duration) {
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), NS);
     let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
-    eventually(
-        &format!("{n} available kubewasm replicas"),
-        timeout,
-        || async {
-            let d = deployments.get("kubewasm").await.ok()?;
-            let status = d.status?;
-            let ready = status.available_replicas? == n && status.updated_replicas? == n;
-            let all = pods
-                .list(&ListParams::default().labels(SELECTOR))
-                .await
-                .ok()?
-                .items;
-            // Each Pod's own Ready condition, as the kubelet last reported
-            // it (the Deployment's count may lag a container kill).
-            let each = all.iter().all(|p| {
-                p.metadata.deletion_timestamp.is_none()
-                    && p.status
-                        .as_ref()
-                        .and_then(|s| s.container_statuses.as_ref())
-                        .is_some_and(|c| {
-                            c.iter().all(|c| {
-                                c.ready && c.state.as_ref().is_some_and(|s| s.running.is_some())
-                            })
-                        })
-            });
-            (ready && each && all.len() == usize::try_from(n).ok()?).then_some(())
-        },
-    )
-    .await;
+    let start = Instant::now();
+    let seen = loop {
+        let seen = match available(&deployments, &pods, n).await {
+            Ok(()) => return,
+            Err(seen) => seen,
+        };
+        if start.elapsed() >= timeout {
+            break seen;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    panic!(
+        "timed out after {timeout:?} waiting for {n} available kubewasm replicas; last seen:\n{seen}\n\
+         warning Events in {NS}:\n{}\nhost logs:\n{}",
+        warning_events(client).await,
+        host_logs_with_previous(client).await
+    );
+}
+
+/// `Ok` once `n` replicas are available, else what was seen.
+async fn available(deployments: &Api<Deployment>, pods: &Api<Pod>, n: i32) -> Result<(), String> {
+    let d = deployments
+        .get("kubewasm")
+        .await
+        .map_err(|e| format!("Deployment: {e}"))?;
+    let status = d.status.unwrap_or_default();
+    let counts = format!(
+        "Deployment: replicas {:?}, updated {:?}, ready {:?}, available {:?}",
+        status.replicas, status.updated_replicas, status.ready_replicas, status.available_replicas
+    );
+    let ready = status.available_replicas == Some(n) && status.updated_replicas == Some(n);
+    let all = pods
+        .list(&ListParams::default().labels(SELECTOR))
+        .await
+        .map_err(|e| format!("{counts}\nPods: {e}"))?
+        .items;
+    // Each Pod's own Ready condition, as the kubelet last reported it (the
+    // Deployment's count may lag a container kill).
+    let each = all.iter().all(|p| {
+        p.metadata.deletion_timestamp.is_none()
+            && p.status
+                .as_ref()
+                .and_then(|s| s.container_statuses.as_ref())
+                .is_some_and(|c| {
+                    c.iter()
+                        .all(|c| c.ready && c.state.as_ref().is_some_and(|s| s.running.is_some()))
+                })
+    });
+    if ready && each && usize::try_from(n).is_ok_and(|n| all.len() == n) {
+        return Ok(());
+    }
+    let mut seen = counts;
+    for p in &all {
+        seen.push('\n');
+        seen.push_str(&describe_pod(p));
+    }
+    Err(seen)
+}
+
+/// One line per Pod: phase, deletion, and each container's readiness,
+/// state and restarts.
+fn describe_pod(p: &Pod) -> String {
+    let name = p.metadata.name.as_deref().unwrap_or("?");
+    let status = p.status.clone().unwrap_or_default();
+    let mut line = format!("Pod {name}: phase {:?}", status.phase);
+    if p.metadata.deletion_timestamp.is_some() {
+        line.push_str(", terminating");
+    }
+    for c in status.container_statuses.unwrap_or_default() {
+        let state = match c.state.unwrap_or_default() {
+            s if s.running.is_some() => "running".to_owned(),
+            s if s.waiting.is_some() => {
+                let w = s.waiting.unwrap_or_default();
+                format!(
+                    "waiting ({}: {})",
+                    w.reason.unwrap_or_default(),
+                    w.message.unwrap_or_default()
+                )
+            }
+            s => s.terminated.map_or_else(
+                || "unknown".to_owned(),
+                |t| {
+                    format!(
+                        "terminated ({}, exit {}: {})",
+                        t.reason.unwrap_or_default(),
+                        t.exit_code,
+                        t.message.unwrap_or_default()
+                    )
+                },
+            ),
+        };
+        line.push_str(&format!(
+            "; container {}: ready {}, {state}, restarts {}",
+            c.name, c.ready, c.restart_count
+        ));
+    }
+    line
+}
+
+/// The namespace's Events of type Warning, one line each (probe failures,
+/// kills, scheduling), oldest first.
+async fn warning_events(client: &kube::Client) -> String {
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(client.clone(), NS);
+    match events
+        .list(&ListParams::default().fields("type=Warning"))
+        .await
+    {
+        Ok(list) => list
+            .items
+            .iter()
+            .map(|e| {
+                format!(
+                    "{} {}: {} ({}x)\n",
+                    e.involved_object.name.as_deref().unwrap_or("?"),
+                    e.reason.as_deref().unwrap_or("?"),
+                    e.message.as_deref().unwrap_or(""),
+                    e.count.unwrap_or(1)
+                )
+            })
+            .collect(),
+        Err(e) => format!("(Events unavailable: {e})"),
+    }
+}
+
+/// [`host_logs`], and for a container that restarted its previous log
+/// too (what it printed before it was killed or exited).
+async fn host_logs_with_previous(client: &kube::Client) -> String {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let mut out = host_logs(client).await;
+    let Ok(list) = pods.list(&ListParams::default().labels(SELECTOR)).await else {
+        return out;
+    };
+    for pod in list.items {
+        let restarted = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.container_statuses.as_ref())
+            .is_some_and(|c| c.iter().any(|c| c.restart_count > 0));
+        if !restarted {
+            continue;
+        }
+        let name = pod.metadata.name.unwrap_or_default();
+        let params = kube::api::LogParams {
+            previous: true,
+            ..Default::default()
+        };
+        let logs = pods
+            .logs(&name, &params)
+            .await
+            .unwrap_or_else(|e| format!("(previous logs unavailable: {e})"));
+        out.push_str(&format!("--- {name} (previous container):\n{logs}\n"));
+    }
+    out
 }
 
 /// The current logs of every kubewasm container (for a failing test's
