@@ -218,7 +218,7 @@ pub struct App {
     local: Option<Arc<LocalCluster>>,
     pub host: Arc<PluginHost>,
     pub plugin_dir: Arc<PluginDir>,
-    /// Plugin objects, when the cluster serves their CRDs.
+    /// Plugin objects, with a cluster (watched once it serves their CRDs).
     pub objects: Option<Arc<PluginObjects>>,
     pub activity: Arc<Activity>,
     pub executor: Arc<Executor>,
@@ -348,22 +348,16 @@ impl App {
         telemetry.attach(view.clone());
         crate::admin::ui::attach(&telemetry, view);
         plugin_dir.scan().await?;
+        // Watched once the cluster serves their CRDs, whenever that is
+        // (`PluginObjects::run`).
         let objects = match (&opts.objects, &client) {
-            (Some(o), Some(client)) if PluginObjects::served(client).await => {
-                Some(Arc::new(PluginObjects::new(
-                    host.clone(),
-                    client.clone(),
-                    opts.plugins.clone(),
-                    leadership.clone(),
-                    o.clone(),
-                )?))
-            }
-            (Some(_), Some(_)) => {
-                tracing::info!(
-                    "the cluster does not serve plugins.kubewasm.io (install deploy/base/crds.yaml): plugins come from the folder only"
-                );
-                None
-            }
+            (Some(o), Some(client)) => Some(Arc::new(PluginObjects::new(
+                host.clone(),
+                client.clone(),
+                opts.plugins.clone(),
+                leadership.clone(),
+                o.clone(),
+            )?)),
             _ => None,
         };
         let election = match (&opts.election, client) {

@@ -5,7 +5,8 @@
 //! keeps the old version serving when the spec names a broken module (and
 //! says so: Degraded, PreviousVersionServing), refuses a tenant's
 //! NamespacedPlugin in a namespace the host config does not list or one
-//! asking beyond its namespace, and unloads a deleted Plugin.
+//! asking beyond its namespace, and unloads a deleted Plugin. A host
+//! started before the cluster serves the CRDs picks them up later.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeMap;
@@ -540,4 +541,68 @@ async fn rbac_from_the_cluster_follows_the_plugin_objects() {
         .delete("mine", &DeleteParams::default())
         .await
         .unwrap();
+}
+
+/// A host started before the cluster serves plugins.kubewasm.io (CRDs
+/// applied beside the Deployment, established a moment after the Pod
+/// starts, or installed later) says plugins come from the folder until it
+/// does, keeps asking, and serves a Plugin object once the CRDs are there,
+/// without a restart. Its own control plane: the shared one has the CRDs.
+#[tokio::test]
+async fn plugin_crds_installed_after_the_host_started_are_picked_up() {
+    let cp = ControlPlane::start().await.unwrap();
+    let client = cp.admin_client().await;
+    let ns = "late-crds";
+    namespace(&client, ns, json!({})).await;
+    let testkit = std::fs::read(kubewasm_tests::plugin_artifacts().join("testkit.wasm")).unwrap();
+    let cm: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": "late-modules", "namespace": ns},
+    }))
+    .unwrap();
+    let cm = ConfigMap {
+        binary_data: Some(BTreeMap::from([(
+            "testkit.wasm".to_owned(),
+            ByteString(testkit),
+        )])),
+        ..cm
+    };
+    let watched = Api::<ConfigMap>::namespaced(client.clone(), ns);
+    watched.create(&PostParams::default(), &cm).await.unwrap();
+
+    let host = HostProcess::start_with(cp.admin_kubeconfig(), |_| {});
+    host.wait_log(
+        "the cluster does not serve plugins.kubewasm.io (install deploy/base/crds.yaml): plugins come from the folder until it does",
+        WAIT,
+    )
+    .await;
+
+    install_plugin_crds(&client).await;
+    host.wait_log(
+        "the cluster serves plugins.kubewasm.io now: watching Plugin objects",
+        WAIT,
+    )
+    .await;
+    let plugins = api(&client, "Plugin", None);
+    let object: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "kubewasm.io/v1alpha1", "kind": "Plugin",
+        "metadata": {"name": "late"},
+        "spec": {
+            "module": {"configMap": {"name": "late-modules", "namespace": ns, "key": "testkit.wasm"}},
+            "config": {"mode": "requeue", "count": 3_600_000, "tag": "late"},
+            "access": [{"kinds": ["configmaps"], "verbs": ["read"], "namespaces": [ns]}],
+        },
+    }))
+    .unwrap();
+    plugins
+        .create(&PostParams::default(), &object)
+        .await
+        .unwrap();
+    wait_condition(&plugins, &host, "late", 1, ("Ready", "True", "Serving")).await;
+    let cm: ConfigMap =
+        serde_json::from_value(json!({"metadata": {"name": "requeue-late"}, "data": {"k": "v"}}))
+            .unwrap();
+    watched.create(&PostParams::default(), &cm).await.unwrap();
+    wait_requeue_seen(&host, "late", "requeue-late").await;
+    let (exit, logs) = host.stop_with_logs();
+    assert!(exit.success(), "{logs}");
 }

@@ -198,19 +198,66 @@ impl PluginObjects {
         })
     }
 
-    /// Whether the cluster serves the Plugin kinds (their CRDs are
-    /// installed); without them the host runs from its folder alone.
-    pub async fn served(client: &kube::Client) -> bool {
-        Api::<Plugin>::all(client.clone())
+    /// Whether the cluster serves the Plugin kinds: `Ok(false)` when the
+    /// API server answers 404 (their CRDs are not installed, or not yet
+    /// established); any other failure is an error, not an answer.
+    pub async fn served(client: &kube::Client) -> Result<bool, kube::Error> {
+        match Api::<Plugin>::all(client.clone())
             .list(&kube::api::ListParams::default().limit(1))
             .await
-            .is_ok()
+        {
+            Ok(_) => Ok(true),
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(false),
+            Err(e) => Err(e),
+        }
     }
 
-    /// Watches both kinds until `cancel`: loads, swaps and unloads as the
-    /// objects change, retries refused specs, and (while leading) writes
-    /// status.
+    /// Returns once the cluster serves the Plugin kinds (`false` if
+    /// cancelled first). Until then plugins come from the folder alone;
+    /// asked again with a backoff from 1 s to [`RETRY`], so CRDs applied
+    /// beside the Deployment (`kubectl apply -k`, established a moment
+    /// after the Pod starts) or installed later are picked up without a
+    /// restart.
+    async fn until_served(&self, cancel: &CancellationToken) -> bool {
+        let mut wait = Duration::from_secs(1);
+        let mut said = false;
+        loop {
+            match Self::served(&self.client).await {
+                Ok(true) => {
+                    if said {
+                        tracing::info!(
+                            "the cluster serves plugins.kubewasm.io now: watching Plugin objects"
+                        );
+                    }
+                    return true;
+                }
+                Ok(false) if !said => {
+                    tracing::info!(
+                        "the cluster does not serve plugins.kubewasm.io (install deploy/base/crds.yaml): plugins come from the folder until it does"
+                    );
+                    said = true;
+                }
+                Ok(false) => {}
+                Err(e) => tracing::warn!(
+                    error = %e,
+                    "could not tell whether the cluster serves plugins.kubewasm.io; asking again"
+                ),
+            }
+            tokio::select! {
+                () = cancel.cancelled() => return false,
+                () = tokio::time::sleep(wait) => {}
+            }
+            wait = (wait * 2).min(RETRY);
+        }
+    }
+
+    /// Watches both kinds until `cancel`, once the cluster serves them:
+    /// loads, swaps and unloads as the objects change, retries refused
+    /// specs, and (while leading) writes status.
     pub async fn run(self: Arc<Self>, cancel: CancellationToken) {
+        if !self.until_served(&cancel).await {
+            return;
+        }
         let cluster = watcher(Api::<Plugin>::all(self.client.clone()))
             .map(|e| e.map(Change::Cluster))
             .boxed();
