@@ -33,6 +33,40 @@ fn spec(key: &str, tag: &str, ns: &str) -> Value {
     })
 }
 
+/// Creates the ConfigMap `name` holding testkit.wasm under that key, for
+/// Plugin objects' `module.configMap`.
+async fn testkit_configmap(api: &Api<ConfigMap>, name: &str) {
+    let testkit = std::fs::read(kubewasm_tests::plugin_artifacts().join("testkit.wasm")).unwrap();
+    let cm = ConfigMap {
+        metadata: kube::api::ObjectMeta {
+            name: Some(name.to_owned()),
+            ..Default::default()
+        },
+        binary_data: Some(BTreeMap::from([(
+            "testkit.wasm".to_owned(),
+            ByteString(testkit),
+        )])),
+        ..Default::default()
+    };
+    api.create(&PostParams::default(), &cm).await.unwrap();
+}
+
+/// A Plugin `name` running testkit from the ConfigMap `configmap` in `ns`
+/// (see [`testkit_configmap`]), requeueing with `tag` the ConfigMaps of
+/// `ns` it may read.
+fn testkit_plugin(name: &str, configmap: &str, ns: &str, tag: &str) -> DynamicObject {
+    serde_json::from_value(json!({
+        "apiVersion": "kubewasm.io/v1alpha1", "kind": "Plugin",
+        "metadata": {"name": name},
+        "spec": {
+            "module": {"configMap": {"name": configmap, "namespace": ns, "key": "testkit.wasm"}},
+            "config": {"mode": "requeue", "count": 3_600_000, "tag": tag},
+            "access": [{"kinds": ["configmaps"], "verbs": ["read"], "namespaces": [ns]}],
+        },
+    }))
+    .unwrap()
+}
+
 /// The tests here share one control plane and every host loads every
 /// Plugin object: they take turns, so one's hosts never serve the other's
 /// objects.
@@ -305,20 +339,8 @@ async fn a_folder_plugin_and_a_plugin_object_never_replace_each_other() {
     install_plugin_crds(&client).await;
     let ns = "clash-watched";
     namespace(&client, ns, json!({})).await;
-    let testkit = std::fs::read(kubewasm_tests::plugin_artifacts().join("testkit.wasm")).unwrap();
-    let cm: ConfigMap = serde_json::from_value(json!({
-        "metadata": {"name": "clash-modules", "namespace": ns},
-    }))
-    .unwrap();
-    let cm = ConfigMap {
-        binary_data: Some(BTreeMap::from([(
-            "testkit.wasm".to_owned(),
-            ByteString(testkit),
-        )])),
-        ..cm
-    };
     let watched = Api::<ConfigMap>::namespaced(client.clone(), ns);
-    watched.create(&PostParams::default(), &cm).await.unwrap();
+    testkit_configmap(&watched, "clash-modules").await;
     let touch = |name: &'static str| {
         let watched = watched.clone();
         async move {
@@ -329,16 +351,7 @@ async fn a_folder_plugin_and_a_plugin_object_never_replace_each_other() {
         }
     };
     let plugins = api(&client, "Plugin", None);
-    let object: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "kubewasm.io/v1alpha1", "kind": "Plugin",
-        "metadata": {"name": "clash"},
-        "spec": {
-            "module": {"configMap": {"name": "clash-modules", "namespace": ns, "key": "testkit.wasm"}},
-            "config": {"mode": "requeue", "count": 3_600_000, "tag": "object"},
-            "access": [{"kinds": ["configmaps"], "verbs": ["read"], "namespaces": [ns]}],
-        },
-    }))
-    .unwrap();
+    let object = testkit_plugin("clash", "clash-modules", ns, "object");
     let sidecar = format!(
         "config: {{mode: requeue, count: 3600000, tag: folder}}\naccess:\n  - {{kinds: [configmaps], verbs: [read], namespaces: [{ns}]}}\n"
     );
@@ -554,20 +567,8 @@ async fn plugin_crds_installed_after_the_host_started_are_picked_up() {
     let client = cp.admin_client().await;
     let ns = "late-crds";
     namespace(&client, ns, json!({})).await;
-    let testkit = std::fs::read(kubewasm_tests::plugin_artifacts().join("testkit.wasm")).unwrap();
-    let cm: ConfigMap = serde_json::from_value(json!({
-        "metadata": {"name": "late-modules", "namespace": ns},
-    }))
-    .unwrap();
-    let cm = ConfigMap {
-        binary_data: Some(BTreeMap::from([(
-            "testkit.wasm".to_owned(),
-            ByteString(testkit),
-        )])),
-        ..cm
-    };
     let watched = Api::<ConfigMap>::namespaced(client.clone(), ns);
-    watched.create(&PostParams::default(), &cm).await.unwrap();
+    testkit_configmap(&watched, "late-modules").await;
 
     let host = HostProcess::start_with(cp.admin_kubeconfig(), |_| {});
     host.wait_log(
@@ -583,16 +584,7 @@ async fn plugin_crds_installed_after_the_host_started_are_picked_up() {
     )
     .await;
     let plugins = api(&client, "Plugin", None);
-    let object: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "kubewasm.io/v1alpha1", "kind": "Plugin",
-        "metadata": {"name": "late"},
-        "spec": {
-            "module": {"configMap": {"name": "late-modules", "namespace": ns, "key": "testkit.wasm"}},
-            "config": {"mode": "requeue", "count": 3_600_000, "tag": "late"},
-            "access": [{"kinds": ["configmaps"], "verbs": ["read"], "namespaces": [ns]}],
-        },
-    }))
-    .unwrap();
+    let object = testkit_plugin("late", "late-modules", ns, "late");
     plugins
         .create(&PostParams::default(), &object)
         .await
