@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use kube::Api;
 use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kubewasm_tests::controlplane::ControlPlane;
@@ -571,18 +572,53 @@ async fn plugin_crds_installed_after_the_host_started_are_picked_up() {
     testkit_configmap(&watched, "late-modules").await;
 
     let host = HostProcess::start_with(cp.admin_kubeconfig(), |_| {});
-    host.wait_log(
-        "the cluster does not serve plugins.kubewasm.io (install deploy/base/crds.yaml): plugins come from the folder until it does",
-        WAIT,
-    )
-    .await;
+    // A host whose user may not list Plugins (a 403, CRDs or not) says
+    // what to grant, once, and also serves its folder meanwhile.
+    let unbound = HostProcess::start_with(cp.user_kubeconfig(), |_| {});
+    let not_served = "the cluster does not serve plugins.kubewasm.io (install deploy/base/crds.yaml): plugins come from the folder until it does";
+    host.wait_log(not_served, WAIT).await;
+    let forbidden = "the host may not list plugins.kubewasm.io: plugins come from the folder until it may; grant the host's roles (`kubewasm rbac`, deploy/base/rbac.yaml) or turn Plugin objects off (pluginObjects.enabled: false)";
+    unbound.wait_log(forbidden, WAIT).await;
 
     install_plugin_crds(&client).await;
-    host.wait_log(
-        "the cluster serves plugins.kubewasm.io now: watching Plugin objects",
-        WAIT,
-    )
-    .await;
+    let serves = "the cluster serves plugins.kubewasm.io now: watching Plugin objects";
+    host.wait_log(serves, WAIT).await;
+    assert_eq!(
+        host.logs().matches(not_served).count(),
+        1,
+        "{}",
+        host.logs()
+    );
+
+    // Granted list and watch, the other host starts watching too.
+    let role: ClusterRole = serde_json::from_value(json!({
+        "metadata": {"name": "late-crds-plugins"},
+        "rules": [{"apiGroups": ["kubewasm.io"], "resources": ["plugins", "namespacedplugins"], "verbs": ["get", "list", "watch"]}],
+    }))
+    .unwrap();
+    Api::<ClusterRole>::all(client.clone())
+        .create(&PostParams::default(), &role)
+        .await
+        .unwrap();
+    let binding: ClusterRoleBinding = serde_json::from_value(json!({
+        "metadata": {"name": "late-crds-plugins"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "late-crds-plugins"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": ControlPlane::USER}],
+    }))
+    .unwrap();
+    Api::<ClusterRoleBinding>::all(client.clone())
+        .create(&PostParams::default(), &binding)
+        .await
+        .unwrap();
+    unbound.wait_log(serves, WAIT).await;
+    assert_eq!(
+        unbound.logs().matches(forbidden).count(),
+        1,
+        "{}",
+        unbound.logs()
+    );
+    let (exit, logs) = unbound.stop_with_logs();
+    assert!(exit.success(), "{logs}");
     let plugins = api(&client, "Plugin", None);
     let object = testkit_plugin("late", "late-modules", ns, "late");
     plugins

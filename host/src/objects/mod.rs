@@ -34,6 +34,17 @@ pub use status::{MANAGER, Outcome, replica_for, status_for};
 /// back up, a ConfigMap created, a CRD installed).
 const RETRY: Duration = Duration::from_secs(30);
 
+/// Why the Plugin kinds cannot be watched yet (`PluginObjects::run`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum NotServed {
+    /// 404: the CRDs are not installed, or not established yet.
+    Absent,
+    /// 403: the host's RBAC does not let it list them.
+    Forbidden,
+    /// Anything else (the API server away, a timeout): said each time.
+    Failed,
+}
+
 /// Where Plugin objects may come from.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ObjectOptions {
@@ -220,28 +231,39 @@ impl PluginObjects {
     /// restart.
     async fn until_served(&self, cancel: &CancellationToken) -> bool {
         let mut wait = Duration::from_secs(1);
-        let mut said = false;
+        // What was last said, so that a state that lasts is said once.
+        let mut said: Option<NotServed> = None;
         loop {
-            match Self::served(&self.client).await {
+            let now = match Self::served(&self.client).await {
                 Ok(true) => {
-                    if said {
+                    if said.is_some() {
                         tracing::info!(
                             "the cluster serves plugins.kubewasm.io now: watching Plugin objects"
                         );
                     }
                     return true;
                 }
-                Ok(false) if !said => {
-                    tracing::info!(
-                        "the cluster does not serve plugins.kubewasm.io (install deploy/base/crds.yaml): plugins come from the folder until it does"
+                Ok(false) => NotServed::Absent,
+                Err(kube::Error::Api(s)) if s.code == 403 => NotServed::Forbidden,
+                Err(e) => {
+                    tracing::warn!(
+                        error = %e,
+                        "could not tell whether the cluster serves plugins.kubewasm.io; asking again"
                     );
-                    said = true;
+                    NotServed::Failed
                 }
-                Ok(false) => {}
-                Err(e) => tracing::warn!(
-                    error = %e,
-                    "could not tell whether the cluster serves plugins.kubewasm.io; asking again"
-                ),
+            };
+            if said != Some(now) {
+                match now {
+                    NotServed::Absent => tracing::info!(
+                        "the cluster does not serve plugins.kubewasm.io (install deploy/base/crds.yaml): plugins come from the folder until it does"
+                    ),
+                    NotServed::Forbidden => tracing::warn!(
+                        "the host may not list plugins.kubewasm.io: plugins come from the folder until it may; grant the host's roles (`kubewasm rbac`, deploy/base/rbac.yaml) or turn Plugin objects off (pluginObjects.enabled: false)"
+                    ),
+                    NotServed::Failed => {}
+                }
+                said = Some(now);
             }
             tokio::select! {
                 () = cancel.cancelled() => return false,
