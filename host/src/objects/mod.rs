@@ -14,6 +14,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
+use backon::BackoffBuilder;
 use futures::{StreamExt, stream};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
@@ -230,7 +231,15 @@ impl PluginObjects {
     /// after the Pod starts) or installed later are picked up without a
     /// restart.
     async fn until_served(&self, cancel: &CancellationToken) -> bool {
-        let mut wait = Duration::from_secs(1);
+        // backon, as the executor's retries: 1 s, doubling, at most RETRY
+        // (no jitter: one request per host, and "within 30 s" holds),
+        // without an end.
+        let mut waits = backon::ExponentialBuilder::default()
+            .with_min_delay(Duration::from_secs(1))
+            .with_max_delay(RETRY)
+            .with_factor(2.0)
+            .without_max_times()
+            .build();
         // What was last said, so that a state that lasts is said once.
         let mut said: Option<NotServed> = None;
         loop {
@@ -265,11 +274,11 @@ impl PluginObjects {
                 }
                 said = Some(now);
             }
+            let wait = waits.next().unwrap_or(RETRY);
             tokio::select! {
                 () = cancel.cancelled() => return false,
                 () = tokio::time::sleep(wait) => {}
             }
-            wait = (wait * 2).min(RETRY);
         }
     }
 
