@@ -395,7 +395,28 @@ where
 
 /// [`eventually`] for checks that say what they saw: `Err(seen)` until
 /// done, and the failure after `timeout` prints the last `seen`.
-pub async fn eventually_seen<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
+pub async fn eventually_seen<T, F, Fut>(what: &str, timeout: Duration, check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, String>>,
+{
+    match poll_seen(timeout, check).await {
+        Ok(v) => v,
+        Err(seen) => panic!(
+            "timed out after {timeout:?} waiting for {what}{}",
+            if seen.is_empty() {
+                String::new()
+            } else {
+                format!("; last seen:\n{seen}")
+            }
+        ),
+    }
+}
+
+/// The loop of [`eventually_seen`] without its panic: `check` every 200 ms
+/// until `Ok`, or the last `seen` once `timeout` has passed, for a caller
+/// that gathers more before it fails.
+pub async fn poll_seen<T, F, Fut>(timeout: Duration, mut check: F) -> Result<T, String>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<T, String>>,
@@ -403,18 +424,12 @@ where
     let start = Instant::now();
     loop {
         let seen = match check().await {
-            Ok(v) => return v,
+            Ok(v) => return Ok(v),
             Err(seen) => seen,
         };
-        assert!(
-            start.elapsed() < timeout,
-            "timed out after {timeout:?} waiting for {what}{}",
-            if seen.is_empty() {
-                String::new()
-            } else {
-                format!("; last seen:\n{seen}")
-            }
-        );
+        if start.elapsed() >= timeout {
+            return Err(seen);
+        }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }

@@ -16,6 +16,7 @@ use kube::discovery::{Discovery, Scope};
 use serde_json::Value;
 
 use crate::controlplane::ControlPlane;
+use crate::e2e::poll_seen;
 use crate::manifests::{docs, kustomize};
 use crate::repo_root;
 
@@ -111,22 +112,14 @@ pub async fn apply_all(client: &kube::Client, docs: &[Value]) {
 pub async fn wait_available(client: &kube::Client, n: i32, timeout: Duration) {
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), NS);
     let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
-    let start = Instant::now();
-    let seen = loop {
-        let seen = match available(&deployments, &pods, n).await {
-            Ok(()) => return,
-            Err(seen) => seen,
-        };
-        if start.elapsed() >= timeout {
-            break seen;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
+    let Err(seen) = poll_seen(timeout, || available(&deployments, &pods, n)).await else {
+        return;
     };
     panic!(
         "timed out after {timeout:?} waiting for {n} available kubewasm replicas; last seen:\n{seen}\n\
          warning Events in {NS}:\n{}\nhost logs:\n{}",
         warning_events(client).await,
-        host_logs_with_previous(client).await
+        pod_logs(client, true).await
     );
 }
 
@@ -235,11 +228,18 @@ async fn warning_events(client: &kube::Client) -> String {
     }
 }
 
-/// [`host_logs`], and for a container that restarted its previous log
-/// too (what it printed before it was killed or exited).
-async fn host_logs_with_previous(client: &kube::Client) -> String {
+/// The current logs of every kubewasm container (for a failing test's
+/// message), each under its Pod's name.
+pub async fn host_logs(client: &kube::Client) -> String {
+    pod_logs(client, false).await
+}
+
+/// Each host Pod's current log, and with `previous` the log before its
+/// last restart where it restarted (what it printed before it was killed
+/// or exited).
+async fn pod_logs(client: &kube::Client, previous: bool) -> String {
     let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
-    let mut out = host_logs(client).await;
+    let mut out = String::new();
     let Ok(list) = pods.list(&ListParams::default().labels(SELECTOR)).await else {
         return out;
     };
@@ -249,38 +249,23 @@ async fn host_logs_with_previous(client: &kube::Client) -> String {
             .as_ref()
             .and_then(|s| s.container_statuses.as_ref())
             .is_some_and(|c| c.iter().any(|c| c.restart_count > 0));
-        if !restarted {
-            continue;
-        }
-        let name = pod.metadata.name.unwrap_or_default();
-        let params = kube::api::LogParams {
-            previous: true,
-            ..Default::default()
-        };
-        let logs = pods
-            .logs(&name, &params)
-            .await
-            .unwrap_or_else(|e| format!("(previous logs unavailable: {e})"));
-        out.push_str(&format!("--- {name} (previous container):\n{logs}\n"));
-    }
-    out
-}
-
-/// The current logs of every kubewasm container (for a failing test's
-/// message), each under its Pod's name.
-pub async fn host_logs(client: &kube::Client) -> String {
-    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
-    let mut out = String::new();
-    let Ok(list) = pods.list(&ListParams::default().labels(SELECTOR)).await else {
-        return out;
-    };
-    for pod in list.items {
         let name = pod.metadata.name.unwrap_or_default();
         let logs = pods
             .logs(&name, &kube::api::LogParams::default())
             .await
             .unwrap_or_else(|e| format!("(logs unavailable: {e})"));
         out.push_str(&format!("--- {name}:\n{logs}\n"));
+        if previous && restarted {
+            let params = kube::api::LogParams {
+                previous: true,
+                ..Default::default()
+            };
+            let logs = pods
+                .logs(&name, &params)
+                .await
+                .unwrap_or_else(|e| format!("(previous logs unavailable: {e})"));
+            out.push_str(&format!("--- {name} (previous container):\n{logs}\n"));
+        }
     }
     out
 }
