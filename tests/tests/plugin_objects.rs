@@ -52,20 +52,25 @@ async fn testkit_configmap(api: &Api<ConfigMap>, name: &str) {
     api.create(&PostParams::default(), &cm).await.unwrap();
 }
 
-/// A Plugin `name` running testkit from the ConfigMap `configmap` in `ns`
-/// (see [`testkit_configmap`]), requeueing with `tag` the ConfigMaps of
-/// `ns` it may read.
+/// A Plugin `name` of [`spec`] whose module is testkit in the ConfigMap
+/// `configmap` of `ns` (see [`testkit_configmap`]).
 fn testkit_plugin(name: &str, configmap: &str, ns: &str, tag: &str) -> DynamicObject {
+    let mut spec = spec("testkit.wasm", tag, ns);
+    spec["module"] =
+        json!({"configMap": {"name": configmap, "namespace": ns, "key": "testkit.wasm"}});
     serde_json::from_value(json!({
         "apiVersion": "kubewasm.io/v1alpha1", "kind": "Plugin",
-        "metadata": {"name": name},
-        "spec": {
-            "module": {"configMap": {"name": configmap, "namespace": ns, "key": "testkit.wasm"}},
-            "config": {"mode": "requeue", "count": 3_600_000, "tag": tag},
-            "access": [{"kinds": ["configmaps"], "verbs": ["read"], "namespaces": [ns]}],
-        },
+        "metadata": {"name": name}, "spec": spec,
     }))
     .unwrap()
+}
+
+/// Creates the ConfigMap `name` in `api`'s namespace: a delta for the
+/// testkit plugins there, which requeue it under their tag.
+async fn touch(api: &Api<ConfigMap>, name: &str) {
+    let cm: ConfigMap =
+        serde_json::from_value(json!({"metadata": {"name": name}, "data": {"k": "v"}})).unwrap();
+    api.create(&PostParams::default(), &cm).await.unwrap();
 }
 
 /// The tests here share one control plane and every host loads every
@@ -159,15 +164,6 @@ async fn plugin_objects_load_swap_refuse_and_unload() {
         }
     };
     let watched = Api::<ConfigMap>::namespaced(client.clone(), ns);
-    let touch = |name: &'static str| {
-        let watched = watched.clone();
-        async move {
-            let cm: ConfigMap =
-                serde_json::from_value(json!({"metadata": {"name": name}, "data": {"k": "v"}}))
-                    .unwrap();
-            watched.create(&PostParams::default(), &cm).await.unwrap();
-        }
-    };
 
     // Loaded from its ConfigMap, Ready, with the module's digest.
     let obj: DynamicObject = serde_json::from_value(json!({
@@ -182,7 +178,7 @@ async fn plugin_objects_load_swap_refuse_and_unload() {
     assert_eq!(status["version"], version);
     let both = eventually_seen("both replicas loaded", WAIT, || replicas(true)).await;
     assert!(both.iter().all(|r| r.2 == version), "{both:?}");
-    touch("requeue-first").await;
+    touch(&watched, "requeue-first").await;
     wait_requeue_seen(&host, "v1", "requeue-first").await;
 
     // A new config: swapped in place, the new version's lines appear.
@@ -195,7 +191,7 @@ async fn plugin_objects_load_swap_refuse_and_unload() {
         .await
         .unwrap();
     wait_condition(&plugins, &host, "objtest", 2, ("Ready", "True", "Serving")).await;
-    touch("requeue-second").await;
+    touch(&watched, "requeue-second").await;
     wait_requeue_seen(&host, "v2", "requeue-second").await;
 
     // A broken module: refused, said so, and v2 keeps serving.
@@ -223,7 +219,7 @@ async fn plugin_objects_load_swap_refuse_and_unload() {
         both.iter().all(|r| r.2 == version && r.3 == "NotAPlugin"),
         "each still serves the old version and says why: {both:?}"
     );
-    touch("requeue-third").await;
+    touch(&watched, "requeue-third").await;
     wait_requeue_seen(&host, "v2", "requeue-third").await;
 
     // Tenants: a namespace the host config does not list is refused; one
@@ -342,15 +338,6 @@ async fn a_folder_plugin_and_a_plugin_object_never_replace_each_other() {
     namespace(&client, ns, json!({})).await;
     let watched = Api::<ConfigMap>::namespaced(client.clone(), ns);
     testkit_configmap(&watched, "clash-modules").await;
-    let touch = |name: &'static str| {
-        let watched = watched.clone();
-        async move {
-            let cm: ConfigMap =
-                serde_json::from_value(json!({"metadata": {"name": name}, "data": {"k": "v"}}))
-                    .unwrap();
-            watched.create(&PostParams::default(), &cm).await.unwrap();
-        }
-    };
     let plugins = api(&client, "Plugin", None);
     let object = testkit_plugin("clash", "clash-modules", ns, "object");
     let sidecar = format!(
@@ -374,7 +361,7 @@ async fn a_folder_plugin_and_a_plugin_object_never_replace_each_other() {
         .await
         .unwrap();
     wait_condition(&plugins, &host, "clash", 1, ("Ready", "True", "Serving")).await;
-    touch("requeue-clash-1").await;
+    touch(&watched, "requeue-clash-1").await;
     wait_requeue_seen(&host, "object", "requeue-clash-1").await;
 
     // A file of the same name is refused, naming the file and the object.
@@ -388,7 +375,7 @@ async fn a_folder_plugin_and_a_plugin_object_never_replace_each_other() {
     })
     .await;
     assert!(refused.contains("rename one of them"), "{refused}");
-    touch("requeue-clash-2").await;
+    touch(&watched, "requeue-clash-2").await;
     wait_requeue_seen(&host, "object", "requeue-clash-2").await;
     let (status, reason, _) = condition(&plugins, "clash", "Ready").await.unwrap();
     assert_eq!((status.as_str(), reason.as_str()), ("True", "Serving"));
@@ -409,7 +396,7 @@ async fn a_folder_plugin_and_a_plugin_object_never_replace_each_other() {
         log_line(vec!["plugin loaded".into(), file.display().to_string()])
     })
     .await;
-    touch("requeue-clash-3").await;
+    touch(&watched, "requeue-clash-3").await;
     wait_requeue_seen(&host, "folder", "requeue-clash-3").await;
 
     // The object again: refused while the file serves, and says why.
@@ -423,7 +410,7 @@ async fn a_folder_plugin_and_a_plugin_object_never_replace_each_other() {
         ready.contains(&format!("the plugin folder's file {}", file.display())),
         "{ready}"
     );
-    touch("requeue-clash-4").await;
+    touch(&watched, "requeue-clash-4").await;
     wait_requeue_seen(&host, "folder", "requeue-clash-4").await;
     assert!(
         !requeue_lines(&host.logs())
@@ -437,7 +424,7 @@ async fn a_folder_plugin_and_a_plugin_object_never_replace_each_other() {
     std::fs::remove_file(&file).unwrap();
     std::fs::remove_file(host.plugins.path().join("clash.yaml")).unwrap();
     wait_condition(&plugins, &host, "clash", 1, ("Ready", "True", "Serving")).await;
-    touch("requeue-clash-5").await;
+    touch(&watched, "requeue-clash-5").await;
     wait_requeue_seen(&host, "object", "requeue-clash-5").await;
 
     plugins
@@ -626,10 +613,7 @@ async fn plugin_crds_installed_after_the_host_started_are_picked_up() {
         .await
         .unwrap();
     wait_condition(&plugins, &host, "late", 1, ("Ready", "True", "Serving")).await;
-    let cm: ConfigMap =
-        serde_json::from_value(json!({"metadata": {"name": "requeue-late"}, "data": {"k": "v"}}))
-            .unwrap();
-    watched.create(&PostParams::default(), &cm).await.unwrap();
+    touch(&watched, "requeue-late").await;
     wait_requeue_seen(&host, "late", "requeue-late").await;
     let (exit, logs) = host.stop_with_logs();
     assert!(exit.success(), "{logs}");
