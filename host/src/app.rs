@@ -251,6 +251,9 @@ impl App {
         cancel: CancellationToken,
     ) -> Result<Self, AppError> {
         telemetry.set_redactor(opts.admin.redactor.clone());
+        // Tenant plugins' accounts: set by the Plugin objects, read by the
+        // API server's action sink.
+        let impersonations = crate::source::kube::Impersonations::default();
         let Backend {
             kinds,
             source,
@@ -291,10 +294,10 @@ impl App {
                         target.initial_list,
                         target.page_size,
                     )),
-                    sink: Arc::new(KubeSink::with_identity(
-                        client.clone(),
-                        telemetry.identity(),
-                    )),
+                    sink: Arc::new(
+                        KubeSink::with_identity(client.clone(), telemetry.identity())
+                            .with_impersonations(impersonations.clone()),
+                    ),
                     discovery: Some(discovery),
                     local: None,
                     client: Some(client),
@@ -328,6 +331,12 @@ impl App {
         let runtime = Runtime::new(opts.engine.clone())?
             .with_shutdown(cancel.child_token())
             .with_ceiling(opts.limits.clone())
+            .with_tenants(
+                opts.objects
+                    .as_ref()
+                    .map(|o| o.tenant_limits.policy())
+                    .unwrap_or_default(),
+            )
             .with_telemetry(telemetry.clone());
         let mut host = PluginHost::new(
             runtime,
@@ -351,13 +360,16 @@ impl App {
         // Watched once the cluster serves their CRDs, whenever that is
         // (`PluginObjects::run`).
         let objects = match (&opts.objects, &client) {
-            (Some(o), Some(client)) => Some(Arc::new(PluginObjects::new(
-                host.clone(),
-                client.clone(),
-                opts.plugins.clone(),
-                leadership.clone(),
-                o.clone(),
-            )?)),
+            (Some(o), Some(client)) => Some(Arc::new(
+                PluginObjects::new(
+                    host.clone(),
+                    client.clone(),
+                    opts.plugins.clone(),
+                    leadership.clone(),
+                    o.clone(),
+                )?
+                .with_impersonations(impersonations),
+            )),
             _ => None,
         };
         let election = match (&opts.election, client) {

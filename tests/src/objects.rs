@@ -3,12 +3,53 @@
 
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::ServiceAccount;
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::Api;
-use kube::api::DynamicObject;
+use kube::api::{DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::Value;
+use serde_json::json;
 
 use crate::e2e::{HostProcess, eventually_seen, requeue_lines};
+
+/// The ServiceAccount tenants act as by default.
+pub const ACCOUNT: &str = "kubewasm-tenant";
+
+/// The tenant's ServiceAccount in `ns`.
+pub async fn tenant_account(client: &kube::Client, ns: &str) {
+    let sa: ServiceAccount =
+        serde_json::from_value(json!({"metadata": {"name": ACCOUNT}})).unwrap();
+    Api::<ServiceAccount>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &sa)
+        .await
+        .unwrap();
+}
+
+/// Sets the tenant's Role in `ns` to `rules` (bound to its ServiceAccount).
+pub async fn grant(client: &kube::Client, ns: &str, rules: Value) {
+    let pp = PatchParams::apply("tenants-test").force();
+    let role: Role = serde_json::from_value(json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+        "metadata": {"name": ACCOUNT, "namespace": ns}, "rules": rules,
+    }))
+    .unwrap();
+    Api::<Role>::namespaced(client.clone(), ns)
+        .patch(ACCOUNT, &pp, &Patch::Apply(&role))
+        .await
+        .unwrap();
+    let binding: RoleBinding = serde_json::from_value(json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": ACCOUNT, "namespace": ns},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": ACCOUNT},
+        "subjects": [{"kind": "ServiceAccount", "name": ACCOUNT, "namespace": ns}],
+    }))
+    .unwrap();
+    Api::<RoleBinding>::namespaced(client.clone(), ns)
+        .patch(ACCOUNT, &pp, &Patch::Apply(&binding))
+        .await
+        .unwrap();
+}
 
 /// How long a Plugin object's status may take.
 pub const WAIT: Duration = Duration::from_secs(60);

@@ -116,6 +116,18 @@ async fn plugin_objects_load_swap_refuse_and_unload() {
             .await
             .unwrap();
     }
+    // The tenant's ServiceAccount, which its reads go out as: it may
+    // list and watch ConfigMaps there and get its module.
+    kubewasm_tests::objects::tenant_account(&client, "tenant-ok").await;
+    kubewasm_tests::objects::grant(
+        &client,
+        "tenant-ok",
+        json!([
+            {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["list", "watch"]},
+            {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["modules"], "verbs": ["get"]},
+        ]),
+    )
+    .await;
     // A ceiling on what any spec may ask for (limits.memory).
     let (_config, config_file) =
         host_config("pluginObjects:\n  tenantNamespaces: [tenant-ok]\nlimits:\n  memory: 256Mi\n");

@@ -5,6 +5,7 @@
 //! seeing a silent queue.
 
 use std::num::NonZeroU32;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use governor::clock::{Clock, DefaultClock};
@@ -23,13 +24,45 @@ const WARN_EVERY: Duration = Duration::from_secs(10);
 pub const UNLIMITED_ABOVE: u32 = 1_000_000;
 
 /// The budget one plugin's actions are drawn from (shared by its versions'
-/// instances; a burst of one second's worth).
+/// instances; a burst of one second's worth), and a budget it shares with
+/// other plugins (a tenant namespace's quota), if any.
 pub struct ActionRate {
     limiter: Option<DefaultDirectRateLimiter>,
     per_second: u32,
+    shared: Option<SharedRate>,
     last_warning: Mutex<Option<Instant>>,
     throttled: Counter,
     waited: Counter<f64>,
+}
+
+/// An action rate several plugins draw from together.
+#[derive(Clone)]
+pub struct SharedRate {
+    limiter: Arc<DefaultDirectRateLimiter>,
+    per_second: u32,
+    /// The config key that sets it, as the warning names it.
+    what: Arc<str>,
+}
+
+impl std::fmt::Debug for SharedRate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedRate")
+            .field("per_second", &self.per_second)
+            .field("what", &self.what)
+            .finish()
+    }
+}
+
+impl SharedRate {
+    /// `limiter` lets `per_second` actions a second go; `what` names the
+    /// key that sets it.
+    pub fn new(limiter: Arc<DefaultDirectRateLimiter>, per_second: u32, what: &str) -> Self {
+        Self {
+            limiter,
+            per_second,
+            what: Arc::from(what),
+        }
+    }
 }
 
 impl std::fmt::Debug for ActionRate {
@@ -54,10 +87,18 @@ impl ActionRate {
                 .filter(|r| r.get() <= UNLIMITED_ABOVE)
                 .map(|r| RateLimiter::direct(Quota::per_second(r).allow_burst(r))),
             per_second,
+            shared: None,
             last_warning: Mutex::new(None),
             throttled,
             waited,
         }
+    }
+
+    /// Draws from `shared` too, after the plugin's own rate.
+    #[must_use]
+    pub fn with_shared(mut self, shared: Option<SharedRate>) -> Self {
+        self.shared = shared;
+        self
     }
 
     /// No limit (library callers and tests outside a dispatcher).
@@ -67,9 +108,25 @@ impl ActionRate {
 
     /// Waits until the next action may go, or until `stop`.
     pub async fn acquire(&self, plugin: &str, stop: &CancellationToken) -> Result<(), Abandoned> {
-        let Some(limiter) = &self.limiter else {
-            return Ok(());
-        };
+        if let Some(limiter) = &self.limiter {
+            self.wait_on(limiter, None, plugin, stop).await?;
+        }
+        if let Some(shared) = &self.shared {
+            self.wait_on(&shared.limiter, Some(shared), plugin, stop)
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Waits until `limiter` lets the next action go (counted and warned
+    /// of as the plugin's own rate, or `shared`), or until `stop`.
+    async fn wait_on(
+        &self,
+        limiter: &DefaultDirectRateLimiter,
+        shared: Option<&SharedRate>,
+        plugin: &str,
+        stop: &CancellationToken,
+    ) -> Result<(), Abandoned> {
         let mut started = None;
         loop {
             match limiter.check() {
@@ -78,7 +135,7 @@ impl ActionRate {
                     let wait = not_until.wait_time_from(DefaultClock::default().now());
                     let since = *started.get_or_insert_with(|| {
                         self.throttled.inc();
-                        self.warn(plugin);
+                        self.warn(plugin, shared);
                         Instant::now()
                     });
                     tokio::select! {
@@ -98,13 +155,22 @@ impl ActionRate {
         Ok(())
     }
 
-    fn warn(&self, plugin: &str) {
+    fn warn(&self, plugin: &str, shared: Option<&SharedRate>) {
         let now = Instant::now();
         let mut last = self.last_warning.lock();
         if last.is_some_and(|t| now.duration_since(t) < WARN_EVERY) {
             return;
         }
         *last = Some(now);
+        if let Some(shared) = shared {
+            tracing::warn!(
+                plugin,
+                actions_per_second = shared.per_second,
+                limit = %shared.what,
+                "plugin's actions are throttled at a rate it shares with other plugins; its deltas wait meanwhile"
+            );
+            return;
+        }
         tracing::warn!(
             plugin,
             actions_per_second = self.per_second,

@@ -70,6 +70,13 @@ pub(crate) async fn rbac(args: RbacArgs) -> anyhow::Result<()> {
     opts.crds = args.crds;
     if let Some(file) = &args.config {
         let settings = kubewasm::config::RunSettings::from_file(file)?;
+        if let Some(tenants) = settings
+            .plugin_objects
+            .as_ref()
+            .and_then(|o| o.tenants.as_ref())
+        {
+            opts.tenant_accounts = kubewasm::objects::TenantAccounts::from_settings(tenants);
+        }
         opts.tenant_namespaces = Some(
             settings
                 .plugin_objects

@@ -19,7 +19,10 @@ mod settings;
 #[cfg(test)]
 mod tests;
 
-pub use settings::{CompilerKind, DispatchSettings, PluginObjectSettings, RunSettings};
+pub use settings::{
+    CompilerKind, DispatchSettings, PluginObjectSettings, RunSettings, TenantNamespaceSettings,
+    TenantSettings,
+};
 
 /// The only config file version so far.
 pub const API_VERSION: &str = "kubewasm.io/v1alpha1";

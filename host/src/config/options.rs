@@ -134,6 +134,27 @@ impl RunSettings {
                     .as_ref()
                     .and_then(|s| s.signatures.clone())
                     .unwrap_or_default(),
+                tenant_accounts: settings
+                    .as_ref()
+                    .and_then(|s| s.tenants.as_ref())
+                    .map(crate::objects::TenantAccounts::from_settings)
+                    .unwrap_or_default(),
+                tenant_limits: {
+                    let tenants = settings.as_ref().and_then(|s| s.tenants.as_ref());
+                    let mut o = crate::runtime::tenants::TenantOptions::from_settings(
+                        tenants.and_then(|t| t.ceiling.as_ref()),
+                        tenants.and_then(|t| t.quota.as_ref()),
+                        tenants
+                            .and_then(|t| t.namespaces.as_ref())
+                            .into_iter()
+                            .flatten()
+                            .map(|(ns, s)| (ns, s.quota.as_ref())),
+                    );
+                    // The host's own files are never granted to a tenant
+                    // either.
+                    o.ceiling.grants.protect(limits.grants.protected.clone());
+                    o
+                },
             }),
         };
         Ok(RunOptions {

@@ -130,6 +130,40 @@ pub struct PluginObjectSettings {
     /// A module none of its keys verifies is refused (`SignatureRefused`)
     /// and the running version keeps serving. None by default.
     pub signatures: Option<Vec<crate::oci::SignatureRuleSettings>>,
+    /// Who tenants act as: each NamespacedPlugin's reads of what it
+    /// references (module ConfigMap, pull Secret, keys) and its plugin's
+    /// writes go out impersonating a ServiceAccount of its namespace, so
+    /// that namespace's RBAC bounds it.
+    pub tenants: Option<TenantSettings>,
+}
+
+/// `pluginObjects.tenants`: the identity tenants act as.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct TenantSettings {
+    /// The ServiceAccount of a tenant namespace that its plugins act as
+    /// (default `kubewasm-tenant`); the host needs `impersonate` on it.
+    pub service_account: Option<String>,
+    /// Per tenant namespace, what differs from the default.
+    pub namespaces: Option<std::collections::BTreeMap<String, TenantNamespaceSettings>>,
+    /// The most a NamespacedPlugin may ask for, apart from the operator's
+    /// ceiling (`limits`, `grants`), which a tenant never draws on. By
+    /// default small limits and no grants at all.
+    pub ceiling: Option<crate::runtime::tenants::TenantCeilingSettings>,
+    /// What each tenant namespace may hold (plugins, memory x
+    /// concurrency, actions a second), unless `namespaces` says otherwise;
+    /// by default 5 plugins, 256Mi and 50 actions a second.
+    pub quota: Option<crate::runtime::tenants::QuotaSettings>,
+}
+
+/// One tenant namespace's settings.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct TenantNamespaceSettings {
+    /// The ServiceAccount this namespace's plugins act as.
+    pub service_account: Option<String>,
+    /// This namespace's quota, over the default quota.
+    pub quota: Option<crate::runtime::tenants::QuotaSettings>,
 }
 
 /// Where plugins are compiled.

@@ -95,6 +95,11 @@ pub struct PluginSpec {
 )]
 #[x_kube(validation = Rule::new("!has(self.module.file)").message("a NamespacedPlugin cannot load a file from the host's plugin folder: use oci or configMap"))]
 #[x_kube(validation = Rule::new("!has(self.grants) || !has(self.grants.dirs) || size(self.grants.dirs) == 0").message("a NamespacedPlugin cannot be granted host directories"))]
+// CEL cannot read the object's own namespace, so no namespace may be
+// named at all: everything a tenant references is in its namespace.
+#[x_kube(validation = Rule::new("!has(self.module.configMap) || !has(self.module.configMap.namespace)").message("a NamespacedPlugin's module ConfigMap is in its own namespace: remove module.configMap.namespace"))]
+#[x_kube(validation = Rule::new("!has(self.module.oci) || !has(self.module.oci.pullSecret) || !has(self.module.oci.pullSecret.namespace)").message("a NamespacedPlugin's pull Secret is in its own namespace: remove module.oci.pullSecret.namespace"))]
+#[x_kube(validation = Rule::new("!has(self.module.oci) || !has(self.module.oci.verifyKeys) || self.module.oci.verifyKeys.all(k, !has(k.namespace))").message("a NamespacedPlugin's verification keys are in its own namespace: remove module.oci.verifyKeys[].namespace"))]
 pub struct NamespacedPluginSpec {
     #[serde(flatten)]
     pub parts: PluginParts,

@@ -237,6 +237,34 @@ impl PluginParts {
         Ok(Manifest::parse(Path::new(what), &text)?)
     }
 
+    /// The first field naming an object outside `namespace`, which a
+    /// NamespacedPlugin there may not reference (its CEL rules refuse any
+    /// namespace at all; the host does not rely on them): the module's
+    /// ConfigMap, the pull Secret, a verification key's ConfigMap.
+    pub fn reference_outside(&self, namespace: &str) -> Option<String> {
+        let other = |ns: &Option<String>| ns.as_deref().is_some_and(|n| n != namespace);
+        let module = &self.module;
+        if module
+            .config_map
+            .as_ref()
+            .is_some_and(|c| other(&c.namespace))
+        {
+            return Some("module.configMap.namespace".into());
+        }
+        let oci = module.oci.as_ref()?;
+        if oci
+            .pull_secret
+            .as_ref()
+            .is_some_and(|s| other(&s.namespace))
+        {
+            return Some("module.oci.pullSecret.namespace".into());
+        }
+        oci.verify_keys
+            .iter()
+            .position(|k| other(&k.namespace))
+            .map(|i| format!("module.oci.verifyKeys[{i}].namespace"))
+    }
+
     /// This spec with its access confined to `namespace`, as a
     /// NamespacedPlugin's is whatever it asks: a rule naming no namespace
     /// (or `*`) is narrowed to it; a rule naming another namespace or

@@ -73,3 +73,47 @@ fn a_namespaced_plugin_is_confined_to_its_namespace() {
     let err = other.confined_to("team-a").unwrap_err().to_string();
     assert!(err.contains("team-b") && err.contains("access[0]"), "{err}");
 }
+
+/// Each object a NamespacedPlugin references is refused when it names
+/// another namespace (the field is named, the other namespace is not);
+/// its own namespace, or none, is fine.
+#[test]
+fn a_namespaced_plugin_references_its_own_namespace_only() {
+    let cases = [
+        (
+            "module: {configMap: {name: m, key: k, namespace: kubewasm}}",
+            Some("module.configMap.namespace"),
+        ),
+        (
+            "module: {oci: {reference: 'r.io/x:1', pullSecret: {name: regcred, namespace: kubewasm}}}",
+            Some("module.oci.pullSecret.namespace"),
+        ),
+        (
+            "module: {oci: {reference: 'r.io/x:1', verifyKeys: [{configMap: k, key: p}, {configMap: k, key: p, namespace: team-b}]}}",
+            Some("module.oci.verifyKeys[1].namespace"),
+        ),
+        (
+            "module: {configMap: {name: m, key: k, namespace: team-a}}",
+            None,
+        ),
+        (
+            "module: {oci: {reference: 'r.io/x:1', pullSecret: {name: regcred}, verifyKeys: [{configMap: k, key: p}]}}",
+            None,
+        ),
+    ];
+    for (yaml, want) in cases {
+        assert_eq!(
+            parts(yaml).reference_outside("team-a").as_deref(),
+            want,
+            "{yaml}"
+        );
+    }
+    let text = crds_yaml().unwrap();
+    for field in [
+        "remove module.configMap.namespace",
+        "remove module.oci.pullSecret.namespace",
+        "remove module.oci.verifyKeys[].namespace",
+    ] {
+        assert!(text.contains(field), "the CRD's CEL rule for {field}");
+    }
+}

@@ -151,6 +151,9 @@ pub struct DispatchOptions {
     /// Actions a second the plugin's calls may have executed (the
     /// sidecar's `limits.actionsPerSecond`); 0 is unlimited.
     pub actions_per_second: u32,
+    /// An action rate the plugin shares with others (a tenant namespace's
+    /// quota), drawn from after its own.
+    pub shared_rate: Option<crate::actions::rate::SharedRate>,
     /// The resync period of subscriptions that ask for the host's default
     /// (`dispatch.defaultResync`); `None` turns those resyncs off.
     pub default_resync: Option<Duration>,
@@ -174,6 +177,7 @@ impl Default for DispatchOptions {
             quarantine_max: Duration::from_secs(300),
             stop_grace: Duration::from_secs(10),
             actions_per_second: 0,
+            shared_rate: None,
             default_resync: Some(crate::runtime::DEFAULT_RESYNC),
         }
     }
@@ -448,7 +452,8 @@ impl Dispatcher {
             }),
             rate: telemetry
                 .metrics()
-                .action_rate(&plugin, options.actions_per_second),
+                .action_rate(&plugin, options.actions_per_second)
+                .with_shared(options.shared_rate.clone()),
             options,
             cuts: Mutex::new(None),
             held: Mutex::new(Vec::new()),

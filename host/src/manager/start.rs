@@ -178,6 +178,24 @@ impl PluginHost {
 
     /// The version's dispatcher: the host's dispatch options, with the
     /// sidecar's where it sets them.
+    /// The action rate a tenant's plugin shares with its namespace's
+    /// others (its quota's `actionsPerSecond`); `None` for the operator's.
+    fn namespace_rate(
+        &self,
+        manifest: &crate::runtime::Manifest,
+    ) -> Option<crate::actions::rate::SharedRate> {
+        let namespace = manifest.tenant.as_deref()?;
+        let tenants = self.runtime().tenants();
+        let limiter = tenants.rate(namespace)?;
+        Some(crate::actions::rate::SharedRate::new(
+            limiter,
+            tenants.quota(namespace).actions_per_second,
+            &format!(
+                "namespace {namespace}'s quota actionsPerSecond (pluginObjects.tenants quota, host config)"
+            ),
+        ))
+    }
+
     fn dispatcher(
         &self,
         plugin: &Arc<str>,
@@ -209,6 +227,7 @@ impl PluginHost {
             options: DispatchOptions {
                 max_attempts: limits.max_attempts.or(self.dispatch.max_attempts),
                 actions_per_second: limits.actions_per_second,
+                shared_rate: self.namespace_rate(&prepared.manifest),
                 ..self.dispatch.clone()
             },
             leadership: self.leadership.clone(),

@@ -4,11 +4,13 @@
 use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use kube::Api;
 
 use crate::crd::{ModuleSource, OciModule};
 use crate::lru_files::Pin;
 use crate::oci::{self, Credentials, OciClient, Reference};
+use crate::source::kube::ServiceAccountRef;
+
+use super::tenant::get_as;
 
 /// Why the module could not be had; each names the source and what to do.
 #[derive(Debug, thiserror::Error)]
@@ -50,6 +52,14 @@ pub enum FetchError {
     },
     #[error("the module source names none of oci, configMap or file")]
     NoSource,
+    /// The tenant's ServiceAccount may not read what its plugin names.
+    #[error(
+        "{account} may not get {what} (a NamespacedPlugin's references are read as its namespace's ServiceAccount): bind it a Role allowing it, or name another"
+    )]
+    TenantForbidden {
+        account: ServiceAccountRef,
+        what: String,
+    },
 }
 
 impl FetchError {
@@ -65,6 +75,7 @@ impl FetchError {
                 "SignatureRefused"
             }
             Self::Oci { .. } | Self::Pull(_) | Self::PullSecret { .. } => "PullFailed",
+            Self::TenantForbidden { .. } => "TenantForbidden",
             _ => "FetchFailed",
         }
     }
@@ -91,12 +102,15 @@ pub struct Fetcher {
 
 impl Fetcher {
     /// The module of `source`; `namespace` is the default namespace of a
-    /// ConfigMap it names (the host's, or a NamespacedPlugin's own, which
-    /// its CEL rules and [`crate::crd::PluginParts::confined_to`] keep it to).
+    /// ConfigMap or Secret it names (the host's, or a NamespacedPlugin's
+    /// own, which its CEL rules and [`super::tenant::check_references`]
+    /// keep it to). With `account` (a tenant's), every object is read as
+    /// that ServiceAccount, never with the host's credentials.
     pub async fn fetch(
         &self,
         source: &ModuleSource,
         namespace: &str,
+        account: Option<&ServiceAccountRef>,
     ) -> Result<Fetched, FetchError> {
         if let Some(file) = &source.file {
             return self.file(file).map(|bytes| Fetched {
@@ -108,13 +122,15 @@ impl Fetcher {
         if let Some(cm) = &source.config_map {
             let client = self.client.clone().ok_or(FetchError::NoCluster)?;
             let ns = cm.namespace.as_deref().unwrap_or(namespace);
-            let map = Api::<ConfigMap>::namespaced(client, ns)
-                .get(&cm.name)
+            let map = get_as::<ConfigMap>(&client, ns, &cm.name, account)
                 .await
-                .map_err(|source| FetchError::ConfigMap {
-                    namespace: ns.to_owned(),
-                    name: cm.name.clone(),
-                    source,
+                .map_err(|source| {
+                    forbidden(account, &source, || format!("configmaps {ns}/{}", cm.name))
+                        .unwrap_or_else(|| FetchError::ConfigMap {
+                            namespace: ns.to_owned(),
+                            name: cm.name.clone(),
+                            source,
+                        })
                 })?;
             let bytes = map
                 .binary_data
@@ -131,7 +147,7 @@ impl Fetcher {
             });
         }
         if let Some(module) = &source.oci {
-            return self.pull(module, namespace).await;
+            return self.pull(module, namespace, account).await;
         }
         Err(FetchError::NoSource)
     }
@@ -139,7 +155,12 @@ impl Fetcher {
     /// Pulls an OCI module: by digest from the cache when it holds it (the
     /// registry may be down), else from the registry with the pull
     /// Secret's credentials; every byte is checked against its digest.
-    async fn pull(&self, module: &OciModule, namespace: &str) -> Result<Fetched, FetchError> {
+    async fn pull(
+        &self,
+        module: &OciModule,
+        namespace: &str,
+        account: Option<&ServiceAccountRef>,
+    ) -> Result<Fetched, FetchError> {
         let client = self.oci.as_ref().ok_or_else(|| FetchError::Oci {
             reference: module.reference.clone(),
             message: "this host pulls no OCI modules (it runs without a cache folder)".into(),
@@ -154,10 +175,12 @@ impl Fetcher {
                     message,
                 };
                 let kube = self.client.clone().ok_or(FetchError::NoCluster)?;
-                let found = Api::<Secret>::namespaced(kube, ns)
-                    .get(&secret.name)
+                let found = get_as::<Secret>(&kube, ns, &secret.name, account)
                     .await
-                    .map_err(|e| refuse(e.to_string()))?;
+                    .map_err(|e| {
+                        forbidden(account, &e, || format!("secrets {ns}/{}", secret.name))
+                            .unwrap_or_else(|| refuse(e.to_string()))
+                    })?;
                 let config = found
                     .data
                     .and_then(|mut d| d.remove(".dockerconfigjson"))
@@ -179,7 +202,7 @@ impl Fetcher {
             .map(|c| c.pin(&pulled.digest, &pulled.layer_digest))
             .unwrap_or_default();
         if !module.verify_keys.is_empty() {
-            let keys = self.verify_keys(module, namespace).await?;
+            let keys = self.verify_keys(module, namespace, account).await?;
             client.verify(&pulled, &keys, &credentials).await?;
         }
         Ok(Fetched {
@@ -194,6 +217,7 @@ impl Fetcher {
         &self,
         module: &OciModule,
         namespace: &str,
+        account: Option<&ServiceAccountRef>,
     ) -> Result<Vec<oci::PublicKey>, FetchError> {
         let kube = self.client.clone().ok_or(FetchError::NoCluster)?;
         let mut keys = Vec::with_capacity(module.verify_keys.len());
@@ -204,10 +228,14 @@ impl Fetcher {
                 reference: module.reference.clone(),
                 message: format!("verification key {source}: {message}"),
             };
-            let map = Api::<ConfigMap>::namespaced(kube.clone(), ns)
-                .get(&key.config_map)
+            let map = get_as::<ConfigMap>(&kube, ns, &key.config_map, account)
                 .await
-                .map_err(|e| refuse(e.to_string()))?;
+                .map_err(|e| {
+                    forbidden(account, &e, || {
+                        format!("configmaps {ns}/{}", key.config_map)
+                    })
+                    .unwrap_or_else(|| refuse(e.to_string()))
+                })?;
             let pem = map
                 .data
                 .and_then(|mut d| d.remove(&key.key))
@@ -224,6 +252,24 @@ impl Fetcher {
         }
         let path = self.folder.join(name);
         std::fs::read(&path).map_err(|source| FetchError::File { path, source })
+    }
+}
+
+/// A tenant's read refused by the API server (403), as its own error:
+/// the fix is the tenant's RBAC, not the host's.
+fn forbidden(
+    account: Option<&ServiceAccountRef>,
+    error: &kube::Error,
+    what: impl FnOnce() -> String,
+) -> Option<FetchError> {
+    match (account, error) {
+        (Some(account), kube::Error::Api(s)) if s.code == 403 => {
+            Some(FetchError::TenantForbidden {
+                account: account.clone(),
+                what: what(),
+            })
+        }
+        _ => None,
     }
 }
 

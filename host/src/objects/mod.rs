@@ -9,6 +9,7 @@
 mod fetch;
 pub mod migrate;
 mod status;
+mod tenant;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -30,6 +31,9 @@ use crate::runtime::{Content, LoadError};
 
 pub use fetch::{FetchError, Fetcher};
 pub use status::{MANAGER, Outcome, replica_for, status_for};
+pub use tenant::{DEFAULT_SERVICE_ACCOUNT, TenantAccounts};
+
+use crate::source::kube::{Impersonations, ServiceAccountRef};
 
 /// How often specs that could not be served are tried again (a registry
 /// back up, a ConfigMap created, a CRD installed).
@@ -63,6 +67,10 @@ pub struct ObjectOptions {
     /// Which OCI modules must carry a cosign signature by which keys
     /// (key files, loaded when Plugin objects start).
     pub signatures: Vec<crate::oci::SignatureRuleSettings>,
+    /// The ServiceAccount each tenant namespace acts as.
+    pub tenant_accounts: TenantAccounts,
+    /// The tenants' ceiling and quotas.
+    pub tenant_limits: crate::runtime::tenants::TenantOptions,
 }
 
 /// Why Plugin objects cannot be served at all.
@@ -151,6 +159,8 @@ pub struct PluginObjects {
     /// This replica's name on status (its Pod's, else the host name).
     replica: String,
     known: Mutex<BTreeMap<Source, Known>>,
+    /// Tenant plugins' accounts, shared with the action sink.
+    impersonations: Impersonations,
 }
 
 /// A watch event of either kind.
@@ -207,7 +217,16 @@ impl PluginObjects {
                 .instance()
                 .to_owned(),
             known: Mutex::new(BTreeMap::new()),
+            impersonations: Impersonations::default(),
         })
+    }
+
+    /// Shares tenant plugins' accounts with `impersonations` (the action
+    /// sink's), so their writes go out as their ServiceAccount.
+    #[must_use]
+    pub fn with_impersonations(mut self, impersonations: Impersonations) -> Self {
+        self.impersonations = impersonations;
+        self
     }
 
     /// Whether the cluster serves the Plugin kinds: `Ok(false)` when the
@@ -365,6 +384,9 @@ impl PluginObjects {
             if self.host.unload_from(&source.origin(), &name).await {
                 tracing::info!(plugin = %name, object = %source.display(), "Plugin object deleted; plugin unloaded");
             }
+            if matches!(source, Source::Tenant { .. }) {
+                self.impersonations.remove(&name);
+            }
         }
     }
 
@@ -425,7 +447,12 @@ impl PluginObjects {
                 message,
                 serving: serving.clone(),
             },
-            Ok((manifest, fetched)) => {
+            Ok((manifest, fetched, account)) => {
+                if let Some(account) = account {
+                    // Set before the install, so the new version's first
+                    // write already goes out as the tenant.
+                    self.impersonations.set(&name, account);
+                }
                 fetched_pins = fetched.pins;
                 let content = Content::hashed(fetched.bytes);
                 let digest = format!("sha256:{}", content.digest().unwrap_or_default());
@@ -514,14 +541,21 @@ impl PluginObjects {
         }
     }
 
-    /// The manifest and module an object asks for, or why it cannot run:
-    /// (condition reason, message).
+    /// The manifest and module an object asks for, and the account a
+    /// tenant's acts as, or why it cannot run: (condition reason, message).
     async fn prepare(
         &self,
         obj: &Seen,
-    ) -> Result<(crate::runtime::Manifest, fetch::Fetched), (&'static str, String)> {
-        let (parts, namespace) = match &obj.source {
-            Source::Cluster(_) => (obj.parts.clone(), self.options.namespace.as_str()),
+    ) -> Result<
+        (
+            crate::runtime::Manifest,
+            fetch::Fetched,
+            Option<ServiceAccountRef>,
+        ),
+        tenant::Refusal,
+    > {
+        let (parts, namespace, account) = match &obj.source {
+            Source::Cluster(_) => (obj.parts.clone(), self.options.namespace.as_str(), None),
             Source::Tenant { namespace, .. } => {
                 if !self.options.tenant_allowed(namespace) {
                     return Err((
@@ -537,11 +571,17 @@ impl PluginObjects {
                         "a NamespacedPlugin lists its access (what it may read and write in its namespace)".into(),
                     ));
                 }
+                // Before any read: whatever another namespace holds, its
+                // name is never asked for.
+                tenant::check_references(&obj.parts, namespace)?;
                 let confined = obj
                     .parts
                     .confined_to(namespace)
                     .map_err(|e| ("NotGranted", e.to_string()))?;
-                (confined, namespace.as_str())
+                let account = self.options.tenant_accounts.account(namespace);
+                tenant::check_account(&self.client, &account).await?;
+                tenant::check_reads(&self.client, &account, &confined).await?;
+                (confined, namespace.as_str(), Some(account))
             }
         };
         // Checked before fetching, so a taken name costs no pull; the
@@ -556,15 +596,20 @@ impl PluginObjects {
             };
             return Err(("NameTaken", e.to_string()));
         }
-        let manifest = parts
+        let mut manifest = parts
             .manifest(&obj.source.display())
             .map_err(|e| ("InvalidSpec", e.to_string()))?;
+        // A tenant's plugin is admitted against the tenants' ceiling and
+        // its namespace's quota, never the operator's.
+        if let Source::Tenant { namespace, .. } = &obj.source {
+            manifest.tenant = Some(namespace.clone());
+        }
         let fetched = self
             .fetcher
-            .fetch(&parts.module, namespace)
+            .fetch(&parts.module, namespace, account.as_ref())
             .await
             .map_err(|e| (e.reason(), e.to_string()))?;
-        Ok((manifest, fetched))
+        Ok((manifest, fetched, account))
     }
 
     async fn write_all_statuses(&self) {
@@ -682,6 +727,7 @@ fn same_status(a: &PluginStatus, b: &PluginStatus) -> bool {
 fn load_reason(e: &LoadError) -> &'static str {
     match e {
         LoadError::NotGranted(_) | LoadError::OverCeiling(_) => "NotGranted",
+        LoadError::OverQuota(_) => "QuotaExceeded",
         LoadError::Manifest(_) => "InvalidSpec",
         LoadError::UnknownKind(_) => "UnknownKind",
         LoadError::Register(_) | LoadError::BadRegistration(_) => "RegisterFailed",

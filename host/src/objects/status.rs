@@ -31,6 +31,21 @@ pub enum Outcome {
     },
 }
 
+/// The longest message a condition or replica entry carries: a registry
+/// (or anything else) that answers a long text cannot fill the object, nor
+/// every watcher's cache of it, with it.
+pub const MESSAGE_MAX: usize = 1024;
+
+/// `message` whole up to [`MESSAGE_MAX`] bytes, else its start and its
+/// length.
+fn short(message: &str) -> String {
+    if message.len() <= MESSAGE_MAX {
+        return message.to_owned();
+    }
+    let cut = message.floor_char_boundary(MESSAGE_MAX - 64);
+    format!("{}... ({} bytes in all)", &message[..cut], message.len())
+}
+
 fn condition(
     kind: ConditionType,
     ok: bool,
@@ -42,7 +57,7 @@ fn condition(
         type_: kind.as_str().to_owned(),
         status: if ok { "True" } else { "False" }.to_owned(),
         reason: reason.to_owned(),
-        message: message.to_owned(),
+        message: short(message),
         observed_generation: generation,
         last_transition_time: Time(k8s_openapi::jiff::Timestamp::now()),
     }
@@ -140,7 +155,7 @@ pub fn replica_for(replica: &str, outcome: &Outcome) -> ReplicaStatus {
             version: serving.as_ref().map(|(v, _)| v.clone()),
             loaded: false,
             reason: Some((*reason).to_owned()),
-            message: Some(message.clone()),
+            message: Some(short(message)),
         },
     }
 }
@@ -174,4 +189,39 @@ where
     )
     .await
     .map(|_| ())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A refusal quoting a huge text (a registry's error body) reaches
+    /// status cut short, in every condition and in the replica entry.
+    #[test]
+    fn status_messages_are_cut_short() {
+        let outcome = Outcome::Refused {
+            reason: "PullFailed",
+            message: format!("registry said: {}", "x".repeat(5 << 20)),
+            serving: None,
+        };
+        let status = status_for(&outcome, Some(1), None);
+        for c in &status.conditions {
+            assert!(c.message.len() <= MESSAGE_MAX, "{}", c.message.len());
+        }
+        let ready = &status.conditions[0].message;
+        assert!(ready.starts_with("registry said: xxx"), "{ready}");
+        assert!(ready.ends_with("(5242895 bytes in all)"), "{ready}");
+        let replica = replica_for("r", &outcome);
+        assert!(replica.message.unwrap().len() <= MESSAGE_MAX);
+        // Short ones are whole.
+        let ok = Outcome::Refused {
+            reason: "PullFailed",
+            message: "no such host".into(),
+            serving: None,
+        };
+        assert_eq!(
+            status_for(&ok, Some(1), None).conditions[0].message,
+            "no such host"
+        );
+    }
 }

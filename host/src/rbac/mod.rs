@@ -107,6 +107,10 @@ pub struct RbacOptions {
     /// (`--config`): a NamespacedPlugin elsewhere is never run by the host,
     /// so it grants nothing. `None`: every NamespacedPlugin counts.
     pub tenant_namespaces: Option<Vec<String>>,
+    /// The ServiceAccount each tenant namespace acts as (the host config's
+    /// `pluginObjects.tenants`): a NamespacedPlugin's writes and
+    /// references are granted to it, not to the host.
+    pub tenant_accounts: crate::objects::TenantAccounts,
 }
 
 impl RbacOptions {
@@ -136,6 +140,7 @@ impl Default for RbacOptions {
             crds: Vec::new(),
             cache_dir: crate::runtime::engine::default_cache_dir(),
             tenant_namespaces: None,
+            tenant_accounts: crate::objects::TenantAccounts::default(),
         }
     }
 }
@@ -214,8 +219,48 @@ pub async fn derive(opts: &RbacOptions) -> Result<Derived, RbacError> {
         }
         from_objects.push(access::granted(&object.display, manifest, &kinds)?);
     }
-    let all: Vec<Access> = folder.iter().chain(&from_objects).cloned().collect();
-    let policy = policy::derive(&all, &opts.namespace, &opts.lease_name);
+    // A tenant's plugin reads through the host's cache (the host's
+    // informers list and watch for it), and writes and reads what it
+    // names as its ServiceAccount: those are the tenant's rules.
+    let mut host_side: Vec<Access> = folder.clone();
+    let mut tenants: Vec<policy::Tenant> = Vec::new();
+    for (object, access) in found.iter().zip(&from_objects) {
+        let objects::Scope::Tenant { namespace } = &object.scope else {
+            host_side.push(access.clone());
+            continue;
+        };
+        host_side.push(Access {
+            writes: Vec::new(),
+            events: Vec::new(),
+            ..access.clone()
+        });
+        let account = opts.tenant_accounts.account(namespace);
+        let at = match tenants
+            .iter()
+            .position(|t| t.namespace == *namespace && t.service_account == account.name)
+        {
+            Some(at) => at,
+            None => {
+                tenants.push(policy::Tenant {
+                    namespace: namespace.clone(),
+                    service_account: account.name.clone(),
+                    accesses: Vec::new(),
+                    references: Vec::new(),
+                });
+                tenants.len() - 1
+            }
+        };
+        let tenant = &mut tenants[at];
+        tenant.accesses.push(access.clone());
+        tenant.references.extend(object.references());
+    }
+    let policy = policy::derive(
+        &host_side,
+        &tenants,
+        &opts.tenant_accounts.names(),
+        &opts.namespace,
+        &opts.lease_name,
+    );
     Ok(Derived {
         folder,
         objects: from_objects,
@@ -298,9 +343,20 @@ mod tests {
         let roles: Vec<_> = docs(&yaml)
             .into_iter()
             .filter(|d| d["kind"] == "Role")
-            .map(|d| d["metadata"]["namespace"].as_str().unwrap().to_owned())
+            .map(|d| {
+                format!(
+                    "{}/{}",
+                    d["metadata"]["namespace"].as_str().unwrap(),
+                    d["metadata"]["name"].as_str().unwrap()
+                )
+            })
             .collect();
-        assert_eq!(roles, ["team-a"], "{yaml}");
+        // The host's (its cache reads there), and the tenant's own.
+        assert_eq!(
+            roles,
+            ["team-a/kubewasm", "team-a/kubewasm-tenant"],
+            "{yaml}"
+        );
     }
 
     /// Objects alone (no folder, no module loaded): the Plugin's rules in
@@ -358,25 +414,46 @@ mod tests {
                 ("ClusterRole", ""),
                 ("ClusterRoleBinding", ""),
                 ("Role", "team"),
-                ("RoleBinding", "team")
+                ("RoleBinding", "team"),
+                ("ServiceAccount", "team"),
+                ("Role", "team"),
+                ("RoleBinding", "team"),
             ]
         );
         assert_eq!(
             rules_text(&all[0]),
             ["apps/deployments get,list,patch,watch"]
         );
-        // In team: configmaps read by both, written by the tenant, one
-        // rule; its deployments read is the ClusterRole's already, its
-        // namespaces read (cluster-scoped) nowhere.
+        // The host's in team: configmaps read by both (the tenant's reads
+        // go through the host's cache), one rule; the deployments read is
+        // the ClusterRole's already, the namespaces read (cluster-scoped)
+        // nowhere. The tenant's writes are not the host's.
         assert_eq!(
             rules_text(&all[2]),
-            ["/configmaps create,get,list,patch,watch"],
+            ["/configmaps get,list,watch"],
             "{yaml}"
         );
         let team = yaml.split("kind: Role\n").nth(1).unwrap();
         assert!(
-            team.contains("namespacedplugins.kubewasm.io/mine in team (may read, writes); plugins.kubewasm.io/ops (may read)"),
+            team.contains("namespacedplugins.kubewasm.io/mine in team (may read); plugins.kubewasm.io/ops (may read)"),
             "{team}"
+        );
+        // The tenant's own, bound to its ServiceAccount: its reads (asked
+        // for it before it loads), its writes, and its module ConfigMap
+        // (covered by the configmaps rule).
+        assert_eq!(all[4]["metadata"]["name"], "kubewasm-tenant");
+        assert_eq!(all[5]["metadata"]["name"], "kubewasm-tenant");
+        assert_eq!(
+            rules_text(&all[5]),
+            [
+                "/configmaps create,get,list,patch,watch",
+                "apps/deployments get,list,watch"
+            ],
+            "{yaml}"
+        );
+        assert_eq!(
+            all[6]["subjects"][0],
+            serde_json::json!({"kind": "ServiceAccount", "name": "kubewasm-tenant", "namespace": "team"})
         );
 
         // The tenant alone: a Role in its namespace and nothing cluster-wide.
@@ -395,13 +472,112 @@ mod tests {
                 )
             })
             .collect();
-        assert_eq!(kinds, [("Role", "team"), ("RoleBinding", "team")], "{yaml}");
+        assert_eq!(
+            kinds,
+            [
+                ("Role", "team"),
+                ("RoleBinding", "team"),
+                ("ServiceAccount", "team"),
+                ("Role", "team"),
+                ("RoleBinding", "team")
+            ],
+            "{yaml}"
+        );
         assert_eq!(
             rules_text(&all[0]),
+            [
+                "/configmaps get,list,watch",
+                "apps/deployments get,list,watch"
+            ]
+        );
+        assert_eq!(
+            rules_text(&all[3]),
             [
                 "/configmaps create,get,list,patch,watch",
                 "apps/deployments get,list,watch"
             ]
+        );
+    }
+
+    /// A tenant's pull Secret and keys are granted to its ServiceAccount by
+    /// name, never to the host; the host may impersonate the accounts the
+    /// host config names, nothing else.
+    #[tokio::test]
+    async fn a_tenants_references_are_its_accounts_and_the_host_only_impersonates() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("t.yaml"),
+            "apiVersion: kubewasm.io/v1alpha1\nkind: NamespacedPlugin\nmetadata: {name: p, namespace: team-b}\nspec:\n  module: {oci: {reference: 'r.example/p:1', pullSecret: {name: regcred}, verifyKeys: [{configMap: keys, key: cosign.pub}]}}\n  access:\n    - {kinds: [pods], verbs: [read]}\n",
+        )
+        .unwrap();
+        let opts = RbacOptions {
+            objects: vec![dir.path().to_owned()],
+            tenant_accounts: crate::objects::TenantAccounts::from_settings(
+                &crate::config::TenantSettings {
+                    service_account: None,
+                    ceiling: None,
+                    quota: None,
+                    namespaces: Some(std::collections::BTreeMap::from([(
+                        "team-b".to_owned(),
+                        crate::config::TenantNamespaceSettings {
+                            service_account: Some("plugins".into()),
+                            quota: None,
+                        },
+                    )])),
+                },
+            ),
+            ..RbacOptions::default()
+        };
+        let yaml = render::render(&opts, &derive(&opts).await.unwrap());
+        let all = docs(&yaml);
+        let tenant = all
+            .iter()
+            .find(|d| d["kind"] == "Role" && d["metadata"]["name"] == "kubewasm-tenant")
+            .unwrap();
+        assert_eq!(tenant["metadata"]["namespace"], "team-b");
+        let rules = tenant["rules"].as_array().unwrap();
+        let named: Vec<String> = rules
+            .iter()
+            .filter(|r| r.get("resourceNames").is_some())
+            .map(|r| format!("{} {}", r["resources"][0], r["resourceNames"][0]))
+            .collect();
+        assert_eq!(
+            named,
+            [r#""secrets" "regcred""#, r#""configmaps" "keys""#],
+            "{yaml}"
+        );
+        let binding = all
+            .iter()
+            .find(|d| d["kind"] == "RoleBinding" && d["metadata"]["name"] == "kubewasm-tenant")
+            .unwrap();
+        assert_eq!(binding["subjects"][0]["name"], "plugins");
+        // No Secret of team-b for the host.
+        assert!(
+            !all.iter().any(|d| d["metadata"]["namespace"] == "team-b"
+                && d["metadata"]["name"] == "kubewasm"
+                && d.to_string().contains("secrets")),
+            "{yaml}"
+        );
+        let objects = all
+            .iter()
+            .find(|d| {
+                d["kind"] == "ClusterRole" && d["metadata"]["name"] == "kubewasm-plugin-objects"
+            })
+            .unwrap();
+        let impersonate = objects["rules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["resources"][0] == "serviceaccounts")
+            .unwrap();
+        assert_eq!(
+            impersonate["verbs"],
+            serde_json::json!(["get", "impersonate"])
+        );
+        // The default, for every other tenant namespace, and team-b's own.
+        assert_eq!(
+            impersonate["resourceNames"],
+            serde_json::json!(["kubewasm-tenant", "plugins"])
         );
     }
 

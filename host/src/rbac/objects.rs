@@ -84,6 +84,29 @@ impl PluginObject {
             .map_err(|e| self.error(e.to_string()))
     }
 
+    /// (plugin, resource, name) of the objects its spec names (module
+    /// ConfigMap, pull Secret, verification keys), which a tenant reads as
+    /// its ServiceAccount.
+    pub fn references(&self) -> Vec<(String, &'static str, String)> {
+        let m = &self.parts.module;
+        let mut out = Vec::new();
+        let mut add = |resource: &'static str, name: &str| {
+            out.push((self.display.clone(), resource, name.to_owned()));
+        };
+        if let Some(cm) = &m.config_map {
+            add("configmaps", &cm.name);
+        }
+        if let Some(oci) = &m.oci {
+            if let Some(secret) = &oci.pull_secret {
+                add("secrets", &secret.name);
+            }
+            for key in &oci.verify_keys {
+                add("configmaps", &key.config_map);
+            }
+        }
+        out
+    }
+
     /// What the CRD's CEL rules refuse at `kubectl apply` and the host at
     /// load, beyond what the sidecar parser checks.
     fn check(&self) -> Result<(), RbacError> {
@@ -107,6 +130,13 @@ impl PluginObject {
                 return Err(self.error(
                     "spec.grants.dirs: a NamespacedPlugin cannot be granted host directories",
                 ));
+            }
+            if let Scope::Tenant { namespace } = &self.scope
+                && let Some(field) = self.parts.reference_outside(namespace)
+            {
+                return Err(self.error(format!(
+                    "spec.{field}: a NamespacedPlugin references objects of its own namespace only"
+                )));
             }
             if self.parts.access.is_none() {
                 return Err(self.error(

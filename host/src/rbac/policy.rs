@@ -45,6 +45,8 @@ pub enum Reason {
     Writes,
     WritesStatus,
     RecordsEvents,
+    /// A tenant's module ConfigMap, pull Secret or key, read as it.
+    References,
 }
 
 impl Reason {
@@ -56,6 +58,7 @@ impl Reason {
             Reason::Writes => "writes",
             Reason::WritesStatus => "writes status",
             Reason::RecordsEvents => "records events",
+            Reason::References => "names it (module, pull Secret or key)",
         }
     }
 }
@@ -111,6 +114,21 @@ pub struct Policy {
     pub objects_cluster: Vec<Rule>,
     /// Plugins as objects, in the host's namespace: pull Secrets.
     pub objects_host: Vec<Rule>,
+    /// Per tenant (namespace, ServiceAccount): what its plugins' requests,
+    /// made as that ServiceAccount, need there: their reads (asked for it
+    /// before they load), writes and Events, and the objects they name.
+    pub tenants: BTreeMap<(String, String), Vec<Rule>>,
+}
+
+/// A tenant's plugins, as [`derive`] takes them.
+#[derive(Debug, Clone)]
+pub struct Tenant {
+    pub namespace: String,
+    pub service_account: String,
+    pub accesses: Vec<Access>,
+    /// (plugin, resource, name) of each object its specs reference:
+    /// `configmaps` or `secrets`, read with `get`.
+    pub references: Vec<(String, &'static str, String)>,
 }
 
 /// Where a grant applies: `None` is every namespace.
@@ -190,7 +208,63 @@ fn object_verbs(verbs: &std::collections::BTreeSet<Verb>) -> Vec<&'static str> {
 }
 
 /// Derives the policy. `host_namespace` and `lease` name the host's Lease.
-pub fn derive(accesses: &[Access], host_namespace: &str, lease: &str) -> Policy {
+/// The policy for `accesses` (the host's own: the folder's plugins, the
+/// Plugins', and the reads tenants' plugins make through the host's
+/// cache), plus each tenant's own rules, bound to its ServiceAccount.
+/// `accounts` are the ServiceAccount names tenants act as (the host may
+/// impersonate these).
+pub fn derive(
+    accesses: &[Access],
+    tenants: &[Tenant],
+    accounts: &BTreeSet<String>,
+    host_namespace: &str,
+    lease: &str,
+) -> Policy {
+    let (cluster, namespaced) = rules_of(accesses);
+    let mut policy = host_rules(host_namespace, lease, accounts);
+    policy.cluster = cluster;
+    policy.namespaced = namespaced;
+    for t in tenants {
+        // Confined to its namespace: its Role there holds everything (a
+        // cluster-scoped kind is nothing a Role can grant, nor a tenant
+        // read).
+        let (_, namespaced) = rules_of(&t.accesses);
+        let mut rules: Vec<Rule> = namespaced.into_values().flatten().collect();
+        for (plugin, resource, name) in &t.references {
+            let covers = |r: &Rule| {
+                r.group.is_empty()
+                    && r.resource == *resource
+                    && r.verbs.contains("get")
+                    && (r.resource_names.is_empty() || r.resource_names == [name.clone()])
+            };
+            let rule = match rules.iter_mut().find(|r| covers(r)) {
+                Some(rule) => rule,
+                None => {
+                    let mut rule = Rule::new("", (*resource).to_owned());
+                    rule.verbs.insert("get");
+                    rule.resource_names = vec![name.clone()];
+                    rules.push(rule);
+                    let last = rules.len() - 1;
+                    &mut rules[last]
+                }
+            };
+            rule.needed_by
+                .entry(plugin.clone())
+                .or_default()
+                .insert(Reason::References);
+        }
+        policy
+            .tenants
+            .entry((t.namespace.clone(), t.service_account.clone()))
+            .or_default()
+            .extend(rules);
+    }
+    policy
+}
+
+/// The rules `accesses` need: cluster-wide, and per namespace (what the
+/// cluster-wide rules grant already left out).
+fn rules_of(accesses: &[Access]) -> (Vec<Rule>, BTreeMap<String, Vec<Rule>>) {
     let mut b = Builder::default();
     for a in accesses {
         for r in &a.reads {
@@ -266,7 +340,12 @@ pub fn derive(accesses: &[Access], host_namespace: &str, lease: &str) -> Policy 
             namespaced.insert(ns, kept);
         }
     }
+    (cluster.into_values().collect(), namespaced)
+}
 
+/// The host's own rules: its Lease, `--metrics-auth`'s reviews, and Plugin
+/// objects (with the tenants' ServiceAccounts it acts as).
+fn host_rules(host_namespace: &str, lease: &str, accounts: &BTreeSet<String>) -> Policy {
     let mut create = Rule::new("coordination.k8s.io", "leases".into());
     create.verbs.insert("create");
     create.host = Some("leader election: creates the Lease when it is missing (create cannot be limited to a name)".into());
@@ -295,7 +374,8 @@ pub fn derive(accesses: &[Access], host_namespace: &str, lease: &str) -> Policy 
         status.host = Some("plugins as objects: the leader writes their status".into());
         objects.extend([read, status]);
     }
-    // A NamespacedPlugin's module ConfigMap is in its own namespace.
+    // A Plugin's module ConfigMap may be in any namespace (a
+    // NamespacedPlugin's is read as its tenant).
     let mut modules = Rule::new("", "configmaps".into());
     modules.verbs.insert("get");
     modules.host = Some(
@@ -311,14 +391,27 @@ pub fn derive(accesses: &[Access], host_namespace: &str, lease: &str) -> Policy 
         "plugins as objects: reads the registry credentials a Plugin's oci.pullSecret names".into(),
     );
 
+    // Tenants act as a ServiceAccount of their namespace: the host may
+    // impersonate those names (and read them, to tell a missing one from
+    // one without permissions), nothing else.
+    let mut impersonate = Rule::new("", "serviceaccounts".into());
+    impersonate.verbs.extend(["get", "impersonate"]);
+    impersonate.resource_names = accounts.iter().cloned().collect();
+    impersonate.host = Some(
+        "plugins as objects: a NamespacedPlugin's requests go out as its namespace's ServiceAccount (impersonate); get tells a missing one apart"
+            .into(),
+    );
+    objects.push(impersonate);
+
     Policy {
-        cluster: cluster.into_values().collect(),
-        namespaced,
+        cluster: Vec::new(),
+        namespaced: BTreeMap::new(),
         host_namespace: host_namespace.to_owned(),
         host: vec![create, renew],
         host_cluster: vec![tokens, access],
         objects_cluster: objects,
         objects_host: vec![pull],
+        tenants: BTreeMap::new(),
     }
 }
 
@@ -396,7 +489,7 @@ mod tests {
             writes: vec![],
             events: vec![],
         };
-        let p = derive(&[a, b], "kubewasm", "kubewasm");
+        let p = derive(&[a, b], &[], &BTreeSet::new(), "kubewasm", "kubewasm");
         assert_eq!(
             summary(&p.cluster),
             vec![
@@ -421,7 +514,7 @@ mod tests {
             writes: vec![write(deploy, &[Verb::Patch], AccessWhere::All)],
             events: vec![],
         };
-        let p = derive(&[a], "kubewasm", "kubewasm");
+        let p = derive(&[a], &[], &BTreeSet::new(), "kubewasm", "kubewasm");
         assert_eq!(
             summary(&p.cluster),
             vec!["apps/deployments [get,list,patch,watch] p"]
@@ -445,7 +538,13 @@ mod tests {
             )],
             events: vec![AccessWhere::List(vec!["team-a".into()])],
         };
-        let p = derive(std::slice::from_ref(&local), "kubewasm", "kubewasm");
+        let p = derive(
+            std::slice::from_ref(&local),
+            &[],
+            &BTreeSet::new(),
+            "kubewasm",
+            "kubewasm",
+        );
         assert!(p.cluster.is_empty(), "{:?}", p.cluster);
         assert_eq!(
             summary(&p.namespaced["team-a"]),
@@ -475,7 +574,13 @@ mod tests {
             ],
             events: vec![],
         };
-        let p = derive(&[local, global], "kubewasm", "kubewasm");
+        let p = derive(
+            &[local, global],
+            &[],
+            &BTreeSet::new(),
+            "kubewasm",
+            "kubewasm",
+        );
         assert_eq!(
             summary(&p.cluster),
             vec![

@@ -82,6 +82,26 @@ fn metadata(out: &mut String, name: &str, namespace: Option<&str>, opts: &RbacOp
 }
 
 fn binding(out: &mut String, kind: &str, name: &str, namespace: Option<&str>, opts: &RbacOptions) {
+    binding_to(
+        out,
+        kind,
+        name,
+        namespace,
+        opts,
+        (&opts.service_account, &opts.namespace),
+    );
+}
+
+/// A binding of the role `name` to the ServiceAccount `subject`
+/// (name, namespace).
+fn binding_to(
+    out: &mut String,
+    kind: &str,
+    name: &str,
+    namespace: Option<&str>,
+    opts: &RbacOptions,
+    subject: (&str, &str),
+) {
     let _ = writeln!(out, "---");
     let _ = writeln!(out, "apiVersion: rbac.authorization.k8s.io/v1");
     let _ = writeln!(out, "kind: {kind}Binding");
@@ -92,8 +112,8 @@ fn binding(out: &mut String, kind: &str, name: &str, namespace: Option<&str>, op
     let _ = writeln!(out, "  name: {}", scalar(name));
     let _ = writeln!(out, "subjects:");
     let _ = writeln!(out, "  - kind: ServiceAccount");
-    let _ = writeln!(out, "    name: {}", scalar(&opts.service_account));
-    let _ = writeln!(out, "    namespace: {}", scalar(&opts.namespace));
+    let _ = writeln!(out, "    name: {}", scalar(subject.0));
+    let _ = writeln!(out, "    namespace: {}", scalar(subject.1));
 }
 
 fn role(
@@ -210,6 +230,33 @@ pub fn render(opts: &RbacOptions, derived: &Derived) -> String {
             opts,
         );
     }
+    for ((ns, account), body) in &policy.tenants {
+        let name = format!("{}-tenant", opts.name);
+        let _ = writeln!(out, "---");
+        comment(
+            &mut out,
+            "",
+            &format!(
+                "The tenant {ns}'s: its NamespacedPlugins act as this ServiceAccount (the host impersonates it)."
+            ),
+        );
+        let _ = writeln!(out, "apiVersion: v1");
+        let _ = writeln!(out, "kind: ServiceAccount");
+        metadata(&mut out, account, Some(ns), opts);
+        let _ = writeln!(out, "---");
+        comment(
+            &mut out,
+            "",
+            &format!(
+                "What the tenant {ns}'s plugins may do there, as {account}: their reads, writes and Events, and the objects their specs name."
+            ),
+        );
+        let _ = writeln!(out, "apiVersion: rbac.authorization.k8s.io/v1");
+        let _ = writeln!(out, "kind: Role");
+        metadata(&mut out, &name, Some(ns), opts);
+        rules(&mut out, body);
+        binding_to(&mut out, "Role", &name, Some(ns), opts, (account, ns));
+    }
     if opts.host_role {
         role(
             &mut out,
@@ -274,7 +321,7 @@ mod tests {
         let derived = Derived {
             folder: Vec::new(),
             objects: Vec::new(),
-            policy: super::super::policy::derive(&[], "ops", "kubewasm"),
+            policy: super::super::policy::derive(&[], &[], &Default::default(), "ops", "kubewasm"),
             notes: Vec::new(),
         };
         let text = render(&opts, &derived);

@@ -262,6 +262,10 @@ impl StoreCaps {
 pub struct MemoryBudget {
     total: u64,
     held: parking_lot::Mutex<BudgetState>,
+    /// The key that sets `total`, as refusals name it.
+    what: String,
+    /// The most plugins it holds at once, and the key that sets it.
+    max_plugins: Option<(u32, String)>,
 }
 
 #[derive(Debug, Default)]
@@ -287,6 +291,18 @@ pub struct Reservation {
     budget: Arc<MemoryBudget>,
     plugin: Arc<str>,
     id: u64,
+    /// Another budget's share, held and returned with this one (a
+    /// tenant's namespace quota and the tenants' total).
+    also: Option<Box<Reservation>>,
+}
+
+impl Reservation {
+    /// This share and `other`, held together.
+    #[must_use]
+    pub fn with(mut self, other: Reservation) -> Self {
+        self.also = Some(Box::new(other));
+        self
+    }
 }
 
 impl Drop for Reservation {
@@ -303,9 +319,18 @@ impl Drop for Reservation {
 
 impl MemoryBudget {
     pub fn new(total: u64) -> Self {
+        Self::named(total, "the host's ceiling limits.totalMemory", None)
+    }
+
+    /// A budget of `total` bytes whose refusals name `what` (the host
+    /// config key that sets it), holding at most `max_plugins` plugins
+    /// when given.
+    pub fn named(total: u64, what: &str, max_plugins: Option<(u32, String)>) -> Self {
         Self {
             total,
             held: parking_lot::Mutex::default(),
+            what: what.to_owned(),
+            max_plugins,
         }
     }
 
@@ -325,8 +350,17 @@ impl MemoryBudget {
         let others = held.total() - mine;
         if others.saturating_add(mine.max(bytes)) > self.total {
             return Err(format!(
-                "the plugin's limits.memory x limits.concurrency ({bytes} bytes) and the {others} bytes the other loaded plugins reserve exceed the host's ceiling limits.totalMemory ({} bytes, host config): lower the plugins' limits or raise limits.totalMemory",
-                self.total
+                "the plugin's limits.memory x limits.concurrency ({bytes} bytes) and the {others} bytes the other loaded plugins reserve exceed {} ({} bytes, host config): lower the plugins' limits or raise it",
+                self.what, self.total
+            ));
+        }
+        if let Some((max, what)) = &self.max_plugins
+            && !held.plugins.contains_key(&plugin)
+            && held.plugins.len() >= usize::try_from(*max).unwrap_or(usize::MAX)
+        {
+            return Err(format!(
+                "{} plugins are served already, as many as {what} allows ({max}): remove one or raise it",
+                held.plugins.len()
             ));
         }
         held.next += 1;
@@ -339,6 +373,7 @@ impl MemoryBudget {
             budget: self.clone(),
             plugin,
             id,
+            also: None,
         })
     }
 }

@@ -43,6 +43,11 @@ pub struct Manifest {
     /// `access`, validated at parse time.
     #[serde(skip)]
     pub rules: Option<Vec<Rule>>,
+    /// The tenant namespace of a NamespacedPlugin's manifest (never read
+    /// from a file): admitted against the tenants' ceiling and that
+    /// namespace's quota, not the host's.
+    #[serde(skip)]
+    pub tenant: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]

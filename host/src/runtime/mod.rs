@@ -20,6 +20,7 @@ pub mod limits;
 pub mod manifest;
 pub mod network;
 pub mod stdio;
+pub mod tenants;
 pub mod tier;
 pub mod v0_1;
 pub mod v0_2;
@@ -80,6 +81,9 @@ pub enum LoadError {
     Start(String),
     #[error("{0}")]
     OverCeiling(String),
+    /// A tenant namespace's quota (plugins, memory) is spent.
+    #[error("{0}")]
+    OverQuota(String),
     /// Compiling failed for a reason other than the component itself.
     #[error("{0}")]
     Compile(CompileError),
@@ -123,6 +127,9 @@ pub struct Runtime {
     /// The memory the loaded plugin versions reserve, against the
     /// ceiling's `totalMemory`.
     budget: Arc<limits::MemoryBudget>,
+    /// Tenants' (NamespacedPlugins') own ceiling and quotas: they never
+    /// draw on `ceiling` or `budget`.
+    tenants: Arc<tenants::TenantPolicy>,
     telemetry: Option<crate::telemetry::Telemetry>,
 }
 
@@ -367,10 +374,43 @@ impl Runtime {
             fast: Arc::default(),
             ceiling: Arc::default(),
             budget: Arc::default(),
+            tenants: Arc::default(),
             telemetry: None,
         };
         runtime.install_ceiling(limits::Ceiling::default());
         Ok(runtime)
+    }
+
+    /// Sets the tenants' ceiling and quotas (a manifest with
+    /// [`Manifest::tenant`] set is admitted against them alone).
+    #[must_use]
+    pub fn with_tenants(mut self, policy: tenants::TenantPolicy) -> Self {
+        self.tenants = Arc::new(policy);
+        self
+    }
+
+    /// The tenants' ceiling and quotas in force.
+    pub fn tenants(&self) -> &Arc<tenants::TenantPolicy> {
+        &self.tenants
+    }
+
+    /// The ceiling a plugin with `manifest` is held to: the tenants' for a
+    /// tenant's, else the host's.
+    fn ceiling_for(&self, manifest: &Manifest) -> &limits::Ceiling {
+        match manifest.tenant {
+            Some(_) => self.tenants.ceiling(),
+            None => &self.ceiling,
+        }
+    }
+
+    /// Checks `manifest`'s limits against its ceiling ([`Self::ceiling_for`]).
+    fn check_limits(&self, manifest: &Manifest) -> Result<(), LoadError> {
+        self.ceiling_for(manifest)
+            .check(&manifest.limits)
+            .map_err(|e| match manifest.tenant {
+                Some(_) => LoadError::OverCeiling(tenants::as_tenants(&e)),
+                None => LoadError::OverCeiling(e),
+            })
     }
 
     /// Sets the host-wide ceiling on sidecar limits and grants (and a fresh
@@ -519,6 +559,7 @@ impl Runtime {
         };
         let tiered = self.tiered(base.tier)?;
         let (_, pre) = Self::pre(&tiered, &component)?;
+        let store_caps = self.ceiling_for(&manifest).store_caps();
         Ok(Prepared {
             name: base.name.clone(),
             version: base.version.clone(),
@@ -532,7 +573,7 @@ impl Runtime {
             compile_time: Duration::ZERO,
             instantiations: std::sync::atomic::AtomicU64::new(0),
             cap_counters: limits::CapCounters::default(),
-            store_caps: self.ceiling.store_caps(),
+            store_caps,
             harness: base.harness.clone(),
             _pin: None,
             _reservation: reservation,
@@ -548,6 +589,23 @@ impl Runtime {
         name: &str,
         mut manifest: Manifest,
     ) -> Result<(Manifest, limits::Reservation), LoadError> {
+        if let Some(namespace) = manifest.tenant.clone() {
+            self.check_limits(&manifest)?;
+            manifest.grants.dirs = self
+                .tenants
+                .ceiling()
+                .grants
+                .check(&manifest.grants)
+                .map_err(|e| LoadError::OverCeiling(tenants::as_tenants(&e)))?;
+            let reservation = self
+                .tenants
+                .admit(&namespace, name, &manifest.limits)
+                .map_err(|e| match e {
+                    tenants::Refused::Ceiling(e) => LoadError::OverCeiling(e),
+                    tenants::Refused::Quota(e) => LoadError::OverQuota(e),
+                })?;
+            return Ok((manifest, reservation));
+        }
         self.ceiling
             .check(&manifest.limits)
             .map_err(LoadError::OverCeiling)?;
@@ -566,9 +624,7 @@ impl Runtime {
     /// What can be refused before compiling: the sidecar's limits and the
     /// file's header.
     pub fn check_file(&self, bytes: &[u8], manifest: &Manifest) -> Result<(), LoadError> {
-        self.ceiling
-            .check(&manifest.limits)
-            .map_err(LoadError::OverCeiling)?;
+        self.check_limits(manifest)?;
         if bytes.len() < 8 {
             return Err(LoadError::Truncated);
         }
@@ -673,6 +729,7 @@ impl Runtime {
             %tier,
             "component checked"
         );
+        let store_caps = self.ceiling_for(&manifest).store_caps();
         Ok(Prepared {
             name: Arc::from(name),
             version: Arc::from(version),
@@ -690,7 +747,7 @@ impl Runtime {
                 .as_ref()
                 .map(|t| t.metrics().plugin_caps(name))
                 .unwrap_or_default(),
-            store_caps: self.ceiling.store_caps(),
+            store_caps,
             harness: None,
             _pin: pin,
             _reservation: reservation,

@@ -2,6 +2,7 @@
 //! discovery into the kind registry, the watch source and the action sink.
 
 pub mod discovery;
+pub mod impersonate;
 pub mod raw;
 pub mod watch;
 pub mod write;
@@ -13,6 +14,7 @@ use kube::{Client, Config};
 use serde::{Deserialize, Serialize};
 
 pub use discovery::Discovery;
+pub use impersonate::{Impersonations, ServiceAccountRef};
 pub use watch::{InitialList, KubeSource};
 pub use write::KubeSink;
 

@@ -23,6 +23,8 @@ use crate::actions::{Action, EventType, PatchType, Propagation, Target};
 use crate::kind::KindInfo;
 use crate::telemetry::Identity;
 
+use super::impersonate::{Impersonations, ServiceAccountRef, is_tenant_plugin};
+
 mod classify;
 
 use classify::is_bare_422;
@@ -73,6 +75,8 @@ pub struct KubeSink {
     /// it (admission, validation, RBAC, preconditions, conflicts) and
     /// persists nothing (`kubewasm record`).
     server_dry_run: bool,
+    /// Tenant plugins' writes go out as their ServiceAccount.
+    impersonations: Impersonations,
 }
 
 impl std::fmt::Debug for KubeSink {
@@ -97,6 +101,28 @@ impl KubeSink {
             seq: AtomicU64::new(0),
             series: parking_lot::Mutex::default(),
             server_dry_run: false,
+            impersonations: Impersonations::default(),
+        }
+    }
+
+    /// Sends each tenant plugin's writes (and the reads they lead to) as
+    /// the ServiceAccount `impersonations` names for it; a tenant plugin
+    /// it names none for is refused every write.
+    #[must_use]
+    pub fn with_impersonations(mut self, impersonations: Impersonations) -> Self {
+        self.impersonations = impersonations;
+        self
+    }
+
+    /// Who `plugin`'s requests go out as: the host (`None`), or a tenant's
+    /// ServiceAccount; a tenant plugin with none is refused.
+    fn account_of(&self, plugin: &str) -> Result<Option<ServiceAccountRef>, ActionError> {
+        match self.impersonations.get(plugin) {
+            Some(account) => Ok(Some(account)),
+            None if is_tenant_plugin(plugin) => Err(ActionError::Forbidden(format!(
+                "tenant plugin {plugin} has no ServiceAccount to act as (it is not, or no longer, loaded from its NamespacedPlugin): nothing is sent with the host's credentials"
+            ))),
+            None => Ok(None),
         }
     }
 
@@ -116,6 +142,24 @@ impl KubeSink {
 
     fn request(&self, target: &Target) -> Request {
         Request::new(self.api(target).resource_url())
+    }
+
+    /// Reads the target object as `account` (the host when `None`).
+    async fn read(
+        &self,
+        target: &Target,
+        account: Option<&ServiceAccountRef>,
+    ) -> Result<DynamicObject, kube::Error> {
+        let mut request = self
+            .request(target)
+            .get(&target.name, &kube::api::GetParams::default())
+            .map_err(kube::Error::BuildRequest)?;
+        if let Some(account) = account {
+            account
+                .impersonate(&mut request)
+                .map_err(|e| kube::Error::Service(Box::new(e)))?;
+        }
+        self.client.request::<DynamicObject>(request).await
     }
 
     /// Sends one write and reads its answer, keeping the `Retry-After`
@@ -138,13 +182,20 @@ impl KubeSink {
     async fn send(
         &self,
         write: Write<'_>,
+        account: Option<&ServiceAccountRef>,
         request: Result<http::Request<Vec<u8>>, kube::core::request::Error>,
     ) -> Result<(), Failed> {
         let span = tracing::Span::current();
-        let request = request.map_err(|e| {
+        let mut request = request.map_err(|e| {
             span.record("error", "request not built");
             kube::Error::BuildRequest(e)
         })?;
+        if let Some(account) = account {
+            account.impersonate(&mut request).map_err(|e| {
+                span.record("error", "request not built");
+                kube::Error::Service(Box::new(e))
+            })?;
+        }
         let response = self
             .client
             .send(request.map(kube::client::Body::from))
@@ -176,6 +227,8 @@ impl KubeSink {
     }
 
     async fn run(&self, plugin: &str, action: &Action) -> Result<(), ActionError> {
+        let account = self.account_of(plugin)?;
+        let account = account.as_ref();
         let what = || format!("{} {}", action.verb(), action.target());
         let fail = |f: Failed| classify_failed(action, &what(), f);
         match action {
@@ -199,7 +252,7 @@ impl KubeSink {
                 } else {
                     request.patch(&target.name, &params, &patch)
                 };
-                self.send(write, request).await.map_err(fail)
+                self.send(write, account, request).await.map_err(fail)
             }
             Action::Patch {
                 target,
@@ -220,7 +273,7 @@ impl KubeSink {
                             &params,
                             &Patch::Merge(&patch),
                         );
-                        self.send(Write::to("patch", target), request)
+                        self.send(Write::to("patch", target), account, request)
                             .await
                             .map_err(fail)
                     }
@@ -236,11 +289,14 @@ impl KubeSink {
                             &params,
                             &Patch::<()>::Json(ops.clone()),
                         );
-                        match self.send(Write::to("patch", target), request).await {
+                        match self
+                            .send(Write::to("patch", target), account, request)
+                            .await
+                        {
                             Ok(()) => Ok(()),
-                            Err(f) if is_bare_422(&f.error) => {
-                                Err(self.why_json_patch_failed(target, &what(), &ops, f).await)
-                            }
+                            Err(f) if is_bare_422(&f.error) => Err(self
+                                .why_json_patch_failed(target, account, &what(), &ops, f)
+                                .await),
                             Err(f) => Err(fail(f)),
                         }
                     }
@@ -265,7 +321,7 @@ impl KubeSink {
                     ..DeleteParams::default()
                 };
                 let request = self.request(target).delete(&target.name, &params);
-                self.send(Write::to("delete", target), request)
+                self.send(Write::to("delete", target), account, request)
                     .await
                     .map_err(fail)
             }
@@ -276,8 +332,14 @@ impl KubeSink {
                 note,
                 reporter,
             } => {
-                self.record_event(plugin, reporter, regarding, *event_type, reason, note)
-                    .await
+                let event = EventParts {
+                    reporter,
+                    regarding,
+                    event_type: *event_type,
+                    reason,
+                    note,
+                };
+                self.record_event(plugin, account, event).await
             }
         }
     }
@@ -295,6 +357,7 @@ impl KubeSink {
     async fn why_json_patch_failed(
         &self,
         target: &Target,
+        account: Option<&ServiceAccountRef>,
         what: &str,
         ops: &json_patch::Patch,
         failed: Failed,
@@ -307,7 +370,7 @@ impl KubeSink {
             .0
             .iter()
             .any(|op| matches!(op, json_patch::PatchOperation::Test(_)));
-        let object = match self.api(target).get(&target.name).await {
+        let object = match self.read(target, account).await {
             Ok(o) => serde_json::to_value(o).map_err(kube::Error::SerdeError),
             Err(e) => Err(e),
         };
@@ -355,12 +418,16 @@ impl KubeSink {
     async fn record_event(
         &self,
         plugin: &str,
-        reporter: &str,
-        regarding: &Target,
-        event_type: EventType,
-        reason: &str,
-        note: &str,
+        account: Option<&ServiceAccountRef>,
+        event: EventParts<'_>,
     ) -> Result<(), ActionError> {
+        let EventParts {
+            reporter,
+            regarding,
+            event_type,
+            reason,
+            note,
+        } = event;
         let events = KindInfo::new("events.k8s.io", "v1", "Event", "events", true);
         let ns = regarding.namespace.as_deref().unwrap_or("default");
         let url = super::dynamic_api::<DynamicObject>(&self.client, &events, Some(ns))
@@ -401,7 +468,11 @@ impl KubeSink {
                 subresource: None,
             };
             match self
-                .send(write, request.patch(&name, &params, &Patch::Merge(&series)))
+                .send(
+                    write,
+                    account,
+                    request.patch(&name, &params, &Patch::Merge(&series)),
+                )
                 .await
             {
                 Ok(()) => {
@@ -442,7 +513,7 @@ impl KubeSink {
             field_manager: Some(field_manager(plugin)),
             dry_run: self.server_dry_run,
         };
-        self.send(write, request.create(&params, body))
+        self.send(write, account, request.create(&params, body))
             .await
             .map_err(|f| classify_request(&what, f))?;
         if self.server_dry_run {
@@ -522,6 +593,15 @@ impl KubeSink {
             },
         })
     }
+}
+
+/// What an Event action records.
+struct EventParts<'a> {
+    reporter: &'a str,
+    regarding: &'a Target,
+    event_type: EventType,
+    reason: &'a str,
+    note: &'a str,
 }
 
 /// How long a repeated Event is counted in the first one's series (kube's
