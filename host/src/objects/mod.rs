@@ -7,6 +7,7 @@
 //! which the leader writes.
 
 mod fetch;
+mod keyed;
 pub mod migrate;
 mod status;
 mod tenant;
@@ -16,7 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use backon::BackoffBuilder;
-use futures::{StreamExt, stream};
+use futures::{FutureExt, StreamExt, stream};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, ResourceExt};
@@ -38,6 +39,10 @@ use crate::source::kube::{Impersonations, ServiceAccountRef};
 /// How often specs that could not be served are tried again (a registry
 /// back up, a ConfigMap created, a CRD installed).
 const RETRY: Duration = Duration::from_secs(30);
+
+/// Pulls from one registry at once: a registry that stalls holds this
+/// many reconciles, and only of the objects that name it.
+const PULLS_PER_REGISTRY: usize = 2;
 
 /// Why the Plugin kinds cannot be watched yet (`PluginObjects::run`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -100,7 +105,7 @@ pub fn tenant_allowed(tenant_namespaces: &[String], namespace: &str) -> bool {
 }
 
 /// Which object a plugin came from.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 enum Source {
     Cluster(String),
     Tenant { namespace: String, name: String },
@@ -161,6 +166,8 @@ pub struct PluginObjects {
     known: Mutex<BTreeMap<Source, Known>>,
     /// Tenant plugins' accounts, shared with the action sink.
     impersonations: Impersonations,
+    /// Per registry host, the pulls it may serve at once.
+    registries: parking_lot::Mutex<BTreeMap<String, Arc<tokio::sync::Semaphore>>>,
 }
 
 /// A watch event of either kind.
@@ -218,6 +225,7 @@ impl PluginObjects {
                 .to_owned(),
             known: Mutex::new(BTreeMap::new()),
             impersonations: Impersonations::default(),
+            registries: parking_lot::Mutex::default(),
         })
     }
 
@@ -315,6 +323,23 @@ impl PluginObjects {
             .map(|e| e.map(Change::Tenant))
             .boxed();
         let mut changes = stream::select(cluster, tenants);
+        // Reconciles and unloads run off this loop, one at a time per
+        // object: a slow registry holds only the objects that name it.
+        let reconciles = keyed::Keyed::new(Op::merge, cancel.child_token());
+        let work: keyed::Run<Source, Op> = {
+            let this = self.clone();
+            Arc::new(move |source, op| {
+                let this = this.clone();
+                async move {
+                    match op {
+                        Op::Reconcile { obj, retrying } => this.reconcile(obj, retrying).await,
+                        Op::Remove => this.remove(&source).await,
+                    }
+                }
+                .boxed()
+            })
+        };
+        let submit = |source: Source, op: Op| reconciles.submit(source, op, &work);
         let mut leader = self.leadership.subscribe();
         let mut retry = tokio::time::interval(RETRY);
         retry.tick().await;
@@ -327,7 +352,7 @@ impl PluginObjects {
             tokio::select! {
                 () = cancel.cancelled() => break,
                 change = changes.next() => match change {
-                    Some(Ok(change)) => self.apply(change, &mut listing).await,
+                    Some(Ok(change)) => self.apply(change, &mut listing, &reconciles.keys(), &submit).await,
                     Some(Err(e)) => tracing::warn!(error = %e, "watching Plugin objects failed; retrying"),
                     None => break,
                 },
@@ -336,13 +361,23 @@ impl PluginObjects {
                         self.write_all_statuses().await;
                     }
                 }
-                _ = retry.tick() => self.retry_refused(|_| true).await,
-                Ok(()) = freed.changed() => self.retry_refused(|reason| reason == "NameTaken").await,
+                _ = retry.tick() => self.retry_refused(|_| true, &submit).await,
+                Ok(()) = freed.changed() => self.retry_refused(|reason| reason == "NameTaken", &submit).await,
             }
         }
+        reconciles.stopped().await;
     }
 
-    async fn apply(&self, change: Change, listing: &mut [Option<BTreeSet<Source>>; 2]) {
+    /// Submits what a watch event asks for; `busy` are the objects whose
+    /// reconcile is under way (not known yet, but to be unloaded if a
+    /// relist no longer lists them).
+    async fn apply(
+        &self,
+        change: Change,
+        listing: &mut [Option<BTreeSet<Source>>; 2],
+        busy: &[Source],
+        submit: &(dyn Fn(Source, Op) + Sync),
+    ) {
         let (slot, event) = match change {
             Change::Cluster(e) => (0, seen(e, object_of_cluster)),
             Change::Tenant(e) => (1, seen(e, object_of_tenant)),
@@ -353,24 +388,25 @@ impl PluginObjects {
                 if let Some(seen) = listing[slot].as_mut() {
                     seen.insert(obj.source.clone());
                 }
-                self.reconcile(obj, false).await;
+                submit(obj.source.clone(), Op::reconcile(obj));
             }
-            Event::Apply(obj) => self.reconcile(obj, false).await,
-            Event::Delete(obj) => self.remove(&obj.source).await,
+            Event::Apply(obj) => submit(obj.source.clone(), Op::reconcile(obj)),
+            Event::Delete(obj) => submit(obj.source, Op::Remove),
             Event::InitDone => {
                 // Objects deleted while the watch was down are unloaded.
                 let seen = listing[slot].take().unwrap_or_default();
-                let gone: Vec<Source> = self
+                let gone: BTreeSet<Source> = self
                     .known
                     .lock()
                     .await
                     .keys()
+                    .chain(busy)
                     .filter(|s| matches!(s, Source::Cluster(_)) == (slot == 0))
                     .filter(|s| !seen.contains(s))
                     .cloned()
                     .collect();
                 for source in gone {
-                    self.remove(&source).await;
+                    submit(source, Op::Remove);
                 }
             }
         }
@@ -392,7 +428,11 @@ impl PluginObjects {
 
     /// Reconciles again the objects whose spec was refused for a reason
     /// `due` accepts.
-    async fn retry_refused(&self, due: impl Fn(&str) -> bool) {
+    async fn retry_refused(
+        &self,
+        due: impl Fn(&str) -> bool,
+        submit: &(dyn Fn(Source, Op) + Sync),
+    ) {
         let refused: Vec<Seen> = self
             .known
             .lock()
@@ -406,7 +446,13 @@ impl PluginObjects {
             })
             .collect();
         for obj in refused {
-            self.reconcile(obj, true).await;
+            submit(
+                obj.source.clone(),
+                Op::Reconcile {
+                    obj,
+                    retrying: true,
+                },
+            );
         }
     }
 
@@ -604,12 +650,35 @@ impl PluginObjects {
         if let Source::Tenant { namespace, .. } = &obj.source {
             manifest.tenant = Some(namespace.clone());
         }
+        let _slot = self.registry_slot(&parts.module).await;
         let fetched = self
             .fetcher
             .fetch(&parts.module, namespace, account.as_ref())
             .await
             .map_err(|e| (e.reason(), e.to_string()))?;
         Ok((manifest, fetched, account))
+    }
+
+    /// A slot of the registry an OCI module is pulled from
+    /// ([`PULLS_PER_REGISTRY`]); `None` for other sources.
+    async fn registry_slot(
+        &self,
+        module: &crate::crd::ModuleSource,
+    ) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        let reference = module
+            .oci
+            .as_ref()?
+            .reference
+            .parse::<crate::oci::Reference>()
+            .ok()?;
+        let registry = reference.resolve_registry().to_ascii_lowercase();
+        let slots = self
+            .registries
+            .lock()
+            .entry(registry)
+            .or_insert_with(|| Arc::new(tokio::sync::Semaphore::new(PULLS_PER_REGISTRY)))
+            .clone();
+        slots.acquire_owned().await.ok()
     }
 
     async fn write_all_statuses(&self) {
@@ -660,6 +729,38 @@ impl PluginObjects {
                 let api = Api::<NamespacedPlugin>::namespaced(self.client.clone(), namespace);
                 status::apply(&api, name, manager, part).await
             }
+        }
+    }
+}
+
+/// What one object's queue runs ([`keyed::Keyed`]).
+enum Op {
+    /// Load or swap to what the object names; `retrying` a refused spec
+    /// (run even if the generation was seen).
+    Reconcile { obj: Seen, retrying: bool },
+    /// Unload the object's plugin.
+    Remove,
+}
+
+impl Op {
+    fn reconcile(obj: Seen) -> Self {
+        Self::Reconcile {
+            obj,
+            retrying: false,
+        }
+    }
+
+    /// A newer request over one that still waits: the newer wins; two
+    /// reconciles keep the retry if either was one.
+    fn merge(earlier: Self, newer: Self) -> Self {
+        match (earlier, newer) {
+            (Self::Reconcile { retrying: a, .. }, Self::Reconcile { obj, retrying: b }) => {
+                Self::Reconcile {
+                    obj,
+                    retrying: a || b,
+                }
+            }
+            (_, newer) => newer,
         }
     }
 }
