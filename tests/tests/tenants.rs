@@ -309,7 +309,8 @@ async fn tenants_draw_on_their_own_ceiling_and_quota() {
         |_| {},
     );
     let plugins = api(&client, "NamespacedPlugin", Some(team));
-    let access = json!([{"kinds": ["configmaps", "pods"], "verbs": ["read"]}]);
+    // testkit declares writes of both kinds.
+    let access = json!([{"kinds": ["configmaps", "pods"], "verbs": ["read", "patch"]}]);
     let with = |extra: Value| {
         let mut spec = testkit_spec(json!({"mode": "ok"}), access.clone());
         for (k, v) in extra.as_object().unwrap() {

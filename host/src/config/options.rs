@@ -222,6 +222,19 @@ impl RunSettings {
         if let Some(c) = &self.limits {
             c.validate().map_err(ConfigError::OutOfRange)?;
         }
+        if let Some(c) = self
+            .plugin_objects
+            .as_ref()
+            .and_then(|o| o.tenants.as_ref())
+            .and_then(|t| t.ceiling.as_ref())
+        {
+            c.ceiling().validate().map_err(|e| {
+                ConfigError::OutOfRange(format!(
+                    "pluginObjects.tenants.ceiling.{}",
+                    crate::runtime::tenants::as_tenants(&e)
+                ))
+            })?;
+        }
         if self.compile_cache_max == Some(0) {
             return bad(
                 "compileCacheMax must be more than 0 (it caps the compile cache; leave it out for 1Gi)"

@@ -148,11 +148,11 @@ pub struct TenantSettings {
     pub namespaces: Option<std::collections::BTreeMap<String, TenantNamespaceSettings>>,
     /// The most a NamespacedPlugin may ask for, apart from the operator's
     /// ceiling (`limits`, `grants`), which a tenant never draws on. By
-    /// default small limits and no grants at all.
+    /// default a plugin's default limits (two instances) and no grants.
     pub ceiling: Option<crate::runtime::tenants::TenantCeilingSettings>,
     /// What each tenant namespace may hold (plugins, memory x
     /// concurrency, actions a second), unless `namespaces` says otherwise;
-    /// by default 5 plugins, 256Mi and 50 actions a second.
+    /// by default 5 plugins, 256Mi and 100 actions a second.
     pub quota: Option<crate::runtime::tenants::QuotaSettings>,
 }
 

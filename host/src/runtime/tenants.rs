@@ -35,7 +35,7 @@ pub struct TenantCeilingSettings {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
 pub struct TenantLimits {
-    /// Linear memory per instance (default `64Mi`).
+    /// Linear memory per instance (default `64Mi`, a plugin's default).
     #[serde(deserialize_with = "de_opt_bytes")]
     #[schemars(schema_with = "crate::runtime::manifest::size_schema")]
     pub memory: Option<u64>,
@@ -43,17 +43,17 @@ pub struct TenantLimits {
     #[serde(default, with = "humantime_serde")]
     #[schemars(schema_with = "crate::runtime::manifest::duration_schema")]
     pub timeout: Option<Duration>,
-    /// Live object handles per instance (default 10,000).
+    /// Live object handles per instance (default 100,000).
     pub handles: Option<u32>,
-    /// Actions per call (default 100).
+    /// Actions per call (default 1,000).
     pub actions_per_call: Option<u32>,
-    /// Action rate of one plugin (default 50 a second).
+    /// Action rate of one plugin (default 100 a second).
     pub actions_per_second: Option<u32>,
-    /// Log bytes per call (default `64Ki`).
+    /// Log bytes per call (default `1Mi`).
     #[serde(deserialize_with = "de_opt_bytes")]
     #[schemars(schema_with = "crate::runtime::manifest::size_schema")]
     pub log_bytes_per_call: Option<u64>,
-    /// Bytes of applied objects and patches per call (default `4Mi`).
+    /// Bytes of applied objects and patches per call (default `8Mi`).
     #[serde(deserialize_with = "de_opt_bytes")]
     #[schemars(schema_with = "crate::runtime::manifest::size_schema")]
     pub action_bytes_per_call: Option<u64>,
@@ -94,7 +94,7 @@ pub struct QuotaSettings {
     #[serde(deserialize_with = "de_opt_bytes")]
     #[schemars(schema_with = "crate::runtime::manifest::size_schema")]
     pub memory: Option<u64>,
-    /// Actions a second of the namespace's plugins together (default 50).
+    /// Actions a second of the namespace's plugins together (default 100).
     pub actions_per_second: Option<u32>,
 }
 
@@ -111,7 +111,7 @@ impl Default for Quota {
         Self {
             plugins: 5,
             memory: 256 << 20,
-            actions_per_second: 50,
+            actions_per_second: 100,
         }
     }
 }
@@ -130,16 +130,18 @@ impl Quota {
 }
 
 /// The ceiling a tenant plugin is admitted against when the host config
-/// says nothing: small, and nothing of the outside world.
+/// says nothing: a plugin's defaults (what a spec without `limits` gets)
+/// and no more, but two instances; nothing of the outside world.
 pub fn tenant_default_ceiling() -> Ceiling {
+    let d = Limits::default();
     Ceiling {
-        memory: 64 << 20,
-        timeout: Duration::from_secs(1),
-        handles: 10_000,
-        actions_per_call: 100,
-        actions_per_second: 50,
-        log_bytes_per_call: 64 << 10,
-        action_bytes_per_call: 4 << 20,
+        memory: d.memory,
+        timeout: d.timeout,
+        handles: d.handles,
+        actions_per_call: d.actions_per_call,
+        actions_per_second: d.actions_per_second,
+        log_bytes_per_call: d.log_bytes_per_call,
+        action_bytes_per_call: d.action_bytes_per_call,
         concurrency: 2,
         plugin_memory: 128 << 20,
         total_memory: 1 << 30,
@@ -354,6 +356,7 @@ pub fn as_tenants(message: &str) -> String {
             "the tenants' ceiling pluginObjects.tenants.ceiling.",
         )
         .replace("the sidecar's ", "the spec's ")
+        .replace("in the sidecar", "in the spec")
 }
 
 #[cfg(test)]
