@@ -453,7 +453,8 @@ async fn a_folder_plugin_and_a_plugin_object_never_replace_each_other() {
 /// objects of the kubeconfig's cluster (the context named) and renders
 /// their access as the host grants it: the Plugin's in the ClusterRole and
 /// a Role where it lists a namespace, the tenant's in a Role in its own
-/// namespace only.
+/// namespace only, bound to its ServiceAccount (the host keeps the reads
+/// its cache makes there).
 #[tokio::test]
 async fn rbac_from_the_cluster_follows_the_plugin_objects() {
     let _serial = SERIAL.lock().await;
@@ -528,12 +529,22 @@ async fn rbac_from_the_cluster_follows_the_plugin_objects() {
             String::new(),
             vec!["apps/deployments create,get,list,patch,watch".to_owned()],
         ),
+        // The host's there: what its cache lists and watches, for both.
+        (
+            "Role".to_owned(),
+            "rbac-tenant".to_owned(),
+            vec![
+                "/configmaps get,list,watch".to_owned(),
+                "/secrets get,list,watch".to_owned(),
+            ],
+        ),
+        // The tenant's own, bound to its ServiceAccount: its reads (asked
+        // for it), its deletes and Events, and its module ConfigMap.
         (
             "Role".to_owned(),
             "rbac-tenant".to_owned(),
             vec![
                 "/configmaps delete,get,list,watch".to_owned(),
-                "/secrets get,list,watch".to_owned(),
                 "events.k8s.io/events create,patch".to_owned(),
             ],
         ),
