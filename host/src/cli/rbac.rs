@@ -75,7 +75,7 @@ pub(crate) async fn rbac(args: RbacArgs) -> anyhow::Result<()> {
             .as_ref()
             .and_then(|o| o.tenants.as_ref())
         {
-            opts.tenant_accounts = kubewasm::objects::TenantAccounts::from_settings(tenants);
+            opts.tenant_accounts = tenants.accounts();
         }
         opts.tenant_namespaces = Some(
             settings

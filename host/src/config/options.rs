@@ -137,7 +137,7 @@ impl RunSettings {
                 tenant_accounts: settings
                     .as_ref()
                     .and_then(|s| s.tenants.as_ref())
-                    .map(crate::objects::TenantAccounts::from_settings)
+                    .map(crate::config::TenantSettings::accounts)
                     .unwrap_or_default(),
                 tenant_limits: {
                     let tenants = settings.as_ref().and_then(|s| s.tenants.as_ref());

@@ -156,6 +156,19 @@ pub struct TenantSettings {
     pub quota: Option<crate::runtime::tenants::QuotaSettings>,
 }
 
+impl TenantSettings {
+    /// Which ServiceAccount each tenant namespace acts as.
+    pub fn accounts(&self) -> crate::objects::TenantAccounts {
+        crate::objects::TenantAccounts::new(
+            self.service_account.clone(),
+            self.namespaces
+                .iter()
+                .flatten()
+                .filter_map(|(ns, s)| Some((ns.clone(), s.service_account.clone()?))),
+        )
+    }
+}
+
 /// One tenant namespace's settings.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]

@@ -19,7 +19,6 @@ use kube::api::PostParams;
 use kube::core::Request;
 use serde::de::DeserializeOwned;
 
-use crate::config::TenantSettings;
 use crate::crd::PluginParts;
 use crate::runtime::access::{GrantKind, Verb};
 use crate::source::kube::ServiceAccountRef;
@@ -49,18 +48,15 @@ impl Default for TenantAccounts {
 }
 
 impl TenantAccounts {
-    pub fn from_settings(settings: &TenantSettings) -> Self {
+    /// `default` (else [`DEFAULT_SERVICE_ACCOUNT`]) for every tenant
+    /// namespace but those `per_namespace` names (namespace, account).
+    pub fn new(
+        default: Option<String>,
+        per_namespace: impl IntoIterator<Item = (String, String)>,
+    ) -> Self {
         Self {
-            default: settings
-                .service_account
-                .clone()
-                .unwrap_or_else(|| DEFAULT_SERVICE_ACCOUNT.to_owned()),
-            per_namespace: settings
-                .namespaces
-                .iter()
-                .flatten()
-                .filter_map(|(ns, s)| Some((ns.clone(), s.service_account.clone()?)))
-                .collect(),
+            default: default.unwrap_or_else(|| DEFAULT_SERVICE_ACCOUNT.to_owned()),
+            per_namespace: per_namespace.into_iter().collect(),
         }
     }
 
@@ -234,22 +230,10 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::TenantNamespaceSettings;
 
     #[test]
     fn each_namespace_acts_as_its_account() {
-        let accounts = TenantAccounts::from_settings(&TenantSettings {
-            service_account: None,
-            ceiling: None,
-            quota: None,
-            namespaces: Some(BTreeMap::from([(
-                "team-b".to_owned(),
-                TenantNamespaceSettings {
-                    service_account: Some("plugins".into()),
-                    quota: None,
-                },
-            )])),
-        });
+        let accounts = TenantAccounts::new(None, [("team-b".to_owned(), "plugins".to_owned())]);
         assert_eq!(
             accounts.account("team-a").username(),
             "system:serviceaccount:team-a:kubewasm-tenant"

@@ -512,19 +512,9 @@ mod tests {
         .unwrap();
         let opts = RbacOptions {
             objects: vec![dir.path().to_owned()],
-            tenant_accounts: crate::objects::TenantAccounts::from_settings(
-                &crate::config::TenantSettings {
-                    service_account: None,
-                    ceiling: None,
-                    quota: None,
-                    namespaces: Some(std::collections::BTreeMap::from([(
-                        "team-b".to_owned(),
-                        crate::config::TenantNamespaceSettings {
-                            service_account: Some("plugins".into()),
-                            quota: None,
-                        },
-                    )])),
-                },
+            tenant_accounts: crate::objects::TenantAccounts::new(
+                None,
+                [("team-b".to_owned(), "plugins".to_owned())],
             ),
             ..RbacOptions::default()
         };
