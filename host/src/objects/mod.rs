@@ -332,7 +332,7 @@ impl PluginObjects {
                 let this = this.clone();
                 async move {
                     match op {
-                        Op::Reconcile { obj, retrying } => this.reconcile(obj, retrying).await,
+                        Op::Reconcile { obj, retrying } => this.reconcile(*obj, retrying).await,
                         Op::Remove => this.remove(&source).await,
                     }
                 }
@@ -449,7 +449,7 @@ impl PluginObjects {
             submit(
                 obj.source.clone(),
                 Op::Reconcile {
-                    obj,
+                    obj: Box::new(obj),
                     retrying: true,
                 },
             );
@@ -737,7 +737,7 @@ impl PluginObjects {
 enum Op {
     /// Load or swap to what the object names; `retrying` a refused spec
     /// (run even if the generation was seen).
-    Reconcile { obj: Seen, retrying: bool },
+    Reconcile { obj: Box<Seen>, retrying: bool },
     /// Unload the object's plugin.
     Remove,
 }
@@ -745,7 +745,7 @@ enum Op {
 impl Op {
     fn reconcile(obj: Seen) -> Self {
         Self::Reconcile {
-            obj,
+            obj: Box::new(obj),
             retrying: false,
         }
     }
