@@ -8,6 +8,7 @@ pub mod docs;
 pub mod e2e;
 pub mod faultproxy;
 pub mod host_child;
+pub mod hostile_registry;
 pub mod incluster;
 pub mod manifests;
 pub mod objects;

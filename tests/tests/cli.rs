@@ -518,12 +518,16 @@ fn rbac_merges_the_folder_and_plugin_objects_as_the_host_grants_them() {
                 "events.k8s.io/events create,patch",
             ],
         ),
+        // The host's in team-b: the reads its cache makes for the tenant.
+        ("Role", "team-b", vec!["/configmaps get,list,watch"]),
+        // The tenant's own, bound to its ServiceAccount: everything its
+        // plugin does there as it.
         (
             "Role",
             "team-b",
             vec![
                 "/configmaps create,get,list,patch,watch",
-                "apps/deployments create",
+                "apps/deployments create,get,list,patch,watch",
             ],
         ),
     ]
