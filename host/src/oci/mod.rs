@@ -15,6 +15,7 @@
 pub mod artifact;
 pub mod auth;
 pub mod cache;
+pub mod canonical;
 pub mod sig_store;
 pub mod signature;
 pub mod transport;
