@@ -307,6 +307,15 @@ pub enum SignatureError {
         signatures: usize,
         keys: Vec<String>,
     },
+    #[error(
+        "{reference}: its signature manifest {tag} holds {found} signatures, over the {limit} a pull reads; none was read. Remove old signatures (push the .sig manifest again with only the current ones)"
+    )]
+    TooMany {
+        reference: String,
+        tag: String,
+        found: usize,
+        limit: usize,
+    },
     #[error("{reference}: malformed signature: {reason}")]
     Malformed { reference: String, reason: String },
     #[error(
@@ -375,7 +384,7 @@ pub fn verify(
     }
     Err(SignatureError::Malformed {
         reference: reference.to_owned(),
-        reason: malformed.unwrap_or_default(),
+        reason: crate::names::excerpt(&malformed.unwrap_or_default()),
     })
 }
 
@@ -390,9 +399,10 @@ fn decode_signature(annotation: Option<&str>) -> Result<p256::ecdsa::DerSignatur
 }
 
 fn check_claims(reference: &str, digest: &str, payload: &[u8]) -> Result<(), SignatureError> {
+    // The reasons quote the payload, the registry's text.
     let malformed = |reason: String| SignatureError::Malformed {
         reference: reference.to_owned(),
-        reason,
+        reason: crate::names::excerpt(&reason),
     };
     let doc: SimpleSigning = serde_json::from_slice(payload).map_err(|e| {
         malformed(format!(
@@ -410,7 +420,8 @@ fn check_claims(reference: &str, digest: &str, payload: &[u8]) -> Result<(), Sig
         return Err(SignatureError::PayloadDigestMismatch {
             reference: reference.to_owned(),
             pulled: digest.to_owned(),
-            signed,
+            // The payload's text, up to its 64 KiB.
+            signed: crate::names::excerpt(&signed),
         });
     }
     Ok(())
