@@ -3,8 +3,9 @@
 //! gibibytes, a response trickled a byte a second, thousands of signature
 //! layers, a huge error body or token response, redirects to another
 //! host), and each test checks that the pull fails with a typed error, a
-//! short message, and having read at most its cap. Also: a module whose
-//! signature fails is never cached.
+//! short message, and having read at most its cap. Also: the digest cache
+//! serves a module only to the registry, repository and credentials
+//! verified for it, and a module whose signature fails is never cached.
 //!
 //! Run one test alone to read its memory figure, e.g.
 //! `cargo test -p kubewasm --test oci_hostile gibibytes -- --nocapture`.
@@ -729,9 +730,146 @@ async fn a_redirect_to_another_host_is_followed_without_the_credentials() {
     assert_eq!(blob_requests, 1 + oci::transport::MAX_REDIRECTS);
 }
 
+/// KEP-2535 for the digest cache: a module pulled with alice's
+/// credentials from repository team-a is served from the cache (after a
+/// restart, with the registry down) only to that registry, repository and
+/// credentials. Another registry, another repository, other credentials
+/// or none are sent to their registry; and a registry naming the cached
+/// layer in a manifest of its own must serve the layer itself.
+#[tokio::test]
+async fn a_cached_module_is_served_only_to_the_registry_repository_and_credentials_verified_for_it()
+{
+    let private = artifact(module(8192, 5));
+    let registry = {
+        let (manifest, module, digest, layer) = (
+            private.manifest.clone(),
+            private.module.clone(),
+            private.digest.clone(),
+            private.layer_digest.clone(),
+        );
+        let alice = basic_header("alice", "pw");
+        Server::start(move |r, _| {
+            if r.authorization() != Some(alice.as_str()) {
+                return Reply::status(401, "").header("WWW-Authenticate", r#"Basic realm="test""#);
+            }
+            if r.path == "/v2/team-a/m/manifests/v1"
+                || r.path == format!("/v2/team-a/m/manifests/{digest}")
+            {
+                Reply::ok(manifest.clone())
+            } else if r.path == format!("/v2/team-a/m/blobs/{layer}") {
+                Reply::ok(module.clone())
+            } else {
+                Reply::not_found()
+            }
+        })
+        .await
+    };
+    // Tenant B's own registry: it has A's manifest bytes (not secret), and
+    // a manifest of its own naming A's layer digest, but not the layer.
+    let borrowed = {
+        let (_, manifest) = oci::artifact::build(
+            private.module.len() as u64,
+            &private.layer_digest,
+            "wasip1",
+            "2030-01-01T00:00:00Z".into(),
+        );
+        serde_json::to_vec(&manifest).unwrap()
+    };
+    let borrowed_digest = oci::sha256_digest(&borrowed);
+    let evil = {
+        let (theirs, copied) = (borrowed.clone(), private.manifest.clone());
+        let (borrowed_digest, digest) = (borrowed_digest.clone(), private.digest.clone());
+        Server::start(move |r, _| {
+            if r.path.ends_with(&format!("/manifests/{borrowed_digest}")) {
+                Reply::ok(theirs.clone())
+            } else if r.path.ends_with(&format!("/manifests/{digest}")) {
+                Reply::ok(copied.clone())
+            } else {
+                Reply::not_found()
+            }
+        })
+        .await
+    };
+    let cache_dir = tempfile::tempdir().unwrap();
+    let options = || PullOptions {
+        cache: Some(ModuleCache::new(cache_dir.path(), 256 * MIB)),
+        ..PullOptions::default()
+    };
+    let alice = basic("alice", "pw");
+    let a_tag = format!("{}/team-a/m:v1", registry.host());
+    let a_pinned = format!("{}/team-a/m@{}", registry.host(), private.digest);
+
+    let first = client_for(&[&registry, &evil], options())
+        .pull(&a_tag, &alice)
+        .await
+        .unwrap();
+    assert_eq!(first.bytes, private.module);
+    assert!(!first.from_cache);
+    let asked = registry.requests().len();
+
+    // A restart (a new client, the same cache folder) while the registry
+    // is down: the grant was kept, so the host's own pinned module serves.
+    registry.stop();
+    let oci = client_for(&[&registry, &evil], options());
+    let again = oci.pull(&a_pinned, &alice).await.unwrap();
+    assert!(again.from_cache, "the verified pull is served offline");
+    assert_eq!(again.bytes, private.module);
+    assert_eq!(registry.requests().len(), asked, "with no request");
+
+    // Not for anyone else: each goes to its registry (down: unreachable).
+    for (reference, credentials, who) in [
+        (
+            format!("{}/team-b/m@{}", registry.host(), private.digest),
+            alice.clone(),
+            "another repository",
+        ),
+        (a_pinned.clone(), Credentials::Anonymous, "no credentials"),
+        (
+            a_pinned.clone(),
+            basic("alice", "guess"),
+            "other credentials",
+        ),
+    ] {
+        let err = oci.pull(&reference, &credentials).await.unwrap_err();
+        assert!(
+            matches!(err, Error::Unreachable { .. }),
+            "{who}: expected the registry to be asked, got {err}"
+        );
+    }
+
+    // Another registry naming A's digest: asked, and it can serve A's
+    // manifest (not secret), but not A's module; the cached layer is not
+    // lent to it.
+    let err = oci
+        .pull(
+            &format!("{}/x@{}", evil.host(), private.digest),
+            &Credentials::Anonymous,
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::NotFound { .. }), "{err}");
+    let err = oci
+        .pull(
+            &format!("{}/x@{borrowed_digest}", evil.host()),
+            &Credentials::Anonymous,
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::NotFound { .. }), "{err}");
+    let evil_asked: Vec<String> = evil.requests().into_iter().map(|r| r.path).collect();
+    assert_eq!(
+        evil_asked
+            .iter()
+            .filter(|p| p.ends_with(&format!("/blobs/{}", private.layer_digest)))
+            .count(),
+        2,
+        "the layer was asked of the other registry both times: {evil_asked:?}"
+    );
+}
+
 /// A module whose signature does not verify takes no cache space; one
 /// that verifies (the policy's key, then a Plugin's own) is cached with
-/// its signatures.
+/// its signatures and its grant.
 #[tokio::test]
 async fn a_module_enters_the_cache_only_once_its_signatures_verify() {
     let art = artifact(module(4096, 6));
@@ -831,7 +969,7 @@ async fn a_module_enters_the_cache_only_once_its_signatures_verify() {
     assert_eq!(pulled.verified.unwrap().key, "public key of team.key");
     let mut files = files_under(cache_dir.path());
     files.sort();
-    assert_eq!(files.len(), 2, "module and manifest: {files:?}");
+    assert_eq!(files.len(), 3, "module, manifest and grant: {files:?}");
 
     // Offline, both verify from the cache's record.
     server.stop();

@@ -19,9 +19,11 @@
 //! reads at most [`PullOptions::max_signatures`] signatures, and the whole
 //! pull (manifest, module, signatures) has one deadline
 //! ([`PullOptions::deadline`]). Registry text reaches an error only as an
-//! excerpt. A module whose signature must verify enters the cache only
-//! once it has.
+//! excerpt. The cache serves a module only to a registry, repository and
+//! credentials verified for it ([`access`]), and a module whose signature
+//! must verify enters the cache only once it has.
 
+pub mod access;
 pub mod artifact;
 pub mod auth;
 pub mod cache;
@@ -36,6 +38,7 @@ use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 
+use access::Grant;
 use registry::Session;
 
 pub use auth::{Credentials, DockerConfigError, credentials_from_docker_config};
@@ -49,8 +52,8 @@ pub use transport::Transport;
 
 /// The default largest module a pull accepts: the Python plugin is 18 MB.
 pub const DEFAULT_MAX_MODULE_BYTES: u64 = 64 << 20;
-/// The default time a whole pull may take: 64 MiB at 600 KB/s, and a
-/// registry that trickles a byte a minute is given up on.
+/// The default time a whole pull may take: a 64 MiB module at about
+/// 560 KB/s, while a registry that trickles a byte a minute is given up on.
 pub const DEFAULT_PULL_DEADLINE: Duration = Duration::from_secs(120);
 /// The default most signatures read for one module: cosign appends one
 /// per `sign`, and each is a request.
@@ -338,8 +341,10 @@ impl OciClient {
         if !keys.is_empty() {
             key_sets.push(keys);
         }
+        let grant = self.grant(parsed, credentials);
         if let Some(digest) = parsed.digest()
-            && let Some(mut pulled) = self.cached(reference, parsed, digest)?
+            && let Some(grant) = &grant
+            && let Some(mut pulled) = self.cached(reference, parsed, digest, grant)?
         {
             if !key_sets.is_empty() {
                 let mut session = Session::new(&self.transport, reference, parsed, credentials)?;
@@ -367,10 +372,16 @@ impl OciClient {
             });
         }
         let layer = self.wasm_layer(reference, &body)?;
-        let cached = self
-            .options
-            .cache
-            .as_ref()
+        // A layer the cache holds is used only under a grant for this
+        // manifest: a registry naming a cached layer in a manifest of its
+        // own must still serve the layer's bytes ([`access`]).
+        let cache = self.options.cache.as_ref();
+        let granted = match (cache, &grant) {
+            (Some(cache), Some(grant)) => cache.granted(&digest, grant),
+            _ => false,
+        };
+        let cached = cache
+            .filter(|_| granted)
             .and_then(|c| c.module(&layer.digest));
         let (bytes, module_cached) = match cached {
             Some(bytes) => (bytes, true),
@@ -392,6 +403,7 @@ impl OciClient {
         let stored = Stored {
             manifest: &body,
             module_cached,
+            grant: grant.filter(|_| !granted),
         };
         pulled.path = self.store(&pulled, stored)?;
         self.record_signatures(reference, &pulled.digest, &verified);
@@ -408,15 +420,43 @@ impl OciClient {
         Ok(pulled)
     }
 
-    /// A pinned pull from the cache alone; `None` on a miss (a corrupt
-    /// entry is deleted by the cache and counts as a miss).
-    fn cached(&self, reference: &str, parsed: &Reference, digest: &str) -> Result<Option<Pulled>> {
+    /// Who this pull is, to the cache: `None` without a cache, or when the
+    /// credentials' identity cannot be computed (then the cache neither
+    /// serves nor records: every pull asks its registry).
+    fn grant(&self, parsed: &Reference, credentials: &Credentials) -> Option<Grant> {
+        let cache = self.options.cache.as_ref()?;
+        Some(Grant {
+            origin: self.transport.origin(parsed.resolve_registry())?,
+            repository: parsed.repository().to_owned(),
+            identity: cache.identity(credentials)?,
+        })
+    }
+
+    /// A pinned pull from the cache alone; `None` on a miss: not cached,
+    /// a corrupt entry (deleted by the cache), or not verified for `grant`.
+    fn cached(
+        &self,
+        reference: &str,
+        parsed: &Reference,
+        digest: &str,
+        grant: &Grant,
+    ) -> Result<Option<Pulled>> {
         let Some(cache) = &self.options.cache else {
             return Ok(None);
         };
         let Some(body) = cache.manifest(digest) else {
             return Ok(None);
         };
+        if !cache.granted(digest, grant) {
+            tracing::info!(
+                reference,
+                digest,
+                origin = %grant.origin,
+                repository = %grant.repository,
+                "OCI module cached but not verified for this registry, repository and credentials; asking the registry"
+            );
+            return Ok(None);
+        }
         let layer = self.wasm_layer(reference, &body)?;
         let Some(bytes) = cache.module(&layer.digest) else {
             return Ok(None);
@@ -507,7 +547,8 @@ impl OciClient {
     }
 
     /// Writes the module, then its manifest (so a cached manifest's module
-    /// is there too), and trims the cache; returns the module's path.
+    /// is there too), then the grant (so a grant's module is there), and
+    /// trims the cache; returns the module's path.
     fn store(&self, pulled: &Pulled, stored: Stored<'_>) -> Result<Option<PathBuf>> {
         let Some(cache) = &self.options.cache else {
             return Ok(None);
@@ -527,7 +568,16 @@ impl OciClient {
         let manifest_path = cache
             .put_manifest(&pulled.digest, stored.manifest)
             .map_err(|e| failed(&pulled.digest, e))?;
-        cache.evict(&[module_path.as_path(), manifest_path.as_path()]);
+        let mut fresh = vec![module_path.clone(), manifest_path];
+        if let Some(grant) = stored.grant {
+            fresh.push(
+                cache
+                    .put_grant(&pulled.digest, grant)
+                    .map_err(|e| failed(&pulled.digest, e))?,
+            );
+        }
+        let fresh: Vec<&Path> = fresh.iter().map(PathBuf::as_path).collect();
+        cache.evict(&fresh);
         Ok(Some(module_path))
     }
 
@@ -613,6 +663,8 @@ struct Stored<'a> {
     manifest: &'a [u8],
     /// The module's layer is in the cache already.
     module_cached: bool,
+    /// A grant to record (`None`: recorded already, or no cache identity).
+    grant: Option<Grant>,
 }
 
 fn pinned(parsed: &Reference, digest: &str) -> String {

@@ -84,6 +84,18 @@ impl Transport {
         }
     }
 
+    /// `scheme://host:port` of `registry` as a pull reaches it (the
+    /// origin a cache grant names); `None` if it makes no URL.
+    pub(crate) fn origin(&self, registry: &str) -> Option<String> {
+        let scheme = self.scheme_for(registry);
+        let url = reqwest::Url::parse(&format!("{scheme}://{registry}/")).ok()?;
+        Some(format!(
+            "{scheme}://{}:{}",
+            url.host_str()?,
+            url.port_or_known_default()?
+        ))
+    }
+
     /// The client a pull reads with: oci-client's TLS and timeout settings,
     /// at most [`MAX_REDIRECTS`] redirects and none from https to plain
     /// http, and no `Referer` (a redirect target, often another host, is
