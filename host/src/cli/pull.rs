@@ -42,6 +42,7 @@ pub(crate) async fn pull(args: PullArgs) -> anyhow::Result<()> {
         } else {
             oci::SignaturePolicy::everything(keys)
         },
+        ..oci::PullOptions::default()
     };
     let (client, credentials) = args.registry.client(&args.reference, options)?;
     let pulled = client.pull(&args.reference, &credentials).await?;

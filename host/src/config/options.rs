@@ -139,6 +139,7 @@ impl RunSettings {
                     .and_then(|s| s.tenants.as_ref())
                     .map(crate::config::TenantSettings::accounts)
                     .unwrap_or_default(),
+                pull_timeout: settings.as_ref().and_then(|s| s.pull_timeout),
                 tenant_limits: {
                     let tenants = settings.as_ref().and_then(|s| s.tenants.as_ref());
                     let mut o = crate::runtime::tenants::TenantOptions::from_settings(
@@ -221,6 +222,17 @@ impl RunSettings {
         }
         if let Some(c) = &self.limits {
             c.validate().map_err(ConfigError::OutOfRange)?;
+        }
+        if self
+            .plugin_objects
+            .as_ref()
+            .and_then(|o| o.pull_timeout)
+            .is_some_and(|t| t.is_zero())
+        {
+            return bad(
+                "pluginObjects.pullTimeout must be longer than 0s (it bounds each pull from a registry; leave it out for 2m)"
+                    .into(),
+            );
         }
         if let Some(c) = self
             .plugin_objects

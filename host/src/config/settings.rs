@@ -130,6 +130,13 @@ pub struct PluginObjectSettings {
     /// A module none of its keys verifies is refused (`SignatureRefused`)
     /// and the running version keeps serving. None by default.
     pub signatures: Option<Vec<crate::oci::SignatureRuleSettings>>,
+    /// The longest one pull from a registry may take, manifest, module,
+    /// signatures, tokens and redirects together (default `2m`): a
+    /// registry that trickles fails the pull (`PullFailed`, naming the
+    /// deadline) and holds only the Plugins that name it.
+    #[serde(default, with = "humantime_serde")]
+    #[schemars(schema_with = "crate::runtime::manifest::duration_schema")]
+    pub pull_timeout: Option<Duration>,
     /// Who tenants act as: each NamespacedPlugin's reads of what it
     /// references (module ConfigMap, pull Secret, keys) and its plugin's
     /// writes go out impersonating a ServiceAccount of its namespace, so

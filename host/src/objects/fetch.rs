@@ -194,17 +194,22 @@ impl Fetcher {
                     .map_err(|e| refuse(e.to_string()))?
             }
         };
-        let pulled = client.pull(&module.reference, &credentials).await?;
+        // The Plugin's own keys verify within the pull, so that the module
+        // is cached only once they have, and under the pull's deadline.
+        let keys = if module.verify_keys.is_empty() {
+            Vec::new()
+        } else {
+            self.verify_keys(module, namespace, account).await?
+        };
+        let pulled = client
+            .pull_with_keys(&module.reference, &credentials, &keys)
+            .await?;
         let pins = client
             .options()
             .cache
             .as_ref()
             .map(|c| c.pin(&pulled.digest, &pulled.layer_digest))
             .unwrap_or_default();
-        if !module.verify_keys.is_empty() {
-            let keys = self.verify_keys(module, namespace, account).await?;
-            client.verify(&pulled, &keys, &credentials).await?;
-        }
         Ok(Fetched {
             bytes: pulled.bytes,
             resolved_reference: Some(pulled.pinned),

@@ -76,6 +76,9 @@ pub struct ObjectOptions {
     pub tenant_accounts: TenantAccounts,
     /// The tenants' ceiling and quotas.
     pub tenant_limits: crate::runtime::tenants::TenantOptions,
+    /// The longest one pull may take, everything included (default: the
+    /// OCI client's, 2 minutes).
+    pub pull_timeout: Option<Duration>,
 }
 
 /// Why Plugin objects cannot be served at all.
@@ -206,6 +209,9 @@ impl PluginObjects {
                 PullOptions {
                     cache: Some(ModuleCache::sharing(compiled.dir(), compiled.budget())),
                     signatures: signatures.clone(),
+                    deadline: options
+                        .pull_timeout
+                        .unwrap_or(PullOptions::default().deadline),
                     ..PullOptions::default()
                 },
             )

@@ -9,10 +9,15 @@
 //! shares the compile cache's budget ([`ModuleCache::sharing`]): one cap,
 //! one eviction pass over compiled artifacts and pulled modules together,
 //! sparing the modules of plugins loading or serving ([`ModuleCache::pin`]).
+//! Beside each manifest, a record of who was verified for it
+//! ([`super::access`]): the cache serves a module only to them.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::SystemTime;
 
+use super::Credentials;
+use super::access::{self, Grant, IdentityKey};
 use crate::lru_files::{Budget, Pin};
 use crate::runtime::cache::write_atomically;
 
@@ -21,6 +26,8 @@ use crate::runtime::cache::write_atomically;
 pub struct ModuleCache {
     dir: PathBuf,
     budget: Budget,
+    /// Read (or made) on first use, then kept.
+    identity_key: Arc<parking_lot::Mutex<Option<IdentityKey>>>,
 }
 
 pub use crate::lru_files::Eviction;
@@ -44,12 +51,18 @@ impl ModuleCache {
     /// budget, so pulled modules and compiled artifacts are one cap.
     pub fn sharing(root: &Path, budget: &Budget) -> Self {
         let dir = root.join("oci");
-        for sub in ["sha256", "manifests/sha256", "signatures/sha256"] {
+        for sub in [
+            "sha256",
+            "manifests/sha256",
+            "signatures/sha256",
+            "access/sha256",
+        ] {
             budget.cover(&dir.join(sub), |_| true);
         }
         Self {
             dir,
             budget: budget.clone(),
+            identity_key: Arc::default(),
         }
     }
 
@@ -62,14 +75,16 @@ impl ModuleCache {
     }
 
     /// Keeps a pulled module from eviction while the guards are held: its
-    /// layer, the manifest (`digest`) that names it and the signature that
-    /// verified it, all of which a pull from the cache needs (the registry
-    /// may be down when the host restarts).
+    /// layer, the manifest (`digest`) that names it, the signature that
+    /// verified it and the record of who may be served it, all of which a
+    /// pull from the cache needs (the registry may be down when the host
+    /// restarts).
     pub fn pin(&self, digest: &str, layer_digest: &str) -> Vec<Pin> {
         [
             self.module_path(layer_digest),
             self.manifest_path(digest),
             self.signature_path(digest),
+            self.access_path(digest),
         ]
         .into_iter()
         .flatten()
@@ -103,6 +118,53 @@ impl ModuleCache {
             .signature_path(digest)
             .ok_or_else(|| not_sha256(digest))?;
         write_atomically(&path, &[bytes])?;
+        Ok(path)
+    }
+
+    /// The record of who was verified for manifest `digest`.
+    fn access_path(&self, digest: &str) -> Option<PathBuf> {
+        sha256_hex(digest).map(|h| self.dir.join("access/sha256").join(format!("{h}.json")))
+    }
+
+    /// The identity [`Grant`]s name `credentials` by; `None` when the
+    /// cache's identity key can neither be read nor made (then nothing is
+    /// served from the cache and nothing recorded: every pull asks its
+    /// registry).
+    pub(crate) fn identity(&self, credentials: &Credentials) -> Option<String> {
+        if *credentials == Credentials::Anonymous {
+            return Some(IdentityKey::anonymous());
+        }
+        let mut slot = self.identity_key.lock();
+        if slot.is_none() {
+            let path = self.dir.join("identity.key");
+            match IdentityKey::load_or_create(&path) {
+                Ok(key) => *slot = Some(key),
+                Err(e) => {
+                    tracing::warn!(path = %path.display(), error = %e, "cannot read or make the OCI cache's identity key; modules pulled with credentials are not served from the cache");
+                }
+            }
+        }
+        slot.map(|key| key.identity(credentials))
+    }
+
+    /// Whether `grant` is recorded for manifest `digest`.
+    pub(crate) fn granted(&self, digest: &str, grant: &Grant) -> bool {
+        let Some(path) = self.access_path(digest) else {
+            return false;
+        };
+        let found = access::read(&path).contains(grant);
+        if found {
+            touch(&path);
+        }
+        found
+    }
+
+    /// Records `grant` for manifest `digest` (its registry served the
+    /// manifest and the module to those credentials).
+    pub(crate) fn put_grant(&self, digest: &str, grant: Grant) -> std::io::Result<PathBuf> {
+        let path = self.access_path(digest).ok_or_else(|| not_sha256(digest))?;
+        let record = access::with(access::read(&path), grant);
+        write_atomically(&path, &[&record])?;
         Ok(path)
     }
 
@@ -307,7 +369,11 @@ mod tests {
         let loaded_pin = compiled.pin(&loaded);
         let manifest = format!("sha256:{}", "e".repeat(64));
         let serving_pins = modules.pin(&manifest, &serving);
-        assert_eq!(serving_pins.len(), 3, "layer, manifest and signature");
+        assert_eq!(
+            serving_pins.len(),
+            4,
+            "layer, manifest, signature and access record"
+        );
 
         // Over the cap by 300 bytes: the compile cache's eviction (after a
         // compile) trims modules too.

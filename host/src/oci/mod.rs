@@ -11,18 +11,35 @@
 //! [`PullOptions`] makes a pull also verify the module's cosign signature
 //! ([`signature`]), cached pulls included; [`OciClient::push_signature`]
 //! signs a pushed module the way `cosign sign --key` does.
+//!
+//! A registry is not trusted: it can hurt only the Plugins that name it.
+//! Every body a pull reads from it is capped ([`registry`]: manifests and
+//! indexes at 4 MiB, token responses, error bodies, signature manifests
+//! and payloads, the module at [`PullOptions::max_module_bytes`]), a pull
+//! reads at most [`PullOptions::max_signatures`] signatures, and the whole
+//! pull (manifest, module, signatures) has one deadline
+//! ([`PullOptions::deadline`]). Registry text reaches an error only as an
+//! excerpt. The cache serves a module only to a registry, repository and
+//! credentials verified for it ([`access`]), and a module whose signature
+//! must verify enters the cache only once it has.
 
+pub mod access;
 pub mod artifact;
 pub mod auth;
 pub mod cache;
+pub mod canonical;
+pub mod registry;
 pub mod sig_store;
 pub mod signature;
 pub mod transport;
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
-use futures::StreamExt;
 use sha2::{Digest, Sha256};
+
+use access::Grant;
+use registry::Session;
 
 pub use auth::{Credentials, DockerConfigError, credentials_from_docker_config};
 pub use cache::ModuleCache;
@@ -35,8 +52,30 @@ pub use transport::Transport;
 
 /// The default largest module a pull accepts: the Python plugin is 18 MB.
 pub const DEFAULT_MAX_MODULE_BYTES: u64 = 64 << 20;
+/// The default time a whole pull may take: a 64 MiB module at about
+/// 560 KB/s, while a registry that trickles a byte a minute is given up on.
+pub const DEFAULT_PULL_DEADLINE: Duration = Duration::from_secs(120);
+/// The default most signatures read for one module: cosign appends one
+/// per `sign`, and each is a request.
+pub const DEFAULT_MAX_SIGNATURES: usize = 16;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// An error and its causes on one line, as an excerpt: what a client
+/// error says can hold a registry's text (a redirect's location).
+fn chain(e: &BoxError) -> String {
+    let mut text = e.to_string();
+    let mut next = e.source();
+    while let Some(cause) = next {
+        let said = cause.to_string();
+        if !text.contains(&said) {
+            text.push_str(": ");
+            text.push_str(&said);
+        }
+        next = cause.source();
+    }
+    crate::names::excerpt(&text)
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -48,7 +87,7 @@ pub enum Error {
         source: oci_client::ParseError,
     },
     #[error(
-        "registry {registry} is unreachable for {reference}: {source}; check the address and that the registry is up"
+        "registry {registry} is unreachable for {reference}: {}; check the address and that the registry is up", chain(.source)
     )]
     Unreachable {
         reference: String,
@@ -56,7 +95,7 @@ pub enum Error {
         source: BoxError,
     },
     #[error(
-        "TLS with registry {registry} failed for {reference}: {source:#}; if its certificate is signed by a private CA, trust that CA (--ca FILE, or the registry CA in the host config)"
+        "TLS with registry {registry} failed for {reference}: {}; if its certificate is signed by a private CA, trust that CA (--ca FILE, or the registry CA in the host config)", chain(.source)
     )]
     Tls {
         reference: String,
@@ -91,11 +130,47 @@ pub enum Error {
         size: u64,
         limit: u64,
     },
-    #[error("registry {registry} failed for {reference}: {source}")]
+    #[error("registry {registry} failed for {reference}: {}", chain(.source))]
     Registry {
         reference: String,
         registry: String,
         source: BoxError,
+    },
+    /// A status the protocol does not explain; `message` is an excerpt of
+    /// what the registry said.
+    #[error(
+        "registry {registry} answered HTTP {status} for {reference}: {message}; the registry's logs say why"
+    )]
+    Status {
+        reference: String,
+        registry: String,
+        status: u16,
+        message: String,
+    },
+    #[error(
+        "registry {registry} sent a {what} over {limit} bytes for {reference}; refused without reading the rest (a {what} is far smaller: the registry is broken or hostile)"
+    )]
+    BodyTooLarge {
+        reference: String,
+        registry: String,
+        what: &'static str,
+        limit: u64,
+    },
+    #[error(
+        "pulling {reference} from registry {registry} took longer than the {} deadline; check that the registry is up and answering at speed, or raise the pull deadline", humantime::format_duration(*.deadline)
+    )]
+    Deadline {
+        reference: String,
+        registry: String,
+        deadline: Duration,
+    },
+    /// The registry broke the distribution protocol (a token service that
+    /// sends no token, a realm that is not a URL); `reason` is an excerpt.
+    #[error("registry {registry} broke the distribution protocol for {reference}: {reason}")]
+    Protocol {
+        reference: String,
+        registry: String,
+        reason: String,
     },
     #[error("bad registry CA {source_name}: {reason}; give a PEM file of CERTIFICATE blocks")]
     Ca { source_name: String, reason: String },
@@ -103,6 +178,8 @@ pub enum Error {
     Client {
         source: oci_client::errors::OciDistributionError,
     },
+    #[error("cannot build the registry client: {source}")]
+    Http { source: reqwest::Error },
     #[error("cannot read {path}: {source}")]
     Read {
         path: PathBuf,
@@ -138,6 +215,14 @@ pub struct PullOptions {
     /// Which modules must carry a cosign signature by which keys; a pull
     /// of such a module fails unless one verifies. Empty by default.
     pub signatures: SignaturePolicy,
+    /// The longest a whole pull may take (manifest, module and
+    /// signatures, redirects and token requests included): the transport's
+    /// timeouts bound each wait, and a registry sending a byte just before
+    /// each would hold a pull forever without this.
+    pub deadline: Duration,
+    /// The most signatures read for one module; a signature manifest with
+    /// more is refused, none of them read.
+    pub max_signatures: usize,
 }
 
 impl Default for PullOptions {
@@ -146,6 +231,8 @@ impl Default for PullOptions {
             max_module_bytes: DEFAULT_MAX_MODULE_BYTES,
             cache: None,
             signatures: SignaturePolicy::default(),
+            deadline: DEFAULT_PULL_DEADLINE,
+            max_signatures: DEFAULT_MAX_SIGNATURES,
         }
     }
 }
@@ -205,38 +292,75 @@ impl OciClient {
     }
 
     /// Pulls the module `reference` names. A digest reference whose
-    /// manifest and module are in the cache is served from it without
+    /// manifest and module are in the cache, verified for this registry,
+    /// repository and these credentials, is served from it without
     /// touching the network; a tag is resolved at the registry once, and
     /// the returned [`Pulled::digest`] is what it resolved to. When the
     /// signature policy names keys for `reference`, the module is returned
-    /// only if one of them verifies its signature ([`OciClient::verify`]);
-    /// the module may then be in the cache already, but every later pull
-    /// verifies again before serving it.
+    /// only if one of them verifies its signature, and it enters the cache
+    /// only then; a cached module is verified again before it is served.
     pub async fn pull(&self, reference: &str, credentials: &Credentials) -> Result<Pulled> {
-        let mut pulled = self.pull_unverified(reference, credentials).await?;
-        if let Some(keys) = self.options.signatures.required_keys(reference) {
-            pulled.verified = Some(self.verify(&pulled, keys, credentials).await?);
-        }
-        Ok(pulled)
+        self.pull_with_keys(reference, credentials, &[]).await
     }
 
-    async fn pull_unverified(&self, reference: &str, credentials: &Credentials) -> Result<Pulled> {
+    /// [`OciClient::pull`], where one of `keys` (a Plugin's own) must also
+    /// verify the module's signature, besides the policy's; within the
+    /// same deadline, and the module is cached only once both verify.
+    pub async fn pull_with_keys(
+        &self,
+        reference: &str,
+        credentials: &Credentials,
+        keys: &[PublicKey],
+    ) -> Result<Pulled> {
         let parsed = parse(reference)?;
+        let deadline = self.options.deadline;
+        let pull = self.pull_within_deadline(reference, &parsed, credentials, keys);
+        match tokio::time::timeout(deadline, pull).await {
+            Ok(result) => result,
+            Err(_) => {
+                let registry = parsed.resolve_registry().to_owned();
+                tracing::warn!(reference, registry = %registry, deadline = ?deadline, "OCI pull over its deadline; given up");
+                Err(Error::Deadline {
+                    reference: reference.to_owned(),
+                    registry,
+                    deadline,
+                })
+            }
+        }
+    }
+
+    async fn pull_within_deadline(
+        &self,
+        reference: &str,
+        parsed: &Reference,
+        credentials: &Credentials,
+        keys: &[PublicKey],
+    ) -> Result<Pulled> {
+        let mut key_sets: Vec<&[PublicKey]> = Vec::new();
+        key_sets.extend(self.options.signatures.required_keys(reference));
+        if !keys.is_empty() {
+            key_sets.push(keys);
+        }
+        let grant = self.grant(parsed, credentials);
         if let Some(digest) = parsed.digest()
-            && let Some(pulled) = self.cached(reference, &parsed, digest)?
+            && let Some(grant) = &grant
+            && let Some(mut pulled) = self.cached(reference, parsed, digest, grant)?
         {
+            if !key_sets.is_empty() {
+                let mut session = Session::new(&self.transport, reference, parsed, credentials)?;
+                let verified = self.verify_all(&mut session, &pulled, &key_sets).await?;
+                self.record_signatures(reference, digest, &verified);
+                pulled.verified = verified.into_iter().next();
+            }
             tracing::info!(reference, digest = %pulled.digest, "OCI module served from the digest cache");
             return Ok(pulled);
         }
-        let registry = parsed.resolve_registry().to_owned();
-        let client = self.transport.client()?;
-        let auth = credentials.to_registry_auth();
-        let (body, _) = client
-            .pull_manifest_raw(&parsed, &auth, artifact::ACCEPTED_MANIFESTS)
-            .await
-            .map_err(|e| transport::classify(reference, &registry, e))?;
-        // oci-client checks a pinned digest too; the digest we record is
-        // the one computed over the bytes we read.
+        let mut session = Session::new(&self.transport, reference, parsed, credentials)?;
+        let tag_or_digest = parsed.digest().or(parsed.tag()).unwrap_or("latest");
+        let body = session
+            .manifest(tag_or_digest, artifact::ACCEPTED_MANIFESTS)
+            .await?;
+        // The digest recorded is the one computed over the bytes read.
         let digest = sha256_digest(&body);
         if let Some(expected) = parsed.digest()
             && expected != digest
@@ -248,49 +372,91 @@ impl OciClient {
             });
         }
         let layer = self.wasm_layer(reference, &body)?;
-        let cached = self
-            .options
-            .cache
-            .as_ref()
-            .and_then(|c| c.module(&layer.digest));
-        let (bytes, from_cache) = match cached {
-            Some(bytes) => (bytes, true),
-            None => (
-                self.download(&client, reference, &parsed, &registry, &layer)
-                    .await?,
-                false,
-            ),
+        // A layer the cache holds is used only under a grant for this
+        // manifest: a registry naming a cached layer in a manifest of its
+        // own must still serve the layer's bytes ([`access`]).
+        let cache = self.options.cache.as_ref();
+        let granted = match (cache, &grant) {
+            (Some(cache), Some(grant)) => cache.granted(&digest, grant),
+            _ => false,
         };
-        let path = self.store(&digest, &body, &layer.digest, &bytes, from_cache)?;
-        tracing::info!(
-            reference,
-            digest = %digest,
-            layer_digest = %layer.digest,
-            bytes = bytes.len(),
-            module_cached = from_cache,
-            "OCI module pulled"
-        );
-        Ok(Pulled {
+        let cached = cache
+            .filter(|_| granted)
+            .and_then(|c| c.module(&layer.digest));
+        let (bytes, module_cached) = match cached {
+            Some(bytes) => (bytes, true),
+            None => (self.download(&mut session, reference, &layer).await?, false),
+        };
+        let mut pulled = Pulled {
             reference: reference.to_owned(),
-            pinned: pinned(&parsed, &digest),
+            pinned: pinned(parsed, &digest),
             digest,
             layer_digest: layer.digest,
             verified: None,
             bytes,
-            path,
+            path: None,
             from_cache: false,
+        };
+        // Verified before anything is stored: a module that fails never
+        // takes cache space nor evicts another.
+        let verified = self.verify_all(&mut session, &pulled, &key_sets).await?;
+        let stored = Stored {
+            manifest: &body,
+            module_cached,
+            grant: grant.filter(|_| !granted),
+        };
+        pulled.path = self.store(&pulled, stored)?;
+        self.record_signatures(reference, &pulled.digest, &verified);
+        pulled.verified = verified.into_iter().next();
+        tracing::info!(
+            reference,
+            registry = %session.registry(),
+            digest = %pulled.digest,
+            layer_digest = %pulled.layer_digest,
+            bytes = pulled.bytes.len(),
+            module_cached,
+            "OCI module pulled"
+        );
+        Ok(pulled)
+    }
+
+    /// Who this pull is, to the cache: `None` without a cache, or when the
+    /// credentials' identity cannot be computed (then the cache neither
+    /// serves nor records: every pull asks its registry).
+    fn grant(&self, parsed: &Reference, credentials: &Credentials) -> Option<Grant> {
+        let cache = self.options.cache.as_ref()?;
+        Some(Grant {
+            origin: self.transport.origin(parsed.resolve_registry())?,
+            repository: parsed.repository().to_owned(),
+            identity: cache.identity(credentials)?,
         })
     }
 
-    /// A pinned pull from the cache alone; `None` on a miss (a corrupt
-    /// entry is deleted by the cache and counts as a miss).
-    fn cached(&self, reference: &str, parsed: &Reference, digest: &str) -> Result<Option<Pulled>> {
+    /// A pinned pull from the cache alone; `None` on a miss: not cached,
+    /// a corrupt entry (deleted by the cache), or not verified for `grant`.
+    fn cached(
+        &self,
+        reference: &str,
+        parsed: &Reference,
+        digest: &str,
+        grant: &Grant,
+    ) -> Result<Option<Pulled>> {
         let Some(cache) = &self.options.cache else {
             return Ok(None);
         };
         let Some(body) = cache.manifest(digest) else {
             return Ok(None);
         };
+        if !cache.granted(digest, grant) {
+            tracing::info!(
+                reference,
+                digest,
+                origin = %grant.origin,
+                repository = %grant.repository,
+                "OCI module cached but not verified for this registry, repository and credentials; asking the registry"
+            );
+            return Ok(None);
+        }
         let layer = self.wasm_layer(reference, &body)?;
         let Some(bytes) = cache.module(&layer.digest) else {
             return Ok(None);
@@ -308,14 +474,18 @@ impl OciClient {
     }
 
     fn wasm_layer(&self, reference: &str, body: &[u8]) -> Result<artifact::Descriptor> {
+        // The reason quotes the registry's media types and JSON errors.
         let layer = artifact::wasm_layer(body).map_err(|reason| Error::NotWasm {
             reference: reference.to_owned(),
-            reason,
+            reason: crate::names::excerpt(&reason),
         })?;
         if cache::sha256_hex(&layer.digest).is_none() {
             return Err(Error::NotWasm {
                 reference: reference.to_owned(),
-                reason: format!("its layer digest {:?} is not sha256", layer.digest),
+                reason: format!(
+                    "its layer digest {:?} is not sha256",
+                    crate::names::excerpt(&layer.digest)
+                ),
             });
         }
         if layer.size > self.options.max_module_bytes {
@@ -332,10 +502,8 @@ impl OciClient {
     /// manifest said) and bytes that do not hash to the layer's digest.
     async fn download(
         &self,
-        client: &oci_client::Client,
+        session: &mut Session<'_>,
         reference: &str,
-        parsed: &Reference,
-        registry: &str,
         layer: &artifact::Descriptor,
     ) -> Result<Vec<u8>> {
         let limit = self.options.max_module_bytes;
@@ -344,41 +512,16 @@ impl OciClient {
             size,
             limit,
         };
-        let descriptor = oci_client::manifest::OciDescriptor {
-            media_type: layer.media_type.clone(),
-            digest: layer.digest.clone(),
-            size: i64::try_from(layer.size).unwrap_or(i64::MAX),
-            ..Default::default()
-        };
-        let mut stream = client
-            .pull_blob_stream(parsed, &descriptor)
-            .await
-            .map_err(|e| transport::classify(reference, registry, e))?;
-        if let Some(len) = stream.content_length
+        let mut response = session.blob(&layer.digest).await?;
+        if let Some(len) = response.content_length()
             && len > limit
         {
             return Err(too_large(len));
         }
+        // The manifest's size is at most the limit (checked), but a lie.
         let mut bytes = Vec::with_capacity(usize::try_from(layer.size).unwrap_or(0));
         let mut hasher = Sha256::new();
-        while let Some(chunk) = stream.stream.next().await {
-            let chunk = match chunk {
-                Ok(c) => c,
-                Err(e) => {
-                    if let Some((expected, actual)) = transport::stream_digest_error(&e) {
-                        return Err(Error::DigestMismatch {
-                            reference: reference.to_owned(),
-                            expected,
-                            actual,
-                        });
-                    }
-                    return Err(Error::Unreachable {
-                        reference: reference.to_owned(),
-                        registry: registry.to_owned(),
-                        source: Box::new(e),
-                    });
-                }
-            };
+        while let Some(chunk) = session.chunk(&mut response).await? {
             if (bytes.len() + chunk.len()) as u64 > limit {
                 return Err(too_large((bytes.len() + chunk.len()) as u64));
             }
@@ -404,15 +547,9 @@ impl OciClient {
     }
 
     /// Writes the module, then its manifest (so a cached manifest's module
-    /// is there too), and trims the cache; returns the module's path.
-    fn store(
-        &self,
-        digest: &str,
-        manifest: &[u8],
-        layer_digest: &str,
-        module: &[u8],
-        module_cached: bool,
-    ) -> Result<Option<PathBuf>> {
+    /// is there too), then the grant (so a grant's module is there), and
+    /// trims the cache; returns the module's path.
+    fn store(&self, pulled: &Pulled, stored: Stored<'_>) -> Result<Option<PathBuf>> {
         let Some(cache) = &self.options.cache else {
             return Ok(None);
         };
@@ -421,17 +558,26 @@ impl OciClient {
             dir: cache.dir().to_owned(),
             source,
         };
-        let module_path = if module_cached {
-            cache.module_path(layer_digest).unwrap_or_default()
+        let module_path = if stored.module_cached {
+            cache.module_path(&pulled.layer_digest).unwrap_or_default()
         } else {
             cache
-                .put_module(layer_digest, module)
-                .map_err(|e| failed(layer_digest, e))?
+                .put_module(&pulled.layer_digest, &pulled.bytes)
+                .map_err(|e| failed(&pulled.layer_digest, e))?
         };
         let manifest_path = cache
-            .put_manifest(digest, manifest)
-            .map_err(|e| failed(digest, e))?;
-        cache.evict(&[module_path.as_path(), manifest_path.as_path()]);
+            .put_manifest(&pulled.digest, stored.manifest)
+            .map_err(|e| failed(&pulled.digest, e))?;
+        let mut fresh = vec![module_path.clone(), manifest_path];
+        if let Some(grant) = stored.grant {
+            fresh.push(
+                cache
+                    .put_grant(&pulled.digest, grant)
+                    .map_err(|e| failed(&pulled.digest, e))?,
+            );
+        }
+        let fresh: Vec<&Path> = fresh.iter().map(PathBuf::as_path).collect();
+        cache.evict(&fresh);
         Ok(Some(module_path))
     }
 
@@ -510,6 +656,15 @@ impl OciClient {
         })?;
         self.push(&module, reference, credentials).await
     }
+}
+
+/// What [`OciClient::store`] writes besides the module.
+struct Stored<'a> {
+    manifest: &'a [u8],
+    /// The module's layer is in the cache already.
+    module_cached: bool,
+    /// A grant to record (`None`: recorded already, or no cache identity).
+    grant: Option<Grant>,
 }
 
 fn pinned(parsed: &Reference, digest: &str) -> String {

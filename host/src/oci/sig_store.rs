@@ -1,15 +1,18 @@
 //! Where cosign keeps a module's signatures: the `sha256-<hex>.sig`
 //! manifest in the module's repository (read to verify a pull, appended to
 //! by [`OciClient::push_signature`]), and the digest cache's record of the
-//! signature that verified a module, so that a host restarting while the
+//! signatures that verified a module, so that a host restarting while the
 //! registry is down still serves only verified modules: the record is
 //! verified again against the keys configured now, on every cached pull.
+//! The signature manifest is read under the manifest cap, at most
+//! [`super::PullOptions::max_signatures`] of its signatures are read, and
+//! each payload under [`MAX_PAYLOAD_BYTES`].
 
 use std::collections::BTreeMap;
 
-use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 
+use super::registry::Session;
 use super::signature::{
     self, MAX_PAYLOAD_BYTES, PublicKey, SIGNATURE_ANNOTATION, SIMPLE_SIGNING_MEDIA_TYPE, Signature,
     SignatureError, SigningKey, Verified,
@@ -52,17 +55,6 @@ struct SigDescriptor {
     annotations: BTreeMap<String, String>,
 }
 
-impl SigDescriptor {
-    fn oci(&self) -> oci_client::manifest::OciDescriptor {
-        oci_client::manifest::OciDescriptor {
-            media_type: self.media_type.clone(),
-            digest: self.digest.clone(),
-            size: i64::try_from(self.size).unwrap_or(i64::MAX),
-            ..Default::default()
-        }
-    }
-}
-
 /// The image config cosign writes for a signature image: an empty image
 /// whose rootfs lists the payload layers.
 fn sig_config(layers: &[SigDescriptor]) -> Vec<u8> {
@@ -78,6 +70,22 @@ fn sig_config(layers: &[SigDescriptor]) -> Vec<u8> {
         "config": {},
     });
     serde_json::to_vec(&config).unwrap_or_default()
+}
+
+/// A reference whose signatures are read, or why it has none.
+fn parse_for_signatures(reference: &str) -> Result<Reference, SignatureError> {
+    reference
+        .parse()
+        .map_err(|e| malformed(reference, &format!("the reference does not parse ({e})")))
+}
+
+/// A malformed signature, its reason (which quotes the registry's
+/// manifest) as an excerpt.
+fn malformed(reference: &str, reason: &str) -> SignatureError {
+    SignatureError::Malformed {
+        reference: reference.to_owned(),
+        reason: crate::names::excerpt(reason),
+    }
 }
 
 /// `reference`'s repository with the `.sig` tag of `digest`.
@@ -101,11 +109,28 @@ fn sig_reference(
     Ok((parsed, sig, tag))
 }
 
+/// The signature record the cache keeps for a manifest: the signatures
+/// that verified it (one per key set that asked), newest last. A record of
+/// one signature, as written before there could be several, reads too.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Record {
+    Many(Vec<Signature>),
+    One(Signature),
+}
+
+fn read_record(bytes: &[u8]) -> serde_json::Result<Vec<Signature>> {
+    Ok(match serde_json::from_slice(bytes)? {
+        Record::Many(all) => all,
+        Record::One(one) => vec![one],
+    })
+}
+
 impl OciClient {
     /// Verifies that one of `keys` signed `pulled`'s manifest digest:
-    /// first from the signature the cache recorded for it (no network),
+    /// first from the signatures the cache recorded for it (no network),
     /// else from the registry's `.sig` manifest, whose verifying signature
-    /// is then recorded in the cache.
+    /// is then recorded in the cache. Within the pull deadline.
     pub async fn verify(
         &self,
         pulled: &Pulled,
@@ -113,18 +138,51 @@ impl OciClient {
         credentials: &Credentials,
     ) -> Result<Verified> {
         let reference = pulled.reference.as_str();
+        let parsed = parse_for_signatures(reference).map_err(Error::from)?;
+        let verify = async {
+            let mut session = Session::new(&self.transport, reference, &parsed, credentials)?;
+            let verified = self.verify_with(&mut session, pulled, keys).await?;
+            self.record_signatures(reference, &pulled.digest, std::slice::from_ref(&verified));
+            Ok(verified)
+        };
+        self.within_deadline(reference, &parsed, verify).await
+    }
+
+    /// [`OciClient::verify`] with each of `key_sets` in turn (the policy's
+    /// keys, a Plugin's own): every set must verify; their verifications
+    /// in order.
+    pub(crate) async fn verify_all(
+        &self,
+        session: &mut Session<'_>,
+        pulled: &Pulled,
+        key_sets: &[&[PublicKey]],
+    ) -> Result<Vec<Verified>> {
+        let mut verified = Vec::with_capacity(key_sets.len());
+        for keys in key_sets {
+            verified.push(self.verify_with(session, pulled, keys).await?);
+        }
+        Ok(verified)
+    }
+
+    async fn verify_with(
+        &self,
+        session: &mut Session<'_>,
+        pulled: &Pulled,
+        keys: &[PublicKey],
+    ) -> Result<Verified> {
+        let reference = pulled.reference.as_str();
         let digest = pulled.digest.as_str();
         if let Some(cache) = &self.options.cache
             && let Some(record) = cache.signature(digest)
         {
-            match serde_json::from_slice::<Signature>(&record) {
-                Ok(sig) => match signature::verify(reference, digest, &[sig], keys) {
+            match read_record(&record) {
+                Ok(sigs) => match signature::verify(reference, digest, &sigs, keys) {
                     Ok(verified) => {
                         tracing::debug!(reference, digest, key = %verified.key, "OCI module signature verified from the cache");
                         return Ok(verified);
                     }
                     Err(e) => {
-                        tracing::info!(reference, digest, error = %e, "cached signature does not verify with the keys configured now; reading the registry's");
+                        tracing::info!(reference, digest, error = %e, "cached signatures do not verify with the keys configured now; reading the registry's");
                     }
                 },
                 Err(e) => {
@@ -132,82 +190,161 @@ impl OciClient {
                 }
             }
         }
-        let signatures = self.signatures(reference, digest, credentials).await?;
+        let signatures = self.read_signatures(session, reference, digest).await?;
         let verified = signature::verify(reference, digest, &signatures, keys)?;
-        if let Some(cache) = &self.options.cache {
-            let record = serde_json::to_vec(&verified.signature).unwrap_or_default();
-            if let Err(e) = cache.put_signature(digest, &record) {
-                tracing::warn!(reference, digest, dir = %cache.dir().display(), error = %e, "cannot cache the module's signature; a restart without the registry will not serve it");
-            }
-        }
         tracing::info!(reference, digest, key = %verified.key, "OCI module signature verified");
         Ok(verified)
     }
 
+    /// Adds the signatures of `verified` to the cache's record for manifest
+    /// `digest` (written only when one is new). Only signatures that
+    /// verified are recorded, and only once the module is in the cache.
+    pub(crate) fn record_signatures(&self, reference: &str, digest: &str, verified: &[Verified]) {
+        let Some(cache) = &self.options.cache else {
+            return;
+        };
+        let mut record = cache
+            .signature(digest)
+            .and_then(|bytes| read_record(&bytes).ok())
+            .unwrap_or_default();
+        let before = record.len();
+        for v in verified {
+            if !record.contains(&v.signature) {
+                record.push(v.signature.clone());
+            }
+        }
+        if record.len() == before {
+            return;
+        }
+        // One per key set that ever verified it: the newest few.
+        let excess = record
+            .len()
+            .saturating_sub(self.options.max_signatures.max(1));
+        record.drain(..excess);
+        let bytes = serde_json::to_vec(&record).unwrap_or_default();
+        if let Err(e) = cache.put_signature(digest, &bytes) {
+            tracing::warn!(reference, digest, dir = %cache.dir().display(), error = %e, "cannot cache the module's signature; a restart without the registry will not serve it");
+        }
+    }
+
     /// The signatures the registry holds for manifest `digest` of
-    /// `reference`'s repository, each payload checked against its digest.
+    /// `reference`'s repository, each payload checked against its digest;
+    /// within the pull deadline.
     pub async fn signatures(
         &self,
         reference: &str,
         digest: &str,
         credentials: &Credentials,
     ) -> Result<Vec<Signature>, SignatureError> {
-        let (parsed, sig_ref, tag) = sig_reference(reference, digest)?;
-        let registry = parsed.resolve_registry().to_owned();
+        let parsed = parse_for_signatures(reference)?;
+        let read = async {
+            let mut session = Session::new(&self.transport, reference, &parsed, credentials)?;
+            Ok(self
+                .read_signatures(&mut session, reference, digest)
+                .await?)
+        };
+        self.within_deadline(reference, &parsed, read)
+            .await
+            .map_err(|e| match e {
+                Error::Signature(e) => e,
+                e => SignatureError::Registry {
+                    reference: reference.to_owned(),
+                    source: Box::new(e),
+                },
+            })
+    }
+
+    /// `future`, or [`Error::Deadline`] once the pull deadline passes.
+    async fn within_deadline<T>(
+        &self,
+        reference: &str,
+        parsed: &Reference,
+        future: impl Future<Output = Result<T>>,
+    ) -> Result<T> {
+        let deadline = self.options.deadline;
+        tokio::time::timeout(deadline, future)
+            .await
+            .unwrap_or_else(|_| {
+                Err(Error::Deadline {
+                    reference: reference.to_owned(),
+                    registry: parsed.resolve_registry().to_owned(),
+                    deadline,
+                })
+            })
+    }
+
+    /// The signatures of the `.sig` manifest of `digest`, through
+    /// `session` (the module's repository): at most
+    /// [`super::PullOptions::max_signatures`], else none is read.
+    async fn read_signatures(
+        &self,
+        session: &mut Session<'_>,
+        reference: &str,
+        digest: &str,
+    ) -> Result<Vec<Signature>, SignatureError> {
+        let tag = signature::signature_tag(digest).ok_or_else(|| {
+            malformed(
+                reference,
+                &format!("the manifest digest {digest} is not sha256"),
+            )
+        })?;
         let failed = |e: Error| SignatureError::Registry {
             reference: reference.to_owned(),
             source: Box::new(e),
         };
-        let malformed = |reason: String| SignatureError::Malformed {
-            reference: reference.to_owned(),
-            reason,
-        };
-        let client = self.transport.client().map_err(failed)?;
-        let auth = credentials.to_registry_auth();
-        let body = match client
-            .pull_manifest_raw(&sig_ref, &auth, SIG_MANIFESTS)
-            .await
-        {
-            Ok((body, _)) => body,
-            Err(e) => {
-                return Err(match transport::classify(reference, &registry, e) {
-                    Error::NotFound { .. } => SignatureError::Unsigned {
-                        reference: reference.to_owned(),
-                        tag,
-                    },
-                    e => failed(e),
+        let body = match session.manifest(&tag, SIG_MANIFESTS).await {
+            Ok(body) => body,
+            Err(Error::NotFound { .. }) => {
+                return Err(SignatureError::Unsigned {
+                    reference: reference.to_owned(),
+                    tag,
                 });
             }
+            Err(e) => return Err(failed(e)),
         };
         let manifest: SigManifest = serde_json::from_slice(&body).map_err(|e| {
-            malformed(format!(
-                "its signature manifest {tag} is not an image manifest ({e})"
-            ))
+            malformed(
+                reference,
+                &format!("its signature manifest {tag} is not an image manifest ({e})"),
+            )
         })?;
-        let mut found = Vec::new();
-        for layer in manifest
+        drop(body);
+        let layers: Vec<&SigDescriptor> = manifest
             .layers
             .iter()
             .filter(|l| l.media_type == SIMPLE_SIGNING_MEDIA_TYPE)
-        {
+            .collect();
+        let limit = self.options.max_signatures;
+        if layers.len() > limit {
+            return Err(SignatureError::TooMany {
+                reference: reference.to_owned(),
+                tag,
+                found: layers.len(),
+                limit,
+            });
+        }
+        let mut found = Vec::with_capacity(layers.len());
+        for layer in layers {
             if layer.size > MAX_PAYLOAD_BYTES || cache::sha256_hex(&layer.digest).is_none() {
-                return Err(malformed(format!(
-                    "signature payload {} of {tag} ({} bytes) is not a sha256 blob of at most {MAX_PAYLOAD_BYTES} bytes",
-                    layer.digest, layer.size
-                )));
+                return Err(malformed(
+                    reference,
+                    &format!(
+                        "signature payload {} of {tag} ({} bytes) is not a sha256 blob of at most {MAX_PAYLOAD_BYTES} bytes",
+                        layer.digest, layer.size
+                    ),
+                ));
             }
-            let payload = self
-                .payload(&client, reference, &registry, &sig_ref, layer)
-                .await?;
+            let payload = self.payload(session, reference, layer).await?;
             found.push(Signature {
                 payload,
                 signature: layer.annotations.get(SIGNATURE_ANNOTATION).cloned(),
             });
         }
         if found.is_empty() {
-            return Err(malformed(format!(
-                "its signature manifest {tag} has no {SIMPLE_SIGNING_MEDIA_TYPE} layer"
-            )));
+            return Err(malformed(
+                reference,
+                &format!("its signature manifest {tag} has no {SIMPLE_SIGNING_MEDIA_TYPE} layer"),
+            ));
         }
         Ok(found)
     }
@@ -216,46 +353,38 @@ impl OciClient {
     /// digest.
     async fn payload(
         &self,
-        client: &oci_client::Client,
+        session: &mut Session<'_>,
         reference: &str,
-        registry: &str,
-        sig_ref: &Reference,
         layer: &SigDescriptor,
     ) -> Result<Vec<u8>, SignatureError> {
-        let malformed = |reason: String| SignatureError::Malformed {
-            reference: reference.to_owned(),
-            reason,
-        };
         let failed = |e: Error| SignatureError::Registry {
             reference: reference.to_owned(),
             source: Box::new(e),
         };
-        let mut stream = client
-            .pull_blob_stream(sig_ref, &layer.oci())
+        let response = session.blob(&layer.digest).await.map_err(failed)?;
+        let payload = match session
+            .read_capped(response, MAX_PAYLOAD_BYTES, "signature payload")
             .await
-            .map_err(|e| failed(transport::classify(reference, registry, e)))?;
-        let mut payload = Vec::new();
-        while let Some(chunk) = stream.stream.next().await {
-            let chunk = chunk.map_err(|e| {
-                malformed(format!(
-                    "signature payload {} unreadable ({e})",
-                    layer.digest
-                ))
-            })?;
-            if (payload.len() + chunk.len()) as u64 > MAX_PAYLOAD_BYTES {
-                return Err(malformed(format!(
-                    "signature payload {} is over {MAX_PAYLOAD_BYTES} bytes",
-                    layer.digest
-                )));
+        {
+            Ok(payload) => payload,
+            // More than its descriptor said, which was at most the cap.
+            Err(Error::BodyTooLarge { .. }) => {
+                return Err(malformed(
+                    reference,
+                    &format!(
+                        "signature payload {} is over {MAX_PAYLOAD_BYTES} bytes",
+                        layer.digest
+                    ),
+                ));
             }
-            payload.extend_from_slice(&chunk);
-        }
+            Err(e) => return Err(failed(e)),
+        };
         let actual = sha256_digest(&payload);
         if actual != layer.digest {
-            return Err(malformed(format!(
-                "signature payload {} hashes to {actual}",
-                layer.digest
-            )));
+            return Err(malformed(
+                reference,
+                &format!("signature payload {} hashes to {actual}", layer.digest),
+            ));
         }
         Ok(payload)
     }
@@ -278,6 +407,19 @@ impl OciClient {
         let payload_digest = sha256_digest(&payload);
         let signed = key.sign(&payload);
 
+        // The signatures there already, read as a pull reads them (capped).
+        let mut session = Session::new(&self.transport, reference, &parsed, credentials)?;
+        let mut layers = match session.manifest(&tag, SIG_MANIFESTS).await {
+            Ok(body) => match serde_json::from_slice::<SigManifest>(&body) {
+                Ok(m) => m.layers,
+                Err(e) => {
+                    tracing::warn!(reference, tag, error = %e, "existing signature manifest is unreadable; replaced");
+                    Vec::new()
+                }
+            },
+            Err(Error::NotFound { .. }) => Vec::new(),
+            Err(e) => return Err(e),
+        };
         let client = self.transport.client()?;
         let fail = |e| transport::classify(reference, &registry, e);
         let auth = credentials.to_registry_auth();
@@ -285,22 +427,6 @@ impl OciClient {
             .auth(&sig_ref, &auth, oci_client::RegistryOperation::Push)
             .await
             .map_err(fail)?;
-        let mut layers = match client
-            .pull_manifest_raw(&sig_ref, &auth, SIG_MANIFESTS)
-            .await
-        {
-            Ok((body, _)) => match serde_json::from_slice::<SigManifest>(&body) {
-                Ok(m) => m.layers,
-                Err(e) => {
-                    tracing::warn!(reference, tag, error = %e, "existing signature manifest is unreadable; replaced");
-                    Vec::new()
-                }
-            },
-            Err(e) => match fail(e) {
-                Error::NotFound { .. } => Vec::new(),
-                e => return Err(e),
-            },
-        };
         // ECDSA here is deterministic (RFC 6979): signing again adds nothing.
         layers.retain(|l| {
             l.digest != payload_digest || l.annotations.get(SIGNATURE_ANNOTATION) != Some(&signed)

@@ -307,6 +307,15 @@ pub enum SignatureError {
         signatures: usize,
         keys: Vec<String>,
     },
+    #[error(
+        "{reference}: its signature manifest {tag} holds {found} signatures, over the {limit} a pull reads; none was read. Remove old signatures (push the .sig manifest again with only the current ones)"
+    )]
+    TooMany {
+        reference: String,
+        tag: String,
+        found: usize,
+        limit: usize,
+    },
     #[error("{reference}: malformed signature: {reason}")]
     Malformed { reference: String, reason: String },
     #[error(
@@ -375,7 +384,7 @@ pub fn verify(
     }
     Err(SignatureError::Malformed {
         reference: reference.to_owned(),
-        reason: malformed.unwrap_or_default(),
+        reason: crate::names::excerpt(&malformed.unwrap_or_default()),
     })
 }
 
@@ -390,9 +399,10 @@ fn decode_signature(annotation: Option<&str>) -> Result<p256::ecdsa::DerSignatur
 }
 
 fn check_claims(reference: &str, digest: &str, payload: &[u8]) -> Result<(), SignatureError> {
+    // The reasons quote the payload, the registry's text.
     let malformed = |reason: String| SignatureError::Malformed {
         reference: reference.to_owned(),
-        reason,
+        reason: crate::names::excerpt(&reason),
     };
     let doc: SimpleSigning = serde_json::from_slice(payload).map_err(|e| {
         malformed(format!(
@@ -410,7 +420,8 @@ fn check_claims(reference: &str, digest: &str, payload: &[u8]) -> Result<(), Sig
         return Err(SignatureError::PayloadDigestMismatch {
             reference: reference.to_owned(),
             pulled: digest.to_owned(),
-            signed,
+            // The payload's text, up to its 64 KiB.
+            signed: crate::names::excerpt(&signed),
         });
     }
     Ok(())
@@ -484,27 +495,32 @@ impl SignaturePolicy {
     }
 
     /// The keys that must verify `reference`'s module, from the longest
-    /// rule whose prefix matches its `registry/repository` (whole path
-    /// segments: `reg.io/team` matches `reg.io/team/x`, not
-    /// `reg.io/teamx`); `None`: no signature required (or the reference
-    /// does not parse, which the pull itself then refuses).
+    /// rule whose prefix covers its `registry/repository` (whole path
+    /// segments: `reg.io/team` covers `reg.io/team/x`, not
+    /// `reg.io/teamx`). Both are compared in one spelling
+    /// ([`super::canonical`]): host case, default ports and Docker Hub's
+    /// aliases do not escape a rule. `None`: no signature required (or the
+    /// reference does not parse, which the pull itself then refuses).
     pub fn required_keys(&self, reference: &str) -> Option<&[PublicKey]> {
         let parsed: super::Reference = reference.parse().ok()?;
-        let written = format!("{}/{}", parsed.registry(), parsed.repository());
-        let resolved = format!("{}/{}", parsed.resolve_registry(), parsed.repository());
-        let matches = |prefix: &str| {
-            prefix == "*"
-                || [&written, &resolved].iter().any(|name| {
-                    let prefix = prefix.trim_end_matches('/');
-                    name.strip_prefix(prefix)
-                        .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
-                })
+        let name = super::canonical::name(&parsed);
+        // The length of the longest canonical prefix of `rule` covering
+        // `name`; `*` covers everything, shortest of all.
+        let covering = |rule: &SignatureRule| -> Option<usize> {
+            if rule.prefix.trim() == "*" {
+                return Some(0);
+            }
+            super::canonical::prefixes(&rule.prefix)
+                .into_iter()
+                .filter(|p| super::canonical::covers(p, &name))
+                .map(|p| p.len())
+                .max()
         };
         self.rules
             .iter()
-            .filter(|r| matches(&r.prefix))
-            .max_by_key(|r| if r.prefix == "*" { 0 } else { r.prefix.len() })
-            .map(|r| r.keys.as_slice())
+            .filter_map(|r| covering(r).map(|len| (len, r)))
+            .max_by_key(|(len, _)| *len)
+            .map(|(_, r)| r.keys.as_slice())
     }
 }
 
@@ -690,12 +706,37 @@ CwheL8qvh0oPQm+2UxyTDfIDlS3NtmCsdg==
         assert_eq!(source("reg.test/other@sha256:1111111111111111111111111111111111111111111111111111111111111111").as_deref(), Some(all.source()));
         assert_eq!(source("other.test/team/x:1"), None);
         assert_eq!(source("reg.testing/x:1"), None);
+        // The rule's registry in every spelling of the reference.
+        for spelling in [
+            "reg.test:443/team/x:1",
+            "REG.test/team/x:1",
+            "reg.test:0443/team/x:1",
+            "Reg.Test:80/team/x:1",
+        ] {
+            assert_eq!(
+                source(spelling).as_deref(),
+                Some(team.source()),
+                "{spelling}"
+            );
+        }
+        assert_eq!(source("reg.test:5000/team/x:1"), None);
         // Docker Hub short names match the resolved registry too.
         let hub = SignaturePolicy::new(vec![SignatureRule {
             prefix: "index.docker.io/library".into(),
             keys: vec![all],
         }]);
-        assert!(hub.required_keys("docker.io/library/x:1").is_some());
+        for spelling in [
+            "x:1",
+            "library/x:1",
+            "docker.io/x:1",
+            "docker.io/library/x:1",
+            "index.docker.io/x:1",
+            "registry-1.docker.io/x:1",
+            "registry-1.docker.io/library/x:1",
+        ] {
+            assert!(hub.required_keys(spelling).is_some(), "{spelling}");
+        }
+        assert!(hub.required_keys("someone/x:1").is_none());
         assert!(
             SignaturePolicy::everything(vec![team])
                 .required_keys("any.test/x:1")

@@ -1,7 +1,10 @@
 //! How the registry is reached: HTTPS on the system roots plus the
 //! operator's CA, plain HTTP only for registries named for it, and the
-//! rustls provider kube already uses. Also sorts oci-client's errors into
-//! the causes an operator can act on.
+//! rustls provider kube already uses. Pulls read through a reqwest client
+//! of their own ([`Transport::http_client`], used by [`super::registry`]),
+//! since oci-client reads every body whole; pushes go through oci-client
+//! ([`Transport::client`]). Both are built from the same settings. Also
+//! sorts both clients' errors into the causes an operator can act on.
 
 use std::error::Error as StdError;
 use std::sync::Once;
@@ -13,6 +16,12 @@ use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
 
 use super::Error;
+
+/// Redirects a pull follows for one request (a registry sends blobs to
+/// its storage, once).
+pub const MAX_REDIRECTS: usize = 5;
+
+const USER_AGENT: &str = concat!("kubewasm/", env!("CARGO_PKG_VERSION"));
 
 /// Transport settings shared by every pull and push of a client.
 #[derive(Debug, Clone)]
@@ -65,6 +74,65 @@ impl Transport {
         self
     }
 
+    /// `http` for a registry named for plain HTTP, else `https`: the
+    /// exact `host[:port]` match oci-client's `HttpsExcept` makes.
+    pub(crate) fn scheme_for(&self, registry: &str) -> &'static str {
+        if self.plain_http.iter().any(|r| r == registry) {
+            "http"
+        } else {
+            "https"
+        }
+    }
+
+    /// `scheme://host:port` of `registry` as a pull reaches it (the
+    /// origin a cache grant names); `None` if it makes no URL.
+    pub(crate) fn origin(&self, registry: &str) -> Option<String> {
+        let scheme = self.scheme_for(registry);
+        let url = reqwest::Url::parse(&format!("{scheme}://{registry}/")).ok()?;
+        Some(format!(
+            "{scheme}://{}:{}",
+            url.host_str()?,
+            url.port_or_known_default()?
+        ))
+    }
+
+    /// The client a pull reads with: oci-client's TLS and timeout settings,
+    /// at most [`MAX_REDIRECTS`] redirects and none from https to plain
+    /// http, and no `Referer` (a redirect target, often another host, is
+    /// not told which repository and digest led there). reqwest drops the
+    /// `Authorization` header on a redirect to another host, port or
+    /// scheme, so credentials stay with the registry they are for.
+    pub(crate) fn http_client(&self) -> Result<reqwest::Client, Error> {
+        install_crypto_provider();
+        let roots = self
+            .extra_roots
+            .iter()
+            .map(|der| reqwest::Certificate::from_der(der))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|source| Error::Http { source })?;
+        reqwest::Client::builder()
+            .tls_certs_merge(roots)
+            .connect_timeout(self.connect_timeout)
+            .read_timeout(self.read_timeout)
+            .user_agent(USER_AGENT)
+            .referer(false)
+            .redirect(reqwest::redirect::Policy::custom(|attempt| {
+                if attempt.previous().len() > MAX_REDIRECTS {
+                    return attempt.error(format!("more than {MAX_REDIRECTS} redirects"));
+                }
+                let from_https = attempt
+                    .previous()
+                    .last()
+                    .is_some_and(|url| url.scheme() == "https");
+                if from_https && attempt.url().scheme() != "https" {
+                    return attempt.error("a redirect from https to plain http is refused");
+                }
+                attempt.follow()
+            }))
+            .build()
+            .map_err(|source| Error::Http { source })
+    }
+
     pub(crate) fn client(&self) -> Result<oci_client::Client, Error> {
         install_crypto_provider();
         let config = ClientConfig {
@@ -85,7 +153,7 @@ impl Transport {
             read_timeout: Some(self.read_timeout),
             // A module is one artifact: an index is refused, not resolved.
             platform_resolver: None,
-            user_agent: concat!("kubewasm/", env!("CARGO_PKG_VERSION")),
+            user_agent: USER_AGENT,
             ..ClientConfig::default()
         };
         oci_client::Client::try_from(config).map_err(|e| Error::Client { source: e })
@@ -172,6 +240,35 @@ pub(crate) fn classify(reference: &str, registry: &str, e: OciDistributionError)
     }
 }
 
+/// What went wrong sending a pull's request or reading its body, in an
+/// operator's terms. The URL is dropped from the error: the message names
+/// the registry and reference, and a redirect's URL is the registry's text.
+pub(crate) fn classify_http(reference: &str, registry: &str, e: reqwest::Error) -> Error {
+    let reference = reference.to_owned();
+    let registry = registry.to_owned();
+    let e = e.without_url();
+    if is_tls(&e) {
+        return Error::Tls {
+            reference,
+            registry,
+            source: Box::new(e),
+        };
+    }
+    if e.is_redirect() {
+        return Error::Registry {
+            reference,
+            registry,
+            source: Box::new(e),
+        };
+    }
+    // Refused connections, timeouts, and bodies cut off mid-way.
+    Error::Unreachable {
+        reference,
+        registry,
+        source: Box::new(e),
+    }
+}
+
 /// Whether a rustls error (a refused certificate, a failed handshake) is
 /// somewhere in the chain; io::Error hides its payload from `source()`.
 fn is_tls(e: &(dyn StdError + 'static)) -> bool {
@@ -189,22 +286,6 @@ fn is_tls(e: &(dyn StdError + 'static)) -> bool {
         next = err.source();
     }
     false
-}
-
-/// A digest error carried through a body stream's io::Error.
-pub(crate) fn stream_digest_error(e: &std::io::Error) -> Option<(String, String)> {
-    let inner = e.get_ref()?;
-    let digest = match inner.downcast_ref::<OciDistributionError>() {
-        Some(OciDistributionError::DigestError(d)) => d,
-        Some(_) => return None,
-        None => inner.downcast_ref::<DigestError>()?,
-    };
-    match digest {
-        DigestError::VerificationError { expected, actual } => {
-            Some((expected.clone(), actual.clone()))
-        }
-        _ => None,
-    }
 }
 
 #[cfg(test)]
