@@ -13,11 +13,14 @@
 //! few seconds costs the API server two reviews a minute, not two a
 //! scrape): an allowed request for [`ALLOWED_FOR`], a refused one for
 //! [`REFUSED_FOR`], so a new RoleBinding takes effect within seconds. A
-//! review the API server cannot answer is not cached.
+//! review the API server cannot answer is not cached. Allowed and refused
+//! answers are kept apart, each in a bounded least-recently-used cache:
+//! anyone can send random tokens, and each one's refusal evicts only other
+//! refusals, never the answer a real scraper's token earned.
 
-use std::collections::HashMap;
+use std::num::NonZeroUsize;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
@@ -29,15 +32,21 @@ use k8s_openapi::api::authorization::v1::{
     NonResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
 };
 use kube::api::{Api, PostParams};
+use lru::LruCache;
 use parking_lot::Mutex;
 use sha2::{Digest, Sha256};
+use tokio::time::Instant;
 
 /// How long an allowed request's answer is kept.
 pub const ALLOWED_FOR: Duration = Duration::from_secs(60);
 /// How long a refused (401 or 403) request's answer is kept.
 pub const REFUSED_FOR: Duration = Duration::from_secs(10);
-/// Answers kept at most; past it the expired go, then all.
-const CACHE_MAX: usize = 4096;
+/// Allowed answers kept at most, the least recently used evicted first.
+/// Only a token the API server accepts and RBAC allows earns one.
+pub const ALLOWED_MAX: NonZeroUsize = NonZeroUsize::new(1024).unwrap();
+/// Refused answers kept at most (apart from the allowed ones), the least
+/// recently used evicted first.
+pub const REFUSED_MAX: NonZeroUsize = NonZeroUsize::new(4096).unwrap();
 
 /// The identity a token review found.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -208,8 +217,15 @@ enum Answer {
     Refused(Refusal),
 }
 
-/// Answers by (the token's SHA-256, the path), with when they were given.
-type Cache = HashMap<([u8; 32], String), (Instant, Answer)>;
+/// (the token's SHA-256, the path): tokens are kept only as digests.
+type Key = ([u8; 32], String);
+
+/// Answers by [`Key`], with when they were given: allowed and refused
+/// apart, so refusals (which anyone can cause) never evict an allowance.
+struct Cache {
+    allowed: LruCache<Key, Instant>,
+    refused: LruCache<Key, (Instant, Refusal)>,
+}
 
 /// Checks requests against the API server, with a short cache.
 pub struct Authenticator {
@@ -219,8 +235,10 @@ pub struct Authenticator {
 
 impl std::fmt::Debug for Authenticator {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let cache = self.cache.lock();
         f.debug_struct("Authenticator")
-            .field("cached", &self.cache.lock().len())
+            .field("allowed", &cache.allowed.len())
+            .field("refused", &cache.refused.len())
             .finish_non_exhaustive()
     }
 }
@@ -229,8 +247,17 @@ impl Authenticator {
     pub fn new(reviewer: impl Reviewer) -> Self {
         Self {
             reviewer: Arc::new(reviewer),
-            cache: Mutex::new(HashMap::new()),
+            cache: Mutex::new(Cache {
+                allowed: LruCache::new(ALLOWED_MAX),
+                refused: LruCache::new(REFUSED_MAX),
+            }),
         }
+    }
+
+    /// Answers cached now: (allowed, refused), expired ones included.
+    pub fn cached_answers(&self) -> (usize, usize) {
+        let cache = self.cache.lock();
+        (cache.allowed.len(), cache.refused.len())
     }
 
     /// `Ok` when the request's bearer token may `get` `path`.
@@ -244,8 +271,7 @@ impl Authenticator {
             })
             .filter(|t| !t.is_empty())
             .ok_or(Refusal::Unauthenticated("no bearer token"))?;
-        // Tokens are kept only as their digests.
-        let key = (Sha256::digest(token.as_bytes()).into(), path.to_owned());
+        let key: Key = (Sha256::digest(token.as_bytes()).into(), path.to_owned());
         if let Some(answer) = self.cached(&key) {
             return match answer {
                 Answer::Allowed => Ok(()),
@@ -287,25 +313,37 @@ impl Authenticator {
         }
     }
 
-    fn cached(&self, key: &([u8; 32], String)) -> Option<Answer> {
-        let cache = self.cache.lock();
-        let (at, answer) = cache.get(key)?;
-        let ttl = match answer {
-            Answer::Allowed => ALLOWED_FOR,
-            Answer::Refused(_) => REFUSED_FOR,
-        };
-        (at.elapsed() < ttl).then(|| answer.clone())
+    /// The answer for `key` while fresh (an expired one is dropped).
+    fn cached(&self, key: &Key) -> Option<Answer> {
+        let mut cache = self.cache.lock();
+        if let Some(at) = cache.allowed.get(key) {
+            if at.elapsed() < ALLOWED_FOR {
+                return Some(Answer::Allowed);
+            }
+            cache.allowed.pop(key);
+        }
+        if let Some((at, refusal)) = cache.refused.get(key) {
+            if at.elapsed() < REFUSED_FOR {
+                return Some(Answer::Refused(refusal.clone()));
+            }
+            cache.refused.pop(key);
+        }
+        None
     }
 
-    fn remember(&self, key: ([u8; 32], String), answer: Answer) {
+    fn remember(&self, key: Key, answer: Answer) {
         let mut cache = self.cache.lock();
-        if cache.len() >= CACHE_MAX {
-            cache.retain(|_, (at, _)| at.elapsed() < ALLOWED_FOR);
-            if cache.len() >= CACHE_MAX {
-                cache.clear();
+        let now = Instant::now();
+        match answer {
+            Answer::Allowed => {
+                cache.refused.pop(&key);
+                cache.allowed.put(key, now);
+            }
+            Answer::Refused(refusal) => {
+                cache.allowed.pop(&key);
+                cache.refused.put(key, (now, refusal));
             }
         }
-        cache.insert(key, (Instant::now(), answer));
     }
 }
 
@@ -323,20 +361,29 @@ mod tests {
     use super::*;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
-    /// Tokens `alice` (may get /metrics) and `bob` (may get nothing);
-    /// `down` fails the review; counts reviews.
+    /// Tokens `alice` and `ok-*` (may get /metrics), `bob` and `user-*`
+    /// (may get nothing); `down` fails the review; counts reviews.
     #[derive(Default)]
     struct Fake {
         tokens: AtomicUsize,
         accesses: AtomicUsize,
+        /// Token reviews of `alice`.
+        alice: AtomicUsize,
     }
 
     impl Reviewer for Arc<Fake> {
         fn user<'a>(&'a self, token: &'a str) -> BoxFuture<'a, Result<Option<User>, ReviewError>> {
             self.tokens.fetch_add(1, Ordering::SeqCst);
+            if token == "alice" {
+                self.alice.fetch_add(1, Ordering::SeqCst);
+            }
             Box::pin(async move {
                 match token {
                     "alice" | "bob" => Ok(Some(User {
+                        name: token.to_owned(),
+                        ..User::default()
+                    })),
+                    t if t.starts_with("ok-") || t.starts_with("user-") => Ok(Some(User {
                         name: token.to_owned(),
                         ..User::default()
                     })),
@@ -356,13 +403,12 @@ mod tests {
         ) -> BoxFuture<'a, Result<Result<(), Option<String>>, ReviewError>> {
             self.accesses.fetch_add(1, Ordering::SeqCst);
             Box::pin(async move {
-                Ok(
-                    if user.name == "alice" && verb == "get" && path == "/metrics" {
-                        Ok(())
-                    } else {
-                        Err(None)
-                    },
-                )
+                let may = user.name == "alice" || user.name.starts_with("ok-");
+                Ok(if may && verb == "get" && path == "/metrics" {
+                    Ok(())
+                } else {
+                    Err(None)
+                })
             })
         }
     }
@@ -442,5 +488,67 @@ mod tests {
         let r = Refusal::Unauthenticated("no bearer token").into_response();
         assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
         assert_eq!(r.headers()[header::WWW_AUTHENTICATE], "Bearer");
+    }
+
+    /// Anyone can send random tokens: each costs a review, but their
+    /// refusals evict only refusals, never a scraper's allowed answer
+    /// (which the old cache, cleared whole at 4,096 answers, lost).
+    #[tokio::test(start_paused = true)]
+    async fn valid_tokens_stay_cached_under_a_flood_of_random_ones() {
+        let fake = Arc::new(Fake::default());
+        let auth = Authenticator::new(fake.clone());
+        let alice = || async { auth.check(&bearer("alice"), "/metrics").await };
+        assert_eq!(alice().await, Ok(()));
+        assert_eq!(fake.alice.load(Ordering::SeqCst), 1);
+        // Five times the refused cache: tokens the API server rejects and
+        // tokens of users without the RBAC.
+        let flood = REFUSED_MAX.get() * 5;
+        for i in 0..flood {
+            let token = if i % 2 == 0 {
+                format!("random-{i}")
+            } else {
+                format!("user-{i}")
+            };
+            assert!(auth.check(&bearer(&token), "/metrics").await.is_err());
+        }
+        assert_eq!(fake.tokens.load(Ordering::SeqCst), 1 + flood);
+        assert_eq!(auth.cached_answers(), (1, REFUSED_MAX.get()));
+        assert_eq!(alice().await, Ok(()));
+        assert_eq!(
+            fake.alice.load(Ordering::SeqCst),
+            1,
+            "alice's answer survived the flood"
+        );
+        // The answer still expires on time.
+        tokio::time::advance(ALLOWED_FOR - Duration::from_secs(1)).await;
+        assert_eq!(alice().await, Ok(()));
+        assert_eq!(fake.alice.load(Ordering::SeqCst), 1);
+        tokio::time::advance(Duration::from_secs(2)).await;
+        assert_eq!(alice().await, Ok(()));
+        assert_eq!(fake.alice.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn allowed_answers_are_evicted_least_recently_used_first() {
+        let fake = Arc::new(Fake::default());
+        let auth = Authenticator::new(fake.clone());
+        let ok = |i: usize| format!("ok-{i}");
+        for i in 0..ALLOWED_MAX.get() {
+            assert_eq!(auth.check(&bearer(&ok(i)), "/metrics").await, Ok(()));
+        }
+        // ok-0 used again: ok-1 is now the least recently used.
+        assert_eq!(auth.check(&bearer(&ok(0)), "/metrics").await, Ok(()));
+        let reviews = fake.tokens.load(Ordering::SeqCst);
+        assert_eq!(reviews, ALLOWED_MAX.get());
+        assert_eq!(auth.check(&bearer("ok-new"), "/metrics").await, Ok(()));
+        assert_eq!(auth.cached_answers(), (ALLOWED_MAX.get(), 0));
+        assert_eq!(auth.check(&bearer(&ok(0)), "/metrics").await, Ok(()));
+        assert_eq!(fake.tokens.load(Ordering::SeqCst), reviews + 1);
+        assert_eq!(auth.check(&bearer(&ok(1)), "/metrics").await, Ok(()));
+        assert_eq!(
+            fake.tokens.load(Ordering::SeqCst),
+            reviews + 2,
+            "ok-1 was evicted and reviewed again"
+        );
     }
 }

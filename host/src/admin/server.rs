@@ -7,7 +7,11 @@
 //! (Prometheus, OpenMetrics text) and `/dead-letters` (JSON: the deltas
 //! plugins gave up on, for `kubewasm dead-letters`). With `--metrics-auth`
 //! the last two need a bearer token that may `get` them (see
-//! [`super::auth`]); probes never do.
+//! [`super::auth`]); probes never do. Without it, `/dead-letters` answers
+//! loopback clients only (403 otherwise): it names the objects plugins
+//! failed on and their errors, which whoever reaches the listener from the
+//! cluster network may not read; `kubectl port-forward` and a shell in the
+//! Pod are loopback.
 //!
 //! The web view's listener (`--ui`, `--ui-addr`, default
 //! `127.0.0.1:9091`): the page, its data and its stream (see
@@ -21,8 +25,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::State;
+use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{StatusCode, header};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use tokio_util::sync::CancellationToken;
@@ -119,6 +124,8 @@ impl Listener {
         let shutdown = cancel.clone().cancelled_owned();
         let app = app(cancel.clone());
         let task = tokio::spawn(async move {
+            // Each request carries its peer's address (ConnectInfo).
+            let app = app.into_make_service_with_connect_info::<SocketAddr>();
             if let Err(e) = axum::serve(listener, app)
                 .with_graceful_shutdown(shutdown)
                 .await
@@ -226,11 +233,14 @@ pub fn router(telemetry: Telemetry) -> Router {
     router_with(telemetry, None)
 }
 
-/// The routes, `/metrics` and `/dead-letters` behind `auth` when given.
+/// The routes, `/metrics` and `/dead-letters` behind `auth` when given;
+/// without it, `/dead-letters` answers loopback clients only.
 pub fn router_with(telemetry: Telemetry, auth: Option<Arc<Authenticator>>) -> Router {
-    let mut guarded = Router::new()
-        .route("/metrics", get(metrics))
-        .route("/dead-letters", get(dead_letters));
+    let mut dead = Router::new().route("/dead-letters", get(dead_letters));
+    if auth.is_none() {
+        dead = dead.route_layer(axum::middleware::from_fn(loopback_only));
+    }
+    let mut guarded = Router::new().route("/metrics", get(metrics)).merge(dead);
     if let Some(auth) = auth {
         guarded = guarded.layer(axum::middleware::from_fn_with_state(
             auth,
@@ -242,6 +252,42 @@ pub fn router_with(telemetry: Telemetry, auth: Option<Arc<Authenticator>>) -> Ro
         .route("/readyz", get(readyz))
         .merge(guarded)
         .with_state(telemetry)
+}
+
+/// Whether `ip` is this machine's loopback, IPv4-mapped spelling included.
+fn is_loopback(ip: std::net::IpAddr) -> bool {
+    match ip {
+        std::net::IpAddr::V6(v6) => v6
+            .to_ipv4_mapped()
+            .map_or(v6.is_loopback(), |v4| v4.is_loopback()),
+        v4 => v4.is_loopback(),
+    }
+}
+
+/// Passes requests from a loopback peer only (a request without a known
+/// peer is refused): `/dead-letters` without `--metrics-auth`.
+async fn loopback_only(req: Request, next: Next) -> Response {
+    let peer = req
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|c| c.0);
+    if peer.is_some_and(|p| is_loopback(p.ip())) {
+        return next.run(req).await;
+    }
+    tracing::debug!(
+        peer = ?peer,
+        path = req.uri().path(),
+        "refused a request from off this machine: --metrics-auth is off"
+    );
+    (
+        StatusCode::FORBIDDEN,
+        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+        format!(
+            "Forbidden: without --metrics-auth, {} answers loopback clients only (it names the objects plugins failed on): ask from the host's machine or Pod (kubectl port-forward, kubectl exec), or run the host with --metrics-auth and send a token that may get it\n",
+            req.uri().path()
+        ),
+    )
+        .into_response()
 }
 
 /// A probe's body: `ok`, or one line per reason.
@@ -302,7 +348,11 @@ pub struct MetricsListening {
 
 impl MetricsListening {
     pub fn emit(self) {
-        tracing::info!(addr = %self.addr, auth = self.auth, "metrics listening");
+        if self.auth || self.addr.ip().is_loopback() {
+            tracing::info!(addr = %self.addr, auth = self.auth, "metrics listening");
+        } else {
+            tracing::info!(addr = %self.addr, auth = self.auth, "metrics listening; without --metrics-auth, /dead-letters answers loopback clients only");
+        }
     }
 }
 
@@ -489,16 +539,19 @@ mod tests {
         assert_eq!(t.feed().watchers(), 0);
     }
 
-    /// Token `scraper` may get /metrics; `nobody` may get nothing.
+    /// Token `scraper` may get /metrics, `reader` /dead-letters; `nobody`
+    /// may get nothing.
     struct Fake;
 
     impl Reviewer for Fake {
         fn user<'a>(&'a self, token: &'a str) -> BoxFuture<'a, Result<Option<User>, ReviewError>> {
             Box::pin(async move {
-                Ok(["scraper", "nobody"].contains(&token).then(|| User {
-                    name: token.to_owned(),
-                    ..User::default()
-                }))
+                Ok(["scraper", "reader", "nobody"]
+                    .contains(&token)
+                    .then(|| User {
+                        name: token.to_owned(),
+                        ..User::default()
+                    }))
             })
         }
 
@@ -509,11 +562,15 @@ mod tests {
             path: &'a str,
         ) -> BoxFuture<'a, Result<Result<(), Option<String>>, ReviewError>> {
             Box::pin(async move {
-                Ok(if user.name == "scraper" && path == "/metrics" {
-                    Ok(())
-                } else {
-                    Err(None)
-                })
+                Ok(
+                    if (user.name.as_str(), path) == ("scraper", "/metrics")
+                        || (user.name.as_str(), path) == ("reader", "/dead-letters")
+                    {
+                        Ok(())
+                    } else {
+                        Err(None)
+                    },
+                )
             })
         }
     }
@@ -575,5 +632,85 @@ mod tests {
         .await;
         assert_eq!(code, 403, "a scraper may read metrics, not dead letters");
         server.stop().await;
+    }
+
+    /// `router` answering `path` for a client at `peer` (`None`: a request
+    /// that did not come through a listener), with `token` if given.
+    async fn ask(
+        router: &Router,
+        peer: Option<&str>,
+        path: &str,
+        token: Option<&str>,
+    ) -> (u16, String) {
+        use tower::ServiceExt;
+        let mut req = axum::http::Request::get(path);
+        if let Some(token) = token {
+            req = req.header(header::AUTHORIZATION, format!("Bearer {token}"));
+        }
+        let mut req = req.body(axum::body::Body::empty()).unwrap();
+        if let Some(peer) = peer {
+            req.extensions_mut()
+                .insert(ConnectInfo(peer.parse::<SocketAddr>().unwrap()));
+        }
+        let res = router.clone().oneshot(req).await.unwrap();
+        let code = res.status().as_u16();
+        let body = axum::body::to_bytes(res.into_body(), 1 << 20)
+            .await
+            .unwrap();
+        (code, String::from_utf8_lossy(&body).into_owned())
+    }
+
+    #[tokio::test]
+    async fn without_auth_dead_letters_answer_loopback_clients_only() {
+        let t = Telemetry::new(Identity::new(None, None, None));
+        let open = router(t.clone());
+        for peer in [
+            "127.0.0.1:40000",
+            "127.3.2.1:1",
+            "[::1]:40000",
+            "[::ffff:127.0.0.1]:1",
+        ] {
+            assert_eq!(
+                ask(&open, Some(peer), "/dead-letters", None).await,
+                (200, "[]".to_owned()),
+                "{peer}"
+            );
+        }
+        for peer in [
+            Some("10.0.0.7:40000"),
+            Some("[2001:db8::1]:1"),
+            Some("[::ffff:10.0.0.7]:1"),
+            None,
+        ] {
+            let (code, body) = ask(&open, peer, "/dead-letters", None).await;
+            assert_eq!(code, 403, "{peer:?}: {body}");
+            assert!(
+                body.contains(
+                    "without --metrics-auth, /dead-letters answers loopback clients only"
+                ) && body.contains("kubectl port-forward"),
+                "{body}"
+            );
+            // Probes and metrics stay open to the cluster network.
+            for path in ["/healthz", "/metrics"] {
+                assert_eq!(ask(&open, peer, path, None).await.0, 200, "{peer:?} {path}");
+            }
+        }
+        // With auth, the token decides, wherever the client is; the same
+        // authentication as /metrics.
+        let guarded = router_with(t, Some(Arc::new(Authenticator::new(Fake))));
+        let remote = Some("10.0.0.7:40000");
+        for (path, token, code) in [
+            ("/dead-letters", None, 401),
+            ("/dead-letters", Some("nobody"), 403),
+            ("/dead-letters", Some("scraper"), 403),
+            ("/dead-letters", Some("reader"), 200),
+            ("/metrics", Some("reader"), 403),
+            ("/metrics", Some("scraper"), 200),
+        ] {
+            for peer in [remote, Some("127.0.0.1:1")] {
+                let (got, body) = ask(&guarded, peer, path, token).await;
+                assert_eq!(got, code, "{path} {token:?} from {peer:?}: {body}");
+            }
+        }
     }
 }

@@ -51,12 +51,14 @@ pub(crate) fn dead_letters(args: DeadLettersArgs) -> anyhow::Result<()> {
         .transpose()?;
     let (code, body) =
         probe::get_with_token(&addr, "/dead-letters", token.as_deref(), args.timeout)?;
-    if code == 401 || code == 403 {
+    if code == 401 {
         anyhow::bail!(
             "GET /dead-letters answered {code}: {} (the host runs with --metrics-auth: pass --token-file with a token whose user may get the non-resource URL /dead-letters)",
             body.trim()
         );
     }
+    // 403: the host's answer says what to do (the RBAC to bind, or, without
+    // --metrics-auth, to ask from loopback).
     if code != 200 {
         anyhow::bail!("GET /dead-letters answered {code}: {}", body.trim());
     }

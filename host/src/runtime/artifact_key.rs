@@ -19,7 +19,7 @@
 //! folder (`.artifact-key`, mode 0600): then only artifacts this host (or
 //! a `kubewasm compile` run over the same folder) wrote verify.
 
-use std::io::Write;
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
 /// The per-host key's file name inside the cache folder.
@@ -59,6 +59,25 @@ pub enum KeyError {
     TooShort { path: PathBuf, len: usize },
     #[error("cannot generate an artifact key: {0}")]
     Random(String),
+}
+
+/// Why the host's key file in the cache folder is not trusted (it is then
+/// replaced). Each reads as the rest of "the host's artifact key is not
+/// valid: ...".
+#[derive(Debug, thiserror::Error)]
+pub enum HostKeyRefused {
+    #[error("it is a symlink, which is not followed (whoever planted it would choose the key)")]
+    Symlink,
+    #[error("it is not a regular file but a {kind}")]
+    NotAFile { kind: &'static str },
+    #[error("owned by uid {owner}, not by this host's uid {me}")]
+    Owner { owner: u32, me: u32 },
+    #[error("mode {mode:o}: readable or writable by others than its owner")]
+    Mode { mode: u32 },
+    #[error("{len} bytes, not {KEY_BYTES}")]
+    Length { len: usize },
+    #[error("cannot read it: {0}")]
+    Io(#[source] std::io::Error),
 }
 
 /// Where the key came from, for logs and errors.
@@ -288,36 +307,55 @@ fn random_key() -> Result<[u8; KEY_BYTES], KeyError> {
 }
 
 /// The key at `path`, `None` when there is none; an error says why the
-/// file there is not one to trust.
-fn read_host_key(path: &Path) -> Result<Option<Vec<u8>>, String> {
-    let meta = match std::fs::symlink_metadata(path) {
-        Ok(m) => m,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(e.to_string()),
+/// file there is not one to trust. Opened once without following a
+/// symlink, and checked (type, owner, mode) and read on that one handle:
+/// nothing swapped in between a check by path and the read is read.
+fn read_host_key(path: &Path) -> Result<Option<Vec<u8>>, HostKeyRefused> {
+    use rustix::fs::{FileType, Mode, OFlags};
+    use rustix::io::Errno;
+    // O_NONBLOCK: a FIFO planted in its place does not hang the open (it
+    // is then refused as not a file); reads of a regular file ignore it.
+    let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK;
+    let fd = match rustix::fs::open(path, flags, Mode::empty()) {
+        Ok(fd) => fd,
+        Err(Errno::NOENT) => return Ok(None),
+        // What O_NOFOLLOW answers for a symlink (FreeBSD: EMLINK).
+        Err(Errno::LOOP | Errno::MLINK) => return Err(HostKeyRefused::Symlink),
+        Err(e) => return Err(HostKeyRefused::Io(e.into())),
     };
-    if !meta.file_type().is_file() {
-        return Err("not a regular file (a symlink or a folder)".into());
+    let stat = rustix::fs::fstat(&fd).map_err(|e| HostKeyRefused::Io(e.into()))?;
+    let kind = FileType::from_raw_mode(stat.st_mode);
+    if kind != FileType::RegularFile {
+        return Err(HostKeyRefused::NotAFile {
+            kind: match kind {
+                FileType::Directory => "folder",
+                FileType::Fifo => "FIFO",
+                FileType::Socket => "socket",
+                FileType::CharacterDevice | FileType::BlockDevice => "device",
+                _ => "special file",
+            },
+        });
     }
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::MetadataExt;
-        let me = rustix::process::geteuid().as_raw();
-        if meta.uid() != me {
-            return Err(format!(
-                "owned by uid {}, not by this host's uid {me}",
-                meta.uid()
-            ));
-        }
-        if meta.mode() & 0o077 != 0 {
-            return Err(format!(
-                "mode {:o}: readable or writable by others than its owner",
-                meta.mode() & 0o777
-            ));
-        }
+    let me = rustix::process::geteuid().as_raw();
+    if stat.st_uid != me {
+        return Err(HostKeyRefused::Owner {
+            owner: stat.st_uid,
+            me,
+        });
     }
-    let bytes = std::fs::read(path).map_err(|e| e.to_string())?;
+    let mode = stat.st_mode & 0o777;
+    if mode & 0o077 != 0 {
+        return Err(HostKeyRefused::Mode { mode });
+    }
+    // One byte past the key's length tells a longer file apart without
+    // reading all of it.
+    let mut bytes = Vec::with_capacity(KEY_BYTES + 1);
+    std::fs::File::from(fd)
+        .take(KEY_BYTES as u64 + 1)
+        .read_to_end(&mut bytes)
+        .map_err(HostKeyRefused::Io)?;
     if bytes.len() != KEY_BYTES {
-        return Err(format!("{} bytes, not {KEY_BYTES}", bytes.len()));
+        return Err(HostKeyRefused::Length { len: bytes.len() });
     }
     Ok(Some(bytes))
 }
@@ -453,11 +491,66 @@ mod tests {
         assert_ne!(k.id(), key(7).id());
         assert!(std::fs::symlink_metadata(&path).unwrap().is_file());
         // No temp files left.
+        std::fs::remove_file(&planted).unwrap();
         let names: Vec<String> = std::fs::read_dir(dir.path())
             .unwrap()
             .map(|e| e.unwrap().file_name().into_string().unwrap())
             .collect();
-        assert_eq!(names.len(), 2, "{names:?}");
+        assert_eq!(names, [HOST_KEY_FILE], "{names:?}");
+    }
+
+    #[test]
+    fn a_symlink_or_a_special_file_in_the_host_keys_place_is_refused_unread() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(HOST_KEY_FILE);
+        // A valid key of this user, mode 0600, behind a symlink: whoever
+        // could plant the link would choose the key. Refused, not followed.
+        let planted = dir.path().join("planted");
+        std::fs::write(&planted, [7u8; KEY_BYTES]).unwrap();
+        std::fs::set_permissions(&planted, std::fs::Permissions::from_mode(0o600)).unwrap();
+        std::os::unix::fs::symlink(&planted, &path).unwrap();
+        let e = read_host_key(&path).unwrap_err();
+        assert!(matches!(e, HostKeyRefused::Symlink), "{e}");
+        assert!(
+            e.to_string().contains("symlink, which is not followed"),
+            "{e}"
+        );
+        // A dangling one too (not taken for "no key yet").
+        std::fs::remove_file(&planted).unwrap();
+        assert!(matches!(read_host_key(&path), Err(HostKeyRefused::Symlink)));
+        std::fs::remove_file(&path).unwrap();
+        // A FIFO: refused without blocking on the open.
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            &path,
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o600),
+            0,
+        )
+        .unwrap();
+        let e = read_host_key(&path).unwrap_err();
+        assert!(
+            matches!(e, HostKeyRefused::NotAFile { kind: "FIFO" }),
+            "{e}"
+        );
+        std::fs::remove_file(&path).unwrap();
+        std::fs::create_dir(&path).unwrap();
+        let e = read_host_key(&path).unwrap_err();
+        assert!(
+            matches!(e, HostKeyRefused::NotAFile { kind: "folder" }),
+            "{e}"
+        );
+        std::fs::remove_dir(&path).unwrap();
+        // Too long: refused after reading one byte past the key.
+        std::fs::write(&path, [1u8; 4096]).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let e = read_host_key(&path).unwrap_err();
+        assert!(
+            matches!(e, HostKeyRefused::Length { len } if len == KEY_BYTES + 1),
+            "{e}"
+        );
+        assert_eq!(read_host_key(&dir.path().join("none")).unwrap(), None);
     }
 
     #[test]

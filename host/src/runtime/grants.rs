@@ -10,10 +10,19 @@
 //! compile cache, artifact key, plugin and cluster folders). Paths are
 //! compared canonicalized, so symlinks and `..` do not get around either
 //! list.
+//!
+//! A granted folder is checked and opened once, at admission, and every
+//! instance of that plugin version gets the opened folder ([`HeldDir`]),
+//! never its path again: an instance created hours later, after the
+//! folder was swapped for a symlink (to the token's folder, say), still
+//! sees the folder that was checked.
 
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde::Deserialize;
+use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
 
 use super::manifest::{DirGrant, Grants};
 use super::network::NetworkCeiling;
@@ -48,8 +57,147 @@ pub struct GrantCeiling {
     pub protected: Vec<PathBuf>,
 }
 
-/// A directory grant with its host path canonicalized: what is preopened.
-pub type ResolvedDir = DirGrant;
+/// A granted directory, opened at admission and held by the plugin
+/// version: its instances are given this open directory, so nothing done
+/// to the path after the check (a rename, a symlink swapped in) changes
+/// what they see.
+#[derive(Debug, Clone)]
+pub struct HeldDir {
+    /// The canonical host path that was checked (for messages and the
+    /// manifest; never opened again).
+    pub host: PathBuf,
+    /// Where the guest sees it.
+    pub guest: String,
+    fd: Arc<OwnedFd>,
+}
+
+/// Why a granted directory could not be opened and held, or handed to an
+/// instance.
+#[derive(Debug, thiserror::Error)]
+pub enum DirError {
+    #[error("cannot open {path} (without following a symlink in its place): {source}")]
+    Open {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path} is not a directory (or is a symlink, which is not followed)")]
+    NotDirectory { path: PathBuf },
+    #[error(
+        "{path} changed while it was checked: the opened folder is {opened} (a folder on its way was replaced, perhaps by a symlink); not granted: load the plugin again once the folder is in place"
+    )]
+    Changed { path: PathBuf, opened: PathBuf },
+    #[error(
+        "cannot read back where the opened {path} is through /proc/self/fd: {source} (the host needs /proc mounted to hold granted folders)"
+    )]
+    Proc {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(
+        "cannot hand the granted folder {host} to the instance as {guest}: {source} (is /proc mounted?)"
+    )]
+    Preopen {
+        host: PathBuf,
+        guest: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    #[error(
+        "directory grants are supported on Linux only (a granted folder is held open and handed to instances through /proc/self/fd): remove grants.dirs from the sidecar"
+    )]
+    Unsupported,
+}
+
+impl HeldDir {
+    /// Opens `host` (a canonical path, already checked against the
+    /// ceiling) without following a symlink in its place, and checks on
+    /// the opened handle that it is a directory and is still `host`: a
+    /// folder on the way swapped between the check and the open is
+    /// refused, not granted.
+    #[cfg(target_os = "linux")]
+    fn open(host: &Path, guest: &str) -> Result<Self, DirError> {
+        use rustix::fs::{FileType, Mode, OFlags};
+        use rustix::io::Errno;
+        let fd = rustix::fs::open(
+            host,
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| match e {
+            // A symlink in its place (O_DIRECTORY with O_NOFOLLOW).
+            Errno::NOTDIR | Errno::LOOP => DirError::NotDirectory {
+                path: host.to_owned(),
+            },
+            e => DirError::Open {
+                path: host.to_owned(),
+                source: e.into(),
+            },
+        })?;
+        // With O_PATH, O_NOFOLLOW opens a symlink itself rather than
+        // failing: the type is checked on the handle.
+        let stat = rustix::fs::fstat(&fd).map_err(|e| DirError::Open {
+            path: host.to_owned(),
+            source: e.into(),
+        })?;
+        if FileType::from_raw_mode(stat.st_mode) != FileType::Directory {
+            return Err(DirError::NotDirectory {
+                path: host.to_owned(),
+            });
+        }
+        let held = Self {
+            host: host.to_owned(),
+            guest: guest.to_owned(),
+            fd: Arc::new(fd),
+        };
+        let opened = std::fs::read_link(held.reopen_path()).map_err(|source| DirError::Proc {
+            path: host.to_owned(),
+            source,
+        })?;
+        if opened != host {
+            return Err(DirError::Changed {
+                path: host.to_owned(),
+                opened,
+            });
+        }
+        Ok(held)
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    fn open(_host: &Path, _guest: &str) -> Result<Self, DirError> {
+        Err(DirError::Unsupported)
+    }
+
+    /// `/proc/self/fd/N` of the held directory: a link the kernel resolves
+    /// to this very open directory, whatever happened to its path since.
+    fn reopen_path(&self) -> PathBuf {
+        use std::os::fd::AsRawFd;
+        PathBuf::from(format!("/proc/self/fd/{}", self.fd.as_raw_fd()))
+    }
+
+    /// Preopens the held directory, read-only, as the guest's path in `b`.
+    /// wasmtime-wasi 48 preopens by path only (`WasiCtxBuilder` has no way
+    /// to add an opened directory), so it is given the held directory's
+    /// `/proc/self/fd/N`, which no change to the filesystem redirects.
+    pub fn preopen(&self, b: &mut WasiCtxBuilder) -> Result<(), DirError> {
+        b.preopened_dir(self.reopen_path(), &self.guest, FsPerms::ReadOnly)
+            .map(|_| ())
+            .map_err(|e| DirError::Preopen {
+                host: self.host.clone(),
+                guest: self.guest.clone(),
+                source: e.into(),
+            })
+    }
+
+    /// The grant as checked: the canonical host path and the guest path.
+    pub fn grant(&self) -> DirGrant {
+        DirGrant {
+            host: self.host.clone(),
+            guest: self.guest.clone(),
+        }
+    }
+}
 
 impl GrantCeiling {
     /// Adds host paths never to grant.
@@ -57,11 +205,12 @@ impl GrantCeiling {
         self.protected.extend(paths);
     }
 
-    /// Checks `grants` against the ceiling; the directory grants come back
-    /// with canonical host paths (what is preopened, so a symlink swapped
-    /// in later changes nothing). The error names the grant, the value
+    /// Checks `grants` against the ceiling; each granted directory comes
+    /// back opened ([`HeldDir`]), checked on the opened handle: its
+    /// instances are given that handle, not the path, so a symlink swapped
+    /// in later changes nothing. The error names the grant, the value
     /// asked, the ceiling and the host config key that raises it.
-    pub fn check(&self, grants: &Grants) -> Result<Vec<ResolvedDir>, String> {
+    pub fn check(&self, grants: &Grants) -> Result<Vec<HeldDir>, String> {
         if grants.stdio && !self.stdio {
             return Err("the sidecar's grants.stdio (true) exceeds the host's ceiling grants.stdio (false, the default; host config): drop it from the sidecar (the plugin's output is still logged), or set grants.stdio: true in the host config".into());
         }
@@ -77,7 +226,7 @@ impl GrantCeiling {
         grants.dirs.iter().map(|d| self.check_dir(d)).collect()
     }
 
-    fn check_dir(&self, dir: &DirGrant) -> Result<ResolvedDir, String> {
+    fn check_dir(&self, dir: &DirGrant) -> Result<HeldDir, String> {
         let asked = dir.host.display();
         let never = self.never();
         // Inside or above a protected path: never. As written first (a
@@ -117,10 +266,8 @@ impl GrantCeiling {
                 list(&ceiling)
             ));
         }
-        Ok(DirGrant {
-            host,
-            guest: dir.guest.clone(),
-        })
+        HeldDir::open(&host, &dir.guest)
+            .map_err(|e| format!("the sidecar's grants.dirs entry {asked}: {e}"))
     }
 
     /// Every never-granted path, as given and canonicalized (a path that
@@ -172,7 +319,7 @@ mod tests {
     #[test]
     fn nothing_is_granted_by_default() {
         let c = GrantCeiling::default();
-        assert_eq!(c.check(&Grants::default()), Ok(vec![]));
+        assert!(c.check(&Grants::default()).unwrap().is_empty());
         for (sidecar, key) in [
             ("{stdio: true}", "grants.stdio"),
             ("{env: [HOME]}", "grants.env"),
@@ -258,6 +405,116 @@ mod tests {
         }
         let e = c.check(&dir(&shared.join("missing"))).unwrap_err();
         assert!(e.contains("cannot resolve"), "{e}");
+    }
+
+    /// What an instance of a plugin granted `held` reads at `guest_file`,
+    /// through the WASI context an instance gets (the host side of
+    /// `wasi:filesystem`, as a guest's calls reach it).
+    fn read_as_instance(preopen: impl FnOnce(&mut WasiCtxBuilder), file: &str) -> String {
+        use wasmtime_wasi::filesystem::WasiFilesystemCtxView;
+        use wasmtime_wasi::p2::bindings::sync::filesystem::preopens::Host as _;
+        use wasmtime_wasi::p2::bindings::sync::filesystem::types::{
+            DescriptorFlags, HostDescriptor as _, OpenFlags, PathFlags,
+        };
+        let mut b = WasiCtxBuilder::new();
+        preopen(&mut b);
+        let mut ctx = b.build();
+        let mut table = wasmtime::component::ResourceTable::new();
+        let mut view = WasiFilesystemCtxView {
+            ctx: ctx.filesystem(),
+            table: &mut table,
+        };
+        let mut dirs = view.get_directories().unwrap();
+        assert_eq!(dirs.len(), 1);
+        let (dir, guest) = dirs.remove(0);
+        assert_eq!(guest, "/data");
+        let f = view
+            .open_at(
+                dir,
+                PathFlags::empty(),
+                file.to_owned(),
+                OpenFlags::empty(),
+                DescriptorFlags::READ,
+            )
+            .unwrap();
+        let (bytes, _) = view.read(f, 64, 0).unwrap();
+        String::from_utf8(bytes).unwrap()
+    }
+
+    #[test]
+    fn a_granted_folder_swapped_for_a_symlink_after_admission_is_still_the_original() {
+        let root = tempfile::tempdir().unwrap();
+        let root = root.path().canonicalize().unwrap();
+        let shared = root.join("shared");
+        let data = shared.join("data");
+        // Stands for the token's folder: what an attacker would point at.
+        let secrets = root.join("secrets");
+        for (d, content) in [(&data, "original"), (&secrets, "token")] {
+            std::fs::create_dir_all(d).unwrap();
+            std::fs::write(d.join("marker"), content).unwrap();
+        }
+        let c = GrantCeiling {
+            dirs: vec![shared.clone()],
+            ..GrantCeiling::default()
+        };
+        let grants = Grants {
+            dirs: vec![DirGrant {
+                host: data.clone(),
+                guest: "/data".into(),
+            }],
+            ..Grants::default()
+        };
+        let held = c.check(&grants).unwrap();
+        assert_eq!(held[0].grant().host, data);
+        // After admission, before the instance: the folder is moved away
+        // and a symlink to the secrets put in its place.
+        std::fs::rename(&data, shared.join("moved")).unwrap();
+        std::os::unix::fs::symlink(&secrets, &data).unwrap();
+        // Preopened by path, as before, the instance would read the secret.
+        let by_path = read_as_instance(
+            |b| {
+                b.preopened_dir(&data, "/data", FsPerms::ReadOnly).unwrap();
+            },
+            "marker",
+        );
+        assert_eq!(by_path, "token");
+        // Given the held folder, it reads the folder that was checked, for
+        // every instance.
+        for _ in 0..2 {
+            let seen = read_as_instance(|b| held[0].preopen(b).unwrap(), "marker");
+            assert_eq!(seen, "original");
+        }
+        // And the grant checked now refuses the symlink's target.
+        let e = c.check(&grants).unwrap_err();
+        assert!(e.contains("outside the host's ceiling"), "{e}");
+    }
+
+    #[test]
+    fn a_folder_changed_between_the_check_and_the_open_is_refused_on_the_handle() {
+        let root = tempfile::tempdir().unwrap();
+        let root = root.path().canonicalize().unwrap();
+        let real = root.join("real");
+        std::fs::create_dir_all(&real).unwrap();
+        std::fs::write(root.join("file"), "x").unwrap();
+        std::os::unix::fs::symlink(&real, root.join("link")).unwrap();
+        // The open itself: a symlink in the checked path's place (the
+        // swap between canonicalizing and opening) is not followed.
+        let e = HeldDir::open(&root.join("link"), "/g").unwrap_err();
+        assert!(
+            matches!(&e, DirError::NotDirectory { path } if path.ends_with("link")),
+            "{e}"
+        );
+        let e = HeldDir::open(&root.join("file"), "/g").unwrap_err();
+        assert!(matches!(e, DirError::NotDirectory { .. }), "{e}");
+        // A folder on the way swapped for a symlink: the handle is not
+        // where the checked path says, and the grant is refused.
+        let e = HeldDir::open(&root.join("link/."), "/g").unwrap_err();
+        assert!(
+            matches!(&e, DirError::Changed { opened, .. } if opened == &real),
+            "{e}"
+        );
+        assert!(e.to_string().contains("load the plugin again"), "{e}");
+        assert_eq!(HeldDir::open(&real, "/g").unwrap().host, real);
     }
 
     #[test]

@@ -29,7 +29,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use wasmtime::component::{HasSelf, Linker};
-use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder};
+use wasmtime_wasi::{WasiCtx, WasiCtxBuilder};
 
 use crate::informer::DeltaType;
 use crate::kind::KindRef;
@@ -170,6 +170,9 @@ pub struct Prepared {
     pub cap_counters: limits::CapCounters,
     /// What each instance's store may create (the host's ceiling).
     pub store_caps: limits::StoreCaps,
+    /// The granted directories, opened at admission: each instance gets
+    /// these, never their paths again (see [`grants::HeldDir`]).
+    pub dirs: Vec<grants::HeldDir>,
     /// A test harness's clock, log capture and seed (`kubewasm test`);
     /// `None` in the host.
     pub harness: Option<harness::Harness>,
@@ -197,8 +200,9 @@ impl Prepared {
 
     /// The WASI context: nothing unless the manifest grants it (the grants
     /// were checked against the host's ceiling at load, and its directories
-    /// canonicalized). Without a stdio grant, stdout and stderr go to a
-    /// bounded capture the actor logs.
+    /// opened then: each instance gets those opened directories). Without
+    /// a stdio grant, stdout and stderr go to a bounded capture the actor
+    /// logs.
     pub fn wasi_ctx(&self) -> Result<(WasiCtx, Option<stdio::GuestOutput>), String> {
         let grants = &self.manifest.grants;
         let mut b = WasiCtxBuilder::new();
@@ -218,9 +222,8 @@ impl Prepared {
         if !grants.network.allow.is_empty() {
             network::NetworkPolicy::resolve(&self.name, &grants.network).install(&mut b);
         }
-        for dir in &grants.dirs {
-            b.preopened_dir(&dir.host, &dir.guest, FsPerms::ReadOnly)
-                .map_err(|e| format!("cannot grant directory {}: {e:#}", dir.host.display()))?;
+        for dir in &self.dirs {
+            dir.preopen(&mut b).map_err(|e| e.to_string())?;
         }
         if let Some(h) = &self.harness {
             use rand::SeedableRng;
@@ -232,6 +235,18 @@ impl Prepared {
         }
         Ok((b.build(), output))
     }
+}
+
+/// A sidecar admitted under its ceiling ([`Runtime::admit`]).
+#[derive(Debug)]
+pub struct Admitted {
+    /// The manifest, its directory grants named by their canonical paths.
+    pub manifest: Manifest,
+    /// Its memory x concurrency, reserved in the host's (or its tenant
+    /// namespace's) budget.
+    pub reservation: limits::Reservation,
+    /// Its granted directories, opened.
+    pub dirs: Vec<grants::HeldDir>,
 }
 
 /// What the plugin asked for at registration.
@@ -472,19 +487,12 @@ impl Runtime {
         bytes: &[u8],
         manifest: Manifest,
     ) -> Result<Prepared, LoadError> {
-        let (manifest, reservation) = self.admit(name, manifest)?;
-        self.check_file(bytes, &manifest)?;
+        let admitted = self.admit(name, manifest)?;
+        self.check_file(bytes, &admitted.manifest)?;
         let language = language::detect(bytes);
         let start = Instant::now();
         let obtained = self.engine.obtain_blocking(name, bytes)?;
-        self.finish(
-            name,
-            obtained,
-            start.elapsed(),
-            manifest,
-            reservation,
-            language,
-        )
+        self.finish(name, obtained, start.elapsed(), admitted, language)
     }
 
     /// [`prepare`](Self::prepare) off the async threads, compiling with
@@ -521,8 +529,8 @@ impl Runtime {
         manifest: Manifest,
         tier_up: bool,
     ) -> Result<Prepared, LoadError> {
-        let (manifest, reservation) = self.admit(name, manifest)?;
-        self.check_file(content.bytes(), &manifest)?;
+        let admitted = self.admit(name, manifest)?;
+        self.check_file(content.bytes(), &admitted.manifest)?;
         let language = language::detect(content.bytes());
         let start = Instant::now();
         let obtained = if tier_up {
@@ -535,14 +543,7 @@ impl Runtime {
         let compile_time = start.elapsed();
         let (runtime, name) = (self.clone(), name.to_owned());
         tokio::task::spawn_blocking(move || {
-            runtime.finish(
-                &name,
-                obtained,
-                compile_time,
-                manifest,
-                reservation,
-                language,
-            )
+            runtime.finish(&name, obtained, compile_time, admitted, language)
         })
         .await
         .map_err(|e| LoadError::Start(e.to_string()))?
@@ -552,7 +553,11 @@ impl Runtime {
     /// cases with their own): the sidecar admitted and the component
     /// pre-instantiated again; nothing is read or compiled.
     pub fn prepare_like(&self, base: &Prepared, manifest: Manifest) -> Result<Prepared, LoadError> {
-        let (manifest, reservation) = self.admit(&base.name, manifest)?;
+        let Admitted {
+            manifest,
+            reservation,
+            dirs,
+        } = self.admit(&base.name, manifest)?;
         let component = match &base.pre {
             Pre::V0_1(p) => p.instance_pre().component().clone(),
             Pre::V0_2(p) => p.instance_pre().component().clone(),
@@ -574,6 +579,7 @@ impl Runtime {
             instantiations: std::sync::atomic::AtomicU64::new(0),
             cap_counters: limits::CapCounters::default(),
             store_caps,
+            dirs,
             harness: base.harness.clone(),
             _pin: None,
             _reservation: reservation,
@@ -582,21 +588,18 @@ impl Runtime {
 
     /// The sidecar checked against the host's ceiling before anything is
     /// compiled: its limits, its grants (directory grants come back
-    /// canonicalized: what is preopened), and its memory x concurrency
-    /// reserved in the host's memory budget.
-    pub fn admit(
-        &self,
-        name: &str,
-        mut manifest: Manifest,
-    ) -> Result<(Manifest, limits::Reservation), LoadError> {
+    /// opened, and the manifest names their canonical paths), and its
+    /// memory x concurrency reserved in the host's memory budget.
+    pub fn admit(&self, name: &str, mut manifest: Manifest) -> Result<Admitted, LoadError> {
         if let Some(namespace) = manifest.tenant.clone() {
             self.check_limits(&manifest)?;
-            manifest.grants.dirs = self
+            let dirs = self
                 .tenants
                 .ceiling()
                 .grants
                 .check(&manifest.grants)
                 .map_err(|e| LoadError::OverCeiling(tenants::as_tenants(&e)))?;
+            manifest.grants.dirs = dirs.iter().map(grants::HeldDir::grant).collect();
             let reservation = self
                 .tenants
                 .admit(&namespace, name, &manifest.limits)
@@ -604,21 +607,30 @@ impl Runtime {
                     tenants::Refused::Ceiling(e) => LoadError::OverCeiling(e),
                     tenants::Refused::Quota(e) => LoadError::OverQuota(e),
                 })?;
-            return Ok((manifest, reservation));
+            return Ok(Admitted {
+                manifest,
+                reservation,
+                dirs,
+            });
         }
         self.ceiling
             .check(&manifest.limits)
             .map_err(LoadError::OverCeiling)?;
-        manifest.grants.dirs = self
+        let dirs = self
             .ceiling
             .grants
             .check(&manifest.grants)
             .map_err(LoadError::OverCeiling)?;
+        manifest.grants.dirs = dirs.iter().map(grants::HeldDir::grant).collect();
         let reservation = self
             .budget
             .reserve(name, limits::plugin_memory(&manifest.limits))
             .map_err(LoadError::OverCeiling)?;
-        Ok((manifest, reservation))
+        Ok(Admitted {
+            manifest,
+            reservation,
+            dirs,
+        })
     }
 
     /// What can be refused before compiling: the sidecar's limits and the
@@ -708,10 +720,14 @@ impl Runtime {
         name: &str,
         obtained: Obtained,
         compile_time: Duration,
-        manifest: Manifest,
-        reservation: limits::Reservation,
+        admitted: Admitted,
         language: Option<String>,
     ) -> Result<Prepared, LoadError> {
+        let Admitted {
+            manifest,
+            reservation,
+            dirs,
+        } = admitted;
         let Obtained {
             component,
             source: compile_source,
@@ -748,6 +764,7 @@ impl Runtime {
                 .map(|t| t.metrics().plugin_caps(name))
                 .unwrap_or_default(),
             store_caps,
+            dirs,
             harness: None,
             _pin: pin,
             _reservation: reservation,

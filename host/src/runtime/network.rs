@@ -7,9 +7,17 @@
 //! only the names its grant lists (any other lookup would carry data out
 //! to whoever serves that name's zone), and a grant may name only what the
 //! host config's `grants.network` ceiling allows.
+//!
+//! A name allows only what it resolves to outside the host's own reach:
+//! a loopback, link-local (the cloud metadata service at 169.254.169.254)
+//! or unspecified address, in any spelling (IPv4-mapped IPv6 among them),
+//! is dropped from what a name allows, since whoever serves the name's zone
+//! (not the operator) picks its addresses, and these reach the host's admin
+//! listeners or the node's credentials. Only an address or network entry
+//! of the grant (which the ceiling must allow) opens them.
 
 use std::fmt;
-use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs};
 use std::sync::Arc;
 
 use serde::{Deserialize, Deserializer};
@@ -140,6 +148,84 @@ impl<'de> Deserialize<'de> for NetworkGrant {
     }
 }
 
+/// An address of the host itself or of its link, which a granted name may
+/// not resolve into (see the module's documentation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reserved {
+    /// `127.0.0.0/8`, `::1`: the host's own listeners.
+    Loopback,
+    /// `169.254.0.0/16` (cloud metadata services), `fe80::/10`.
+    LinkLocal,
+    /// `0.0.0.0/8` (`0.0.0.0` reaches loopback on Linux), `::`.
+    Unspecified,
+}
+
+impl fmt::Display for Reserved {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Reserved::Loopback => "loopback",
+            Reserved::LinkLocal => "link-local (where cloud metadata services answer)",
+            Reserved::Unspecified => "unspecified",
+        })
+    }
+}
+
+/// `ip` with an IPv4-mapped IPv6 address (`::ffff:a.b.c.d`) as the IPv4
+/// address it is: the socket layer connects to both alike.
+pub fn canonical(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
+        v4 => v4,
+    }
+}
+
+/// Which reserved class `ip` is in, if any: checked on its canonical form,
+/// and on the IPv4 address inside the NAT64 (`64:ff9b::/96`) and
+/// IPv4-compatible (`::a.b.c.d`) spellings.
+pub fn reserved(ip: IpAddr) -> Option<Reserved> {
+    fn v4(ip: Ipv4Addr) -> Option<Reserved> {
+        if ip.is_loopback() {
+            Some(Reserved::Loopback)
+        } else if ip.is_link_local() {
+            Some(Reserved::LinkLocal)
+        } else if ip.octets()[0] == 0 {
+            Some(Reserved::Unspecified)
+        } else {
+            None
+        }
+    }
+    match canonical(ip) {
+        IpAddr::V4(ip) => v4(ip),
+        IpAddr::V6(ip) => {
+            let s = ip.segments();
+            if ip.is_loopback() {
+                Some(Reserved::Loopback)
+            } else if ip.is_unspecified() {
+                Some(Reserved::Unspecified)
+            } else if s[0] & 0xffc0 == 0xfe80 {
+                Some(Reserved::LinkLocal)
+            } else if s[..6] == [0x64, 0xff9b, 0, 0, 0, 0] || s[..6] == [0; 6] {
+                let [.., a, b, c, d] = ip.octets();
+                v4(Ipv4Addr::new(a, b, c, d))
+            } else {
+                None
+            }
+        }
+    }
+}
+
+/// A network with an IPv4-mapped IPv6 prefix (`::ffff:10.0.0.0/104`) as
+/// the IPv4 network it is, so it matches the canonical addresses checked.
+fn canonical_net(net: IpAddr, bits: u8) -> (IpAddr, u8) {
+    match canonical(net) {
+        IpAddr::V4(v4) if net.is_ipv6() => match bits.checked_sub(96) {
+            Some(bits) => (IpAddr::V4(v4), bits),
+            None => (net, bits),
+        },
+        other => (other, bits),
+    }
+}
+
 fn in_net(addr: IpAddr, net: IpAddr, bits: u8) -> bool {
     match (addr, net) {
         (IpAddr::V4(a), IpAddr::V4(n)) => {
@@ -162,24 +248,57 @@ pub struct NetworkPolicy {
 }
 
 impl NetworkPolicy {
-    /// Resolves the names of `grant`. A name that does not resolve allows
-    /// nothing (logged); the instance still starts.
+    /// Resolves the names of `grant` with the system's resolver. A name
+    /// that does not resolve allows nothing (logged); the instance still
+    /// starts.
     pub fn resolve(plugin: &str, grant: &NetworkGrant) -> Self {
-        let mut allowed = Vec::new();
+        Self::resolve_with(plugin, grant, |name, port| {
+            (name, port).to_socket_addrs().map(Iterator::collect)
+        })
+    }
+
+    /// [`resolve`](Self::resolve) with `lookup` as the resolver. A name's
+    /// [`Reserved`] addresses are dropped (logged, unless an address or
+    /// network entry of the grant allows them anyway).
+    pub fn resolve_with(
+        plugin: &str,
+        grant: &NetworkGrant,
+        lookup: impl Fn(&str, u16) -> std::io::Result<Vec<SocketAddr>>,
+    ) -> Self {
+        let nets: Vec<_> = grant
+            .allow
+            .iter()
+            .filter_map(|d| match d.host {
+                Host::Net(ip, bits) => {
+                    let (ip, bits) = canonical_net(ip, bits);
+                    Some((ip, bits, d.port))
+                }
+                Host::Name(_) => None,
+            })
+            .collect();
+        let mut allowed = nets.clone();
         for d in &grant.allow {
-            match &d.host {
-                Host::Net(ip, bits) => allowed.push((*ip, *bits, d.port)),
-                Host::Name(name) => match (name.as_str(), d.port.unwrap_or(1)).to_socket_addrs() {
-                    Ok(addrs) => {
-                        for a in addrs {
-                            let bits = if a.is_ipv4() { 32 } else { 128 };
-                            allowed.push((a.ip(), bits, d.port));
-                        }
+            let Host::Name(name) = &d.host else { continue };
+            let addrs = match lookup(name, d.port.unwrap_or(1)) {
+                Ok(addrs) => addrs,
+                Err(e) => {
+                    tracing::warn!(plugin, destination = %d, error = %e, "granted host does not resolve: no connection to it is allowed");
+                    continue;
+                }
+            };
+            for a in addrs {
+                let ip = canonical(a.ip());
+                if let Some(class) = reserved(ip) {
+                    let by_address = nets.iter().any(|(net, bits, port)| {
+                        in_net(ip, *net, *bits) && port.is_none_or(|p| d.port == Some(p))
+                    });
+                    if !by_address {
+                        tracing::warn!(plugin, destination = %d, address = %ip, class = %class, "granted name resolves to an address of the host or its link: no connection to it is allowed (grant the address itself, within the host's ceiling, to allow it)");
                     }
-                    Err(e) => {
-                        tracing::warn!(plugin, destination = %d, error = %e, "granted host does not resolve: no connection to it is allowed");
-                    }
-                },
+                    continue;
+                }
+                let bits = if ip.is_ipv4() { 32 } else { 128 };
+                allowed.push((ip, bits, d.port));
             }
         }
         Self { allowed }
@@ -198,10 +317,7 @@ impl NetworkPolicy {
             SocketAddrUse::TcpBind | SocketAddrUse::UdpBind => addr.port() == 0,
             SocketAddrUse::TcpListen | SocketAddrUse::TcpAccept => false,
             SocketAddrUse::TcpConnect | SocketAddrUse::UdpSend | SocketAddrUse::UdpReceive => {
-                let ip = match addr.ip() {
-                    IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
-                    v4 => v4,
-                };
+                let ip = canonical(addr.ip());
                 self.allowed.iter().any(|(net, bits, port)| {
                     port.is_none_or(|p| p == addr.port()) && in_net(ip, *net, *bits)
                 })
@@ -497,7 +613,7 @@ mod tests {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
         let g = grant(&format!(
-            "{{allow: ['localhost:{port}', '10.0.0.0/8:5432']}}"
+            "{{allow: ['127.0.0.1:{port}', '10.0.0.0/8:5432']}}"
         ))
         .unwrap();
         let p = NetworkPolicy::resolve("p", &g);
@@ -520,6 +636,157 @@ mod tests {
         let none = NetworkPolicy::resolve("p", &NetworkGrant::default());
         assert!(!none.allows(at(&format!("127.0.0.1:{port}")), SocketAddrUse::TcpConnect));
         drop(listener);
+    }
+
+    fn at(s: &str) -> SocketAddr {
+        s.parse().unwrap()
+    }
+
+    /// A resolver answering `names` (name, addresses), nothing else.
+    fn resolver(
+        names: &'static [(&'static str, &'static [&'static str])],
+    ) -> impl Fn(&str, u16) -> std::io::Result<Vec<SocketAddr>> {
+        move |name, port| {
+            let (_, ips) = names
+                .iter()
+                .find(|(n, _)| *n == name)
+                .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::NotFound, "no such name"))?;
+            Ok(ips
+                .iter()
+                .map(|ip| SocketAddr::new(ip.parse().unwrap(), port))
+                .collect())
+        }
+    }
+
+    /// Each reserved class, in each spelling a resolver may hand back.
+    const RESERVED: [(&str, Reserved); 16] = [
+        ("127.0.0.1", Reserved::Loopback),
+        ("127.1.2.3", Reserved::Loopback),
+        ("::1", Reserved::Loopback),
+        ("::ffff:127.0.0.1", Reserved::Loopback),
+        ("::127.0.0.1", Reserved::Loopback),
+        ("169.254.169.254", Reserved::LinkLocal),
+        ("::ffff:169.254.169.254", Reserved::LinkLocal),
+        ("::ffff:a9fe:a9fe", Reserved::LinkLocal),
+        ("64:ff9b::169.254.169.254", Reserved::LinkLocal),
+        ("fe80::1", Reserved::LinkLocal),
+        ("febf::1", Reserved::LinkLocal),
+        ("0.0.0.0", Reserved::Unspecified),
+        ("0.1.2.3", Reserved::Unspecified),
+        ("::", Reserved::Unspecified),
+        ("::ffff:0.0.0.0", Reserved::Unspecified),
+        ("64:ff9b::7f00:1", Reserved::Loopback),
+    ];
+
+    #[test]
+    fn reserved_addresses_are_known_in_every_spelling() {
+        for (ip, class) in RESERVED {
+            assert_eq!(reserved(ip.parse().unwrap()), Some(class), "{ip}");
+        }
+        for ip in [
+            "10.1.2.3",
+            "8.8.8.8",
+            "169.255.0.1",
+            "128.0.0.1",
+            "::ffff:10.1.2.3",
+            "2001:db8::1",
+            "fec0::1",
+            "fe7f::1",
+            "64:ff9b::8.8.8.8",
+            "64:ff9b:1::7f00:1",
+        ] {
+            assert_eq!(reserved(ip.parse().unwrap()), None, "{ip}");
+        }
+    }
+
+    #[test]
+    fn a_granted_name_never_allows_an_address_of_the_host_or_its_link() {
+        const NAMES: &[(&str, &[&str])] = &[(
+            "api.example.com",
+            &[
+                "10.1.2.3",
+                "2001:db8::1",
+                "127.0.0.1",
+                "127.1.2.3",
+                "::1",
+                "::ffff:127.0.0.1",
+                "::127.0.0.1",
+                "169.254.169.254",
+                "::ffff:169.254.169.254",
+                "::ffff:a9fe:a9fe",
+                "64:ff9b::169.254.169.254",
+                "fe80::1",
+                "febf::1",
+                "0.0.0.0",
+                "0.1.2.3",
+                "::",
+                "::ffff:0.0.0.0",
+                "64:ff9b::7f00:1",
+            ],
+        )];
+        let g = grant("{allow: ['api.example.com:443']}").unwrap();
+        let p = NetworkPolicy::resolve_with("p", &g, resolver(NAMES));
+        // What the name resolves to elsewhere is reachable, in either
+        // spelling.
+        for ok in ["10.1.2.3:443", "[::ffff:10.1.2.3]:443", "[2001:db8::1]:443"] {
+            assert!(p.allows(at(ok), SocketAddrUse::TcpConnect), "{ok}");
+        }
+        // The reserved ones are not, whatever the spelling resolved or
+        // connected to.
+        for (ip, _) in RESERVED {
+            let ip: IpAddr = ip.parse().unwrap();
+            let mapped = match ip {
+                IpAddr::V4(v4) => IpAddr::V6(v4.to_ipv6_mapped()),
+                v6 => v6,
+            };
+            for addr in [ip, mapped, canonical(ip)] {
+                for use_ in [SocketAddrUse::TcpConnect, SocketAddrUse::UdpSend] {
+                    assert!(
+                        !p.allows(SocketAddr::new(addr, 443), use_),
+                        "{addr} ({ip}) {use_:?}"
+                    );
+                }
+            }
+        }
+        assert_eq!(p.allowed.len(), 2, "{:?}", p.allowed);
+        // The system's resolver: `localhost` alone opens no loopback port.
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let g = grant(&format!("{{allow: ['localhost:{port}']}}")).unwrap();
+        let p = NetworkPolicy::resolve("p", &g);
+        assert!(p.is_empty(), "{:?}", p.allowed);
+        assert!(!p.allows(at(&format!("127.0.0.1:{port}")), SocketAddrUse::TcpConnect));
+    }
+
+    #[test]
+    fn an_address_entry_of_the_grant_opens_what_a_name_may_not() {
+        const NAMES: &[(&str, &[&str])] = &[("metadata.example.com", &["169.254.169.254", "::1"])];
+        let g = grant(
+            "{allow: ['metadata.example.com:80', '[::ffff:169.254.169.254]:80', '127.0.0.0/8:9090']}",
+        )
+        .unwrap();
+        let p = NetworkPolicy::resolve_with("p", &g, resolver(NAMES));
+        // Named by address (an IPv4-mapped one is the IPv4 address): open,
+        // on that entry's port only.
+        for ok in [
+            "169.254.169.254:80",
+            "[::ffff:169.254.169.254]:80",
+            "127.0.0.1:9090",
+            "[::ffff:127.0.0.1]:9090",
+        ] {
+            assert!(p.allows(at(ok), SocketAddrUse::TcpConnect), "{ok}");
+        }
+        for refused in [
+            "169.254.169.254:81",
+            "127.0.0.1:80",
+            "[::1]:80",
+            "[::1]:9090",
+        ] {
+            assert!(
+                !p.allows(at(refused), SocketAddrUse::TcpConnect),
+                "{refused}"
+            );
+        }
     }
 
     fn ceiling(list: &[&str]) -> NetworkCeiling {
