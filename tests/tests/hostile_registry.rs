@@ -152,7 +152,7 @@ async fn a_hostile_registry_hurts_only_the_plugins_that_name_it() {
         trickle.2
     );
     let peak = peak_rss(host.pid()).unwrap();
-    println!(
+    eprintln!(
         "hostile registry: a Plugin served in {baseline:?} before, {during:?} with the hostile pulls in flight (trickle still open: {trickling}); the hostile Plugins failed within {failed_within:?} (deadline {deadline:?}); {} MiB streamed to the host; host peak RSS {} MiB",
         registry.seen.streamed.load(Ordering::Relaxed) >> 20,
         peak >> 20
