@@ -407,9 +407,9 @@ mod tests {
         assert!(e.contains("cannot resolve"), "{e}");
     }
 
-    /// What an instance of a plugin granted `held` reads at `guest_file`,
-    /// through the WASI context an instance gets (the host side of
-    /// `wasi:filesystem`, as a guest's calls reach it).
+    /// What an instance reads at `file` under its one preopen, `/data`,
+    /// set up by `preopen`: through the WASI context an instance gets (the
+    /// host side of `wasi:filesystem`, as a guest's calls reach it).
     fn read_as_instance(preopen: impl FnOnce(&mut WasiCtxBuilder), file: &str) -> String {
         use wasmtime_wasi::filesystem::WasiFilesystemCtxView;
         use wasmtime_wasi::p2::bindings::sync::filesystem::preopens::Host as _;
