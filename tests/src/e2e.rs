@@ -72,6 +72,13 @@ impl HostProcess {
         Self::start_args(kubeconfig, &[], env, fill)
     }
 
+    /// An empty plugin folder and the host config file `config`
+    /// (`--config`): Plugin objects alone.
+    pub fn with_config(kubeconfig: &Path, config: &Path) -> Self {
+        let config = config.to_str().unwrap();
+        Self::start_args(kubeconfig, &["--config", config], &[], |_| {})
+    }
+
     /// Like [`start_with`](Self::start_with), with extra `run` flags and
     /// environment variables (e.g. `POD_NAME`).
     pub fn start_args(

@@ -3,7 +3,10 @@
 
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::ServiceAccount;
+use std::collections::BTreeMap;
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::{ConfigMap, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::Api;
 use kube::api::{DynamicObject, Patch, PatchParams, PostParams};
@@ -12,6 +15,24 @@ use serde_json::Value;
 use serde_json::json;
 
 use crate::e2e::{HostProcess, eventually_seen, requeue_lines};
+
+/// Creates the ConfigMap `name` holding testkit.wasm under that key, for
+/// Plugin objects' `module.configMap`.
+pub async fn testkit_configmap(api: &Api<ConfigMap>, name: &str) {
+    let testkit = std::fs::read(crate::plugin_artifacts().join("testkit.wasm")).unwrap();
+    let cm = ConfigMap {
+        metadata: kube::api::ObjectMeta {
+            name: Some(name.to_owned()),
+            ..Default::default()
+        },
+        binary_data: Some(BTreeMap::from([(
+            "testkit.wasm".to_owned(),
+            ByteString(testkit),
+        )])),
+        ..Default::default()
+    };
+    api.create(&PostParams::default(), &cm).await.unwrap();
+}
 
 /// The ServiceAccount tenants act as by default.
 pub const ACCOUNT: &str = "kubewasm-tenant";

@@ -7,12 +7,9 @@
 //! in flight, the host's peak RSS) are printed (`-- --nocapture`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::ByteString;
-use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 use kube::api::{DynamicObject, PostParams};
 use kubewasm_tests::controlplane::ControlPlane;
@@ -20,7 +17,7 @@ use kubewasm_tests::e2e::{
     HostProcess, eventually_seen, host_config, install_plugin_crds, namespace,
 };
 use kubewasm_tests::hostile_registry::{HostileRegistry, peak_rss};
-use kubewasm_tests::objects::{WAIT, api, condition, wait_condition};
+use kubewasm_tests::objects::{WAIT, api, condition, testkit_configmap, wait_condition};
 use serde_json::{Value, json};
 
 /// Bytes of the `huge` manifest: far past any cap, never held whole by
@@ -59,22 +56,7 @@ async fn a_hostile_registry_hurts_only_the_plugins_that_name_it() {
     let client = cp.admin_client().await;
     install_plugin_crds(&client).await;
     namespace(&client, "hostile-reg", json!({})).await;
-    let testkit = std::fs::read(kubewasm_tests::plugin_artifacts().join("testkit.wasm")).unwrap();
-    let cm = ConfigMap {
-        metadata: kube::api::ObjectMeta {
-            name: Some("modules".into()),
-            ..Default::default()
-        },
-        binary_data: Some(BTreeMap::from([(
-            "testkit.wasm".to_owned(),
-            ByteString(testkit),
-        )])),
-        ..Default::default()
-    };
-    Api::<ConfigMap>::namespaced(client.clone(), "hostile-reg")
-        .create(&PostParams::default(), &cm)
-        .await
-        .unwrap();
+    testkit_configmap(&Api::namespaced(client.clone(), "hostile-reg"), "modules").await;
     let registry = HostileRegistry::start(HUGE).await.unwrap();
     let reg = registry.host();
     let deadline = Duration::from_secs(20);
@@ -82,12 +64,7 @@ async fn a_hostile_registry_hurts_only_the_plugins_that_name_it() {
         "pluginObjects:\n  plainHttpRegistries: [\"{reg}\"]\n  pullTimeout: {}s\n",
         deadline.as_secs()
     ));
-    let host = HostProcess::start_args(
-        cp.admin_kubeconfig(),
-        &["--config", config_file.to_str().unwrap()],
-        &[],
-        |_| {},
-    );
+    let host = HostProcess::with_config(cp.admin_kubeconfig(), &config_file);
     let plugins = api(&client, "Plugin", None);
 
     // The usual time, nothing hostile in flight.

@@ -21,7 +21,7 @@ use kubewasm_tests::e2e::{
     HostProcess, eventually_seen, host_config, install_plugin_crds, namespace, requeue_lines,
 };
 use kubewasm_tests::objects::{
-    WAIT, api, condition, find_condition, wait_condition, wait_requeue_seen,
+    WAIT, api, condition, find_condition, testkit_configmap, wait_condition, wait_requeue_seen,
 };
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
@@ -32,24 +32,6 @@ fn spec(key: &str, tag: &str, ns: &str) -> Value {
         "config": {"mode": "requeue", "count": 3_600_000, "tag": tag},
         "access": [{"kinds": ["configmaps"], "verbs": ["read"], "namespaces": [ns]}],
     })
-}
-
-/// Creates the ConfigMap `name` holding testkit.wasm under that key, for
-/// Plugin objects' `module.configMap`.
-async fn testkit_configmap(api: &Api<ConfigMap>, name: &str) {
-    let testkit = std::fs::read(kubewasm_tests::plugin_artifacts().join("testkit.wasm")).unwrap();
-    let cm = ConfigMap {
-        metadata: kube::api::ObjectMeta {
-            name: Some(name.to_owned()),
-            ..Default::default()
-        },
-        binary_data: Some(BTreeMap::from([(
-            "testkit.wasm".to_owned(),
-            ByteString(testkit),
-        )])),
-        ..Default::default()
-    };
-    api.create(&PostParams::default(), &cm).await.unwrap();
 }
 
 /// A Plugin `name` of [`spec`] whose module is testkit in the ConfigMap

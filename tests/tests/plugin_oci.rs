@@ -54,12 +54,7 @@ async fn oci_plugin_objects_pin_their_digest_and_survive_a_registry_outage() {
         registry.host(),
         team_pub.display()
     ));
-    let host = HostProcess::start_args(
-        cp.admin_kubeconfig(),
-        &["--config", config_file.to_str().unwrap()],
-        &[],
-        |_| {},
-    );
+    let host = HostProcess::with_config(cp.admin_kubeconfig(), &config_file);
     let plugins = api(&client, "Plugin", None);
     let spec = |reference: &str, tag: &str| {
         json!({

@@ -10,9 +10,6 @@
 //! namespace's quota, never the operator's.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::collections::BTreeMap;
-
-use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::Api;
 use kube::api::{DynamicObject, Patch, PatchParams, PostParams};
@@ -21,7 +18,7 @@ use kubewasm_tests::e2e::{
     HostProcess, eventually_seen, host_config, install_plugin_crds, namespace,
 };
 use kubewasm_tests::objects::{
-    ACCOUNT, WAIT, api, grant, tenant_account as account, wait_condition,
+    ACCOUNT, WAIT, api, grant, tenant_account as account, testkit_configmap, wait_condition,
 };
 use serde_json::{Value, json};
 
@@ -46,31 +43,26 @@ fn testkit_spec(config: Value, access: Value) -> Value {
     })
 }
 
-async fn modules_configmap(client: &kube::Client, ns: &str) {
-    let testkit = std::fs::read(kubewasm_tests::plugin_artifacts().join("testkit.wasm")).unwrap();
-    let cm = ConfigMap {
-        metadata: kube::api::ObjectMeta {
-            name: Some("modules".into()),
-            ..Default::default()
-        },
-        binary_data: Some(BTreeMap::from([(
-            "testkit.wasm".to_owned(),
-            ByteString(testkit),
-        )])),
-        ..Default::default()
-    };
-    Api::<ConfigMap>::namespaced(client.clone(), ns)
-        .create(&PostParams::default(), &cm)
-        .await
-        .unwrap();
-}
-
 /// Reads of the kinds testkit subscribes to, and its module ConfigMap.
 fn reads() -> Value {
     json!([
         {"apiGroups": [""], "resources": ["configmaps", "pods"], "verbs": ["list", "watch"]},
         {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["modules"], "verbs": ["get"]},
     ])
+}
+
+/// Bumps `name` to `generation` and waits for it to be refused for
+/// `reason`, its status saying `says`.
+async fn refused(
+    plugins: &Api<DynamicObject>,
+    host: &HostProcess,
+    (name, generation): (&str, i64),
+    reason: &str,
+    says: &str,
+) {
+    bump(plugins, name, &generation.to_string()).await;
+    let status = wait_condition(plugins, host, name, generation, ("Ready", "False", reason)).await;
+    assert!(status.to_string().contains(says), "{status}");
 }
 
 /// Changes the spec's config `tag` (a new generation: reconciled now).
@@ -97,7 +89,7 @@ async fn a_tenant_reaches_its_own_namespace_and_nothing_else() {
     }
     // The other namespace holds a module and a registry Secret the
     // tenant must never reach.
-    modules_configmap(&client, other).await;
+    testkit_configmap(&Api::namespaced(client.clone(), other), "modules").await;
     let secret: Secret = serde_json::from_value(json!({
         "metadata": {"name": "regcred"}, "type": "kubernetes.io/dockerconfigjson",
         "data": {".dockerconfigjson": "eyJhdXRocyI6e319"},
@@ -107,15 +99,10 @@ async fn a_tenant_reaches_its_own_namespace_and_nothing_else() {
         .create(&PostParams::default(), &secret)
         .await
         .unwrap();
-    modules_configmap(&client, team).await;
+    testkit_configmap(&Api::namespaced(client.clone(), team), "modules").await;
     let (_config, config_file) =
         host_config(&format!("pluginObjects:\n  tenantNamespaces: [{team}]\n"));
-    let host = HostProcess::start_args(
-        cp.admin_kubeconfig(),
-        &["--config", config_file.to_str().unwrap()],
-        &[],
-        |_| {},
-    );
+    let host = HostProcess::with_config(cp.admin_kubeconfig(), &config_file);
     let plugins = api(&client, "NamespacedPlugin", Some(team));
 
     // 1. A reference to another namespace is refused by the API server at
@@ -172,19 +159,14 @@ async fn a_tenant_reaches_its_own_namespace_and_nothing_else() {
     // 3. The ServiceAccount, unbound: its reads are refused (asked for it
     // before the plugin loads), though the host itself may read anything.
     account(&client, team).await;
-    bump(&plugins, "t", "2").await;
-    let status = wait_condition(
+    refused(
         &plugins,
         &host,
-        "t",
-        2,
-        ("Ready", "False", "TenantForbidden"),
+        ("t", 2),
+        "TenantForbidden",
+        "may not list configmaps",
     )
     .await;
-    assert!(
-        status.to_string().contains("may not list configmaps"),
-        "{status}"
-    );
 
     // 4. It may list and watch, but not get its module: the module is read
     // as it, and refused.
@@ -194,21 +176,8 @@ async fn a_tenant_reaches_its_own_namespace_and_nothing_else() {
         json!([{"apiGroups": [""], "resources": ["configmaps", "pods"], "verbs": ["list", "watch"]}]),
     )
     .await;
-    bump(&plugins, "t", "3").await;
-    let status = wait_condition(
-        &plugins,
-        &host,
-        "t",
-        3,
-        ("Ready", "False", "TenantForbidden"),
-    )
-    .await;
-    assert!(
-        status
-            .to_string()
-            .contains(&format!("may not get configmaps {team}/modules")),
-        "{status}"
-    );
+    let says = format!("may not get configmaps {team}/modules");
+    refused(&plugins, &host, ("t", 3), "TenantForbidden", &says).await;
 
     // 5. Granted its module: it serves.
     grant(&client, team, reads()).await;
@@ -294,7 +263,7 @@ async fn tenants_draw_on_their_own_ceiling_and_quota() {
     install_plugin_crds(&client).await;
     let team = "quota-a";
     namespace(&client, team, json!({})).await;
-    modules_configmap(&client, team).await;
+    testkit_configmap(&Api::namespaced(client.clone(), team), "modules").await;
     account(&client, team).await;
     grant(&client, team, reads()).await;
     // The operator's ceiling is generous and grants HOME; tenants keep
@@ -302,12 +271,7 @@ async fn tenants_draw_on_their_own_ceiling_and_quota() {
     let (_config, config_file) = host_config(&format!(
         "limits: {{memory: 512Mi, pluginMemory: 1Gi}}\ngrants: {{env: [HOME]}}\npluginObjects:\n  tenantNamespaces: [{team}]\n  tenants:\n    quota: {{plugins: 1}}\n"
     ));
-    let host = HostProcess::start_args(
-        cp.admin_kubeconfig(),
-        &["--config", config_file.to_str().unwrap()],
-        &[],
-        |_| {},
-    );
+    let host = HostProcess::with_config(cp.admin_kubeconfig(), &config_file);
     let plugins = api(&client, "NamespacedPlugin", Some(team));
     // testkit declares writes of both kinds.
     let access = json!([{"kinds": ["configmaps", "pods"], "verbs": ["read", "patch"]}]);
