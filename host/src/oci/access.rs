@@ -199,31 +199,27 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
 
-    fn basic(u: &str, p: &str) -> Credentials {
-        Credentials::Basic {
-            username: u.into(),
-            password: p.into(),
-        }
-    }
-
     #[test]
     fn identities_tell_credentials_apart_without_showing_them() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("oci/identity.key");
         let key = IdentityKey::load_or_create(&path).unwrap();
-        let alice = key.identity(&basic("alice", "hunter2"));
+        let alice = key.identity(&Credentials::basic("alice", "hunter2"));
         assert!(alice.starts_with("basic:") && !alice.contains("hunter2"));
-        assert_eq!(alice, key.identity(&basic("alice", "hunter2")));
-        assert_ne!(alice, key.identity(&basic("alice", "hunter3")));
+        assert_eq!(alice, key.identity(&Credentials::basic("alice", "hunter2")));
+        assert_ne!(alice, key.identity(&Credentials::basic("alice", "hunter3")));
         // The boundary between user and password is part of the identity.
         assert_ne!(
-            key.identity(&basic("ab", "c")),
-            key.identity(&basic("a", "bc"))
+            key.identity(&Credentials::basic("ab", "c")),
+            key.identity(&Credentials::basic("a", "bc"))
         );
         assert_eq!(key.identity(&Credentials::Anonymous), "anonymous");
         // The key is kept: a restart computes the same identities.
         let again = IdentityKey::load_or_create(&path).unwrap();
-        assert_eq!(again.identity(&basic("alice", "hunter2")), alice);
+        assert_eq!(
+            again.identity(&Credentials::basic("alice", "hunter2")),
+            alice
+        );
         assert_eq!(format!("{again:?}"), "IdentityKey(..)");
         #[cfg(unix)]
         {
@@ -234,7 +230,10 @@ mod tests {
         // Another cache's key gives other identities.
         let other = tempfile::tempdir().unwrap();
         let other = IdentityKey::load_or_create(&other.path().join("k")).unwrap();
-        assert_ne!(other.identity(&basic("alice", "hunter2")), alice);
+        assert_ne!(
+            other.identity(&Credentials::basic("alice", "hunter2")),
+            alice
+        );
     }
 
     #[test]

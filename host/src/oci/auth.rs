@@ -19,6 +19,17 @@ pub enum Credentials {
     },
 }
 
+#[cfg(test)]
+impl Credentials {
+    /// Basic credentials, for tests.
+    pub(crate) fn basic(username: &str, password: &str) -> Self {
+        Self::Basic {
+            username: username.into(),
+            password: password.into(),
+        }
+    }
+}
+
 /// Never prints the password.
 impl std::fmt::Debug for Credentials {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -125,13 +136,6 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
 
-    fn basic(u: &str, p: &str) -> Credentials {
-        Credentials::Basic {
-            username: u.into(),
-            password: p.into(),
-        }
-    }
-
     #[test]
     fn the_auth_field_and_username_password_are_read_for_the_matching_host() {
         // "alice:s3cr:et" in base64: a password may hold colons.
@@ -140,11 +144,11 @@ mod tests {
             "other.example":{"username":"bob","password":"pw"}}}"#;
         assert_eq!(
             credentials_from_docker_config(config, "reg.example:5000").unwrap(),
-            basic("alice", "s3cr:et")
+            Credentials::basic("alice", "s3cr:et")
         );
         assert_eq!(
             credentials_from_docker_config(config, "other.example").unwrap(),
-            basic("bob", "pw")
+            Credentials::basic("bob", "pw")
         );
         // Another port is another registry.
         assert_eq!(
@@ -159,11 +163,11 @@ mod tests {
             br#"{"auths":{"https://index.docker.io/v1/":{"username":"u","password":"p"}}}"#;
         assert_eq!(
             credentials_from_docker_config(config, "docker.io").unwrap(),
-            basic("u", "p")
+            Credentials::basic("u", "p")
         );
         assert_eq!(
             credentials_from_docker_config(config, "index.docker.io").unwrap(),
-            basic("u", "p")
+            Credentials::basic("u", "p")
         );
     }
 
@@ -191,7 +195,7 @@ mod tests {
 
     #[test]
     fn the_password_is_not_printed() {
-        let s = format!("{:?}", basic("alice", "hunter2"));
+        let s = format!("{:?}", Credentials::basic("alice", "hunter2"));
         assert!(s.contains("alice") && !s.contains("hunter2"), "{s}");
     }
 }
