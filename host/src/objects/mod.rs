@@ -9,6 +9,7 @@
 mod fetch;
 mod keyed;
 pub mod migrate;
+mod source;
 mod status;
 mod tenant;
 
@@ -18,21 +19,22 @@ use std::time::Duration;
 
 use backon::BackoffBuilder;
 use futures::{FutureExt, StreamExt, stream};
+use kube::Api;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
-use kube::{Api, ResourceExt};
 use tokio::sync::Mutex;
 use tokio_util::sync::CancellationToken;
 
 use crate::crd::{NamespacedPlugin, Plugin, PluginParts, PluginStatus};
 use crate::leader::Leadership;
 use crate::manager::PluginHost;
-use crate::origin::Origin;
 use crate::runtime::{Content, LoadError};
 
 pub use fetch::{FetchError, Fetcher};
 pub use status::{MANAGER, Outcome, replica_for, status_for};
 pub use tenant::{DEFAULT_SERVICE_ACCOUNT, TenantAccounts};
+
+use source::{Op, Seen, Source, object_of_cluster, object_of_tenant, seen};
 
 use crate::source::kube::{Impersonations, ServiceAccountRef};
 
@@ -105,40 +107,6 @@ impl ObjectOptions {
 /// run its own NamespacedPlugins; `kubewasm rbac --config` asks the same.
 pub fn tenant_allowed(tenant_namespaces: &[String], namespace: &str) -> bool {
     tenant_namespaces.iter().any(|n| n == "*" || n == namespace)
-}
-
-/// Which object a plugin came from.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-enum Source {
-    Cluster(String),
-    Tenant { namespace: String, name: String },
-}
-
-impl Source {
-    /// The plugin's name in the host: a Plugin's name, or
-    /// `<namespace>/<name>` for a NamespacedPlugin (a slash no Plugin name
-    /// can hold, so the two never collide).
-    fn plugin_name(&self) -> String {
-        match self {
-            Self::Cluster(name) => name.clone(),
-            Self::Tenant { namespace, name } => format!("{namespace}/{name}"),
-        }
-    }
-
-    /// The object as the host tells plugin sources apart.
-    fn origin(&self) -> Origin {
-        Origin::Object(self.display())
-    }
-
-    /// How errors name the object (`plugins.kubewasm.io/x`).
-    fn display(&self) -> String {
-        match self {
-            Self::Cluster(name) => format!("plugins.kubewasm.io/{name}"),
-            Self::Tenant { namespace, name } => {
-                format!("namespacedplugins.kubewasm.io/{name} in {namespace}")
-            }
-        }
-    }
 }
 
 /// One object as last seen, and what its reconcile came to.
@@ -736,75 +704,6 @@ impl PluginObjects {
                 status::apply(&api, name, manager, part).await
             }
         }
-    }
-}
-
-/// What one object's queue runs ([`keyed::Keyed`]).
-enum Op {
-    /// Load or swap to what the object names; `retrying` a refused spec
-    /// (run even if the generation was seen).
-    Reconcile { obj: Box<Seen>, retrying: bool },
-    /// Unload the object's plugin.
-    Remove,
-}
-
-impl Op {
-    fn reconcile(obj: Seen) -> Self {
-        Self::Reconcile {
-            obj: Box::new(obj),
-            retrying: false,
-        }
-    }
-
-    /// A newer request over one that still waits: the newer wins; two
-    /// reconciles keep the retry if either was one.
-    fn merge(earlier: Self, newer: Self) -> Self {
-        match (earlier, newer) {
-            (Self::Reconcile { retrying: a, .. }, Self::Reconcile { obj, retrying: b }) => {
-                Self::Reconcile {
-                    obj,
-                    retrying: a || b,
-                }
-            }
-            (_, newer) => newer,
-        }
-    }
-}
-
-/// An object as the reconcile needs it.
-struct Seen {
-    source: Source,
-    generation: Option<i64>,
-    parts: PluginParts,
-}
-
-/// A watch event of either kind, as the reconcile sees its object.
-fn seen<K>(event: Event<K>, of: fn(&K) -> Seen) -> Event<Seen> {
-    match event {
-        Event::Init => Event::Init,
-        Event::InitApply(k) => Event::InitApply(of(&k)),
-        Event::InitDone => Event::InitDone,
-        Event::Apply(k) => Event::Apply(of(&k)),
-        Event::Delete(k) => Event::Delete(of(&k)),
-    }
-}
-
-fn object_of_cluster(p: &Plugin) -> Seen {
-    Seen {
-        source: Source::Cluster(p.name_any()),
-        generation: p.metadata.generation,
-        parts: p.spec.parts.clone(),
-    }
-}
-
-fn object_of_tenant(p: &NamespacedPlugin) -> Seen {
-    Seen {
-        source: Source::Tenant {
-            namespace: p.namespace().unwrap_or_default(),
-            name: p.name_any(),
-        },
-        generation: p.metadata.generation,
-        parts: p.spec.parts.clone(),
     }
 }
 

@@ -1,0 +1,111 @@
+//! Which object a plugin came from, the object as a reconcile needs it,
+//! and what each object's queue runs.
+
+use kube::ResourceExt;
+use kube::runtime::watcher::Event;
+
+use crate::crd::{NamespacedPlugin, Plugin, PluginParts};
+use crate::origin::Origin;
+
+/// Which object a plugin came from.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(super) enum Source {
+    Cluster(String),
+    Tenant { namespace: String, name: String },
+}
+
+impl Source {
+    /// The plugin's name in the host: a Plugin's name, or
+    /// `<namespace>/<name>` for a NamespacedPlugin (a slash no Plugin name
+    /// can hold, so the two never collide).
+    pub(super) fn plugin_name(&self) -> String {
+        match self {
+            Self::Cluster(name) => name.clone(),
+            Self::Tenant { namespace, name } => format!("{namespace}/{name}"),
+        }
+    }
+
+    /// The object as the host tells plugin sources apart.
+    pub(super) fn origin(&self) -> Origin {
+        Origin::Object(self.display())
+    }
+
+    /// How errors name the object (`plugins.kubewasm.io/x`).
+    pub(super) fn display(&self) -> String {
+        match self {
+            Self::Cluster(name) => format!("plugins.kubewasm.io/{name}"),
+            Self::Tenant { namespace, name } => {
+                format!("namespacedplugins.kubewasm.io/{name} in {namespace}")
+            }
+        }
+    }
+}
+
+/// What one object's queue runs ([`keyed::Keyed`]).
+pub(super) enum Op {
+    /// Load or swap to what the object names; `retrying` a refused spec
+    /// (run even if the generation was seen).
+    Reconcile { obj: Box<Seen>, retrying: bool },
+    /// Unload the object's plugin.
+    Remove,
+}
+
+impl Op {
+    pub(super) fn reconcile(obj: Seen) -> Self {
+        Self::Reconcile {
+            obj: Box::new(obj),
+            retrying: false,
+        }
+    }
+
+    /// A newer request over one that still waits: the newer wins; two
+    /// reconciles keep the retry if either was one.
+    pub(super) fn merge(earlier: Self, newer: Self) -> Self {
+        match (earlier, newer) {
+            (Self::Reconcile { retrying: a, .. }, Self::Reconcile { obj, retrying: b }) => {
+                Self::Reconcile {
+                    obj,
+                    retrying: a || b,
+                }
+            }
+            (_, newer) => newer,
+        }
+    }
+}
+
+/// An object as the reconcile needs it.
+pub(super) struct Seen {
+    pub(super) source: Source,
+    pub(super) generation: Option<i64>,
+    pub(super) parts: PluginParts,
+}
+
+/// A watch event of either kind, as the reconcile sees its object.
+pub(super) fn seen<K>(event: Event<K>, of: fn(&K) -> Seen) -> Event<Seen> {
+    match event {
+        Event::Init => Event::Init,
+        Event::InitApply(k) => Event::InitApply(of(&k)),
+        Event::InitDone => Event::InitDone,
+        Event::Apply(k) => Event::Apply(of(&k)),
+        Event::Delete(k) => Event::Delete(of(&k)),
+    }
+}
+
+pub(super) fn object_of_cluster(p: &Plugin) -> Seen {
+    Seen {
+        source: Source::Cluster(p.name_any()),
+        generation: p.metadata.generation,
+        parts: p.spec.parts.clone(),
+    }
+}
+
+pub(super) fn object_of_tenant(p: &NamespacedPlugin) -> Seen {
+    Seen {
+        source: Source::Tenant {
+            namespace: p.namespace().unwrap_or_default(),
+            name: p.name_any(),
+        },
+        generation: p.metadata.generation,
+        parts: p.spec.parts.clone(),
+    }
+}
