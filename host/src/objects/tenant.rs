@@ -22,6 +22,7 @@ use serde::de::DeserializeOwned;
 use crate::crd::PluginParts;
 use crate::runtime::access::{GrantKind, Verb};
 use crate::source::kube::ServiceAccountRef;
+use crate::source::kube::impersonate::request_as;
 
 /// The ServiceAccount tenants act as unless the host config names another.
 pub const DEFAULT_SERVICE_ACCOUNT: &str = "kubewasm-tenant";
@@ -184,20 +185,8 @@ async fn review(
     let request = Request::new("/apis/authorization.k8s.io/v1/selfsubjectaccessreviews")
         .create(&PostParams::default(), body)
         .map_err(kube::Error::BuildRequest)?;
-    let answer: SelfSubjectAccessReview = send_as(client, account, request).await?;
+    let answer: SelfSubjectAccessReview = request_as(client, Some(account), request).await?;
     Ok(answer.status.is_some_and(|s| s.allowed))
-}
-
-/// Sends `request` as `account` and decodes the answer.
-pub async fn send_as<K: DeserializeOwned>(
-    client: &kube::Client,
-    account: &ServiceAccountRef,
-    mut request: http::Request<Vec<u8>>,
-) -> Result<K, kube::Error> {
-    account
-        .impersonate(&mut request)
-        .map_err(|e| kube::Error::Service(Box::new(e)))?;
-    client.request::<K>(request).await
 }
 
 /// Gets the namespaced object `name` of `K` in `namespace`, as `account`
@@ -216,15 +205,10 @@ where
     K::DynamicType: Default,
 {
     let api = kube::Api::<K>::namespaced(client.clone(), namespace);
-    match account {
-        None => api.get(name).await,
-        Some(account) => {
-            let request = Request::new(api.resource_url())
-                .get(name, &kube::api::GetParams::default())
-                .map_err(kube::Error::BuildRequest)?;
-            send_as(client, account, request).await
-        }
-    }
+    let request = Request::new(api.resource_url())
+        .get(name, &kube::api::GetParams::default())
+        .map_err(kube::Error::BuildRequest)?;
+    request_as(client, account, request).await
 }
 
 #[cfg(test)]

@@ -62,6 +62,31 @@ impl std::fmt::Display for ServiceAccountRef {
     }
 }
 
+/// Marks `request` as made by `account`, when one is given (else it goes
+/// as the host), failing as a kube error does.
+pub fn act_as<B>(
+    request: &mut http::Request<B>,
+    account: Option<&ServiceAccountRef>,
+) -> Result<(), kube::Error> {
+    match account {
+        Some(account) => account
+            .impersonate(request)
+            .map_err(|e| kube::Error::Service(Box::new(e))),
+        None => Ok(()),
+    }
+}
+
+/// Sends `request` as `account` (the host when `None`) and decodes the
+/// answer.
+pub async fn request_as<K: serde::de::DeserializeOwned>(
+    client: &kube::Client,
+    account: Option<&ServiceAccountRef>,
+    mut request: http::Request<Vec<u8>>,
+) -> Result<K, kube::Error> {
+    act_as(&mut request, account)?;
+    client.request::<K>(request).await
+}
+
 /// A name that cannot travel in a header (the API server's names always
 /// can: this is a bug or a hand-built reference).
 #[derive(Debug, thiserror::Error)]

@@ -23,7 +23,7 @@ use crate::actions::{Action, EventType, PatchType, Propagation, Target};
 use crate::kind::KindInfo;
 use crate::telemetry::Identity;
 
-use super::impersonate::{Impersonations, ServiceAccountRef, is_tenant_plugin};
+use super::impersonate::{Impersonations, ServiceAccountRef, act_as, is_tenant_plugin, request_as};
 
 mod classify;
 
@@ -150,16 +150,11 @@ impl KubeSink {
         target: &Target,
         account: Option<&ServiceAccountRef>,
     ) -> Result<DynamicObject, kube::Error> {
-        let mut request = self
+        let request = self
             .request(target)
             .get(&target.name, &kube::api::GetParams::default())
             .map_err(kube::Error::BuildRequest)?;
-        if let Some(account) = account {
-            account
-                .impersonate(&mut request)
-                .map_err(|e| kube::Error::Service(Box::new(e)))?;
-        }
-        self.client.request::<DynamicObject>(request).await
+        request_as(&self.client, account, request).await
     }
 
     /// Sends one write and reads its answer, keeping the `Retry-After`
@@ -190,12 +185,9 @@ impl KubeSink {
             span.record("error", "request not built");
             kube::Error::BuildRequest(e)
         })?;
-        if let Some(account) = account {
-            account.impersonate(&mut request).map_err(|e| {
-                span.record("error", "request not built");
-                kube::Error::Service(Box::new(e))
-            })?;
-        }
+        act_as(&mut request, account).inspect_err(|_| {
+            span.record("error", "request not built");
+        })?;
         let response = self
             .client
             .send(request.map(kube::client::Body::from))
