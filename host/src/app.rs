@@ -96,6 +96,8 @@ pub struct AdminOptions {
     /// `/metrics` and `/dead-letters` behind TokenReview and
     /// SubjectAccessReview.
     pub metrics_auth: bool,
+    /// `/metrics` and `/dead-letters` over TLS only, with this certificate.
+    pub metrics_tls: Option<crate::admin::tls::TlsSource>,
     /// What objects shown to people hide (Secrets, `sensitiveFields`).
     pub redactor: crate::redact::Redactor,
 }

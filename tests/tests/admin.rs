@@ -57,8 +57,30 @@ fn base64(bytes: &[u8]) -> String {
 /// A GET with extra header lines (`Host` is one of them when given, else
 /// the address): (status, head, body).
 fn get(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> (u16, String, String) {
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    let s = std::net::TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    exchange(s, addr, path, headers)
+}
+
+/// [`get`] over TLS, not checking the host's self-signed certificate.
+fn get_tls(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> (u16, String, String) {
+    use kubewasm::admin::tls::client::{Verify, client_config, server_name};
+    let s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let conn = rustls::ClientConnection::new(
+        client_config(&Verify::Skip).unwrap(),
+        server_name(&addr.ip().to_string()).unwrap(),
+    )
+    .unwrap();
+    exchange(rustls::StreamOwned::new(conn, s), addr, path, headers)
+}
+
+fn exchange(
+    mut s: impl Read + Write,
+    addr: SocketAddr,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> (u16, String, String) {
     let mut req = format!("GET {path} HTTP/1.1\r\nConnection: close\r\n");
     if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("host")) {
         req.push_str(&format!("Host: {addr}\r\n"));
@@ -68,8 +90,15 @@ fn get(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> (u16, String, 
     }
     req.push_str("\r\n");
     s.write_all(req.as_bytes()).unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
+    let mut out = Vec::new();
+    if let Err(e) = s.read_to_end(&mut out) {
+        // A TLS peer closing after its answer without close_notify.
+        assert!(
+            e.kind() == std::io::ErrorKind::UnexpectedEof && !out.is_empty(),
+            "{e}"
+        );
+    }
+    let out = String::from_utf8(out).unwrap();
     let (head, body) = out.split_once("\r\n\r\n").unwrap();
     let code = head[9..12].parse().unwrap();
     (code, head.to_owned(), body.to_owned())
@@ -419,7 +448,8 @@ async fn service_account_token(client: &kube::Client, ns: &str, sa: &str) -> Str
 /// token; `/metrics` refuses no token and a refused token (401), a
 /// ServiceAccount without RBAC (403), and answers one bound to deploy/'s
 /// `kubewasm-metrics-reader` (200), which still may not read
-/// `/dead-letters` (403); `kubewasm probe --token-file` scrapes with it,
+/// `/dead-letters` (403), all over TLS (plain HTTP is refused before any
+/// token is read); `kubewasm probe --token-file` scrapes with it over TLS,
 /// and `kubewasm dead-letters` without a token says to pass one.
 #[tokio::test]
 async fn metrics_auth_refuses_unauthenticated_and_unauthorized_scrapes() {
@@ -430,9 +460,9 @@ async fn metrics_auth_refuses_unauthenticated_and_unauthorized_scrapes() {
     let host = HostProcess::start_args(cp.admin_kubeconfig(), &["--metrics-auth"], &[], |_| {});
     let addr = host.metrics_addr(WAIT).await;
     assert!(
-        host.logs()
-            .lines()
-            .any(|l| l.contains("metrics listening") && l.contains("auth=true")),
+        host.logs().lines().any(|l| l.contains("metrics listening")
+            && l.contains("auth=true")
+            && l.contains("tls=true")),
         "{}",
         host.logs()
     );
@@ -442,21 +472,27 @@ async fn metrics_auth_refuses_unauthenticated_and_unauthorized_scrapes() {
     })
     .await;
 
+    // A token never crosses in clear: plain HTTP is refused before any
+    // authentication, saying how to ask.
+    let (code, _, body) = get(addr, "/metrics", &[("Authorization", "Bearer not-a-token")]);
+    assert_eq!(code, 400, "{body}");
+    assert!(body.contains("served over TLS only"), "{body}");
+
     // No token, and a token the API server does not accept.
-    let (code, head, body) = get(addr, "/metrics", &[]);
+    let (code, head, body) = get_tls(addr, "/metrics", &[]);
     assert_eq!(code, 401, "{body}");
     assert!(
         head.to_lowercase().contains("www-authenticate: bearer"),
         "{head}"
     );
-    let (code, _, body) = get(addr, "/metrics", &[("Authorization", "Bearer not-a-token")]);
+    let (code, _, body) = get_tls(addr, "/metrics", &[("Authorization", "Bearer not-a-token")]);
     assert_eq!(code, 401, "{body}");
     assert!(!body.contains("kubewasm_"), "{body}");
 
     // A ServiceAccount without RBAC for /metrics.
     let nobody = service_account_token(&client, ns, "nobody").await;
     let bearer = |t: &str| format!("Bearer {t}");
-    let (code, _, body) = get(addr, "/metrics", &[("Authorization", &bearer(&nobody))]);
+    let (code, _, body) = get_tls(addr, "/metrics", &[("Authorization", &bearer(&nobody))]);
     assert_eq!(code, 403, "{body}");
     assert!(
         body.contains("system:serviceaccount:metrics-auth:nobody")
@@ -497,14 +533,14 @@ async fn metrics_auth_refuses_unauthenticated_and_unauthorized_scrapes() {
     let body = eventually("a 200 for the bound scraper", WAIT, || {
         let header = bearer(&scraper);
         async move {
-            let (code, _, body) = get(addr, "/metrics", &[("Authorization", &header)]);
+            let (code, _, body) = get_tls(addr, "/metrics", &[("Authorization", &header)]);
             assert!(code == 200 || code == 403, "{code}: {body}");
             (code == 200).then_some(body)
         }
     })
     .await;
     assert!(body.contains("kubewasm_leader"), "{body}");
-    let (code, _, body) = get(
+    let (code, _, body) = get_tls(
         addr,
         "/dead-letters",
         &[("Authorization", &bearer(&scraper))],
@@ -526,6 +562,23 @@ async fn metrics_auth_refuses_unauthenticated_and_unauthorized_scrapes() {
         .arg(&token_file)
         .output()
         .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("--insecure-skip-tls-verify"),
+        "a token without TLS settings is refused before it is sent: {stderr}"
+    );
+    let out = Command::new(kubewasm_bin())
+        .args([
+            "probe",
+            "/metrics",
+            "--addr",
+            &addr.to_string(),
+            "--insecure-skip-tls-verify",
+            "--token-file",
+        ])
+        .arg(&token_file)
+        .output()
+        .unwrap();
     assert!(
         out.status.success() && String::from_utf8_lossy(&out.stdout).contains("kubewasm_leader"),
         "{}",
@@ -541,7 +594,12 @@ async fn metrics_auth_refuses_unauthenticated_and_unauthorized_scrapes() {
         String::from_utf8_lossy(&out.stderr)
     );
     let out = Command::new(kubewasm_bin())
-        .args(["dead-letters", "--addr", &addr.to_string()])
+        .args([
+            "dead-letters",
+            "--addr",
+            &addr.to_string(),
+            "--insecure-skip-tls-verify",
+        ])
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);

@@ -8,5 +8,6 @@
 pub mod auth;
 pub mod probe;
 pub mod server;
+pub mod tls;
 pub mod ui;
 pub mod view;

@@ -5,12 +5,15 @@
 //! `kubewasm probe /readyz --addr-file FILE` in the container (the image has
 //! no shell or curl). Plain HTTP/1.0 over a std socket: no client stack for
 //! one request. With `--metrics-auth`, `/metrics` and `/dead-letters` need a
-//! bearer token (`--token-file`); probes never do.
+//! bearer token (`--token-file`), sent over TLS only (rustls over the same
+//! socket); probes never do.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+
+use super::tls::client::{self, ClientTlsError, Verify};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ProbeError {
@@ -35,6 +38,11 @@ pub enum ProbeError {
         addr: SocketAddr,
         path: String,
         source: std::io::Error,
+    },
+    #[error("TLS to {addr}: {source}")]
+    Tls {
+        addr: SocketAddr,
+        source: ClientTlsError,
     },
     #[error("GET {path} from {addr}: not an HTTP answer: {head:?}")]
     Malformed {
@@ -85,6 +93,19 @@ pub fn get_with_token(
     token: Option<&str>,
     timeout: Duration,
 ) -> Result<(u16, String), ProbeError> {
+    get_over(addr, path, token, None, timeout)
+}
+
+/// [`get_with_token`], over TLS when `tls` says how to check the
+/// listener's certificate (a host run with `--metrics-auth` serves
+/// `/metrics` and `/dead-letters` over TLS only).
+pub fn get_over(
+    addr: &str,
+    path: &str,
+    token: Option<&str>,
+    tls: Option<&Verify>,
+    timeout: Duration,
+) -> Result<(u16, String), ProbeError> {
     let sock = addr
         .to_socket_addrs()
         .ok()
@@ -95,7 +116,7 @@ pub fn get_with_token(
         path: path.to_owned(),
         source,
     };
-    let mut stream = TcpStream::connect_timeout(&sock, timeout).map_err(request_error)?;
+    let stream = TcpStream::connect_timeout(&sock, timeout).map_err(request_error)?;
     stream
         .set_read_timeout(Some(timeout))
         .map_err(request_error)?;
@@ -103,12 +124,26 @@ pub fn get_with_token(
         .set_write_timeout(Some(timeout))
         .map_err(request_error)?;
     let auth = token.map_or_else(String::new, |t| format!("Authorization: Bearer {t}\r\n"));
-    write!(stream, "GET {path} HTTP/1.0\r\nHost: {sock}\r\n{auth}\r\n").map_err(request_error)?;
-    let mut answer = Vec::new();
-    stream
-        .take(1 << 20)
-        .read_to_end(&mut answer)
-        .map_err(request_error)?;
+    let request = format!("GET {path} HTTP/1.0\r\nHost: {sock}\r\n{auth}\r\n");
+    let answer = match tls {
+        None => exchange(stream, &request),
+        Some(verify) => {
+            let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
+            let name =
+                client::server_name(host).ok_or_else(|| ProbeError::Addr(addr.to_owned()))?;
+            let config = client::client_config(verify).map_err(|e| ProbeError::Tls {
+                addr: sock,
+                source: e,
+            })?;
+            let conn =
+                rustls::ClientConnection::new(config, name).map_err(|e| ProbeError::Tls {
+                    addr: sock,
+                    source: ClientTlsError::Config(e),
+                })?;
+            exchange(rustls::StreamOwned::new(conn, stream), &request)
+        }
+    }
+    .map_err(request_error)?;
     let text = String::from_utf8_lossy(&answer);
     let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
     let status = head
@@ -121,6 +156,20 @@ pub fn get_with_token(
             head: head.chars().take(80).collect(),
         })?;
     Ok((status, body.to_owned()))
+}
+
+/// Writes `request` and reads the answer to its end (1 MiB at most). A
+/// peer that closes without TLS's close_notify after answering is taken
+/// at its word: the answer is what HTTP/1.0 ends by closing.
+fn exchange(mut stream: impl Read + Write, request: &str) -> std::io::Result<Vec<u8>> {
+    stream.write_all(request.as_bytes())?;
+    stream.flush()?;
+    let mut answer = Vec::new();
+    match stream.take(1 << 20).read_to_end(&mut answer) {
+        Ok(_) => Ok(answer),
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && !answer.is_empty() => Ok(answer),
+        Err(e) => Err(e),
+    }
 }
 
 #[cfg(test)]

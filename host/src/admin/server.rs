@@ -33,6 +33,7 @@ use axum::routing::get;
 use tokio_util::sync::CancellationToken;
 
 use super::auth::Authenticator;
+use super::tls::listener::{Peer, SniffListener};
 use super::ui::{AllowedHosts, UiAddr};
 use crate::telemetry::Telemetry;
 use crate::telemetry::metrics::CONTENT_TYPE;
@@ -110,6 +111,19 @@ impl Listener {
         hint: &'static str,
         app: impl FnOnce(CancellationToken) -> Router,
     ) -> Result<Self, ServerError> {
+        Self::start_on(addr, what, hint, None, app).await
+    }
+
+    /// [`start`](Self::start), on one port for plain HTTP and, with `tls`,
+    /// TLS (see [`super::tls::listener`]); each request carries its
+    /// [`Peer`] (`ConnectInfo<Peer>`).
+    async fn start_on(
+        addr: &str,
+        what: &'static str,
+        hint: &'static str,
+        tls: Option<Arc<rustls::ServerConfig>>,
+        app: impl FnOnce(CancellationToken) -> Router,
+    ) -> Result<Self, ServerError> {
         let bind_error = |source| ServerError::Bind {
             addr: addr.to_owned(),
             what,
@@ -120,12 +134,12 @@ impl Listener {
             .await
             .map_err(bind_error)?;
         let local = listener.local_addr().map_err(bind_error)?;
+        let listener = SniffListener::new(listener, tls).map_err(bind_error)?;
         let cancel = CancellationToken::new();
         let shutdown = cancel.clone().cancelled_owned();
         let app = app(cancel.clone());
         let task = tokio::spawn(async move {
-            // Each request carries its peer's address (ConnectInfo).
-            let app = app.into_make_service_with_connect_info::<SocketAddr>();
+            let app = app.into_make_service_with_connect_info::<Peer>();
             if let Err(e) = axum::serve(listener, app)
                 .with_graceful_shutdown(shutdown)
                 .await
@@ -171,30 +185,35 @@ impl MetricsServer {
         addr: &MetricsAddr,
         telemetry: Telemetry,
     ) -> Result<Option<Listener>, ServerError> {
-        Self::start_with(addr, telemetry, None).await
+        Self::start_with(addr, telemetry, None, None).await
     }
 
     /// [`start`](Self::start), with `/metrics` and `/dead-letters` behind
-    /// `auth` when given.
+    /// `auth` when given, and served over TLS only with `tls` (probes
+    /// answer plain HTTP and TLS on the same port).
     pub async fn start_with(
         addr: &MetricsAddr,
         telemetry: Telemetry,
         auth: Option<Arc<Authenticator>>,
+        tls: Option<Arc<rustls::ServerConfig>>,
     ) -> Result<Option<Listener>, ServerError> {
         let MetricsAddr::Listen(addr) = addr else {
             return Ok(None);
         };
         let guarded = auth.is_some();
-        let listener = Listener::start(
+        let secure = tls.is_some();
+        let listener = Listener::start_on(
             addr,
             "/healthz, /readyz and /metrics",
             "pass --metrics-addr HOST:PORT for another address, or --metrics-addr off",
-            |_| router_with(telemetry, auth),
+            tls,
+            |_| router_with(telemetry, auth, secure),
         )
         .await?;
         MetricsListening {
             addr: listener.local_addr(),
             auth: guarded,
+            tls: secure,
         }
         .emit();
         Ok(Some(listener))
@@ -230,12 +249,18 @@ impl UiServer {
 
 /// The routes, for serving and for tests, without authentication.
 pub fn router(telemetry: Telemetry) -> Router {
-    router_with(telemetry, None)
+    router_with(telemetry, None, false)
 }
 
 /// The routes, `/metrics` and `/dead-letters` behind `auth` when given;
-/// without it, `/dead-letters` answers loopback clients only.
-pub fn router_with(telemetry: Telemetry, auth: Option<Arc<Authenticator>>) -> Router {
+/// without it, `/dead-letters` answers loopback clients only. With
+/// `tls_only`, those two refuse a plain connection before it is
+/// authenticated (its token has crossed the network in clear).
+pub fn router_with(
+    telemetry: Telemetry,
+    auth: Option<Arc<Authenticator>>,
+    tls_only: bool,
+) -> Router {
     let mut dead = Router::new().route("/dead-letters", get(dead_letters));
     if auth.is_none() {
         dead = dead.route_layer(axum::middleware::from_fn(loopback_only));
@@ -246,6 +271,9 @@ pub fn router_with(telemetry: Telemetry, auth: Option<Arc<Authenticator>>) -> Ro
             auth,
             super::auth::require,
         ));
+    }
+    if tls_only {
+        guarded = guarded.layer(axum::middleware::from_fn(over_tls_only));
     }
     Router::new()
         .route("/healthz", get(healthz))
@@ -264,13 +292,36 @@ fn is_loopback(ip: std::net::IpAddr) -> bool {
     }
 }
 
+/// Passes requests that came over TLS.
+async fn over_tls_only(req: Request, next: Next) -> Response {
+    let peer = req.extensions().get::<ConnectInfo<Peer>>().map(|c| c.0);
+    if peer.is_some_and(|p| p.tls) {
+        return next.run(req).await;
+    }
+    tracing::debug!(
+        peer = ?peer.map(|p| p.addr),
+        path = req.uri().path(),
+        "refused a plain HTTP request for a path served over TLS only"
+    );
+    (
+        StatusCode::BAD_REQUEST,
+        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+        format!(
+            "Client sent an HTTP request to an HTTPS server: {} is served over TLS only (the host runs with --metrics-auth or --metrics-cert-dir); ask https://, e.g. kubewasm probe {} --token-file FILE --insecure-skip-tls-verify (or --ca-file FILE)\n",
+            req.uri().path(),
+            req.uri().path()
+        ),
+    )
+        .into_response()
+}
+
 /// Passes requests from a loopback peer only (a request without a known
 /// peer is refused): `/dead-letters` without `--metrics-auth`.
 async fn loopback_only(req: Request, next: Next) -> Response {
     let peer = req
         .extensions()
-        .get::<ConnectInfo<SocketAddr>>()
-        .map(|c| c.0);
+        .get::<ConnectInfo<Peer>>()
+        .map(|c| c.0.addr);
     if peer.is_some_and(|p| is_loopback(p.ip())) {
         return next.run(req).await;
     }
@@ -344,14 +395,16 @@ pub struct MetricsListening {
     pub addr: std::net::SocketAddr,
     /// `/metrics` and `/dead-letters` need a bearer token (`--metrics-auth`).
     pub auth: bool,
+    /// `/metrics` and `/dead-letters` are served over TLS only.
+    pub tls: bool,
 }
 
 impl MetricsListening {
     pub fn emit(self) {
         if self.auth || self.addr.ip().is_loopback() {
-            tracing::info!(addr = %self.addr, auth = self.auth, "metrics listening");
+            tracing::info!(addr = %self.addr, auth = self.auth, tls = self.tls, "metrics listening");
         } else {
-            tracing::info!(addr = %self.addr, auth = self.auth, "metrics listening; without --metrics-auth, /dead-letters answers loopback clients only");
+            tracing::info!(addr = %self.addr, auth = self.auth, tls = self.tls, "metrics listening; without --metrics-auth, /dead-letters answers loopback clients only");
         }
     }
 }
@@ -582,6 +635,7 @@ mod tests {
             &"127.0.0.1:0".parse().unwrap(),
             t,
             Some(Arc::new(Authenticator::new(Fake))),
+            None,
         )
         .await
         .unwrap()
@@ -649,8 +703,10 @@ mod tests {
         }
         let mut req = req.body(axum::body::Body::empty()).unwrap();
         if let Some(peer) = peer {
-            req.extensions_mut()
-                .insert(ConnectInfo(peer.parse::<SocketAddr>().unwrap()));
+            req.extensions_mut().insert(ConnectInfo(Peer {
+                addr: peer.parse::<SocketAddr>().unwrap(),
+                tls: false,
+            }));
         }
         let res = router.clone().oneshot(req).await.unwrap();
         let code = res.status().as_u16();
@@ -697,7 +753,7 @@ mod tests {
         }
         // With auth, the token decides, wherever the client is; the same
         // authentication as /metrics.
-        let guarded = router_with(t, Some(Arc::new(Authenticator::new(Fake))));
+        let guarded = router_with(t, Some(Arc::new(Authenticator::new(Fake))), false);
         let remote = Some("10.0.0.7:40000");
         for (path, token, code) in [
             ("/dead-letters", None, 401),

@@ -28,6 +28,8 @@ pub(crate) struct DeadLettersArgs {
     /// with --metrics-auth asks for one).
     #[arg(long, env = "KUBEWASM_TOKEN_FILE")]
     token_file: Option<PathBuf>,
+    #[command(flatten)]
+    tls: crate::cli::probe::TlsArgs,
     /// Output format.
     #[arg(long, short, value_enum, default_value = "table")]
     output: OutputFormat,
@@ -49,8 +51,14 @@ pub(crate) fn dead_letters(args: DeadLettersArgs) -> anyhow::Result<()> {
         .as_deref()
         .map(probe::read_token_file)
         .transpose()?;
-    let (code, body) =
-        probe::get_with_token(&addr, "/dead-letters", token.as_deref(), args.timeout)?;
+    let tls = args.tls.verify(token.is_some())?;
+    let (code, body) = probe::get_over(
+        &addr,
+        "/dead-letters",
+        token.as_deref(),
+        tls.as_ref(),
+        args.timeout,
+    )?;
     if code == 401 {
         anyhow::bail!(
             "GET /dead-letters answered {code}: {} (the host runs with --metrics-auth: pass --token-file with a token whose user may get the non-resource URL /dead-letters)",

@@ -21,9 +21,48 @@ pub(crate) struct ProbeArgs {
     /// --metrics-auth; /healthz and /readyz need none).
     #[arg(long, env = "KUBEWASM_TOKEN_FILE")]
     token_file: Option<PathBuf>,
+    #[command(flatten)]
+    tls: crate::cli::probe::TlsArgs,
     /// Connect and read timeout.
     #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
     timeout: std::time::Duration,
+}
+
+/// How a client checks the listener's certificate. A token is sent over
+/// TLS only, so with `--token-file` one of the two is needed.
+#[derive(clap::Args, Debug)]
+pub(crate) struct TlsArgs {
+    /// Speak TLS and check the listener's certificate against the
+    /// certificates in this PEM file (e.g. the ca.crt of the Secret the
+    /// host mounts as --metrics-cert-dir).
+    #[arg(
+        long,
+        env = "KUBEWASM_CA_FILE",
+        conflicts_with = "insecure_skip_tls_verify"
+    )]
+    ca_file: Option<PathBuf>,
+    /// Speak TLS without checking the listener's certificate (the host's
+    /// self-signed one: encrypted, not authenticated).
+    #[arg(long)]
+    insecure_skip_tls_verify: bool,
+}
+
+impl TlsArgs {
+    /// TLS or not: a token never travels in clear.
+    pub(crate) fn verify(
+        &self,
+        token: bool,
+    ) -> anyhow::Result<Option<kubewasm::admin::tls::client::Verify>> {
+        use kubewasm::admin::tls::client::Verify;
+        match (&self.ca_file, self.insecure_skip_tls_verify) {
+            (Some(file), _) => Ok(Some(Verify::CaFile(file.clone()))),
+            (None, true) => Ok(Some(Verify::Skip)),
+            (None, false) if token => anyhow::bail!(
+                "a token is sent over TLS only: pass --ca-file FILE to check the host's certificate (the CA of its --metrics-cert-dir), or --insecure-skip-tls-verify for the certificate it self-signs"
+            ),
+            (None, false) => Ok(None),
+        }
+    }
 }
 
 pub(crate) fn probe(args: ProbeArgs) -> anyhow::Result<()> {
@@ -38,7 +77,14 @@ pub(crate) fn probe(args: ProbeArgs) -> anyhow::Result<()> {
         .as_deref()
         .map(probe::read_token_file)
         .transpose()?;
-    let (code, body) = probe::get_with_token(&addr, &args.path, token.as_deref(), args.timeout)?;
+    let tls = args.tls.verify(token.is_some())?;
+    let (code, body) = probe::get_over(
+        &addr,
+        &args.path,
+        token.as_deref(),
+        tls.as_ref(),
+        args.timeout,
+    )?;
     if code != 200 {
         anyhow::bail!("GET {} answered {code}: {}", args.path, body.trim());
     }

@@ -77,6 +77,13 @@ pub(crate) struct RunArgs {
     /// [default: true in a Pod (KUBERNETES_SERVICE_HOST set, no kubeconfig), else false].
     #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", env = "KUBEWASM_METRICS_AUTH")]
     metrics_auth: Option<bool>,
+    /// Serve /metrics and /dead-letters over TLS with tls.crt and tls.key
+    /// from this folder (a mounted kubernetes.io/tls Secret; re-read when
+    /// they change) [default: a certificate self-signed at start when
+    /// --metrics-auth is on, else plain HTTP]. Probes answer plain HTTP
+    /// and TLS on the same port either way.
+    #[arg(long, env = "KUBEWASM_METRICS_CERT_DIR")]
+    metrics_cert_dir: Option<PathBuf>,
     /// Write the listener's bound address to this file (for `kubewasm probe
     /// --addr-file` when several replicas share a host network and listen
     /// on free ports).
@@ -176,6 +183,7 @@ impl RunArgs {
             keep_managed_fields: self.keep_managed_fields.then_some(true),
             metrics_addr: self.metrics_addr,
             metrics_auth: self.metrics_auth,
+            metrics_cert_dir: self.metrics_cert_dir,
             ui: self.ui.then_some(true),
             ui_addr: self.ui_addr,
             ui_allowed_hosts: (!self.ui_allowed_hosts.is_empty()).then_some(self.ui_allowed_hosts),
@@ -216,7 +224,15 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
         _ => None,
     };
     // Listening first: probes answer (not ready) while plugins compile.
-    let server = MetricsServer::start_with(&opts.metrics_addr, telemetry.clone(), auth).await?;
+    let tls = opts
+        .admin
+        .metrics_tls
+        .as_ref()
+        .map(kubewasm::admin::tls::server_config)
+        .transpose()
+        .context("cannot serve the metrics listener over TLS")?;
+    let server =
+        MetricsServer::start_with(&opts.metrics_addr, telemetry.clone(), auth, tls).await?;
     if let (Some(file), Some(server)) = (&metrics_addr_file, &server) {
         kubewasm::admin::probe::write_addr_file(file, server.local_addr())
             .with_context(|| format!("writing the listener address to {}", file.display()))?;

@@ -118,6 +118,7 @@ impl RunSettings {
             shutdown_grace: self.shutdown_grace.or(file.shutdown_grace),
             metrics_addr: self.metrics_addr.or(file.metrics_addr),
             metrics_auth: self.metrics_auth.or(file.metrics_auth),
+            metrics_cert_dir: self.metrics_cert_dir.or(file.metrics_cert_dir),
             ui: self.ui.or(file.ui),
             ui_addr: self.ui_addr.or(file.ui_addr),
             ui_allowed_hosts: self.ui_allowed_hosts.or(file.ui_allowed_hosts),

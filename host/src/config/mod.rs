@@ -75,6 +75,9 @@ pub struct Environment {
     pub identity: String,
     /// `POD_NAMESPACE`, else the service account's namespace file.
     pub namespace: Option<String>,
+    /// Names this process answers to (`POD_NAME`, `POD_IP`, `HOSTNAME`),
+    /// for the metrics listener's self-signed certificate.
+    pub own_names: Vec<String>,
 }
 
 impl Environment {
@@ -84,6 +87,11 @@ impl Environment {
             in_cluster: std::env::var_os("KUBERNETES_SERVICE_HOST").is_some(),
             identity: crate::telemetry::identity::holder_identity(),
             namespace: crate::telemetry::identity::pod_namespace(),
+            own_names: ["POD_NAME", "POD_IP", "HOSTNAME"]
+                .into_iter()
+                .filter_map(|v| std::env::var(v).ok())
+                .filter(|n| !n.is_empty())
+                .collect(),
         }
     }
 }

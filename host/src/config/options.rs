@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::admin::server::MetricsAddr;
+use crate::admin::tls::TlsSource;
 use crate::app::{AdminOptions, ClusterTarget, RunOptions};
 use crate::dispatch::DispatchOptions;
 use crate::leader::{self, ElectionOptions};
@@ -205,10 +206,18 @@ impl RunSettings {
             Some(fields) => Redactor::new(fields)?,
             None => Redactor::default(),
         };
+        // A token never crosses the network in clear: authentication
+        // brings TLS, with a self-signed certificate when none is mounted.
+        let metrics_tls = match (&self.metrics_cert_dir, metrics_auth) {
+            (Some(dir), _) => Some(TlsSource::Dir(dir.clone())),
+            (None, true) => Some(TlsSource::SelfSigned(env.own_names.clone())),
+            (None, false) => None,
+        };
         Ok(AdminOptions {
             ui_addr: self.ui_addr.clone().unwrap_or_default(),
             ui_allowed_hosts: self.ui_allowed_hosts.clone().unwrap_or_default(),
             metrics_auth,
+            metrics_tls,
             redactor,
         })
     }

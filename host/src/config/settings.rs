@@ -75,6 +75,12 @@ pub struct RunSettings {
     /// do. Default: on in a Pod using its service account, off elsewhere
     /// (kubeconfig runs, the local cluster, which has no API server to ask).
     pub metrics_auth: Option<bool>,
+    /// A folder holding `tls.crt` and `tls.key` (a mounted
+    /// `kubernetes.io/tls` Secret, re-read when they change): `/metrics`
+    /// and `/dead-letters` are served over TLS with it. With
+    /// `metricsAuth` and no folder, over TLS with a certificate
+    /// self-signed at start.
+    pub metrics_cert_dir: Option<PathBuf>,
     /// Serve the live web view (read-only; default off) on its own
     /// listener, `uiAddr`.
     pub ui: Option<bool>,

@@ -151,6 +151,7 @@ fn pod() -> Environment {
         in_cluster: true,
         identity: "kubewasm-0".into(),
         namespace: Some("kubewasm-system".into()),
+        own_names: vec!["kubewasm-0".into(), "10.0.0.7".into()],
     }
 }
 
@@ -559,6 +560,50 @@ fn metrics_auth_is_on_in_a_pod_off_elsewhere_and_needs_a_real_cluster() {
             .unwrap()
             .admin
             .metrics_auth
+    );
+}
+
+#[test]
+fn metrics_tls_follows_authentication_and_a_mounted_certificate() {
+    use crate::admin::tls::TlsSource;
+    let base = RunSettings {
+        plugins: Some("p".into()),
+        ..RunSettings::default()
+    };
+    let tls = |s: &RunSettings, env: &Environment| {
+        s.clone()
+            .into_options_in(true, env)
+            .unwrap()
+            .admin
+            .metrics_tls
+    };
+    // In a Pod, auth is on: a token never travels in clear, so TLS with a
+    // certificate for the Pod's own names.
+    assert_eq!(
+        tls(&base, &pod()),
+        Some(TlsSource::SelfSigned(vec![
+            "kubewasm-0".into(),
+            "10.0.0.7".into()
+        ]))
+    );
+    // No auth, no certificate: plain, as before.
+    assert_eq!(tls(&base, &Environment::default()), None);
+    // A mounted certificate wins, with or without auth.
+    let mounted = RunSettings {
+        metrics_cert_dir: Some("/certs".into()),
+        ..base.clone()
+    };
+    for env in [pod(), Environment::default()] {
+        assert_eq!(tls(&mounted, &env), Some(TlsSource::Dir("/certs".into())));
+    }
+    let file = RunSettings::parse(
+        "apiVersion: kubewasm.io/v1alpha1\nkind: HostConfig\nplugins: p\nmetricsCertDir: /etc/kubewasm/tls\n",
+        Path::new("/c.yaml"),
+    )
+    .unwrap();
+    assert_eq!(
+        tls(&file, &Environment::default()),
+        Some(TlsSource::Dir("/etc/kubewasm/tls".into()))
     );
 }
 
