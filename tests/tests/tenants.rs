@@ -15,7 +15,7 @@ use kube::Api;
 use kube::api::{DynamicObject, Patch, PatchParams, PostParams};
 use kubewasm_tests::controlplane::ControlPlane;
 use kubewasm_tests::e2e::{
-    HostProcess, eventually_seen, host_config, install_plugin_crds, namespace,
+    HostProcess, eventually_seen, host_config, http_get, install_plugin_crds, namespace,
 };
 use kubewasm_tests::objects::{
     ACCOUNT, WAIT, api, grant, tenant_account as account, testkit_configmap, wait_condition,
@@ -247,9 +247,17 @@ async fn a_tenant_reaches_its_own_namespace_and_nothing_else() {
             .collect::<Vec<_>>(),
     )
     .unwrap();
+    // The metrics name the tenant's plugin, never the other namespace.
+    let addr = host.metrics_addr(WAIT).await;
+    let (code, _, metrics) = http_get(addr, "/metrics").unwrap();
+    assert_eq!(code, 200, "{metrics}");
+    assert!(
+        metrics.contains("kubewasm_") && metrics.contains(&format!("{team}/t")),
+        "{metrics}"
+    );
     let (exit, logs) = host.stop_with_logs();
     assert!(exit.success(), "{logs}");
-    for text in [&statuses, &logs] {
+    for text in [&statuses, &logs, &metrics] {
         assert!(!text.contains(other), "{text}");
         assert!(!text.contains("regcred"), "{text}");
     }
