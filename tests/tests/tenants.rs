@@ -100,8 +100,9 @@ async fn a_tenant_reaches_its_own_namespace_and_nothing_else() {
         .await
         .unwrap();
     testkit_configmap(&Api::namespaced(client.clone(), team), "modules").await;
-    let (_config, config_file) =
-        host_config(&format!("pluginObjects:\n  tenantNamespaces: [{team}]\n"));
+    let (_config, config_file) = host_config(&format!(
+        "pluginObjects:\n  tenantNamespaces: [{team}]\n  tenants:\n    recheck: 2s\n"
+    ));
     let host = HostProcess::with_config(cp.admin_kubeconfig(), &config_file);
     let plugins = api(&client, "NamespacedPlugin", Some(team));
 
@@ -234,6 +235,26 @@ async fn a_tenant_reaches_its_own_namespace_and_nothing_else() {
         annotated(&cm).ok_or_else(|| format!("{:?}", cm.metadata.annotations))
     })
     .await;
+
+    // 7. Its reads through the shared cache never reach the API server as
+    // the tenant: revoking them stops the serving plugin at the next
+    // recheck (2 s here), no earlier version kept; granted again, it
+    // serves again.
+    grant(&client, team, json!([])).await;
+    let status = wait_condition(
+        &plugins,
+        &host,
+        "t",
+        4,
+        ("Ready", "False", "TenantForbidden"),
+    )
+    .await;
+    assert!(
+        status.to_string().contains("may not list configmaps"),
+        "{status}"
+    );
+    grant(&client, team, reads()).await;
+    wait_condition(&plugins, &host, "t", 4, ("Ready", "True", "Serving")).await;
 
     // Nothing of the other namespace in any status or log line.
     let all = api(&client, "NamespacedPlugin", None)

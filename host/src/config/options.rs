@@ -141,6 +141,11 @@ impl RunSettings {
                     .map(crate::config::TenantSettings::accounts)
                     .unwrap_or_default(),
                 pull_timeout: settings.as_ref().and_then(|s| s.pull_timeout),
+                tenant_recheck: settings
+                    .as_ref()
+                    .and_then(|s| s.tenants.as_ref())
+                    .and_then(|t| t.recheck)
+                    .unwrap_or(crate::objects::TENANT_RECHECK),
                 tenant_limits: {
                     let tenants = settings.as_ref().and_then(|s| s.tenants.as_ref());
                     let mut o = crate::runtime::tenants::TenantOptions::from_settings(

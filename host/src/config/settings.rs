@@ -167,6 +167,12 @@ pub struct TenantSettings {
     /// concurrency, actions a second), unless `namespaces` says otherwise;
     /// by default 5 plugins, 256Mi and 100 actions a second.
     pub quota: Option<crate::runtime::tenants::QuotaSettings>,
+    /// How often a serving tenant plugin's account is asked again whether
+    /// it may still read what the plugin reads through the shared cache
+    /// (default 5m): a Role revoked stops the plugin within this.
+    #[serde(default, with = "humantime_serde")]
+    #[schemars(schema_with = "crate::runtime::manifest::duration_schema")]
+    pub recheck: Option<Duration>,
 }
 
 impl TenantSettings {

@@ -42,6 +42,11 @@ use crate::source::kube::{Impersonations, ServiceAccountRef};
 /// back up, a ConfigMap created, a CRD installed).
 const RETRY: Duration = Duration::from_secs(30);
 
+/// How often, by default, a serving tenant plugin's account is asked again
+/// whether it may read what the plugin reads through the shared cache
+/// (`pluginObjects.tenants.recheck`).
+pub const TENANT_RECHECK: Duration = Duration::from_secs(300);
+
 /// Pulls from one registry at once: a registry that stalls holds this
 /// many reconciles, and only of the objects that name it.
 const PULLS_PER_REGISTRY: usize = 2;
@@ -81,6 +86,8 @@ pub struct ObjectOptions {
     /// The longest one pull may take, everything included (default: the
     /// OCI client's, 2 minutes).
     pub pull_timeout: Option<Duration>,
+    /// How often serving tenant plugins' reads are asked again.
+    pub tenant_recheck: Duration,
 }
 
 /// Why Plugin objects cannot be served at all.
@@ -308,6 +315,7 @@ impl PluginObjects {
                     match op {
                         Op::Reconcile { obj, retrying } => this.reconcile(*obj, retrying).await,
                         Op::Remove => this.remove(&source).await,
+                        Op::Recheck => this.recheck(&source).await,
                     }
                 }
                 .boxed()
@@ -317,6 +325,10 @@ impl PluginObjects {
         let mut leader = self.leadership.subscribe();
         let mut retry = tokio::time::interval(RETRY);
         retry.tick().await;
+        let mut recheck =
+            tokio::time::interval(self.options.tenant_recheck.max(Duration::from_secs(1)));
+        recheck.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        recheck.tick().await;
         // A name the plugin folder gave back: an object refused for it
         // loads now rather than at the next retry.
         let mut freed = self.host.origins().freed();
@@ -336,6 +348,11 @@ impl PluginObjects {
                     }
                 }
                 _ = retry.tick() => self.retry_refused(|_| true, &submit).await,
+                _ = recheck.tick() => {
+                    for source in self.serving_tenants().await {
+                        submit(source, Op::Recheck);
+                    }
+                }
                 Ok(()) = freed.changed() => self.retry_refused(|reason| reason == "NameTaken", &submit).await,
             }
         }
@@ -427,6 +444,89 @@ impl PluginObjects {
                     retrying: true,
                 },
             );
+        }
+    }
+
+    /// The tenant plugins serving now.
+    async fn serving_tenants(&self) -> Vec<Source> {
+        self.known
+            .lock()
+            .await
+            .iter()
+            .filter(|(s, k)| matches!(s, Source::Tenant { .. }) && k.serving.is_some())
+            .map(|(s, _)| s.clone())
+            .collect()
+    }
+
+    /// Asks again whether a serving tenant plugin's account may read what
+    /// the serving spec reads through the shared cache (the reads the API
+    /// server never sees as the tenant); if the account is gone or refused,
+    /// the plugin stops at once, no earlier version kept, and the spec is
+    /// retried as any refused one. An API server that cannot answer leaves
+    /// it serving until the next check.
+    async fn recheck(&self, source: &Source) {
+        let Source::Tenant { namespace, .. } = source else {
+            return;
+        };
+        let parts = {
+            let known = self.known.lock().await;
+            let Some(k) = known.get(source) else { return };
+            if k.serving.is_none() {
+                return;
+            }
+            match k
+                .installed
+                .as_ref()
+                .map(|(spec, _)| serde_json::from_str::<PluginParts>(spec))
+            {
+                Some(Ok(parts)) => parts,
+                _ => return,
+            }
+        };
+        let account = self.options.tenant_accounts.account(namespace);
+        let checked = match parts.confined_to(namespace) {
+            Ok(confined) => match tenant::check_account(&self.client, &account).await {
+                Ok(()) => tenant::check_reads(&self.client, &account, &confined).await,
+                Err(refusal) => Err(refusal),
+            },
+            Err(e) => Err(("NotGranted", e.to_string())),
+        };
+        let (reason, message) = match checked {
+            Ok(()) => return,
+            Err((reason, message)) if reason == tenant::CHECK_FAILED => {
+                tracing::warn!(object = %source.display(), error = %message, "could not recheck a tenant plugin's reads; it keeps serving until the next check");
+                return;
+            }
+            Err(refusal) => refusal,
+        };
+        let name = source.plugin_name();
+        if self.host.unload_from(&source.origin(), &name).await {
+            tracing::warn!(plugin = %name, object = %source.display(), reason, error = %message, "tenant plugin stopped: its account may no longer read what it reads");
+        }
+        let outcome = Outcome::Refused {
+            reason,
+            message,
+            serving: None,
+        };
+        let status = {
+            let mut known = self.known.lock().await;
+            let Some(k) = known.get_mut(source) else {
+                return;
+            };
+            let status = status_for(&outcome, k.generation, k.status.as_ref());
+            k.installed = None;
+            k.serving = None;
+            k.pins.clear();
+            k.replica = Some(replica_for(&self.replica, &outcome));
+            k.outcome = outcome;
+            k.status = Some(status.clone());
+            (status, k.replica.clone())
+        };
+        if self.leadership.state().leading {
+            self.write_status(source, &status.0).await;
+        }
+        if let Some(replica) = status.1 {
+            self.write_replica(source, &replica).await;
         }
     }
 

@@ -48,6 +48,9 @@ pub(super) enum Op {
     Reconcile { obj: Box<Seen>, retrying: bool },
     /// Unload the object's plugin.
     Remove,
+    /// Ask again whether a serving tenant plugin's account may still read
+    /// what it reads.
+    Recheck,
 }
 
 impl Op {
@@ -68,6 +71,9 @@ impl Op {
                     retrying: a || b,
                 }
             }
+            // A reconcile checks what a recheck would, and a removal
+            // waiting is never undone by one.
+            (earlier @ (Self::Reconcile { .. } | Self::Remove), Self::Recheck) => earlier,
             (_, newer) => newer,
         }
     }
@@ -107,5 +113,36 @@ pub(super) fn object_of_tenant(p: &NamespacedPlugin) -> Seen {
         },
         generation: p.metadata.generation,
         parts: p.spec.parts.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reconcile(generation: i64) -> Op {
+        Op::reconcile(Seen {
+            source: Source::Cluster("p".into()),
+            generation: Some(generation),
+            parts: PluginParts::default(),
+        })
+    }
+
+    fn generation(op: &Op) -> Option<i64> {
+        match op {
+            Op::Reconcile { obj, .. } => obj.generation,
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn a_recheck_never_displaces_a_waiting_reconcile_or_removal() {
+        let kept = Op::merge(reconcile(3), Op::Recheck);
+        assert_eq!(generation(&kept), Some(3));
+        assert!(matches!(Op::merge(Op::Remove, Op::Recheck), Op::Remove));
+        // The other way round, the newer request wins as always.
+        assert!(matches!(Op::merge(Op::Recheck, Op::Remove), Op::Remove));
+        assert_eq!(generation(&Op::merge(Op::Recheck, reconcile(4))), Some(4));
+        assert!(matches!(Op::merge(reconcile(3), Op::Remove), Op::Remove));
     }
 }

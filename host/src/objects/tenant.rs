@@ -27,6 +27,10 @@ use crate::source::kube::impersonate::request_as;
 /// The ServiceAccount tenants act as unless the host config names another.
 pub const DEFAULT_SERVICE_ACCOUNT: &str = "kubewasm-tenant";
 
+/// The reason for an API server that could not answer a check (retried;
+/// never a reason to stop a serving plugin).
+pub const CHECK_FAILED: &str = "TenantCheckFailed";
+
 /// Why a tenant's plugin cannot be served: the condition reason and the
 /// message (what to do).
 pub type Refusal = (&'static str, String);
@@ -112,7 +116,7 @@ pub async fn check_account(
             Ok(())
         }
         Err(e) => Err((
-            "TenantCheckFailed",
+            CHECK_FAILED,
             format!("cannot tell whether {account} exists: {e}; asking again"),
         )),
     }
@@ -142,7 +146,7 @@ pub async fn check_reads(
         for verb in ["list", "watch"] {
             let allowed = review(client, account, &grant, verb).await.map_err(|e| {
                 (
-                    "TenantCheckFailed",
+                    CHECK_FAILED,
                     format!("cannot ask whether {account} may {verb} {kind}: {e}; asking again"),
                 )
             })?;
