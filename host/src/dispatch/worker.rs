@@ -282,7 +282,12 @@ pub(super) async fn timers(shared: Arc<Shared>, cancel: CancellationToken) {
             () = changed => continue,
             () = due => {}
         }
-        let requeues = shared.queue.lock().fire(tokio::time::Instant::now());
+        let requeues = shared
+            .queue
+            .lock()
+            .fire(tokio::time::Instant::now(), |now| {
+                shared.retry_rate.lock().reserve(now)
+            });
         shared.wake.notify_waiters();
         for key in requeues {
             requeue(&shared, key);
@@ -486,7 +491,9 @@ async fn settle(
     };
     let decision = shared.policy.decide(failures, at_least);
     let now = tokio::time::Instant::now();
-    let retry_at = shared.retry_rate.lock().reserve(now + decision.wait);
+    // The plugin-wide rate is applied when the backoff ends (the timers'
+    // task), so a parked key's long wait holds back no other key.
+    let retry_at = now + decision.wait;
     let newly_parked = decision.parked && !shared.queue.lock().is_parked(&key);
     let mut settle_weight = 0;
     if newly_parked {

@@ -13,7 +13,11 @@ use super::Item;
 /// Why a key's timer was set.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Timer {
+    /// The key's backoff ends: it asks the plugin-wide retry rate for a
+    /// slot then, and waits for it as [`Timer::Paced`] if the rate says so.
     Backoff,
+    /// The key's backoff ended and its slot of the retry rate comes.
+    Paced,
     Requeue,
 }
 

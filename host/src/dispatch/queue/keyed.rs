@@ -287,10 +287,13 @@ impl<K: Clone + Eq + Hash> KeyedQueue<K> {
         self.timers.first_key_value().map(|((t, _), _)| *t)
     }
 
-    /// Fires the timers due at `now`: backed-off keys become ready; the
+    /// Fires the timers due at `now`: a backed-off key asks `pace` (the
+    /// plugin-wide retry rate) when it may go, and becomes ready then; the
     /// keys whose requeue is due are returned, for the caller to push their
-    /// current state.
-    pub fn fire(&mut self, now: Instant) -> Vec<K> {
+    /// current state. The rate is asked when a backoff ends, never when a
+    /// failure is recorded: one key's long wait books no slot that would
+    /// hold back another key's retry.
+    pub fn fire(&mut self, now: Instant, mut pace: impl FnMut(Instant) -> Instant) -> Vec<K> {
         let mut requeues = Vec::new();
         while let Some(entry) = self.timers.first_entry() {
             if entry.key().0 > now {
@@ -302,6 +305,18 @@ impl<K: Clone + Eq + Hash> KeyedQueue<K> {
             };
             match timer {
                 Timer::Backoff if e.backoff == Some(id) => {
+                    let slot = pace(now);
+                    if slot > now {
+                        let paced = (slot, self.next_timer);
+                        self.next_timer += 1;
+                        e.backoff = Some(paced);
+                        self.timers.insert(paced, (key, Timer::Paced));
+                        continue;
+                    }
+                    e.backoff = None;
+                    Self::list_if_ready(&mut self.ready, &key, e);
+                }
+                Timer::Paced if e.backoff == Some(id) => {
                     e.backoff = None;
                     Self::list_if_ready(&mut self.ready, &key, e);
                 }

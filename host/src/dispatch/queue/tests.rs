@@ -121,9 +121,9 @@ fn a_failed_key_backs_off_then_retries_with_what_arrived_meanwhile() {
     assert!(q.pop().is_none(), "backing off");
     assert_eq!(q.delayed_len(), 1);
     assert!(!q.is_idle());
-    assert!(q.fire(t + Duration::from_millis(999)).is_empty());
+    assert!(q.fire(t + Duration::from_millis(999), |at| at).is_empty());
     assert!(q.pop().is_none());
-    q.fire(t + Duration::from_secs(1));
+    q.fire(t + Duration::from_secs(1), |at| at);
     let (k, item) = q.pop().unwrap();
     assert_eq!(
         (item.delta.attempt, item.delta.last_failure.clone()),
@@ -147,6 +147,44 @@ fn a_failed_key_backs_off_then_retries_with_what_arrived_meanwhile() {
 }
 
 #[test]
+fn the_retry_rate_is_asked_when_a_backoff_ends_and_may_pace_it() {
+    let t = Instant::now();
+    let mut q = KeyedQueue::default();
+    q.push("a", Item::new(delta(DeltaType::Updated, 1)));
+    let (k, item) = q.pop().unwrap();
+    q.failed(&k, item, conflict(), t + Duration::from_secs(1));
+    // Nothing is asked of the rate until the backoff ends.
+    let mut asked = Vec::new();
+    q.fire(t + Duration::from_millis(500), |at| {
+        asked.push(at);
+        at
+    });
+    assert!(asked.is_empty());
+    // It ends; the rate puts the retry 2 s later: still backing off.
+    let end = t + Duration::from_secs(1);
+    q.fire(end, |at| {
+        asked.push(at);
+        at + Duration::from_secs(2)
+    });
+    assert_eq!(asked, vec![end]);
+    assert!(q.pop().is_none(), "paced by the rate");
+    assert_eq!(q.next_deadline(), Some(end + Duration::from_secs(2)));
+    // The slot comes: ready, without asking again.
+    q.fire(end + Duration::from_secs(2), |_| panic!("asked twice"));
+    let (k, item) = q.pop().unwrap();
+    assert_eq!(item.delta.attempt, 2);
+    // A live delta ends a paced wait too.
+    q.failed(&k, item, conflict(), t + Duration::from_secs(5));
+    q.fire(t + Duration::from_secs(5), |at| {
+        at + Duration::from_secs(60)
+    });
+    assert!(q.pop().is_none());
+    q.push("a", Item::new(delta(DeltaType::Updated, 2)));
+    assert_eq!(rv(&q.pop().unwrap().1), 2);
+    assert_eq!(q.delayed_len(), 0);
+}
+
+#[test]
 fn one_requeue_per_key_the_earliest_wins_and_a_live_delta_replaces_it() {
     let t = Instant::now();
     let mut q: KeyedQueue<&str> = KeyedQueue::default();
@@ -167,7 +205,7 @@ fn one_requeue_per_key_the_earliest_wins_and_a_live_delta_replaces_it() {
     let (k, _) = q.pop().unwrap();
     q.ok(&k);
     q.schedule_requeue("b", t + Duration::from_secs(5));
-    assert_eq!(q.fire(t + Duration::from_secs(5)), vec!["b"]);
+    assert_eq!(q.fire(t + Duration::from_secs(5), |at| at), vec!["b"]);
     assert_eq!(q.requeues_len(), 0);
     q.schedule_requeue("c", t + Duration::from_secs(5));
     q.clear_pending();
@@ -295,7 +333,7 @@ proptest! {
                 }
                 Op::Tick(s) => {
                     *now += Duration::from_secs(u64::from(s));
-                    for k in q.fire(*now) {
+                    for k in q.fire(*now, |at| at) {
                         if let Some((dtype, rv)) = last_pushed[k as usize] && dtype != DeltaType::Deleted {
                             pushed_weight += 1;
                             let mut d = delta(DeltaType::Resync, rv);
@@ -323,7 +361,7 @@ proptest! {
         let mut last_seen: [Option<(DeltaType, u32)>; 3] = [None; 3];
         for _ in 0..1000 {
             now += Duration::from_secs(10);
-            q.fire(now);
+            q.fire(now, |at| at);
             while let Some((k, item)) = q.pop() {
                 let r = rv(&item);
                 prop_assert!(r >= delivered[k as usize] || item.delta.dtype == DeltaType::Added);

@@ -134,3 +134,49 @@ async fn retries_never_end_silently_and_a_parked_key_is_still_retried() {
     .await;
     r.set.shutdown().await;
 }
+
+/// A key parked at a 300 s cap must not hold back another key's routine
+/// conflict retry: the plugin-wide retry rate is asked when a backoff
+/// ends, not when a failure is recorded (which booked the parked key's
+/// slot 300 s ahead and put every later retry behind it).
+#[tokio::test(start_paused = true)]
+async fn a_parked_key_does_not_slow_another_keys_conflict_retry() {
+    // Default policy: 100 ms doubling to the 300 s cap, where "poison"
+    // parks after a dozen failures.
+    let r = rig(
+        DispatchOptions::default(),
+        all_deltas(&[], None),
+        Box::new(|d| {
+            let name = d.object.as_ref().unwrap().meta().name.to_string();
+            if name == "poison" {
+                return Err(CallError::Retry("never".into()));
+            }
+            Ok(Handled {
+                actions: vec![apply_action(d)],
+                requeue_after: None,
+            })
+        }),
+    );
+    r.list(vec![cm("poison", 1, "x")]);
+    r.eventually("poison parked", |r| {
+        !r.dispatcher.stats().dead_letters.lock().is_empty()
+    })
+    .await;
+    // Now another key's action conflicts once.
+    *r.sink.conflicts.lock() = 1;
+    r.send(WatchEvent::Apply(cm("b", 1, "x")));
+    r.until("b's first attempt", |s| s.iter().any(|s| s.name == "b"))
+        .await;
+    let first = tokio::time::Instant::now();
+    r.until("b's retry", |s| {
+        s.iter().filter(|s| s.name == "b").count() >= 2
+    })
+    .await;
+    let waited = first.elapsed();
+    eprintln!("b's conflict retry came {waited:?} after its first attempt");
+    assert!(
+        waited < Duration::from_secs(1),
+        "b's retry waited {waited:?} behind the parked key"
+    );
+    r.set.shutdown().await;
+}
