@@ -29,7 +29,7 @@ pub(super) fn push(shared: &Shared, key: Key, item: Item) {
             // A coalesced live delta may have ended a backoff.
             shared.wake.notify_one();
         }
-        Pushed::Cancelled(w) => {
+        Pushed::Cancelled(w) | Pushed::Stale(w) => {
             shared.stats.coalesced.fetch_add(1, Ordering::Relaxed);
             shared.activity.settle(w);
             if shared.queue.lock().is_idle() {
@@ -48,6 +48,18 @@ pub(super) async fn run(
     term: u64,
     cancel: CancellationToken,
 ) {
+    // A new term's intake: what older terms queued (and their timers) goes.
+    let stale = {
+        let mut q = shared.queue.lock();
+        if term > q.term() {
+            // What an older term delivered: the replay delivers it anew.
+            shared.delivered.lock().clear();
+        }
+        q.advance_term(term)
+    };
+    if stale > 0 {
+        shared.activity.settle(stale);
+    }
     let mut resync = filter.resync.map(|period| {
         let mut t = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
         t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -59,7 +71,7 @@ pub(super) async fn run(
             d = rx.recv() => match d { Some(d) => d, None => break },
             _ = async { match resync.as_mut() { Some(t) => t.tick().await, None => std::future::pending().await } } => {
                 if filter.deltas.contains(&DeltaType::Resync) && in_term(&shared, term) {
-                    resync_all(&shared, id, &filter, &informer);
+                    resync_all(&shared, id, &filter, &informer, term);
                 }
                 continue;
             }
@@ -76,7 +88,13 @@ pub(super) async fn run(
 
 /// Queues every cached object as a resync delta (folded into any delta
 /// already pending for it).
-fn resync_all(shared: &Shared, id: SubId, filter: &SubscriptionFilter, informer: &Informer) {
+fn resync_all(
+    shared: &Shared,
+    id: SubId,
+    filter: &SubscriptionFilter,
+    informer: &Informer,
+    term: u64,
+) {
     let seq = informer.seq();
     let snap = informer.store().snapshot();
     shared.activity.emit(snap.len() as u64);
@@ -85,7 +103,7 @@ fn resync_all(shared: &Shared, id: SubId, filter: &SubscriptionFilter, informer:
             object: Some(obj.clone()),
             ..CallDelta::new(DeltaType::Resync, filter.index, filter.kind.clone())
         };
-        push(shared, (id, obj.key()), Item::new(d).seq(seq));
+        push(shared, (id, obj.key()), Item::new(d).seq(seq).term(term));
     }
 }
 
@@ -101,6 +119,17 @@ fn accept(shared: &Shared, id: SubId, filter: &SubscriptionFilter, term: u64, de
     };
     if !wanted {
         shared.activity.settle(1);
+        if delta.dtype == DeltaType::Deleted
+            && in_term(shared, term)
+            && let Some(o) = &delta.object
+        {
+            // Not delivered, but the object is gone: its requeue timer, its
+            // last handled state and its dead letter go with it.
+            let key = (id, o.key());
+            shared.queue.lock().drop_requeue(&key);
+            shared.delivered.lock().remove(&key);
+            shared.stats.dead_letters.lock().resolve(&key);
+        }
         return;
     }
     let key = match &delta.object {
@@ -118,6 +147,9 @@ fn accept(shared: &Shared, id: SubId, filter: &SubscriptionFilter, term: u64, de
     push(
         shared,
         key,
-        Item::new(call).received_at(delta.received).seq(delta.seq),
+        Item::new(call)
+            .received_at(delta.received)
+            .seq(delta.seq)
+            .term(term),
     );
 }

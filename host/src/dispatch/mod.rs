@@ -78,6 +78,8 @@ pub struct PluginStats {
     /// fenced (their remaining actions refused), their deletes handed to the
     /// next version.
     pub fenced_stops: AtomicU64,
+    /// Leadership losses that dropped what was queued.
+    pub leadership_drops: AtomicU64,
     /// From the informer receiving a delta to the plugin's call returning
     /// (queueing, coalescing and retries included).
     pub latency: LatencyHistogram,
@@ -302,6 +304,10 @@ struct Shared {
     /// Each subscription pair's filter and informer: where a retry or a
     /// requeue reads the object's current state.
     subs: Mutex<HashMap<SubId, Arc<Sub>>>,
+    /// Per key, the state this version last handled in this leadership
+    /// term: a delta whose current state it is already is not delivered
+    /// again, and an update's `old` is it. Released with the object.
+    delivered: Mutex<HashMap<Key, crate::object::ObjectHandle>>,
 }
 
 impl Shared {
@@ -460,6 +466,7 @@ impl Dispatcher {
             counters,
             telemetry,
             subs: Mutex::new(HashMap::new()),
+            delivered: Mutex::new(HashMap::new()),
         });
         shared.stats.queues.lock().push(Arc::downgrade(&shared));
         let tasks = TaskTracker::new();

@@ -70,10 +70,22 @@ pub(super) fn run<H: Handler + ?Sized>(
         let Some((key, mut item)) = batch.pop_front() else {
             continue;
         };
-        if !refresh(&shared, &key, &mut item) {
-            // Gone (or recreated) since: its delete, and add, are on their way.
-            finish(&shared, item.weight, |q| q.ok(&key));
-            continue;
+        match refresh(&shared, &key, &mut item) {
+            Fresh::Deliver => {}
+            Fresh::Gone => {
+                // Gone (or recreated) since: its delete, and add, are on
+                // their way; a key parked on it is resolved.
+                gone(&shared, &key);
+                finish(&shared, item.weight, |q| q.ok(&key));
+                continue;
+            }
+            Fresh::Seen => {
+                // This state was handled already (the cache ran ahead of
+                // the queue): each state once.
+                shared.stats.coalesced.fetch_add(1, Ordering::Relaxed);
+                finish(&shared, item.weight, |q| q.ok(&key));
+                continue;
+            }
         }
         let (result, elapsed) = caller.handle(&item.delta);
         let broken = matches!(&result, Err(e) if e.breaks_instance());
@@ -98,32 +110,88 @@ pub(super) fn run<H: Handler + ?Sized>(
 /// is told by a new uid, or by a delete of the key already queued behind
 /// this item (the cache may hold the recreated object under the same uid:
 /// delivering it now would put it before that delete).
-fn refresh(shared: &Shared, key: &Key, item: &mut Item) -> bool {
+///
+/// Then, per key, against the state this version last handled: an add or
+/// update whose current state is that one is not delivered again (its
+/// state was handled while this delta waited), and an update's `old` is
+/// that state, whatever older states the queue merged.
+fn refresh(shared: &Shared, key: &Key, item: &mut Item) -> Fresh {
     let fresh_needed = matches!(
         item.delta.dtype,
         DeltaType::Added | DeltaType::Updated | DeltaType::Resync
     );
     if !fresh_needed {
-        return true;
+        return Fresh::Deliver;
     }
     if shared.queue.lock().delete_pending(key) {
-        return false;
+        return Fresh::Gone;
     }
     let Some(sub) = shared.sub(key.0) else {
-        return true;
+        return Fresh::Deliver;
     };
     let Some(now) = sub.informer.store().get(&key.1) else {
-        return false;
+        return Fresh::Gone;
     };
     let same = item
         .delta
         .object
         .as_ref()
         .is_none_or(|o| o.meta().uid == now.meta().uid);
-    if same {
-        item.delta.object = Some(now);
+    if !same {
+        return Fresh::Gone;
     }
-    same
+    let last = shared
+        .delivered
+        .lock()
+        .get(key)
+        .filter(|l| l.meta().uid == now.meta().uid)
+        .cloned();
+    if let Some(last) = last {
+        let live = matches!(item.delta.dtype, DeltaType::Added | DeltaType::Updated);
+        if live && last.meta().resource_version == now.meta().resource_version {
+            return Fresh::Seen;
+        }
+        if item.delta.dtype == DeltaType::Updated {
+            item.delta.old = Some(last);
+        }
+    }
+    item.delta.object = Some(now);
+    Fresh::Deliver
+}
+
+/// What [`refresh`] found.
+enum Fresh {
+    Deliver,
+    /// The object is gone, or was recreated under its name.
+    Gone,
+    /// Its current state was handled already.
+    Seen,
+}
+
+/// Records what a handled delta showed the plugin: the state, or, for a
+/// delete, that there is none.
+fn handled(shared: &Shared, key: &Key, delta: &CallDelta) {
+    let mut delivered = shared.delivered.lock();
+    match (&delta.dtype, &delta.object) {
+        (DeltaType::Deleted, _) | (_, None) => {
+            delivered.remove(key);
+        }
+        (_, Some(obj)) => {
+            delivered.insert(key.clone(), obj.clone());
+        }
+    }
+}
+
+/// The key's object is gone from the cache: what this version knew of it
+/// goes (its dead letter is resolved, its state released).
+fn gone(shared: &Shared, key: &Key) {
+    let Some(sub) = shared.sub(key.0) else {
+        return;
+    };
+    if sub.informer.store().get(&key.1).is_none() {
+        shared.delivered.lock().remove(key);
+        shared.stats.dead_letters.lock().resolve(key);
+    }
 }
 
 /// Puts a worker's untaken batch back at the front of the queue.
@@ -165,10 +233,15 @@ fn beyond_cut(shared: &Shared, key: &Key, item: &Item) -> bool {
 }
 
 /// Pops the next delta this version may deliver; those beyond the cut are
-/// held for the successor.
+/// held for the successor, those of an earlier leadership term dropped.
 fn pop_deliverable(shared: &Shared, q: &mut KeyedQueue<Key>) -> Option<(Key, Item)> {
     loop {
         let (key, item) = q.pop()?;
+        if item.term < q.term() {
+            q.ok(&key);
+            shared.activity.settle(item.weight);
+            continue;
+        }
         if !beyond_cut(shared, &key, &item) {
             return Some((key, item));
         }
@@ -295,9 +368,21 @@ pub(super) async fn timers(shared: Arc<Shared>, cancel: CancellationToken) {
     }
 }
 
+/// Whether an item of leadership term `term` may still change the queue:
+/// leading in that term, and the queue serves no later one. Called under
+/// the queue's lock, so a loss's drop comes after whatever this lets in.
+fn current(shared: &Shared, q: &KeyedQueue<Key>, term: u64) -> bool {
+    let s = shared.leadership.state();
+    s.leading && s.term == term && q.term() <= term
+}
+
 /// Queues a requeue delta of `key`'s object as the cache holds it now
 /// (nothing if it is gone: its delete is the plugin's next look).
 fn requeue(shared: &Shared, key: Key) {
+    let state = shared.leadership.state();
+    if !state.leading {
+        return;
+    }
     let Some(sub) = shared.sub(key.0) else {
         return;
     };
@@ -310,7 +395,7 @@ fn requeue(shared: &Shared, key: Key) {
         ..CallDelta::new(DeltaType::Resync, sub.filter.index, sub.filter.kind.clone())
     };
     shared.activity.emit(1);
-    push(shared, key, Item::new(delta));
+    push(shared, key, Item::new(delta).term(state.term));
 }
 
 /// Drops what is queued, and every timer, whenever leadership is lost: a
@@ -332,6 +417,10 @@ pub(super) async fn drop_on_loss(shared: Arc<Shared>, cancel: CancellationToken)
             (q.clear_pending(), q.is_idle())
         };
         shared.activity.settle(dropped);
+        shared
+            .stats
+            .leadership_drops
+            .fetch_add(1, Ordering::Relaxed);
         tracing::info!(plugin = %shared.plugin, dropped, term = state.term, "not the leader: dropped queued deltas and pending requeues and retries");
         if idle {
             shared.idle.notify_waiters();
@@ -418,11 +507,17 @@ async fn settle(
                     shared.stats.delivered.fetch_add(1, Ordering::Relaxed);
                     shared.counters.delivered(key.0);
                     shared.stats.dead_letters.lock().resolve(&key);
+                    handled(shared, &key, &item.delta);
                     let requeue_at = requeue_after
                         .map(|after| tokio::time::Instant::now() + after.min(MAX_REQUEUE_AFTER));
+                    let term = item.term;
                     finish(shared, item.weight, |q| {
                         q.ok(&key);
-                        if let Some(at) = requeue_at {
+                        // A call that straddled a leadership loss sets no
+                        // timer: the next term replays the cache.
+                        if let Some(at) = requeue_at
+                            && current(shared, q, term)
+                        {
                             q.schedule_requeue(key.clone(), at);
                         }
                     });
@@ -470,6 +565,13 @@ async fn settle(
             Failure::Call(err)
         }
     };
+    // A call that straddled a leadership loss: its outcome belongs to a
+    // term that is over, so it is neither retried nor recorded (the next
+    // term replays the cache). Checked again under the queue's lock below.
+    if !current(shared, &shared.queue.lock(), item.term) {
+        finish(shared, item.weight, |q| q.ok(&key));
+        return;
+    }
     let obj_key = key.1.to_string();
     let kind = item.delta.kind.kind.clone();
     let failures = item.attempts + 1;
@@ -477,10 +579,12 @@ async fn settle(
         .get_or_insert_with(std::time::SystemTime::now);
     if !failure.retryable() {
         let weight = item.weight;
+        let record_delta = item.delta.clone();
         let record = Item {
             attempts: failures,
             ..item
         };
+        handled(shared, &key, &record_delta);
         to_dead_letters(shared, &key, record, &failure, call, None);
         finish(shared, weight, |q| q.permanent(&key));
         return;
@@ -511,11 +615,17 @@ async fn settle(
     let last_failure = failure.last_failure();
     let retry = {
         let mut q = shared.queue.lock();
-        let retry = q.failed(&key, item, last_failure, retry_at);
-        if decision.parked {
-            settle_weight += q.park(&key);
+        if current(shared, &q, item.term) {
+            let retry = q.failed(&key, item, last_failure, retry_at);
+            if decision.parked {
+                settle_weight += q.park(&key);
+            }
+            retry
+        } else {
+            settle_weight += item.weight;
+            q.ok(&key);
+            Retry::After
         }
-        retry
     };
     if !newly_parked {
         DeltaRetrying {

@@ -24,7 +24,7 @@ impl<K: Clone + Eq + Hash> KeyedQueue<K> {
     fn set_timer(&mut self, key: &K, at: Instant, timer: Timer) -> TimerId {
         let id = (at, self.next_timer);
         self.next_timer += 1;
-        self.timers.insert(id, (key.clone(), timer));
+        self.timers.insert(id, (key.clone(), timer, self.term));
         id
     }
 
@@ -37,6 +37,9 @@ impl<K: Clone + Eq + Hash> KeyedQueue<K> {
     /// Queues a delta of `key`'s object. A live delta (not a resync or a
     /// requeue) replaces the key's pending requeue and ends its backoff.
     pub fn push(&mut self, key: K, item: Item) -> Pushed {
+        if item.term < self.term {
+            return Pushed::Stale(item.weight);
+        }
         let live = !item.is_look_again();
         self.pending_weight += item.weight;
         let e = self.entries.entry(key.clone()).or_default();
@@ -187,7 +190,8 @@ impl<K: Clone + Eq + Hash> KeyedQueue<K> {
         Self::list_if_ready(&mut self.ready, key, e);
         if backoff {
             self.next_timer += 1;
-            self.timers.insert(timer, (key.clone(), Timer::Backoff));
+            self.timers
+                .insert(timer, (key.clone(), Timer::Backoff, self.term));
         }
         self.pending_items = self.pending_items - rest_len + merged_len;
         self.pending_weight = self.pending_weight + item_weight - cancelled;
@@ -282,6 +286,16 @@ impl<K: Clone + Eq + Hash> KeyedQueue<K> {
         true
     }
 
+    /// Drops `key`'s pending requeue (its object is gone).
+    pub fn drop_requeue(&mut self, key: &K) {
+        if let Some(e) = self.entries.get_mut(key)
+            && let Some(id) = e.requeue.take()
+        {
+            self.timers.remove(&id);
+        }
+        self.remove_if_empty(key);
+    }
+
     /// The earliest timer (a backoff's end or a requeue).
     pub fn next_deadline(&self) -> Option<Instant> {
         self.timers.first_key_value().map(|((t, _), _)| *t)
@@ -299,10 +313,22 @@ impl<K: Clone + Eq + Hash> KeyedQueue<K> {
             if entry.key().0 > now {
                 break;
             }
-            let (id, (key, timer)) = entry.remove_entry();
+            let (id, (key, timer, term)) = entry.remove_entry();
             let Some(e) = self.entries.get_mut(&key) else {
                 continue;
             };
+            if term < self.term {
+                // Set in an earlier term: gone with it.
+                if e.backoff == Some(id) {
+                    e.backoff = None;
+                    Self::list_if_ready(&mut self.ready, &key, e);
+                }
+                if e.requeue == Some(id) {
+                    e.requeue = None;
+                }
+                self.remove_if_empty(&key);
+                continue;
+            }
             match timer {
                 Timer::Backoff if e.backoff == Some(id) => {
                     let slot = pace(now);
@@ -310,7 +336,7 @@ impl<K: Clone + Eq + Hash> KeyedQueue<K> {
                         let paced = (slot, self.next_timer);
                         self.next_timer += 1;
                         e.backoff = Some(paced);
-                        self.timers.insert(paced, (key, Timer::Paced));
+                        self.timers.insert(paced, (key, Timer::Paced, self.term));
                         continue;
                     }
                     e.backoff = None;
@@ -383,6 +409,58 @@ impl<K: Clone + Eq + Hash> KeyedQueue<K> {
         Some(if handed { 0 } else { item.weight })
     }
 
+    /// The leadership term the queue serves now: items and timers of
+    /// earlier terms are dropped (a term's replay follows), the keys'
+    /// failures forgotten; items of `term` already queued (a predecessor's
+    /// hand-over) stay. Returns the weight to settle. Called when a term's
+    /// intake starts, so a loss and a regain that the leadership watch
+    /// folded into one change still drop the old term's work.
+    pub fn advance_term(&mut self, term: u64) -> u64 {
+        if term <= self.term {
+            return 0;
+        }
+        self.term = term;
+        let mut settled = 0;
+        let mut dropped_items = 0;
+        for e in self.entries.values_mut() {
+            let before = e.pending.len();
+            e.pending.retain(|i| {
+                let keep = i.term >= term;
+                if !keep {
+                    settled += i.weight;
+                }
+                keep
+            });
+            dropped_items += before - e.pending.len();
+            if e.pending.is_empty() {
+                e.backoff = None;
+            }
+            e.requeue = None;
+            e.forget();
+        }
+        self.timers.retain(|_, (_, _, t)| *t >= term);
+        for e in self.entries.values_mut() {
+            e.backoff = e.backoff.filter(|id| self.timers.contains_key(id));
+        }
+        self.pending_items -= dropped_items;
+        self.pending_weight -= settled;
+        self.ready.clear();
+        for (k, e) in &mut self.entries {
+            e.listed = false;
+            if e.ready() {
+                e.listed = true;
+                self.ready.push_back(k.clone());
+            }
+        }
+        self.entries.retain(|_, e| !e.is_empty());
+        settled
+    }
+
+    /// The term the queue serves.
+    pub fn term(&self) -> u64 {
+        self.term
+    }
+
     /// Drops everything pending and every timer (leadership lost: the next
     /// leader replays the cache); returns the weight to settle.
     pub fn clear_pending(&mut self) -> u64 {
@@ -437,7 +515,7 @@ impl<K: Clone + Eq + Hash> KeyedQueue<K> {
     pub fn requeues_len(&self) -> usize {
         self.timers
             .values()
-            .filter(|(_, t)| *t == Timer::Requeue)
+            .filter(|(_, t, _)| *t == Timer::Requeue)
             .count()
     }
 

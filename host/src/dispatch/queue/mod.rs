@@ -49,6 +49,9 @@ pub struct Item {
     pub seq: u64,
     /// When its key's first failed attempt (since the last success) failed.
     pub first_failed: Option<SystemTime>,
+    /// The leadership term it was queued in: an item of an older term than
+    /// the queue's is dropped (the new term replays the cache).
+    pub term: u64,
 }
 
 impl Item {
@@ -60,7 +63,14 @@ impl Item {
             received: std::time::Instant::now(),
             seq: 0,
             first_failed: None,
+            term: 0,
         }
+    }
+
+    #[must_use]
+    pub fn term(mut self, term: u64) -> Self {
+        self.term = term;
+        self
     }
 
     #[must_use]
@@ -93,6 +103,9 @@ pub enum Pushed {
     /// A resync or requeue folded into a pending delta (which delivers the
     /// object anyway).
     Dropped,
+    /// Queued in a leadership term older than the queue's: dropped. Carries
+    /// the weight to settle.
+    Stale(u64),
 }
 
 /// What a failed attempt leads to.
@@ -108,8 +121,12 @@ pub enum Retry {
 pub struct KeyedQueue<K> {
     entries: HashMap<K, Entry>,
     ready: VecDeque<K>,
-    timers: BTreeMap<TimerId, (K, Timer)>,
+    /// Each timer with the leadership term it was set in.
+    timers: BTreeMap<TimerId, (K, Timer, u64)>,
     next_timer: u64,
+    /// The newest leadership term queued for; older items and timers are
+    /// dropped.
+    term: u64,
     in_flight: usize,
     pending_items: usize,
     pending_weight: u64,
@@ -122,6 +139,7 @@ impl<K> Default for KeyedQueue<K> {
             ready: VecDeque::new(),
             timers: BTreeMap::new(),
             next_timer: 0,
+            term: 0,
             in_flight: 0,
             pending_items: 0,
             pending_weight: 0,

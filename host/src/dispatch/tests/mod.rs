@@ -22,6 +22,7 @@ use crate::runtime::{CallError, Handled, LastFailure};
 use crate::telemetry::{Identity, Telemetry};
 
 mod fenced;
+mod once;
 mod retry;
 mod swap;
 
@@ -53,6 +54,8 @@ struct Seen {
     what: &'static str,
     name: String,
     rv: String,
+    /// An update's old state's resourceVersion.
+    old: String,
     attempt: u32,
     failure: Option<&'static str>,
 }
@@ -72,6 +75,11 @@ impl Handler for Script {
             name: meta.map(|m| m.name.to_string()).unwrap_or_default(),
             rv: meta
                 .map(|m| m.resource_version.to_string())
+                .unwrap_or_default(),
+            old: delta
+                .old
+                .as_ref()
+                .map(|o| o.meta().resource_version.to_string())
                 .unwrap_or_default(),
             attempt: delta.attempt,
             failure: delta.last_failure.as_ref().map(|f| match f {
