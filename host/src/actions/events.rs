@@ -244,7 +244,7 @@ async fn serve(
         let result = tokio::select! {
             biased;
             () = stop.cancelled() => Err((ActionError::Stopping, 0)),
-            r = runner.run(&q.plugin, &q.counters, &q.action, &no_fence) => r,
+            r = runner.run(&q.plugin, &q.counters, &q.action, &no_fence, None) => r,
         };
         if let Some(started) = started {
             runner.to_feed(&q.plugin, &q.action, &result, started.elapsed());

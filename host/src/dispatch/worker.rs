@@ -476,6 +476,13 @@ async fn settle(
         }
     };
     let failure = match result {
+        Ok(Handled { .. }) if !current(shared, &shared.queue.lock(), item.term) => {
+            // Leadership was lost (and maybe regained) during the call: its
+            // actions belong to a term that is over and are not executed;
+            // the next term replays the cache.
+            finish(shared, item.weight, |q| q.ok(&key));
+            return;
+        }
         Ok(Handled {
             actions,
             requeue_after,
@@ -495,6 +502,7 @@ async fn settle(
                     &shared.rate,
                     actions,
                     &shared.fence,
+                    Some(item.term),
                 )
                 .await;
             if abandoned(shared, &key, &item) {

@@ -134,6 +134,7 @@ impl Executor {
             &ActionRate::unlimited(),
             actions,
             &CancellationToken::new(),
+            None,
         )
         .await
     }
@@ -148,6 +149,10 @@ impl Executor {
     /// attempts is abandoned, and the call fails with
     /// [`ActionError::Stopping`] (an attempt already sent is not recalled).
     ///
+    /// `term` (the leadership term the call was made in) refuses every
+    /// action once another term leads: a call that straddled a loss and a
+    /// regain acts for a term that is over.
+    ///
     /// Events are taken out of the order: once every other action
     /// succeeded they are handed to the Event queue and the call returns;
     /// a call that fails queues none of them (its retry will emit them
@@ -159,6 +164,7 @@ impl Executor {
         rate: &ActionRate,
         actions: Vec<Action>,
         fence: &CancellationToken,
+        term: Option<u64>,
     ) -> Result<(), ActionFailure> {
         let total = actions.len();
         let mut events = Vec::new();
@@ -188,7 +194,7 @@ impl Executor {
                 .then(std::time::Instant::now);
             let result = if self.runner.options.dry_run || rate.acquire(plugin, fence).await.is_ok()
             {
-                self.runner.run(plugin, counters, action, fence).await
+                self.runner.run(plugin, counters, action, fence, term).await
             } else {
                 Err((self.runner.refused(plugin, counters, action), 0))
             };
@@ -241,7 +247,7 @@ impl Executor {
     pub async fn execute(&self, plugin: &str, action: &Action) -> Result<(), ActionError> {
         let counters = self.runner.telemetry.metrics().actions(plugin);
         self.runner
-            .run(plugin, &counters, action, &CancellationToken::new())
+            .run(plugin, &counters, action, &CancellationToken::new(), None)
             .await
             .map_err(|(e, _)| e)
     }

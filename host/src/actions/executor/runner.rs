@@ -117,6 +117,7 @@ impl Runner {
         counters: &ActionCounters,
         action: &Action,
         stop: &CancellationToken,
+        call_term: Option<u64>,
     ) -> Result<(), (ActionError, u32)> {
         let target = action.target();
         let span = tracing::debug_span!(
@@ -132,7 +133,7 @@ impl Runner {
             error = tracing::field::Empty,
         );
         let result = self
-            .attempts(plugin, counters, action, stop, &span)
+            .attempts(plugin, counters, action, stop, call_term, &span)
             .instrument(span.clone())
             .await;
         span.record("outcome", self.outcome(&result));
@@ -150,11 +151,12 @@ impl Runner {
         counters: &ActionCounters,
         action: &Action,
         stop: &CancellationToken,
+        call_term: Option<u64>,
         span: &tracing::Span,
     ) -> Result<(), (ActionError, u32)> {
         let mut gate = self.leadership.subscribe();
         let term = *gate.borrow_and_update();
-        if !term.leading {
+        if !term.leading || call_term.is_some_and(|t| t != term.term) {
             return Err((self.fenced(plugin, counters, action), 0));
         }
         // Resolves when this term ends (even if a new one began since).

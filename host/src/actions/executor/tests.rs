@@ -158,8 +158,15 @@ async fn call(
     fence: &CancellationToken,
 ) -> Result<(), ActionFailure> {
     let counters = ex.runner.telemetry.metrics().actions("p");
-    ex.execute_all_counted("p", &counters, &ActionRate::unlimited(), actions, fence)
-        .await
+    ex.execute_all_counted(
+        "p",
+        &counters,
+        &ActionRate::unlimited(),
+        actions,
+        fence,
+        None,
+    )
+    .await
 }
 
 fn count(ex: &Executor, verb: &str, outcome: Outcome) -> u64 {
@@ -546,6 +553,7 @@ async fn actions_are_counted_in_the_registry_the_caller_passed() {
         &ActionRate::unlimited(),
         vec![patch("a"), patch("b")],
         &CancellationToken::new(),
+        None,
     )
     .await
     .unwrap_err();

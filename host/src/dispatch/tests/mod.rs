@@ -22,6 +22,7 @@ use crate::runtime::{CallError, Handled, LastFailure};
 use crate::telemetry::{Identity, Telemetry};
 
 mod fenced;
+mod model;
 mod once;
 mod retry;
 mod swap;
