@@ -41,8 +41,8 @@ use tokio::sync::broadcast::error::RecvError;
 use tokio_util::sync::CancellationToken;
 
 use crate::dispatch::DeadLetterRecord;
-use crate::informer::CacheView;
 use crate::informer::selector::LabelSelector;
+use crate::informer::{CacheView, UndecodableObject};
 use crate::object::ObjectKey;
 use crate::telemetry::Telemetry;
 use crate::telemetry::feed::{FeedSubscription, Filter, Window};
@@ -157,6 +157,9 @@ pub struct InformerRow {
     pub relists: u64,
     pub plugins: Vec<String>,
     pub forbidden: Option<String>,
+    /// Objects the informer could not decode now, with why: the cache
+    /// holds their last decoded state, if any.
+    pub undecodable: Vec<UndecodableObject>,
 }
 
 /// What the page reads from the running host.

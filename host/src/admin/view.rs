@@ -10,7 +10,7 @@ use std::sync::atomic::Ordering;
 use futures::future::BoxFuture;
 
 use crate::dispatch::DeadLetterRecord;
-use crate::informer::CacheView;
+use crate::informer::{CacheView, Informer};
 use crate::manager::PluginHost;
 use crate::reload::PluginDir;
 
@@ -83,6 +83,36 @@ impl HostView for AppView {
                 bytes,
             })
             .collect()
+    }
+}
+
+/// One informer's row of the web view.
+fn informer_row(i: &Informer) -> InformerRow {
+    let spec = i.spec();
+    let mut scope = match &spec.namespace {
+        Some(ns) => format!("namespace {ns}"),
+        None if spec.kind.namespaced => "all namespaces".to_owned(),
+        None => "cluster".to_owned(),
+    };
+    if let Some(l) = &spec.label_selector {
+        scope.push_str(&format!(", labels {l}"));
+    }
+    if let Some(f) = &spec.field_selector {
+        scope.push_str(&format!(", fields {f}"));
+    }
+    InformerRow {
+        id: spec.to_string(),
+        kind: spec.kind.resource_name(),
+        scope,
+        objects: i.store().len() as u64,
+        bytes: i.store().object_bytes() as u64,
+        synced: i.has_synced(),
+        resource_version: i.last_resource_version(),
+        watch_restarts: i.watch_restarts(),
+        relists: i.relists(),
+        plugins: i.subscriber_names(),
+        forbidden: i.forbidden().map(|f| f.message),
+        undecodable: i.undecodable(),
     }
 }
 
@@ -176,33 +206,7 @@ impl UiSource for AppView {
             .informers()
             .informers()
             .iter()
-            .map(|i| {
-                let spec = i.spec();
-                let mut scope = match &spec.namespace {
-                    Some(ns) => format!("namespace {ns}"),
-                    None if spec.kind.namespaced => "all namespaces".to_owned(),
-                    None => "cluster".to_owned(),
-                };
-                if let Some(l) = &spec.label_selector {
-                    scope.push_str(&format!(", labels {l}"));
-                }
-                if let Some(f) = &spec.field_selector {
-                    scope.push_str(&format!(", fields {f}"));
-                }
-                InformerRow {
-                    id: spec.to_string(),
-                    kind: spec.kind.resource_name(),
-                    scope,
-                    objects: i.store().len() as u64,
-                    bytes: i.store().object_bytes() as u64,
-                    synced: i.has_synced(),
-                    resource_version: i.last_resource_version(),
-                    watch_restarts: i.watch_restarts(),
-                    relists: i.relists(),
-                    plugins: i.subscriber_names(),
-                    forbidden: i.forbidden().map(|f| f.message),
-                }
-            })
+            .map(|i| informer_row(i))
             .collect();
         rows.sort_by(|a, b| a.id.cmp(&b.id));
         rows
@@ -215,5 +219,72 @@ impl UiSource for AppView {
             .into_iter()
             .find(|i| i.spec().to_string() == id)
             .map(|i| i.view())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use tokio::sync::mpsc;
+    use tokio_util::sync::CancellationToken;
+
+    use super::informer_row;
+    use crate::activity::Activity;
+    use crate::informer::scripted::Scripted;
+    use crate::informer::{InformerSet, InformerSpec, Undecodable, UndecodableEvent, WatchEvent};
+    use crate::kind::KindInfo;
+    use crate::object::{KObject, ObjectError, ObjectKey, StripOptions};
+    use crate::telemetry::{Identity, Telemetry};
+
+    #[tokio::test]
+    async fn an_informers_row_names_the_objects_it_cannot_decode() {
+        let (events, script) = mpsc::unbounded_channel();
+        let set = InformerSet::new(
+            Arc::new(Scripted::new(Some(script))),
+            Arc::new(Activity::default()),
+            CancellationToken::new(),
+            Telemetry::new(Identity::from_env()),
+        );
+        let spec = InformerSpec {
+            kind: KindInfo::new("", "v1", "ConfigMap", "configmaps", true),
+            namespace: Some("team".into()),
+            label_selector: None,
+            field_selector: None,
+        };
+        let (tx, mut deltas) = mpsc::unbounded_channel();
+        let handle = set.subscribe(spec, tx);
+        let good = KObject::from_value(
+            serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "good", "namespace": "team", "resourceVersion": "1"}}),
+            StripOptions::default(),
+        )
+        .unwrap();
+        events.send(Ok(WatchEvent::Init)).unwrap();
+        events
+            .send(Ok(WatchEvent::Undecodable(Undecodable {
+                event: UndecodableEvent::InitApply,
+                key: Some(ObjectKey::new(Some("team"), "bad")),
+                error: Arc::new(ObjectError::NotAnObject("metadata.labels")),
+            })))
+            .unwrap();
+        events.send(Ok(WatchEvent::InitApply(good))).unwrap();
+        events.send(Ok(WatchEvent::InitDone)).unwrap();
+        // Added good, then Synced: the list was applied.
+        for _ in 0..2 {
+            deltas.recv().await.unwrap();
+        }
+        let row = informer_row(&handle.informer);
+        assert!(row.synced);
+        assert_eq!(row.objects, 1);
+        let shown = serde_json::to_value(&row).unwrap();
+        assert_eq!(
+            shown["undecodable"],
+            serde_json::json!([{"object": "team/bad",
+                "error": "object's metadata.labels is not a JSON object"}]),
+            "{shown}"
+        );
+        set.unsubscribe(&handle);
+        set.shutdown().await;
     }
 }

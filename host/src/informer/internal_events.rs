@@ -2,7 +2,7 @@
 //! `internal_events`): one struct per occurrence whose `emit()` writes the
 //! log line and counts it.
 
-use super::{InformerSpec, SourceError};
+use super::{InformerSpec, SourceError, Undecodable, UndecodableEvent};
 use crate::telemetry::InformerCounters;
 
 /// A watch stream failed; kube-runtime's watcher restarts it with backoff
@@ -94,5 +94,46 @@ impl Relisted<'_> {
     pub fn emit(self, counters: &InformerCounters) {
         tracing::info!(informer = %self.informer, "relisting");
         counters.relists.inc();
+    }
+}
+
+/// An object of a list item or watch event could not be decoded: one
+/// object is lost, never the list or the watch.
+#[derive(Debug)]
+pub struct ObjectUndecodable<'a> {
+    pub informer: &'a InformerSpec,
+    pub object: &'a Undecodable,
+}
+
+impl ObjectUndecodable<'_> {
+    pub fn emit(self, counters: &InformerCounters) {
+        let named = self.object.key.is_some();
+        let what = match (self.object.event, named) {
+            (UndecodableEvent::InitApply, true) => {
+                "cannot decode a listed object; the list applies without it and the cache keeps its last decoded state, if any"
+            }
+            (UndecodableEvent::InitApply, false) => {
+                "cannot decode a listed object nor read its name; the list applies without it and deletes nothing"
+            }
+            (UndecodableEvent::Apply, true) => {
+                "cannot decode a watched object; the cache keeps its previous state"
+            }
+            (UndecodableEvent::Apply, false) => {
+                "cannot decode a watched object nor read its name; the event is skipped"
+            }
+            (UndecodableEvent::Delete, true) => {
+                "cannot decode a deleted object; it is deleted by its name, with its last decoded state"
+            }
+            (UndecodableEvent::Delete, false) => {
+                "cannot decode a deleted object nor read its name; it stays cached until the next list"
+            }
+        };
+        let object = self
+            .object
+            .key
+            .as_ref()
+            .map_or_else(|| "(name unreadable)".to_owned(), ToString::to_string);
+        tracing::warn!(informer = %self.informer, object = %object, error = %self.object.error, "{what}");
+        counters.decode_failures.inc();
     }
 }

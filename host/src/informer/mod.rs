@@ -8,6 +8,7 @@
 //! An informer is `shared.rs`'s (its store, its subscribers), its
 //! list+watch loop `reflector.rs`'s, and the set that shares informers
 //! between subscriptions `set.rs`'s; what they hand out is a `delta.rs`.
+//! The objects an informer could not decode are `undecodable.rs`'s.
 
 pub mod internal_events;
 pub mod selector;
@@ -21,17 +22,19 @@ mod set;
 mod shared;
 #[cfg(test)]
 mod tests;
+mod undecodable;
 
 use std::sync::Arc;
 
 use futures::stream::BoxStream;
 
 use crate::kind::KindInfo;
-use crate::object::{KObject, ObjectError};
+use crate::object::{KObject, ObjectError, ObjectKey};
 pub use delta::{Delta, DeltaType};
 pub use set::{InformerSet, SubscriptionHandle};
 pub use shared::{CacheView, Forbidden, Informer};
 pub use store::{Snapshot, Store};
+pub use undecodable::UndecodableObject;
 
 /// What one informer lists and watches.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -67,9 +70,35 @@ pub enum WatchEvent {
     InitDone,
     Apply(KObject),
     Delete(KObject),
+    /// An object of a list or watch event that could not be decoded: one
+    /// object lost, not the list or the watch (see [`Undecodable`]).
+    Undecodable(Undecodable),
     /// The source is alive and nothing changed (it answered a probe after
     /// a silence): ends a reported stall.
     Progress,
+}
+
+/// Which event an undecodable object came in: what it would have been.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UndecodableEvent {
+    /// An item of the list in progress: the list goes on without it.
+    InitApply,
+    /// An added or modified object: the cache keeps its previous state.
+    Apply,
+    /// A deleted object: removed from the cache by its key alone.
+    Delete,
+}
+
+/// An object the source received but could not decode into the cache's
+/// form. Its key, read from its metadata alone, is what lets the informer
+/// keep (or remove) the right cached object instead of giving up on the
+/// whole list.
+#[derive(Debug, Clone)]
+pub struct Undecodable {
+    pub event: UndecodableEvent,
+    /// Namespace and name; `None` when even they are unreadable.
+    pub key: Option<ObjectKey>,
+    pub error: Arc<ObjectError>,
 }
 
 #[derive(Debug, Clone, thiserror::Error)]
@@ -89,25 +118,6 @@ pub enum SourceError {
     Stalled {
         silent: std::time::Duration,
         cause: String,
-    },
-    /// An item of a (re)list could not be decoded. A list missing one
-    /// object would read as that object's deletion, so the list is void:
-    /// the source delivers no `InitDone` for it and lists again after
-    /// backoff, and the informer discards what it buffered (its cache and
-    /// deltas stay as they were).
-    #[error(
-        "{informer}: cannot decode list item {position}{}: {cause}; the list is discarded (the cache keeps the last complete one) and retried with backoff",
-        object.as_deref().map(|o| format!(" ({o})")).unwrap_or_default()
-    )]
-    ListItemUndecodable {
-        /// The informer's spec, as displayed.
-        informer: String,
-        /// The item's position in the list, from 1.
-        position: usize,
-        /// `namespace/name` (or `name`), when the item's name is readable.
-        object: Option<String>,
-        #[source]
-        cause: Arc<ObjectError>,
     },
     #[error("{0}")]
     Other(String),

@@ -6,11 +6,16 @@ use std::sync::atomic::Ordering;
 
 use futures::StreamExt;
 
-use super::internal_events::{Relisted, WatchFailed, WatchResumed, WatchStalled};
+use super::internal_events::{
+    ObjectUndecodable, Relisted, WatchFailed, WatchResumed, WatchStalled,
+};
 use crate::object::{KObject, ObjectHandle};
 
 use super::shared::Fanout;
-use super::{Delta, DeltaType, Forbidden, Informer, Source, SourceError, WatchEvent};
+use super::{
+    Delta, DeltaType, Forbidden, Informer, Source, SourceError, Undecodable, UndecodableEvent,
+    WatchEvent,
+};
 
 impl Informer {
     /// Runs until cancelled; returns false if the source's stream ended
@@ -68,17 +73,27 @@ impl Informer {
                 }
                 .emit(&self.counters),
                 Err(err) => {
-                    if let SourceError::ListItemUndecodable { .. } = err {
-                        // Nothing of a list with a hole is applied; the
-                        // source lists again, starting with `Init`.
-                        relist = Relist::Aborted;
-                    }
                     self.watch_restarts.fetch_add(1, Ordering::Relaxed);
                     WatchFailed {
                         informer: &self.spec,
                         error: &err,
                     }
                     .emit(&self.counters)
+                }
+                Ok(WatchEvent::Undecodable(u)) => {
+                    ObjectUndecodable {
+                        informer: &self.spec,
+                        object: &u,
+                    }
+                    .emit(&self.counters);
+                    match (u.event, &mut relist) {
+                        (UndecodableEvent::InitApply, Relist::Buffering(list)) => {
+                            list.failed.push(u);
+                        }
+                        (UndecodableEvent::Delete, _) => self.delete_undecodable(&u),
+                        // An Apply, or an item of no list (applied at once).
+                        _ => self.keep_undecodable(&u),
+                    }
                 }
                 Ok(WatchEvent::Progress) => {}
                 Ok(WatchEvent::Init) => {
@@ -91,28 +106,24 @@ impl Informer {
                     }
                     lists += 1;
                     // A fresh buffer, whatever an earlier list left.
-                    relist = Relist::Buffering(Vec::new());
+                    relist = Relist::Buffering(Listed::default());
                 }
                 Ok(WatchEvent::InitApply(obj)) => match &mut relist {
-                    Relist::Buffering(buf) => buf.push(obj),
+                    Relist::Buffering(list) => list.objects.push(obj),
                     Relist::Idle => self.apply(obj),
-                    Relist::Aborted => {
-                        tracing::debug!(informer = %self.spec, object = %obj.key(), "ignoring an item of an aborted list");
-                    }
                 },
                 Ok(WatchEvent::InitDone) => match std::mem::replace(&mut relist, Relist::Idle) {
                     Relist::Buffering(listed) => self.replace(listed),
                     // The end of no list: nothing to compare the cache with
                     // (an empty list here would delete everything).
                     Relist::Idle => self.synced(&mut self.fanout.lock()),
-                    Relist::Aborted => {
-                        tracing::debug!(informer = %self.spec, "ignoring the end of an aborted list");
-                    }
                 },
                 Ok(WatchEvent::Apply(obj)) => self.apply(obj),
                 Ok(WatchEvent::Delete(obj)) => self.delete(obj),
             }
         }
+        // Its objects leave the gauge with it.
+        self.undecodable.lock().clear();
         tracing::debug!(informer = %self.spec, "informer stopped");
         true
     }
@@ -120,6 +131,7 @@ impl Informer {
     pub(super) fn apply(&self, obj: KObject) {
         let obj = Arc::new(obj);
         let mut fanout = self.fanout.lock();
+        self.undecodable.lock().remove(|| obj.key());
         match self.store.upsert(obj.clone()) {
             Some(old)
                 if old.meta().resource_version == obj.meta().resource_version && *old == *obj => {}
@@ -136,12 +148,39 @@ impl Informer {
     pub(super) fn delete(&self, obj: KObject) {
         let mut fanout = self.fanout.lock();
         let key = obj.key();
+        self.undecodable.lock().remove(|| key.clone());
         // The watch event carries the final state. A delete of an object the
         // cache never held (a watch racing a relist, or a selector the object
         // never matched) is nothing to the subscribers: emitting it would
         // hand plugins a delete of something they were never told about.
         if self.store.remove(&key).is_some() {
             self.emit(&mut fanout, Delta::new(DeltaType::Deleted, Arc::new(obj)));
+        }
+    }
+
+    /// A watched deletion of an object that could not be decoded: the
+    /// object goes by the key read from its metadata, and subscribers get
+    /// a plain delete with its last decoded state. Left cached, it would
+    /// live on (and be resynced) until a relist, which bookmarks make rare.
+    fn delete_undecodable(&self, u: &Undecodable) {
+        let Some(key) = &u.key else {
+            return;
+        };
+        let mut fanout = self.fanout.lock();
+        self.undecodable.lock().remove(|| key.clone());
+        if let Some(last) = self.store.remove(key) {
+            self.emit(&mut fanout, Delta::new(DeltaType::Deleted, last));
+        }
+    }
+
+    /// An added or modified object that could not be decoded: the cache
+    /// keeps its previous state (nothing better is known) and the object
+    /// is listed as undecodable until it decodes or goes.
+    fn keep_undecodable(&self, u: &Undecodable) {
+        if let Some(key) = &u.key {
+            self.undecodable
+                .lock()
+                .insert(key.clone(), u.error.to_string());
         }
     }
 
@@ -159,12 +198,18 @@ impl Informer {
     /// Applies a complete list: new objects are added, changed ones updated,
     /// recreated ones (another uid) deleted then added, and objects missing
     /// from the list deleted with their last known state (flagged: the
-    /// deletion was not watched).
-    pub(super) fn replace(&self, listed: Vec<KObject>) {
+    /// deletion was not watched). An item that could not be decoded is not
+    /// missing: its cached state, if any, is kept. One whose name was
+    /// unreadable too could be any cached object, so such a list deletes
+    /// nothing.
+    pub(super) fn replace(&self, listed: Listed) {
+        let Listed { objects, failed } = listed;
         let mut fanout = self.fanout.lock();
+        // Before any delta of the list: whoever sees one sees this too.
+        self.undecodable.lock().replace(&failed);
         let first = !fanout.synced;
-        let mut seen = std::collections::HashSet::with_capacity(listed.len());
-        for obj in listed {
+        let mut seen = std::collections::HashSet::with_capacity(objects.len() + failed.len());
+        for obj in objects {
             let obj = Arc::new(obj);
             seen.insert(obj.key());
             match self.store.upsert(obj.clone()) {
@@ -182,6 +227,8 @@ impl Informer {
                 }
             }
         }
+        let nameless = failed.iter().filter(|u| u.key.is_none()).count();
+        seen.extend(failed.iter().filter_map(|u| u.key.clone()));
         let vanished: Vec<ObjectHandle> = self
             .store
             .snapshot()
@@ -189,11 +236,20 @@ impl Informer {
             .filter(|o| !seen.contains(&o.key()))
             .cloned()
             .collect();
-        for obj in vanished {
-            self.store.remove(&obj.key());
-            let mut d = Delta::new(DeltaType::Deleted, obj);
-            d.final_state_unknown = true;
-            self.emit(&mut fanout, d);
+        if nameless > 0 && !vanished.is_empty() {
+            tracing::warn!(
+                informer = %self.spec,
+                kept = vanished.len(),
+                unreadable = nameless,
+                "the list has items whose name is unreadable: the cached objects it did not return are kept, not deleted, until a list without such items"
+            );
+        } else {
+            for obj in vanished {
+                self.store.remove(&obj.key());
+                let mut d = Delta::new(DeltaType::Deleted, obj);
+                d.final_state_unknown = true;
+                self.emit(&mut fanout, d);
+            }
         }
         self.synced(&mut fanout);
     }
@@ -213,11 +269,17 @@ impl Informer {
 pub(super) enum Relist {
     /// No list in progress: an `InitApply` applies at once.
     Idle,
-    /// The objects of the list in progress, applied together at `InitDone`.
-    Buffering(Vec<KObject>),
-    /// The source voided the list in progress: its items and end are
-    /// ignored until the next `Init`.
-    Aborted,
+    /// The list in progress, applied whole at `InitDone`.
+    Buffering(Listed),
+}
+
+/// What a list brought so far.
+#[derive(Default)]
+pub(super) struct Listed {
+    pub(super) objects: Vec<KObject>,
+    /// Its items that could not be decoded: their keys are not missing
+    /// from the list, only unknown in content.
+    pub(super) failed: Vec<Undecodable>,
 }
 
 /// True when `new` is another object than `old` under the same key: its

@@ -13,6 +13,7 @@ use crate::activity::Activity;
 use crate::telemetry::Telemetry;
 
 use super::shared::Fanout;
+use super::undecodable::Undecodables;
 use super::{Delta, Informer, InformerSpec, Source, Store};
 
 /// A subscriber's handle on an informer; dropping it does not unsubscribe
@@ -95,6 +96,10 @@ impl InformerSet {
             Some(existing) => (existing.clone(), false),
             None => {
                 let (synced_tx, _) = watch::channel(false);
+                let counters = self
+                    .telemetry
+                    .metrics()
+                    .informer(&spec.kind.resource_name());
                 let informer = Arc::new(Informer {
                     spec: spec.clone(),
                     store: Store::default(),
@@ -108,13 +113,11 @@ impl InformerSet {
                     forbidden: Mutex::new(None),
                     watch_restarts: AtomicU64::new(0),
                     relists: AtomicU64::new(0),
+                    undecodable: Mutex::new(Undecodables::new(counters.undecodable.clone())),
                     synced_tx,
                     cancel: self.cancel.child_token(),
                     activity: self.activity.clone(),
-                    counters: self
-                        .telemetry
-                        .metrics()
-                        .informer(&spec.kind.resource_name()),
+                    counters,
                 });
                 map.insert(spec.clone(), informer.clone());
                 (informer, true)

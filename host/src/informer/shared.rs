@@ -8,6 +8,7 @@ use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 use super::internal_events::InformerForbidden;
+use super::undecodable::{UndecodableObject, Undecodables};
 use crate::activity::Activity;
 use crate::object::ObjectHandle;
 use crate::telemetry::InformerCounters;
@@ -72,6 +73,8 @@ pub struct Informer {
     /// This informer's own counts (the metrics sum them per kind).
     pub(super) watch_restarts: AtomicU64,
     pub(super) relists: AtomicU64,
+    /// Objects the source could not decode, as they stand now.
+    pub(super) undecodable: Mutex<Undecodables>,
 }
 
 impl std::fmt::Debug for Informer {
@@ -103,6 +106,7 @@ impl Informer {
             synced_tx,
             cancel: CancellationToken::new(),
             activity: Arc::default(),
+            undecodable: Mutex::new(Undecodables::new(counters.undecodable.clone())),
             counters,
             forbidden: Mutex::new(None),
             watch_restarts: AtomicU64::new(0),
@@ -185,6 +189,13 @@ impl Informer {
     /// Watch streams that failed and were restarted (with backoff).
     pub fn watch_restarts(&self) -> u64 {
         self.watch_restarts.load(Ordering::Relaxed)
+    }
+
+    /// The objects its source could not decode now (the cache holds their
+    /// last decoded state, if any): named ones in key order, then those
+    /// whose name was unreadable too.
+    pub fn undecodable(&self) -> Vec<UndecodableObject> {
+        self.undecodable.lock().list()
     }
 
     /// Lists after the initial one.

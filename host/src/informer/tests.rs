@@ -6,7 +6,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::activity::Activity;
 use crate::kind::KindInfo;
-use crate::object::{KObject, ObjectError};
+use crate::object::KObject;
 use crate::telemetry::{Identity, Telemetry};
 
 use super::scripted::{Script, Scripted};
@@ -46,16 +46,31 @@ fn scripted_set(script: Option<Script>, telemetry: Telemetry) -> InformerSet {
     )
 }
 
+/// The sending end of a scripted source.
+type Events = mpsc::UnboundedSender<Result<WatchEvent, SourceError>>;
+
 /// An informer on a scripted source, its subscriber's deltas, and the
 /// script's sender.
 fn scripted() -> (
     InformerSet,
     SubscriptionHandle,
     mpsc::UnboundedReceiver<Delta>,
-    mpsc::UnboundedSender<Result<WatchEvent, SourceError>>,
+    Events,
+) {
+    scripted_in(Telemetry::new(Identity::from_env()))
+}
+
+/// [`scripted`], counting into `telemetry`.
+fn scripted_in(
+    telemetry: Telemetry,
+) -> (
+    InformerSet,
+    SubscriptionHandle,
+    mpsc::UnboundedReceiver<Delta>,
+    Events,
 ) {
     let (events, rx) = mpsc::unbounded_channel();
-    let set = scripted_set(Some(rx), Telemetry::new(Identity::from_env()));
+    let set = scripted_set(Some(rx), telemetry);
     let (tx, deltas) = mpsc::unbounded_channel();
     let handle = set.subscribe(all_configmaps(), tx);
     (set, handle, deltas, events)
@@ -87,104 +102,6 @@ async fn take(deltas: &mut mpsc::UnboundedReceiver<Delta>, n: usize) -> Vec<Stri
         out.push(describe(&d));
     }
     out
-}
-
-fn undecodable(position: usize, object: &str) -> SourceError {
-    SourceError::ListItemUndecodable {
-        informer: all_configmaps().to_string(),
-        position,
-        object: Some(object.into()),
-        cause: Arc::new(ObjectError::Missing("metadata.name")),
-    }
-}
-
-#[tokio::test]
-async fn a_list_with_an_undecodable_item_changes_nothing_and_the_next_list_applies() {
-    let (set, handle, mut deltas, events) = scripted();
-    for e in [
-        WatchEvent::Init,
-        WatchEvent::InitApply(cm("a")),
-        WatchEvent::InitApply(cm("b")),
-        WatchEvent::InitDone,
-    ] {
-        events.send(Ok(e)).unwrap();
-    }
-    assert_eq!(
-        take(&mut deltas, 3).await,
-        [
-            "Added a@1 uid=a initial #1",
-            "Added b@1 uid=b initial #2",
-            "Synced #3"
-        ]
-    );
-    // A relist whose second item cannot be decoded: applied, it would
-    // update a and delete b, which is alive.
-    events.send(Ok(WatchEvent::Init)).unwrap();
-    events
-        .send(Ok(WatchEvent::InitApply(cm_at("a", "2", "a"))))
-        .unwrap();
-    events.send(Err(undecodable(2, "default/b"))).unwrap();
-    // Whatever a source still sends of that list is ignored too.
-    events
-        .send(Ok(WatchEvent::InitApply(cm_at("c", "2", "c"))))
-        .unwrap();
-    events.send(Ok(WatchEvent::InitDone)).unwrap();
-    // The next list is complete: b is gone by now.
-    events.send(Ok(WatchEvent::Init)).unwrap();
-    events
-        .send(Ok(WatchEvent::InitApply(cm_at("a", "3", "a"))))
-        .unwrap();
-    events.send(Ok(WatchEvent::InitDone)).unwrap();
-    // Its deltas follow the first list's directly: the voided one
-    // emitted nothing (not even a sequence number).
-    assert_eq!(
-        take(&mut deltas, 2).await,
-        ["Updated a@3 uid=a #4", "Deleted b@1 uid=b unknown #5"]
-    );
-    assert!(deltas.try_recv().is_err(), "nothing else was emitted");
-    let names: Vec<String> = handle
-        .informer
-        .store()
-        .snapshot()
-        .iter()
-        .map(|o| format!("{}@{}", o.meta().name, o.meta().resource_version))
-        .collect();
-    assert_eq!(names, ["a@3"]);
-    assert_eq!(handle.informer.watch_restarts(), 1);
-    set.unsubscribe(&handle);
-    set.shutdown().await;
-}
-
-#[tokio::test]
-async fn a_voided_list_leaves_the_cache_as_it_was() {
-    // Checked on the cache itself, between the voided list and the next.
-    let (set, handle, mut deltas, events) = scripted();
-    for e in [
-        WatchEvent::Init,
-        WatchEvent::InitApply(cm("a")),
-        WatchEvent::InitApply(cm("b")),
-        WatchEvent::InitDone,
-        WatchEvent::Init,
-        WatchEvent::InitApply(cm_at("a", "2", "a")),
-    ] {
-        events.send(Ok(e)).unwrap();
-    }
-    events.send(Err(undecodable(2, "default/b"))).unwrap();
-    // A live event after it: once it is a delta, the list was handled.
-    events
-        .send(Ok(WatchEvent::Apply(cm_at("z", "4", "z"))))
-        .unwrap();
-    assert_eq!(take(&mut deltas, 4).await[3], "Added z@4 uid=z #4");
-    let cached: Vec<String> = handle
-        .informer
-        .store()
-        .snapshot()
-        .iter()
-        .map(|o| format!("{}@{}", o.meta().name, o.meta().resource_version))
-        .collect();
-    assert_eq!(cached, ["a@1", "b@1", "z@4"]);
-    set.unsubscribe(&handle);
-    set.shutdown().await;
 }
 
 #[tokio::test]
@@ -426,5 +343,289 @@ async fn a_forbidden_informer_names_its_plugins_until_data_flows() {
     set.unsubscribe(&a);
     assert_eq!(informer.subscriber_names(), ["alpha"]);
     set.unsubscribe(&b);
+    set.shutdown().await;
+}
+
+/// An object of `event` that could not be decoded, named `default/NAME`
+/// (`None`: its name was unreadable too).
+fn undecodable(event: UndecodableEvent, name: Option<&str>) -> Result<WatchEvent, SourceError> {
+    Ok(WatchEvent::Undecodable(Undecodable {
+        event,
+        key: name.map(|n| crate::object::ObjectKey::new(Some("default"), n)),
+        error: Arc::new(crate::object::ObjectError::NotAnObject("metadata.labels")),
+    }))
+}
+
+/// `name@resourceVersion` of every cached object, in key order.
+fn cached(handle: &SubscriptionHandle) -> Vec<String> {
+    handle
+        .informer
+        .store()
+        .snapshot()
+        .iter()
+        .map(|o| format!("{}@{}", o.meta().name, o.meta().resource_version))
+        .collect()
+}
+
+/// The value of the configmaps series of `family`.
+fn series(telemetry: &Telemetry, family: &str) -> String {
+    let text = telemetry.metrics().encode().unwrap();
+    let prefix = format!("{family}{{kind=\"configmaps\"}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .unwrap_or_else(|| panic!("no {prefix} in {text}"))
+        .to_owned()
+}
+
+/// What the informer lists as undecodable: `object: error`.
+fn listed_undecodable(handle: &SubscriptionHandle) -> Vec<String> {
+    handle
+        .informer
+        .undecodable()
+        .iter()
+        .map(|u| {
+            let name = u.object.as_deref().unwrap_or("(name unreadable)");
+            format!("{name}: {}", u.error)
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_relist_with_an_undecodable_item_applies_the_rest_and_keeps_its_cached_state() {
+    let telemetry = Telemetry::new(Identity::from_env());
+    let (set, handle, mut deltas, events) = scripted_in(telemetry.clone());
+    for e in [
+        WatchEvent::Init,
+        WatchEvent::InitApply(cm("a")),
+        WatchEvent::InitApply(cm("b")),
+        WatchEvent::InitDone,
+    ] {
+        events.send(Ok(e)).unwrap();
+    }
+    assert_eq!(
+        take(&mut deltas, 3).await,
+        [
+            "Added a@1 uid=a initial #1",
+            "Added b@1 uid=b initial #2",
+            "Synced #3"
+        ]
+    );
+    // A relist whose second item cannot be decoded: b is alive, only
+    // unreadable, so the list must not read as its deletion.
+    events.send(Ok(WatchEvent::Init)).unwrap();
+    events
+        .send(Ok(WatchEvent::InitApply(cm_at("a", "2", "a"))))
+        .unwrap();
+    events
+        .send(undecodable(UndecodableEvent::InitApply, Some("b")))
+        .unwrap();
+    events
+        .send(Ok(WatchEvent::InitApply(cm_at("c", "2", "c"))))
+        .unwrap();
+    events.send(Ok(WatchEvent::InitDone)).unwrap();
+    assert_eq!(
+        take(&mut deltas, 2).await,
+        ["Updated a@2 uid=a #4", "Added c@2 uid=c #5"]
+    );
+    // The list's deltas are emitted together: a delete of b would be here.
+    assert!(deltas.try_recv().is_err(), "nothing else was emitted");
+    assert_eq!(cached(&handle), ["a@2", "b@1", "c@2"]);
+    assert_eq!(
+        listed_undecodable(&handle),
+        ["default/b: object's metadata.labels is not a JSON object"]
+    );
+    assert_eq!(
+        series(&telemetry, "kubewasm_informer_undecodable_objects"),
+        "1"
+    );
+    assert_eq!(
+        series(&telemetry, "kubewasm_informer_decode_failures_total"),
+        "1"
+    );
+    assert_eq!(handle.informer.watch_restarts(), 0, "the watch went on");
+    // b decodes again: an update from its last decoded state, and it is
+    // no longer counted.
+    events
+        .send(Ok(WatchEvent::Apply(cm_at("b", "3", "b"))))
+        .unwrap();
+    assert_eq!(take(&mut deltas, 1).await, ["Updated b@3 uid=b #6"]);
+    assert!(listed_undecodable(&handle).is_empty());
+    assert_eq!(
+        series(&telemetry, "kubewasm_informer_undecodable_objects"),
+        "0"
+    );
+    set.unsubscribe(&handle);
+    set.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_first_list_with_an_undecodable_item_syncs_without_it() {
+    let telemetry = Telemetry::new(Identity::from_env());
+    let (set, handle, mut deltas, events) = scripted_in(telemetry.clone());
+    events.send(Ok(WatchEvent::Init)).unwrap();
+    events
+        .send(undecodable(UndecodableEvent::InitApply, Some("bad")))
+        .unwrap();
+    events.send(Ok(WatchEvent::InitApply(cm("a")))).unwrap();
+    events.send(Ok(WatchEvent::InitDone)).unwrap();
+    assert_eq!(
+        take(&mut deltas, 2).await,
+        ["Added a@1 uid=a initial #1", "Synced #2"]
+    );
+    assert!(handle.informer.has_synced());
+    assert_eq!(cached(&handle), ["a@1"]);
+    assert_eq!(
+        listed_undecodable(&handle),
+        ["default/bad: object's metadata.labels is not a JSON object"]
+    );
+    assert_eq!(
+        series(&telemetry, "kubewasm_informer_undecodable_objects"),
+        "1"
+    );
+    // A stopped informer takes its objects out of the gauge.
+    set.unsubscribe(&handle);
+    set.shutdown().await;
+    assert_eq!(
+        series(&telemetry, "kubewasm_informer_undecodable_objects"),
+        "0"
+    );
+}
+
+#[tokio::test]
+async fn an_undecodable_delete_removes_the_object_by_its_key() {
+    let telemetry = Telemetry::new(Identity::from_env());
+    let (set, handle, mut deltas, events) = scripted_in(telemetry.clone());
+    for e in [
+        WatchEvent::Init,
+        WatchEvent::InitApply(cm("a")),
+        WatchEvent::InitApply(cm("b")),
+        WatchEvent::InitDone,
+    ] {
+        events.send(Ok(e)).unwrap();
+    }
+    take(&mut deltas, 3).await;
+    events
+        .send(undecodable(UndecodableEvent::Delete, Some("b")))
+        .unwrap();
+    // An object never held: nothing to tell anyone.
+    events
+        .send(undecodable(UndecodableEvent::Delete, Some("never-held")))
+        .unwrap();
+    // A plain delete (watched, so not flagged) with b's last decoded state.
+    assert_eq!(take(&mut deltas, 1).await, ["Deleted b@1 uid=b #4"]);
+    // a stops decoding, then is deleted: it leaves the gauge with the cache.
+    events
+        .send(undecodable(UndecodableEvent::Apply, Some("a")))
+        .unwrap();
+    events
+        .send(Ok(WatchEvent::Apply(cm_at("z", "5", "z"))))
+        .unwrap();
+    assert_eq!(take(&mut deltas, 1).await, ["Added z@5 uid=z #5"]);
+    assert_eq!(
+        series(&telemetry, "kubewasm_informer_undecodable_objects"),
+        "1"
+    );
+    events
+        .send(undecodable(UndecodableEvent::Delete, Some("a")))
+        .unwrap();
+    assert_eq!(take(&mut deltas, 1).await, ["Deleted a@1 uid=a #6"]);
+    assert!(deltas.try_recv().is_err(), "nothing else was emitted");
+    assert_eq!(cached(&handle), ["z@5"]);
+    assert!(listed_undecodable(&handle).is_empty());
+    assert_eq!(
+        series(&telemetry, "kubewasm_informer_undecodable_objects"),
+        "0"
+    );
+    assert_eq!(
+        series(&telemetry, "kubewasm_informer_decode_failures_total"),
+        "4"
+    );
+    set.unsubscribe(&handle);
+    set.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_undecodable_update_keeps_the_cached_state_until_the_object_decodes() {
+    let (set, handle, mut deltas, events) = scripted();
+    for e in [
+        WatchEvent::Init,
+        WatchEvent::InitApply(cm("a")),
+        WatchEvent::InitDone,
+    ] {
+        events.send(Ok(e)).unwrap();
+    }
+    take(&mut deltas, 2).await;
+    events
+        .send(undecodable(UndecodableEvent::Apply, Some("a")))
+        .unwrap();
+    // Its name unreadable too: skipped, counted, listed by nothing.
+    events
+        .send(undecodable(UndecodableEvent::Apply, None))
+        .unwrap();
+    events
+        .send(Ok(WatchEvent::Apply(cm_at("z", "5", "z"))))
+        .unwrap();
+    assert_eq!(take(&mut deltas, 1).await, ["Added z@5 uid=z #3"]);
+    assert_eq!(cached(&handle), ["a@1", "z@5"]);
+    assert_eq!(
+        listed_undecodable(&handle),
+        ["default/a: object's metadata.labels is not a JSON object"]
+    );
+    events
+        .send(Ok(WatchEvent::Apply(cm_at("a", "6", "a"))))
+        .unwrap();
+    assert_eq!(take(&mut deltas, 1).await, ["Updated a@6 uid=a #4"]);
+    assert!(listed_undecodable(&handle).is_empty());
+    set.unsubscribe(&handle);
+    set.shutdown().await;
+}
+
+/// An item whose name is unreadable could be any cached object: that list
+/// deletes nothing, and the next complete one does what it missed.
+#[tokio::test]
+async fn a_list_item_without_a_readable_name_keeps_every_cached_object() {
+    let telemetry = Telemetry::new(Identity::from_env());
+    let (set, handle, mut deltas, events) = scripted_in(telemetry.clone());
+    for e in [
+        WatchEvent::Init,
+        WatchEvent::InitApply(cm("a")),
+        WatchEvent::InitApply(cm("b")),
+        WatchEvent::InitDone,
+    ] {
+        events.send(Ok(e)).unwrap();
+    }
+    take(&mut deltas, 3).await;
+    events.send(Ok(WatchEvent::Init)).unwrap();
+    events
+        .send(Ok(WatchEvent::InitApply(cm_at("a", "2", "a"))))
+        .unwrap();
+    events
+        .send(undecodable(UndecodableEvent::InitApply, None))
+        .unwrap();
+    events.send(Ok(WatchEvent::InitDone)).unwrap();
+    assert_eq!(take(&mut deltas, 1).await, ["Updated a@2 uid=a #4"]);
+    assert!(deltas.try_recv().is_err(), "b was not deleted");
+    assert_eq!(cached(&handle), ["a@2", "b@1"]);
+    assert_eq!(
+        listed_undecodable(&handle),
+        ["(name unreadable): object's metadata.labels is not a JSON object"]
+    );
+    assert_eq!(
+        series(&telemetry, "kubewasm_informer_undecodable_objects"),
+        "1"
+    );
+    // The next list is whole: b was gone after all.
+    events.send(Ok(WatchEvent::Init)).unwrap();
+    events
+        .send(Ok(WatchEvent::InitApply(cm_at("a", "2", "a"))))
+        .unwrap();
+    events.send(Ok(WatchEvent::InitDone)).unwrap();
+    assert_eq!(take(&mut deltas, 1).await, ["Deleted b@1 uid=b unknown #5"]);
+    assert!(listed_undecodable(&handle).is_empty());
+    assert_eq!(
+        series(&telemetry, "kubewasm_informer_undecodable_objects"),
+        "0"
+    );
+    set.unsubscribe(&handle);
     set.shutdown().await;
 }

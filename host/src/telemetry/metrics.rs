@@ -154,6 +154,11 @@ pub struct InformerCounters {
     pub watch_restarts: Counter,
     pub relists: Counter,
     pub watch_stalls: Counter,
+    /// Objects the informer could not decode now (its share of the kind's
+    /// gauge; the informer keeps it equal to the objects it lists).
+    pub undecodable: Gauge,
+    /// List items and watch events whose object could not be decoded.
+    pub decode_failures: Counter,
 }
 
 impl InformerCounters {
@@ -215,6 +220,8 @@ pub struct Metrics {
     watch_restarts: Family<L1, Counter>,
     relists: Family<L1, Counter>,
     watch_stalls: Family<L1, Counter>,
+    undecodable: Family<L1, Gauge>,
+    decode_failures: Family<L1, Counter>,
     delivered: Family<L2, Counter>,
     actions: Family<L3, Counter>,
     action_retries: Family<L2, Counter>,
@@ -260,6 +267,18 @@ impl Metrics {
             "kubewasm_informer_watch_stalls",
             "Silences of an informer's watch during which the API server did not answer a probe list, by kind",
             watch_stalls.clone(),
+        );
+        let undecodable = Family::<L1, Gauge>::default();
+        registry.register(
+            "kubewasm_informer_undecodable_objects",
+            "Objects the informers cannot decode now (the cache holds their last decoded state, if any, until they decode again or are deleted), by kind (summed over that kind's informers)",
+            undecodable.clone(),
+        );
+        let decode_failures = Family::<L1, Counter>::default();
+        registry.register(
+            "kubewasm_informer_decode_failures",
+            "List items and watch events whose object could not be decoded, by kind",
+            decode_failures.clone(),
         );
         let delivered = Family::<L2, Counter>::default();
         registry.register(
@@ -339,6 +358,8 @@ impl Metrics {
             watch_restarts,
             relists,
             watch_stalls,
+            undecodable,
+            decode_failures,
             delivered,
             actions,
             action_retries,
@@ -383,7 +404,13 @@ impl Metrics {
                 .watch_restarts
                 .get_or_create_owned(&[("kind", kind.clone())]),
             relists: self.relists.get_or_create_owned(&[("kind", kind.clone())]),
-            watch_stalls: self.watch_stalls.get_or_create_owned(&[("kind", kind)]),
+            watch_stalls: self
+                .watch_stalls
+                .get_or_create_owned(&[("kind", kind.clone())]),
+            undecodable: self
+                .undecodable
+                .get_or_create_owned(&[("kind", kind.clone())]),
+            decode_failures: self.decode_failures.get_or_create_owned(&[("kind", kind)]),
         }
     }
 

@@ -77,16 +77,26 @@ function renderPlugins(plugins) {
 
 function renderInformers(informers) {
   const body = $('informers').tBodies[0];
-  body.replaceChildren(...informers.map((i) => el('tr', { 'data-informer': i.id },
-    td(i.kind),
-    td(i.scope),
-    num(i.objects),
-    td(bytes(i.bytes), 'n'),
-    td(i.forbidden ? 'forbidden: ' + i.forbidden : (i.synced ? 'yes' : 'no'), i.forbidden ? 'err' : undefined),
-    el('td', null, el('code', { text: i.resourceVersion || '-' })),
-    num(i.watchRestarts),
-    num(i.relists),
-    td((i.plugins || []).join(', ')))));
+  const rows = [];
+  for (const i of informers) {
+    rows.push(el('tr', { 'data-informer': i.id },
+      td(i.kind),
+      td(i.scope),
+      num(i.objects),
+      td(bytes(i.bytes), 'n'),
+      td(i.forbidden ? 'forbidden: ' + i.forbidden : (i.synced ? 'yes' : 'no'), i.forbidden ? 'err' : undefined),
+      el('td', null, el('code', { text: i.resourceVersion || '-' })),
+      num(i.watchRestarts),
+      num(i.relists),
+      td((i.plugins || []).join(', '))));
+    // Objects it cannot decode: the cache holds their last decoded state.
+    for (const u of i.undecodable || []) {
+      rows.push(el('tr', { class: 'error', 'data-undecodable-of': i.id },
+        el('td', { colspan: '9', text: 'cannot decode ' + (u.object || 'an object whose name is unreadable')
+          + ' (cached as last decoded, if at all): ' + u.error })));
+    }
+  }
+  body.replaceChildren(...rows);
   const ids = informers.map((i) => i.id);
   if (ids.join('\n') !== informerIds.join('\n')) {
     informerIds = ids;

@@ -10,6 +10,8 @@ use kube::core::{ApiResource, DynamicResourceScope, ObjectMeta, Resource};
 use serde::de::{Error as _, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 
+use crate::object::ObjectKey;
+
 /// One object of a watch event or list, as text.
 #[derive(Debug, Clone)]
 pub struct RawObject {
@@ -17,12 +19,26 @@ pub struct RawObject {
     /// and its error messages use.
     meta: ObjectMeta,
     text: String,
+    /// `metadata.namespace` is there but not a string: the object's key
+    /// is unknown, not namespace-less.
+    namespace_unreadable: bool,
 }
 
 impl RawObject {
     /// The object's JSON text as the server sent it.
     pub fn text(&self) -> &str {
         &self.text
+    }
+
+    /// Namespace and name, read from the metadata alone: what still names
+    /// an object that does not decode whole. `None` when the name is
+    /// missing or unreadable, or the namespace unreadable.
+    pub fn key(&self) -> Option<ObjectKey> {
+        let name = self.meta.name.as_deref()?;
+        if self.namespace_unreadable {
+            return None;
+        }
+        Some(ObjectKey::new(self.meta.namespace.as_deref(), name))
     }
 }
 
@@ -72,6 +88,7 @@ impl<'de> Deserialize<'de> for RawObject {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let text = d.deserialize_newtype_struct(RAW_TOKEN, TextVisitor)?;
         let mut meta = ObjectMeta::default();
+        let mut namespace_unreadable = false;
         match sonic_rs::get_from_str(&text, ["metadata"]) {
             Ok(m) => {
                 // Only these four are decoded, from the metadata alone.
@@ -85,19 +102,25 @@ impl<'de> Deserialize<'de> for RawObject {
                 };
                 // The watcher needs the resourceVersion. The rest only names
                 // the object: one that is unreadable is left out, so that a
-                // malformed list item still arrives and the source voids the
-                // list naming it, instead of a whole page failing to decode.
+                // malformed list item still arrives and the informer loses
+                // that object alone, instead of a whole page failing to decode.
                 meta.resource_version =
                     field(3).map_err(|e| D::Error::custom(format!("object metadata: {e}")))?;
                 meta.name = field(0).ok().flatten();
-                meta.namespace = field(1).ok().flatten();
+                let namespace = field(1);
+                namespace_unreadable = namespace.is_err();
+                meta.namespace = namespace.ok().flatten();
                 meta.uid = field(2).ok().flatten();
             }
             // No metadata (a malformed object): the informer reports it.
             Err(e) if e.is_not_found() => {}
             Err(e) => return Err(D::Error::custom(format!("object: {e}"))),
         }
-        Ok(Self { meta, text })
+        Ok(Self {
+            meta,
+            text,
+            namespace_unreadable,
+        })
     }
 }
 
@@ -196,6 +219,31 @@ mod tests {
                 .unwrap_err()
                 .to_string();
             assert!(err.contains("object metadata"), "{text}: {err}");
+        }
+    }
+
+    #[test]
+    fn the_key_is_read_from_the_metadata_alone_or_not_at_all() {
+        let key = |text: &str| {
+            serde_json::from_str::<RawObject>(text)
+                .unwrap()
+                .key()
+                .map(|k| k.to_string())
+        };
+        // The rest of the object is no matter: labels that do not decode.
+        assert_eq!(
+            key(r#"{"metadata":{"name":"a","namespace":"ns","labels":{"x":7}}}"#).as_deref(),
+            Some("ns/a")
+        );
+        assert_eq!(key(r#"{"metadata":{"name":"a"}}"#).as_deref(), Some("a"));
+        for unknown in [
+            r#"{"metadata":{"name":7,"namespace":"ns"}}"#,
+            r#"{"metadata":{"namespace":"ns"}}"#,
+            // Not cluster-scoped: the namespace is there, unreadable.
+            r#"{"metadata":{"name":"a","namespace":7}}"#,
+            r#"{"kind":"ConfigMap"}"#,
+        ] {
+            assert_eq!(key(unknown), None, "{unknown}");
         }
     }
 

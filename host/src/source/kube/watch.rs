@@ -4,9 +4,11 @@
 //! the informer turns into deltas. A watch silent for a while is probed with
 //! a one-item list: a server that does not answer is reported as a stall
 //! (a frozen API server otherwise looks exactly like a quiet resource).
-//! A list with an item that cannot be decoded is void (its missing object
-//! would read as deleted): reported, not finished, and made again after
-//! backoff by a fresh watcher.
+//! An object that cannot be decoded costs that object, not the list or the
+//! watch: it is handed on as [`WatchEvent::Undecodable`] with the key read
+//! from its metadata alone, so that the informer keeps the cached state of
+//! a listed one (its absence from the list would read as a deletion) and
+//! removes a deleted one.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -17,12 +19,13 @@ use futures::stream::BoxStream;
 use kube::Client;
 use kube::api::ListParams;
 use kube::runtime::WatchStreamExt;
-use kube::runtime::utils::Backoff;
 use kube::runtime::watcher;
 use serde::{Deserialize, Serialize};
 
 use super::raw::RawObject;
-use crate::informer::{InformerSpec, Source, SourceError, WatchEvent};
+use crate::informer::{
+    InformerSpec, Source, SourceError, Undecodable, UndecodableEvent, WatchEvent,
+};
 use crate::object::{KObject, ObjectError, StripOptions};
 
 /// How informers fetch their initial state.
@@ -121,15 +124,11 @@ struct Run {
     heard: Instant,
     /// A stall was reported and not yet ended.
     stalled: bool,
-    /// Items of the list in progress so far (`None` outside a list).
-    listing: Option<usize>,
-    /// A list was voided: the next poll waits out `list_backoff`, then
-    /// lists again with a fresh watcher.
-    relist: bool,
-    /// The watcher's own policy (0.8 s doubling to 30 s, jittered), kept
-    /// across the fresh watchers of voided lists and reset by a list that
-    /// completes.
-    list_backoff: watcher::DefaultBackoff,
+    /// A list is in progress (between `Init` and `InitDone`).
+    listing: bool,
+    /// The kind is namespaced: an object without a namespace has no key
+    /// the informer could hold.
+    namespaced: bool,
 }
 
 fn start(
@@ -191,17 +190,6 @@ async fn probe(api: &kube::Api<RawObject>, stall_after: Duration) -> Result<(), 
     }
 }
 
-/// `namespace/name` (or `name`) of an object, if its name was readable.
-fn object_name(obj: &RawObject) -> Option<String> {
-    use kube::core::Resource as _;
-    let meta = obj.meta();
-    let name = meta.name.as_deref()?;
-    Some(match meta.namespace.as_deref() {
-        Some(ns) if !ns.is_empty() => format!("{ns}/{name}"),
-        _ => name.to_owned(),
-    })
-}
-
 impl Run {
     fn decode(&self, obj: &RawObject) -> Result<KObject, ObjectError> {
         // List items usually carry no apiVersion/kind; the informer knows them.
@@ -209,39 +197,26 @@ impl Run {
         KObject::from_json_text(obj.text(), Some(types), self.strip)
     }
 
-    /// A watch event's object; one that cannot be decoded is reported and
-    /// skipped (the cache keeps the object's previous state).
-    fn convert(&self, obj: &RawObject) -> Result<KObject, SourceError> {
-        self.decode(obj).map_err(|e| {
-            SourceError::Other(format!(
-                "{}: malformed object {} skipped: {e}",
-                self.informer,
-                object_name(obj).unwrap_or_else(|| "(name unreadable)".into())
-            ))
-        })
-    }
-
-    /// Voids the list in progress: no `InitDone` will end it, and the next
-    /// poll lists again after backoff.
-    fn void_list(&mut self, object: Option<String>, cause: ObjectError) -> SourceError {
-        let position = self.listing.take().unwrap_or_default();
-        self.relist = true;
-        SourceError::ListItemUndecodable {
-            informer: self.informer.clone(),
-            position,
-            object,
-            cause: Arc::new(cause),
+    /// `obj` decoded, or what the informer needs of one that is not.
+    fn convert(
+        &self,
+        obj: &RawObject,
+        event: UndecodableEvent,
+        decoded: fn(KObject) -> WatchEvent,
+    ) -> WatchEvent {
+        match self.decode(obj) {
+            Ok(o) => decoded(o),
+            Err(e) => WatchEvent::Undecodable(Undecodable {
+                event,
+                key: obj
+                    .key()
+                    .filter(|k| !self.namespaced || k.namespace.is_some()),
+                error: Arc::new(e),
+            }),
         }
     }
 
     async fn next(mut self) -> Option<(Result<WatchEvent, SourceError>, Self)> {
-        if std::mem::take(&mut self.relist) {
-            let delay = self.list_backoff.next().unwrap_or(Duration::from_secs(30));
-            tracing::debug!(informer = %self.informer, ?delay, "listing again after a voided list");
-            tokio::time::sleep(delay).await;
-            self.inner = start(&self.api, &self.config, self.streaming);
-            self.heard = Instant::now();
-        }
         loop {
             let item = match tokio::time::timeout(self.stall_after, self.inner.next()).await {
                 Ok(item) => {
@@ -273,41 +248,42 @@ impl Run {
                     self.inner = start(&self.api, &self.config, false);
                     continue;
                 }
-                // A streaming list's event that is not even a watch event
-                // (kube's watcher would go on with the list without it).
-                Err(watcher::Error::WatchFailed(kube::Error::SerdeError(e)))
-                    if self.listing.is_some() =>
-                {
-                    self.listing = self.listing.map(|n| n + 1);
-                    let err = self.void_list(None, ObjectError::Json(e));
-                    return Some((Err(err), self));
+                // A streaming list's event that is not even a watch event:
+                // an item of the list whose name is unknown (kube's watcher
+                // goes on with the list without it).
+                Err(watcher::Error::WatchFailed(kube::Error::SerdeError(e))) if self.listing => {
+                    let lost = Undecodable {
+                        event: UndecodableEvent::InitApply,
+                        key: None,
+                        error: Arc::new(ObjectError::Json(e)),
+                    };
+                    return Some((Ok(WatchEvent::Undecodable(lost)), self));
                 }
                 Err(err) => return Some((Err(source_error(err)), self)),
             };
             let out = match event {
                 watcher::Event::Init => {
-                    self.listing = Some(0);
-                    Ok(WatchEvent::Init)
+                    self.listing = true;
+                    WatchEvent::Init
                 }
                 watcher::Event::InitDone => {
                     if self.streaming && self.auto {
                         self.learned.store(STREAMING_WORKS, Ordering::Relaxed);
                     }
-                    self.listing = None;
-                    self.list_backoff.reset();
-                    Ok(WatchEvent::InitDone)
+                    self.listing = false;
+                    WatchEvent::InitDone
                 }
                 watcher::Event::InitApply(o) => {
-                    self.listing = self.listing.map(|n| n + 1);
-                    match self.decode(&o) {
-                        Ok(obj) => Ok(WatchEvent::InitApply(obj)),
-                        Err(e) => Err(self.void_list(object_name(&o), e)),
-                    }
+                    self.convert(&o, UndecodableEvent::InitApply, WatchEvent::InitApply)
                 }
-                watcher::Event::Apply(o) => self.convert(&o).map(WatchEvent::Apply),
-                watcher::Event::Delete(o) => self.convert(&o).map(WatchEvent::Delete),
+                watcher::Event::Apply(o) => {
+                    self.convert(&o, UndecodableEvent::Apply, WatchEvent::Apply)
+                }
+                watcher::Event::Delete(o) => {
+                    self.convert(&o, UndecodableEvent::Delete, WatchEvent::Delete)
+                }
             };
-            return Some((out, self));
+            return Some((Ok(out), self));
         }
     }
 }
@@ -336,9 +312,8 @@ impl Source for KubeSource {
             stall_after: self.stall_after,
             heard: Instant::now(),
             stalled: false,
-            listing: None,
-            relist: false,
-            list_backoff: watcher::DefaultBackoff::default(),
+            listing: false,
+            namespaced: spec.kind.namespaced,
         };
         futures::stream::unfold(run, Run::next).boxed()
     }

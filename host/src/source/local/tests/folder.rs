@@ -32,6 +32,7 @@ async fn an_object_that_stops_matching_a_selector_is_deleted_from_that_watch() {
         }
         WatchEvent::Apply(o) => format!("apply {}", o.meta().label("app").unwrap_or("")),
         WatchEvent::Delete(o) => format!("delete {}", o.meta().label("app").unwrap_or("")),
+        WatchEvent::Undecodable(u) => format!("undecodable {:?}", u.key),
         WatchEvent::Progress => "progress".to_owned(),
     };
     let next = |s: &mut BoxStream<'static, Result<WatchEvent, SourceError>>| {
