@@ -87,7 +87,7 @@ async fn straddle(outcome: &'static str) {
     let r = rig(
         DispatchOptions::default(),
         all_deltas(&[], None),
-        Box::new(move |_| {
+        Box::new(move |d| {
             // The first term's call: leadership goes while it runs.
             let gate = lose.lock().clone();
             if let Some((l, stats)) = gate
@@ -105,8 +105,10 @@ async fn straddle(outcome: &'static str) {
                     Err(CallError::Retry("after the loss".into()))
                 } else {
                     Ok(Handled {
-                        actions: Vec::new(),
-                        requeue_after: Some(Duration::from_secs(1)),
+                        // Never executed: its term is over.
+                        actions: vec![apply_action(d)],
+                        // Due well after the next term began.
+                        requeue_after: Some(Duration::from_secs(10)),
                     })
                 };
             }
@@ -131,6 +133,11 @@ async fn straddle(outcome: &'static str) {
     r.until("the replay", |s| s.len() >= 2).await;
     // Past any backoff or requeue the old term could have left.
     tokio::time::sleep(Duration::from_secs(30)).await;
+    assert!(
+        r.sink.done.lock().is_empty(),
+        "{outcome}: an action of the old term's call ran: {:?}",
+        r.sink.done.lock()
+    );
     let after: Vec<_> = r.seen()[1..].iter().map(|s| s.what).collect();
     assert_eq!(
         after,
