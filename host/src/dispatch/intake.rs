@@ -127,7 +127,7 @@ fn accept(shared: &Shared, id: SubId, filter: &SubscriptionFilter, term: u64, de
             // last handled state and its dead letter go with it.
             let key = (id, o.key());
             shared.queue.lock().drop_requeue(&key);
-            shared.delivered.lock().remove(&key);
+            shared.forget_delivered(&key);
             shared.stats.dead_letters.lock().resolve(&key);
         }
         return;

@@ -314,6 +314,18 @@ impl Shared {
     fn sub(&self, id: SubId) -> Option<Arc<Sub>> {
         self.subs.lock().get(&id).cloned()
     }
+
+    /// Forgets the state last handled for `key` (its object is gone),
+    /// giving back the map's room once it is three quarters empty.
+    fn forget_delivered(&self, key: &Key) {
+        let mut delivered = self.delivered.lock();
+        if delivered.remove(key).is_some() {
+            let (len, cap) = (delivered.len(), delivered.capacity());
+            if cap > 1024 && len * 4 < cap {
+                delivered.shrink_to(len * 2);
+            }
+        }
+    }
 }
 
 /// What a version's dispatcher is built from, each owned elsewhere.

@@ -171,13 +171,10 @@ enum Fresh {
 /// Records what a handled delta showed the plugin: the state, or, for a
 /// delete, that there is none.
 fn handled(shared: &Shared, key: &Key, delta: &CallDelta) {
-    let mut delivered = shared.delivered.lock();
     match (&delta.dtype, &delta.object) {
-        (DeltaType::Deleted, _) | (_, None) => {
-            delivered.remove(key);
-        }
+        (DeltaType::Deleted, _) | (_, None) => shared.forget_delivered(key),
         (_, Some(obj)) => {
-            delivered.insert(key.clone(), obj.clone());
+            shared.delivered.lock().insert(key.clone(), obj.clone());
         }
     }
 }
@@ -189,7 +186,7 @@ fn gone(shared: &Shared, key: &Key) {
         return;
     };
     if sub.informer.store().get(&key.1).is_none() {
-        shared.delivered.lock().remove(key);
+        shared.forget_delivered(key);
         shared.stats.dead_letters.lock().resolve(key);
     }
 }

@@ -36,16 +36,26 @@ pub(super) struct Entry {
     pub(super) requeue: Option<TimerId>,
     /// Failed attempts since the key's last success.
     pub(super) failures: u32,
-    pub(super) last_failure: Option<LastFailure>,
+    /// Boxed, as the copy below: most keys never fail, and an entry's
+    /// size is paid per key.
+    pub(super) last_failure: Option<Box<LastFailure>>,
     pub(super) first_failed: Option<SystemTime>,
     /// Past its attempt budget or its backoff cap: a dead letter, still retried.
     pub(super) parked: bool,
     /// A copy of the delete in flight, handed to the next version if the
     /// call outlives its version's stop grace.
-    pub(super) in_flight_delete: Option<Item>,
+    pub(super) in_flight_delete: Option<Box<Item>>,
     /// Its version stopped while the call was in flight; the call's outcome
     /// is discarded.
     pub(super) abandoned: bool,
+}
+
+/// Adds room for one more pending item, exactly: most keys hold one, and
+/// a `VecDeque`'s first growth would make room for four.
+pub(super) fn room_for_one(pending: &mut std::collections::VecDeque<Item>) {
+    if pending.len() == pending.capacity() {
+        pending.reserve_exact(1);
+    }
 }
 
 impl Entry {

@@ -10,7 +10,7 @@ use tokio::time::Instant;
 use crate::informer::DeltaType;
 use crate::runtime::LastFailure;
 
-use super::entry::{Entry, Timer, TimerId, coalesce};
+use super::entry::{Entry, Timer, TimerId, coalesce, room_for_one};
 use super::{Item, KeyedQueue, Pushed, Retry};
 
 impl<K: Clone + Eq + Hash> KeyedQueue<K> {
@@ -31,6 +31,12 @@ impl<K: Clone + Eq + Hash> KeyedQueue<K> {
     fn remove_if_empty(&mut self, key: &K) {
         if self.entries.get(key).is_some_and(Entry::is_empty) {
             self.entries.remove(key);
+            // A burst (a resync of every object) leaves its capacity
+            // behind: given back once the map is three quarters empty.
+            let (len, cap) = (self.entries.len(), self.entries.capacity());
+            if cap > 1024 && len * 4 < cap {
+                self.entries.shrink_to(len * 2);
+            }
         }
     }
 
@@ -48,6 +54,7 @@ impl<K: Clone + Eq + Hash> KeyedQueue<K> {
         }
         let pushed = match e.pending.back_mut() {
             None => {
+                room_for_one(&mut e.pending);
                 e.pending.push_back(item);
                 self.pending_items += 1;
                 Pushed::Queued
@@ -62,6 +69,7 @@ impl<K: Clone + Eq + Hash> KeyedQueue<K> {
                     Pushed::Cancelled(w)
                 }
                 Err(item) => {
+                    room_for_one(&mut e.pending);
                     e.pending.push_back(*item);
                     self.pending_items += 1;
                     Pushed::Queued
@@ -86,6 +94,9 @@ impl<K: Clone + Eq + Hash> KeyedQueue<K> {
     /// the key stays busy until [`ok`](Self::ok), [`failed`](Self::failed)
     /// or [`put_back`](Self::put_back).
     pub fn pop(&mut self) -> Option<(K, Item)> {
+        if self.ready.is_empty() && self.ready.capacity() > 1024 {
+            self.ready.shrink_to(64);
+        }
         while let Some(key) = self.ready.pop_front() {
             let Some(e) = self.entries.get_mut(&key) else {
                 continue;
@@ -105,8 +116,9 @@ impl<K: Clone + Eq + Hash> KeyedQueue<K> {
             item.attempts = e.failures;
             item.first_failed = e.first_failed;
             item.delta.attempt = e.failures + 1;
-            item.delta.last_failure.clone_from(&e.last_failure);
-            e.in_flight_delete = (item.delta.dtype == DeltaType::Deleted).then(|| item.clone());
+            item.delta.last_failure = e.last_failure.as_deref().cloned();
+            e.in_flight_delete =
+                (item.delta.dtype == DeltaType::Deleted).then(|| Box::new(item.clone()));
             return Some((key, item));
         }
         None
@@ -156,13 +168,14 @@ impl<K: Clone + Eq + Hash> KeyedQueue<K> {
             return Retry::After;
         };
         e.failures = e.failures.saturating_add(1);
-        e.last_failure = Some(failure);
+        e.last_failure = Some(Box::new(failure));
         e.first_failed.get_or_insert(first_failed);
         // Attempted: an add followed by its delete no longer cancels out.
         item.attempts = e.failures;
         let rest = std::mem::take(&mut e.pending);
         let rest_len = rest.len();
         let mut cancelled = 0;
+        room_for_one(&mut e.pending);
         e.pending.push_back(item);
         for next in rest {
             match e.pending.back_mut() {
@@ -172,9 +185,15 @@ impl<K: Clone + Eq + Hash> KeyedQueue<K> {
                         e.pending.pop_back();
                         cancelled += w;
                     }
-                    Err(next) => e.pending.push_back(*next),
+                    Err(next) => {
+                        room_for_one(&mut e.pending);
+                        e.pending.push_back(*next);
+                    }
                 },
-                None => e.pending.push_back(next),
+                None => {
+                    room_for_one(&mut e.pending);
+                    e.pending.push_back(next);
+                }
             }
         }
         let merged_len = e.pending.len();
@@ -235,6 +254,7 @@ impl<K: Clone + Eq + Hash> KeyedQueue<K> {
         self.pending_items += 1;
         let Some(e) = Self::end_flight(&mut self.entries, &mut self.in_flight, key) else {
             let mut e = Entry::default();
+            room_for_one(&mut e.pending);
             e.pending.push_back(item);
             self.entries.insert(key.clone(), e);
             if let Some(e) = self.entries.get_mut(key) {
@@ -242,6 +262,7 @@ impl<K: Clone + Eq + Hash> KeyedQueue<K> {
             }
             return;
         };
+        room_for_one(&mut e.pending);
         e.pending.push_front(item);
         Self::list_if_ready(&mut self.ready, key, e);
     }
@@ -262,6 +283,7 @@ impl<K: Clone + Eq + Hash> KeyedQueue<K> {
         self.pending_weight += item.weight;
         self.pending_items += 1;
         let e = self.entries.entry(key.clone()).or_default();
+        room_for_one(&mut e.pending);
         e.pending.push_front(item);
         if e.ready() && !e.listed {
             e.listed = true;
@@ -387,7 +409,7 @@ impl<K: Clone + Eq + Hash> KeyedQueue<K> {
             if e.in_flight && !e.abandoned {
                 e.abandoned = true;
                 if let Some(copy) = e.in_flight_delete.take() {
-                    out.push((k.clone(), copy));
+                    out.push((k.clone(), *copy));
                 }
             }
         }
