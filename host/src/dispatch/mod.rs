@@ -80,6 +80,8 @@ pub struct PluginStats {
     pub fenced_stops: AtomicU64,
     /// Leadership losses that dropped what was queued.
     pub leadership_drops: AtomicU64,
+    /// Deltas an idle worker took from a busy sibling's batch.
+    pub stolen: AtomicU64,
     /// From the informer receiving a delta to the plugin's call returning
     /// (queueing, coalescing and retries included).
     pub latency: LatencyHistogram,
@@ -292,6 +294,10 @@ struct Shared {
     ready: tokio::sync::watch::Sender<bool>,
     /// Workers (one per instance), for fair batch sizes and sibling wakes.
     workers: usize,
+    /// Each worker's batch: taken from the queue in one lock, called one by
+    /// one; a worker with nothing else to do takes half of another's, so
+    /// keys behind a slow call wait only while no sibling is free.
+    batches: Vec<Mutex<std::collections::VecDeque<(Key, Item)>>>,
     quarantine: Mutex<Quarantine>,
     /// Set while a successor subscribes: per subscription pair, the last
     /// sequence number this version still delivers; later deltas are the
@@ -384,7 +390,7 @@ impl Dispatcher {
         let workers = actors.len();
         Self::build(parts, workers, |shared, tasks, worker_cancel| {
             let runtime = tokio::runtime::Handle::current();
-            for actor in actors {
+            for (me, actor) in actors.into_iter().enumerate() {
                 let guard = shared
                     .telemetry
                     .task(format!("dispatcher worker of plugin {}", shared.plugin));
@@ -395,7 +401,7 @@ impl Dispatcher {
                 // blocks only this instance.
                 tasks.spawn(async move {
                     let served = actor
-                        .serve(move |caller| worker::run(&runtime, shared, caller, cancel))
+                        .serve(move |caller| worker::run(&runtime, shared, me, caller, cancel))
                         .await;
                     if let Err(e) = served {
                         tracing::error!(plugin = %actor.name(), error = %e, "dispatcher worker ended abnormally: the instance thread stopped");
@@ -413,12 +419,12 @@ impl Dispatcher {
         let workers = handlers.len();
         Self::build(parts, workers, |shared, tasks, worker_cancel| {
             let runtime = tokio::runtime::Handle::current();
-            for mut handler in handlers {
+            for (me, mut handler) in handlers.into_iter().enumerate() {
                 let (shared, cancel, runtime) =
                     (shared.clone(), worker_cancel.clone(), runtime.clone());
                 let (done_tx, done_rx) = tokio::sync::oneshot::channel();
                 std::thread::spawn(move || {
-                    worker::run(&runtime, shared, &mut *handler, cancel);
+                    worker::run(&runtime, shared, me, &mut *handler, cancel);
                     let _ = done_tx.send(());
                 });
                 tasks.spawn(async move {
@@ -464,6 +470,9 @@ impl Dispatcher {
             fence: CancellationToken::new(),
             ready: tokio::sync::watch::channel(false).0,
             workers,
+            batches: (0..workers.max(1))
+                .map(|_| Mutex::new(std::collections::VecDeque::new()))
+                .collect(),
             quarantine: Mutex::new(Quarantine {
                 until: None,
                 next: options.quarantine_base,

@@ -30,6 +30,7 @@ pub const MAX_REQUEUE_AFTER: Duration = Duration::from_secs(24 * 3600);
 pub(super) fn run<H: Handler + ?Sized>(
     rt: &tokio::runtime::Handle,
     shared: Arc<Shared>,
+    me: usize,
     caller: &mut H,
     cancel: CancellationToken,
 ) {
@@ -46,28 +47,36 @@ pub(super) fn run<H: Handler + ?Sized>(
     }
     let mut gate = shared.leadership.subscribe();
     // Taken from the queue in one lock, called one by one: a backlog costs
-    // one lock and one sibling wake per batch, not per delta.
-    let mut batch: VecDeque<(Key, Item)> = VecDeque::new();
+    // one lock and one sibling wake per batch, not per delta. The batch
+    // lives where idle siblings can take from it (one uncontended lock per
+    // delta), so a slow call holds back no key a free instance could call.
+    let mine = &shared.batches[me.min(shared.batches.len() - 1)];
     loop {
-        if batch.is_empty() {
+        if shared.stopping.is_cancelled() {
+            // Stopping between deltas: the rest goes back to the queue (for
+            // the next version), no attempt counted.
+            put_back_all(&shared, &mut mine.lock());
+            return;
+        }
+        let next = mine.lock().pop_front();
+        let Some((key, mut item)) = next else {
+            let mut batch = VecDeque::new();
             match next_batch(&shared, &mut batch) {
-                Next::Ready => {}
+                Next::Ready => {
+                    if batch.len() > 1 && shared.workers > 1 {
+                        // A sibling may take part of it while this one calls.
+                        shared.wake.notify_one();
+                    }
+                    mine.lock().extend(batch);
+                }
                 Next::Stop => return,
+                Next::Wait(Blocked::Empty) if steal(&shared, me) => {}
                 Next::Wait(what) => {
                     if !rt.block_on(wait(&shared, &cancel, &mut gate, what)) {
                         return;
                     }
-                    continue;
                 }
             }
-        }
-        if shared.stopping.is_cancelled() {
-            // Stopping between deltas: the rest goes back to the queue (for
-            // the next version), no attempt counted.
-            put_back_all(&shared, &mut batch);
-            return;
-        }
-        let Some((key, mut item)) = batch.pop_front() else {
             continue;
         };
         match refresh(&shared, &key, &mut item) {
@@ -94,7 +103,7 @@ pub(super) fn run<H: Handler + ?Sized>(
         if broken {
             // Not run on the fresh instance in one go: back to the queue,
             // where quarantine may hold them.
-            put_back_all(&shared, &mut batch);
+            put_back_all(&shared, &mut mine.lock());
         }
     }
 }
@@ -189,6 +198,40 @@ fn gone(shared: &Shared, key: &Key) {
         shared.forget_delivered(key);
         shared.stats.dead_letters.lock().resolve(key);
     }
+}
+
+/// Takes half (rounded up) of the fullest sibling's batch, from its end,
+/// into worker `me`'s; false when every sibling's is empty. The keys stay
+/// in flight: only who calls them changes.
+fn steal(shared: &Shared, me: usize) -> bool {
+    let Some((victim, _)) = shared
+        .batches
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != me)
+        .map(|(i, b)| (i, b.lock().len()))
+        .filter(|(_, n)| *n > 0)
+        .max_by_key(|(_, n)| *n)
+    else {
+        return false;
+    };
+    let taken: Vec<_> = {
+        let mut b = shared.batches[victim].lock();
+        let n = b.len().div_ceil(2);
+        let at = b.len() - n;
+        b.drain(at..).collect()
+    };
+    if taken.is_empty() {
+        return false;
+    }
+    shared
+        .stats
+        .stolen
+        .fetch_add(taken.len() as u64, Ordering::Relaxed);
+    shared.batches[me.min(shared.batches.len() - 1)]
+        .lock()
+        .extend(taken);
+    true
 }
 
 /// Puts a worker's untaken batch back at the front of the queue.

@@ -129,6 +129,16 @@ struct Rig {
 }
 
 fn rig(options: DispatchOptions, filter: SubscriptionFilter, decide: Decide) -> Rig {
+    rig_with(options, filter, decide, 1)
+}
+
+/// [`rig`] with `instances` handlers (the plugin's concurrency).
+fn rig_with(
+    options: DispatchOptions,
+    filter: SubscriptionFilter,
+    decide: Decide,
+    instances: usize,
+) -> Rig {
     let (events, rx) = mpsc::unbounded_channel();
     let activity = Arc::new(Activity::default());
     let telemetry = Telemetry::new(Identity::from_env());
@@ -174,10 +184,17 @@ fn rig(options: DispatchOptions, filter: SubscriptionFilter, decide: Decide) -> 
                 telemetry,
             },
         },
-        vec![Box::new(Script {
-            seen: seen.clone(),
-            decide: Arc::new(decide),
-        })],
+        {
+            let decide = Arc::new(decide);
+            (0..instances)
+                .map(|_| {
+                    Box::new(Script {
+                        seen: seen.clone(),
+                        decide: decide.clone(),
+                    }) as Box<dyn Handler + Send>
+                })
+                .collect()
+        },
     );
     dispatcher.add_intake(0, filter, handle.informer.clone(), deltas, 0);
     dispatcher.start_when_synced(vec![handle.informer.clone()]);

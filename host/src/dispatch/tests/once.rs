@@ -147,3 +147,41 @@ async fn straddle(outcome: &'static str) {
     );
     r.set.shutdown().await;
 }
+
+/// Two instances; one call blocks. The keys its instance had taken in the
+/// same batch are called by the other instance meanwhile, not after it
+/// (they waited behind it, up to 63 of them).
+#[tokio::test(start_paused = true)]
+async fn keys_behind_a_slow_call_are_taken_by_an_idle_instance() {
+    let release = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let hold = release.clone();
+    let r = rig_with(
+        DispatchOptions::default(),
+        all_deltas(&[], None),
+        Box::new(move |d| {
+            if d.object.as_ref().unwrap().meta().name.as_ref() == "slow" {
+                let started = std::time::Instant::now();
+                while !hold.load(Ordering::Relaxed) {
+                    assert!(
+                        started.elapsed() < Duration::from_secs(30),
+                        "never released"
+                    );
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            }
+            Ok(Handled::default())
+        }),
+        2,
+    );
+    let mut objects = vec![cm("slow", 1, "x")];
+    objects.extend((0..30).map(|i| cm(&format!("k{i:02}"), 2 + i, "x")));
+    r.list(objects);
+    r.until("every other key while the slow call runs", |s| {
+        s.iter().filter(|s| s.name != "slow").count() == 30
+    })
+    .await;
+    release.store(true, Ordering::Relaxed);
+    r.eventually("all settled", |r| r.dispatcher.is_idle())
+        .await;
+    r.set.shutdown().await;
+}
