@@ -234,14 +234,24 @@ fn steal(shared: &Shared, me: usize) -> bool {
     true
 }
 
-/// Puts a worker's untaken batch back at the front of the queue.
+/// Puts a worker's untaken batch back at the front of the queue. After a
+/// fenced stop its keys were abandoned (their deletes handed over, the rest
+/// left to the successor's replay): their weight is settled instead, so
+/// the host's activity count does not wait for them forever.
 fn put_back_all(shared: &Shared, batch: &mut VecDeque<(Key, Item)>) {
     let mut q = shared.queue.lock();
+    let mut settled = 0;
     for (key, item) in batch.drain(..).rev() {
-        q.put_back(&key, item);
+        match q.take_abandoned(&key, &item) {
+            Some(weight) => settled += weight,
+            None => q.put_back(&key, item),
+        }
     }
     let idle = q.in_flight_len() == 0;
     drop(q);
+    if settled > 0 {
+        shared.activity.settle(settled);
+    }
     shared.wake.notify_one();
     if idle {
         shared.idle.notify_waiters();

@@ -107,3 +107,43 @@ async fn a_call_outliving_the_stop_grace_is_fenced_and_its_delete_handed_over() 
     assert_eq!(r.sink.done.lock().len(), 1, "only the add's action ran");
     r.set.shutdown().await;
 }
+
+/// A call outlives the stop grace with other keys of its batch behind it:
+/// they are abandoned with it, and when the call returns their weight is
+/// settled, not put back into a queue nobody serves (the host's activity
+/// count then waited for them forever, and `--until-idle` with it).
+#[tokio::test(start_paused = true)]
+async fn a_fenced_stop_settles_the_batch_behind_the_late_call() {
+    let (release, gate) = std::sync::mpsc::channel::<()>();
+    let gate = Mutex::new(gate);
+    let r = rig(
+        DispatchOptions {
+            stop_grace: Duration::from_secs(1),
+            ..DispatchOptions::default()
+        },
+        all_deltas(&[], None),
+        Box::new(move |d| {
+            if d.object.as_ref().unwrap().meta().name.as_ref() == "hang" {
+                let _ = gate.lock().recv();
+            }
+            Ok(Handled::default())
+        }),
+    );
+    r.list(vec![cm("hang", 1, "x"), cm("b", 2, "x"), cm("c", 3, "x")]);
+    r.until("the hanging call", |s| s.iter().any(|s| s.name == "hang"))
+        .await;
+    let left = r.dispatcher.stop().await;
+    assert_eq!(r.dispatcher.stats().fenced_stops.load(Ordering::Relaxed), 1);
+    r.dispatcher.drop_items(&left);
+    release.send(()).unwrap();
+    r.eventually("the activity settled", |r| {
+        r.dispatcher.shared.activity.is_idle()
+    })
+    .await;
+    assert!(
+        r.seen().iter().all(|s| s.name == "hang"),
+        "nothing behind the late call ran: {:?}",
+        r.seen()
+    );
+    r.set.shutdown().await;
+}
