@@ -553,6 +553,8 @@ async fn a_60s_api_server_outage_during_churn_loses_nothing_and_dead_letters_not
     // config-replicator: each source change is one apply per tenant, each
     // delete one delete per tenant; at 20 actions a second, churn keeps
     // it busy, so the outage catches writes in flight and queued.
+    // Beside it, the recorder: what one plugin version was shown, state by
+    // state, read back from its Events.
     let host = HostProcess::start_with(cp.admin_kubeconfig(), |dir| {
         install(
             dir,
@@ -562,6 +564,12 @@ async fn a_60s_api_server_outage_during_churn_loses_nothing_and_dead_letters_not
                 "config: {{namespaceSelector: tenant=yes}}\nlimits: {{actionsPerSecond: 20}}\n{}",
                 kubewasm_tests::REPLICATOR_ACCESS
             )),
+        );
+        install(
+            dir,
+            "recorder",
+            "recorder",
+            Some(&recorder_sidecar(src, &["configmaps"])),
         );
     });
     let addr = host.metrics_addr(WAIT).await;
@@ -627,6 +635,55 @@ async fn a_60s_api_server_outage_during_churn_loses_nothing_and_dead_letters_not
     )
     .await;
     let settle_ms = churned.elapsed().as_millis();
+    // The recorder: nothing lost (its view is the server's) and, per
+    // version, no state shown twice and each update's old the state shown
+    // before it.
+    let server = configmap_versions(&api).await;
+    let seen = recorded_until_view_is(
+        &client,
+        src,
+        "recorder",
+        &server,
+        "the recorder's view to equal the server's",
+        Duration::from_secs(120),
+    )
+    .await;
+    let mut shown: BTreeMap<(String, String), Vec<&Seen>> = BTreeMap::new();
+    for s in seen
+        .iter()
+        .filter(|s| matches!(s.delta.as_str(), "added" | "updated" | "deleted"))
+    {
+        shown
+            .entry((s.version.clone(), s.name.clone()))
+            .or_default()
+            .push(s);
+    }
+    let mut twice = Vec::new();
+    let mut stale_old = Vec::new();
+    for ((version, name), deltas) in &shown {
+        let rv = |s: &Seen| s.rv.parse::<u64>().unwrap_or(0);
+        for pair in deltas.windows(2) {
+            let (a, b) = (pair[0], pair[1]);
+            if b.delta != "deleted" && a.delta != "deleted" && rv(b) <= rv(a) {
+                twice.push(format!(
+                    "{version} {name}: {} then {}",
+                    a.short(),
+                    b.short()
+                ));
+            }
+            if b.delta == "updated" && a.delta != "deleted" && b.old_rv != a.rv {
+                stale_old.push(format!("{version} {name}: old {} after {}", b.old_rv, a.rv));
+            }
+        }
+    }
+    assert!(
+        twice.is_empty(),
+        "states shown twice or out of order: {twice:#?}"
+    );
+    assert!(
+        stale_old.is_empty(),
+        "an update's old was not the state shown before: {stale_old:#?}"
+    );
     let body = scrape(addr).await;
     assert_no_dead_letters(addr, &body, "replicator");
     let logs = host.logs();
@@ -645,9 +702,14 @@ async fn a_60s_api_server_outage_during_churn_loses_nothing_and_dead_letters_not
     );
     let action_retries = metric_sum(&body, "kubewasm_action_retries_total", "replicator");
     figures(&format!(
-        "outage_60s: deltas={deltas} dead_letters=0 retries={retries} settle_ms={settle_ms} action_retries={action_retries} down_ms={} backlog_at_stop={backlog} sources={}",
+        "outage_60s: deltas={deltas} dead_letters=0 retries={retries} settle_ms={settle_ms} action_retries={action_retries} down_ms={} backlog_at_stop={backlog} sources={} recorder_deltas={} recorder_versions={}",
         outage.down.as_millis(),
-        live.len()
+        live.len(),
+        seen.len(),
+        seen.iter()
+            .map(|s| &s.version)
+            .collect::<BTreeSet<_>>()
+            .len(),
     ));
     assert!(
         retries + action_retries > 0.0,
