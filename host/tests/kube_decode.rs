@@ -9,8 +9,8 @@
 mod common;
 
 use std::sync::Arc;
-use std::time::Duration;
 
+use common::deltas::{no_more, take};
 use common::*;
 use kubewasm::dispatch::Activity;
 use kubewasm::informer::{Delta, InformerSet, InformerSpec, SubscriptionHandle};
@@ -57,44 +57,6 @@ fn informer(
     let (tx, rx) = mpsc::unbounded_channel();
     let handle = set.subscribe(spec(), tx);
     (set, handle, rx, telemetry)
-}
-
-/// `Added a@5 initial`, `Updated b@8 old=b@6`, `Deleted b@6 unknown`...
-fn describe(d: &Delta) -> String {
-    let obj = |o: &Option<kubewasm::object::ObjectHandle>| {
-        o.as_ref()
-            .map(|o| format!("{}@{}", o.name(), o.meta().resource_version))
-            .unwrap_or_default()
-    };
-    let mut s = format!("{:?} {}", d.dtype, obj(&d.object));
-    if d.old.is_some() {
-        s = format!("{s} old={}", obj(&d.old));
-    }
-    if d.initial {
-        s.push_str(" initial");
-    }
-    if d.final_state_unknown {
-        s.push_str(" unknown");
-    }
-    s.trim_end().to_owned()
-}
-
-async fn take(rx: &mut mpsc::UnboundedReceiver<Delta>, n: usize) -> Vec<String> {
-    let mut out = Vec::new();
-    while out.len() < n {
-        let d = tokio::time::timeout(Duration::from_secs(10), rx.recv())
-            .await
-            .unwrap_or_else(|_| panic!("only {out:?} within 10s"))
-            .unwrap();
-        out.push(describe(&d));
-    }
-    out
-}
-
-async fn no_more(rx: &mut mpsc::UnboundedReceiver<Delta>) {
-    if let Ok(Some(d)) = tokio::time::timeout(Duration::from_millis(300), rx.recv()).await {
-        panic!("unexpected delta {}", describe(&d));
-    }
 }
 
 /// A ConfigMap the server could send but the host cannot decode (a label

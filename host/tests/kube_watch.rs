@@ -11,10 +11,11 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::deltas::{no_more, take};
 use common::*;
 use futures::StreamExt;
 use kubewasm::dispatch::Activity;
-use kubewasm::informer::{Delta, InformerSet, InformerSpec, Source, SourceError};
+use kubewasm::informer::{InformerSet, InformerSpec, Source, SourceError};
 use kubewasm::kind::KindInfo;
 use kubewasm::object::StripOptions;
 use kubewasm::source::kube::{InitialList, KubeSource};
@@ -27,44 +28,6 @@ fn spec() -> InformerSpec {
         namespace: Some("ns".into()),
         label_selector: Some("team=a".into()),
         field_selector: None,
-    }
-}
-
-/// `Added a (initial)`, `Updated a 5->11`, `Deleted b (unknown)`, `Synced`...
-fn describe(d: &Delta) -> String {
-    let obj = |o: &Option<kubewasm::object::ObjectHandle>| {
-        o.as_ref()
-            .map(|o| format!("{}@{}", o.name(), o.meta().resource_version))
-            .unwrap_or_default()
-    };
-    let mut s = format!("{:?} {}", d.dtype, obj(&d.object));
-    if d.old.is_some() {
-        s = format!("{s} old={}", obj(&d.old));
-    }
-    if d.initial {
-        s.push_str(" initial");
-    }
-    if d.final_state_unknown {
-        s.push_str(" unknown");
-    }
-    s.trim_end().to_owned()
-}
-
-async fn take(rx: &mut mpsc::UnboundedReceiver<Delta>, n: usize) -> Vec<String> {
-    let mut out = Vec::new();
-    while out.len() < n {
-        let d = tokio::time::timeout(Duration::from_secs(30), rx.recv())
-            .await
-            .unwrap_or_else(|_| panic!("only {out:?} within 30s"))
-            .unwrap();
-        out.push(describe(&d));
-    }
-    out
-}
-
-async fn no_more(rx: &mut mpsc::UnboundedReceiver<Delta>) {
-    if let Ok(Some(d)) = tokio::time::timeout(Duration::from_millis(300), rx.recv()).await {
-        panic!("unexpected delta {}", describe(&d));
     }
 }
 

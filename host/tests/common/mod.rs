@@ -3,6 +3,8 @@
 //! stream the test feeds event by event and can cut off.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+pub mod deltas;
+
 use std::convert::Infallible;
 use std::time::Duration;
 
