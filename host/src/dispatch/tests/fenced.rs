@@ -136,7 +136,7 @@ async fn a_fenced_stop_settles_the_batch_behind_the_late_call() {
     assert_eq!(r.dispatcher.stats().fenced_stops.load(Ordering::Relaxed), 1);
     r.dispatcher.drop_items(&left);
     release.send(()).unwrap();
-    r.eventually("the activity settled", |r| {
+    r.eventually_real("the activity settled", |r| {
         r.dispatcher.shared.activity.is_idle()
     })
     .await;

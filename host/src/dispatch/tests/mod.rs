@@ -279,6 +279,21 @@ impl Rig {
         panic!("never: {what}; seen {:#?}", self.seen.lock());
     }
 
+    /// [`eventually`](Self::eventually) bounded by real time (30 s), not
+    /// by virtual steps: for a condition that waits on calls running on
+    /// worker threads, which the paused clock does not wait for.
+    async fn eventually_real(&self, what: &str, cond: impl Fn(&Self) -> bool) {
+        let started = std::time::Instant::now();
+        while !cond(self) {
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "never: {what}; seen {:#?}",
+                self.seen.lock()
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
     fn seen(&self) -> Vec<Seen> {
         self.seen.lock().clone()
     }

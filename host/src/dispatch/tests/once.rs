@@ -176,12 +176,12 @@ async fn keys_behind_a_slow_call_are_taken_by_an_idle_instance() {
     let mut objects = vec![cm("slow", 1, "x")];
     objects.extend((0..30).map(|i| cm(&format!("k{i:02}"), 2 + i, "x")));
     r.list(objects);
-    r.until("every other key while the slow call runs", |s| {
-        s.iter().filter(|s| s.name != "slow").count() == 30
+    r.eventually_real("every other key while the slow call runs", |r| {
+        r.seen().iter().filter(|s| s.name != "slow").count() == 30
     })
     .await;
     release.store(true, Ordering::Relaxed);
-    r.eventually("all settled", |r| r.dispatcher.is_idle())
+    r.eventually_real("all settled", |r| r.dispatcher.is_idle())
         .await;
     r.set.shutdown().await;
 }
