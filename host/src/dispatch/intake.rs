@@ -125,10 +125,7 @@ fn accept(shared: &Shared, id: SubId, filter: &SubscriptionFilter, term: u64, de
         {
             // Not delivered, but the object is gone: its requeue timer, its
             // last handled state and its dead letter go with it.
-            let key = (id, o.key());
-            shared.queue.lock().drop_requeue(&key);
-            shared.forget_delivered(&key);
-            shared.stats.dead_letters.lock().resolve(&key);
+            shared.object_gone(&(id, o.key()));
         }
         return;
     }

@@ -321,6 +321,15 @@ impl Shared {
         self.subs.lock().get(&id).cloned()
     }
 
+    /// The key's object is gone from the cache: what this version knew of
+    /// it goes with it (a pending requeue, the state last handled, a dead
+    /// letter).
+    fn object_gone(&self, key: &Key) {
+        self.queue.lock().drop_requeue(key);
+        self.forget_delivered(key);
+        self.stats.dead_letters.lock().resolve(key);
+    }
+
     /// Forgets the state last handled for `key` (its object is gone),
     /// giving back the map's room once it is three quarters empty.
     fn forget_delivered(&self, key: &Key) {

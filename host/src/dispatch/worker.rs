@@ -50,7 +50,8 @@ pub(super) fn run<H: Handler + ?Sized>(
     // one lock and one sibling wake per batch, not per delta. The batch
     // lives where idle siblings can take from it (one uncontended lock per
     // delta), so a slow call holds back no key a free instance could call.
-    let mine = &shared.batches[me.min(shared.batches.len() - 1)];
+    let me = me.min(shared.batches.len() - 1);
+    let mine = &shared.batches[me];
     loop {
         if shared.stopping.is_cancelled() {
             // Stopping between deltas: the rest goes back to the queue (for
@@ -81,10 +82,13 @@ pub(super) fn run<H: Handler + ?Sized>(
         };
         match refresh(&shared, &key, &mut item) {
             Fresh::Deliver => {}
-            Fresh::Gone => {
+            Fresh::Gone { absent } => {
                 // Gone (or recreated) since: its delete, and add, are on
-                // their way; a key parked on it is resolved.
-                gone(&shared, &key);
+                // their way; a key parked on an object no longer cached is
+                // resolved.
+                if absent {
+                    shared.object_gone(&key);
+                }
                 finish(&shared, item.weight, |q| q.ok(&key));
                 continue;
             }
@@ -132,14 +136,21 @@ fn refresh(shared: &Shared, key: &Key, item: &mut Item) -> Fresh {
     if !fresh_needed {
         return Fresh::Deliver;
     }
+    // `None`: a pair this version does not know (delivered as it is);
+    // `Some(None)`: the object is no longer cached.
+    let now = shared
+        .sub(key.0)
+        .map(|sub| sub.informer.store().get(&key.1));
     if shared.queue.lock().delete_pending(key) {
-        return Fresh::Gone;
+        return Fresh::Gone {
+            absent: now.is_some_and(|n| n.is_none()),
+        };
     }
-    let Some(sub) = shared.sub(key.0) else {
+    let Some(now) = now else {
         return Fresh::Deliver;
     };
-    let Some(now) = sub.informer.store().get(&key.1) else {
-        return Fresh::Gone;
+    let Some(now) = now else {
+        return Fresh::Gone { absent: true };
     };
     let same = item
         .delta
@@ -147,7 +158,7 @@ fn refresh(shared: &Shared, key: &Key, item: &mut Item) -> Fresh {
         .as_ref()
         .is_none_or(|o| o.meta().uid == now.meta().uid);
     if !same {
-        return Fresh::Gone;
+        return Fresh::Gone { absent: false };
     }
     let last = shared
         .delivered
@@ -171,8 +182,11 @@ fn refresh(shared: &Shared, key: &Key, item: &mut Item) -> Fresh {
 /// What [`refresh`] found.
 enum Fresh {
     Deliver,
-    /// The object is gone, or was recreated under its name.
-    Gone,
+    /// The object is gone, or was recreated under its name (`absent`: no
+    /// longer in the cache at all).
+    Gone {
+        absent: bool,
+    },
     /// Its current state was handled already.
     Seen,
 }
@@ -185,18 +199,6 @@ fn handled(shared: &Shared, key: &Key, delta: &CallDelta) {
         (_, Some(obj)) => {
             shared.delivered.lock().insert(key.clone(), obj.clone());
         }
-    }
-}
-
-/// The key's object is gone from the cache: what this version knew of it
-/// goes (its dead letter is resolved, its state released).
-fn gone(shared: &Shared, key: &Key) {
-    let Some(sub) = shared.sub(key.0) else {
-        return;
-    };
-    if sub.informer.store().get(&key.1).is_none() {
-        shared.forget_delivered(key);
-        shared.stats.dead_letters.lock().resolve(key);
     }
 }
 
@@ -228,9 +230,7 @@ fn steal(shared: &Shared, me: usize) -> bool {
         .stats
         .stolen
         .fetch_add(taken.len() as u64, Ordering::Relaxed);
-    shared.batches[me.min(shared.batches.len() - 1)]
-        .lock()
-        .extend(taken);
+    shared.batches[me].lock().extend(taken);
     true
 }
 
@@ -637,12 +637,11 @@ async fn settle(
         .get_or_insert_with(std::time::SystemTime::now);
     if !failure.retryable() {
         let weight = item.weight;
-        let record_delta = item.delta.clone();
+        handled(shared, &key, &item.delta);
         let record = Item {
             attempts: failures,
             ..item
         };
-        handled(shared, &key, &record_delta);
         to_dead_letters(shared, &key, record, &failure, call, None);
         finish(shared, weight, |q| q.permanent(&key));
         return;

@@ -24,7 +24,7 @@ impl<K: Clone + Eq + Hash> KeyedQueue<K> {
     fn set_timer(&mut self, key: &K, at: Instant, timer: Timer) -> TimerId {
         let id = (at, self.next_timer);
         self.next_timer += 1;
-        self.timers.insert(id, (key.clone(), timer, self.term));
+        self.timers.insert(id, (key.clone(), timer));
         id
     }
 
@@ -209,8 +209,7 @@ impl<K: Clone + Eq + Hash> KeyedQueue<K> {
         Self::list_if_ready(&mut self.ready, key, e);
         if backoff {
             self.next_timer += 1;
-            self.timers
-                .insert(timer, (key.clone(), Timer::Backoff, self.term));
+            self.timers.insert(timer, (key.clone(), Timer::Backoff));
         }
         self.pending_items = self.pending_items - rest_len + merged_len;
         self.pending_weight = self.pending_weight + item_weight - cancelled;
@@ -335,22 +334,10 @@ impl<K: Clone + Eq + Hash> KeyedQueue<K> {
             if entry.key().0 > now {
                 break;
             }
-            let (id, (key, timer, term)) = entry.remove_entry();
+            let (id, (key, timer)) = entry.remove_entry();
             let Some(e) = self.entries.get_mut(&key) else {
                 continue;
             };
-            if term < self.term {
-                // Set in an earlier term: gone with it.
-                if e.backoff == Some(id) {
-                    e.backoff = None;
-                    Self::list_if_ready(&mut self.ready, &key, e);
-                }
-                if e.requeue == Some(id) {
-                    e.requeue = None;
-                }
-                self.remove_if_empty(&key);
-                continue;
-            }
             match timer {
                 Timer::Backoff if e.backoff == Some(id) => {
                     let slot = pace(now);
@@ -358,7 +345,7 @@ impl<K: Clone + Eq + Hash> KeyedQueue<K> {
                         let paced = (slot, self.next_timer);
                         self.next_timer += 1;
                         e.backoff = Some(paced);
-                        self.timers.insert(paced, (key, Timer::Paced, self.term));
+                        self.timers.insert(paced, (key, Timer::Paced));
                         continue;
                     }
                     e.backoff = None;
@@ -431,9 +418,9 @@ impl<K: Clone + Eq + Hash> KeyedQueue<K> {
         Some(if handed { 0 } else { item.weight })
     }
 
-    /// The leadership term the queue serves now: items and timers of
-    /// earlier terms are dropped (a term's replay follows), the keys'
-    /// failures forgotten; items of `term` already queued (a predecessor's
+    /// The leadership term the queue serves now: items of earlier terms and
+    /// every timer (all set in an earlier term) are dropped (a term's
+    /// replay follows), the keys' failures forgotten; items of `term` already queued (a predecessor's
     /// hand-over) stay. Returns the weight to settle. Called when a term's
     /// intake starts, so a loss and a regain that the leadership watch
     /// folded into one change still drop the old term's work.
@@ -454,16 +441,13 @@ impl<K: Clone + Eq + Hash> KeyedQueue<K> {
                 keep
             });
             dropped_items += before - e.pending.len();
-            if e.pending.is_empty() {
-                e.backoff = None;
-            }
+            e.backoff = None;
             e.requeue = None;
             e.forget();
         }
-        self.timers.retain(|_, (_, _, t)| *t >= term);
-        for e in self.entries.values_mut() {
-            e.backoff = e.backoff.filter(|id| self.timers.contains_key(id));
-        }
+        // Every timer was set in an earlier term (the queue's term only
+        // moves here).
+        self.timers.clear();
         self.pending_items -= dropped_items;
         self.pending_weight -= settled;
         self.ready.clear();
@@ -537,7 +521,7 @@ impl<K: Clone + Eq + Hash> KeyedQueue<K> {
     pub fn requeues_len(&self) -> usize {
         self.timers
             .values()
-            .filter(|(_, t, _)| *t == Timer::Requeue)
+            .filter(|(_, t)| *t == Timer::Requeue)
             .count()
     }
 

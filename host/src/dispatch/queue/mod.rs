@@ -121,8 +121,7 @@ pub enum Retry {
 pub struct KeyedQueue<K> {
     entries: HashMap<K, Entry>,
     ready: VecDeque<K>,
-    /// Each timer with the leadership term it was set in.
-    timers: BTreeMap<TimerId, (K, Timer, u64)>,
+    timers: BTreeMap<TimerId, (K, Timer)>,
     next_timer: u64,
     /// The newest leadership term queued for; older items and timers are
     /// dropped.
