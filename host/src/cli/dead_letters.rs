@@ -1,7 +1,6 @@
 //! `kubewasm dead-letters`: a running host's dead letters, as a table or JSON.
 
 use std::io::Write;
-use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::ValueEnum;
@@ -14,22 +13,8 @@ enum OutputFormat {
 
 #[derive(clap::Args, Debug)]
 pub(crate) struct DeadLettersArgs {
-    /// The host's listener address (its --metrics-addr), HOST:PORT.
-    #[arg(
-        long,
-        conflicts_with = "addr_file",
-        required_unless_present = "addr_file"
-    )]
-    addr: Option<String>,
-    /// File holding the listener address (the host's --metrics-addr-file).
-    #[arg(long)]
-    addr_file: Option<PathBuf>,
-    /// File holding a bearer token that may get /dead-letters (a host run
-    /// with --metrics-auth asks for one).
-    #[arg(long, env = "KUBEWASM_TOKEN_FILE")]
-    token_file: Option<PathBuf>,
     #[command(flatten)]
-    tls: crate::cli::probe::TlsArgs,
+    listener: crate::cli::probe::ListenerArgs,
     /// Output format.
     #[arg(long, short, value_enum, default_value = "table")]
     output: OutputFormat,
@@ -39,26 +24,8 @@ pub(crate) struct DeadLettersArgs {
 }
 
 pub(crate) fn dead_letters(args: DeadLettersArgs) -> anyhow::Result<()> {
-    use kubewasm::admin::probe;
     use kubewasm::dispatch::DeadLetterRecord;
-    let addr = match (args.addr, args.addr_file) {
-        (Some(a), _) => a,
-        (None, Some(f)) => probe::read_addr_file(&f)?,
-        (None, None) => anyhow::bail!("pass --addr HOST:PORT or --addr-file FILE"),
-    };
-    let token = args
-        .token_file
-        .as_deref()
-        .map(probe::read_token_file)
-        .transpose()?;
-    let tls = args.tls.verify(token.is_some())?;
-    let (code, body) = probe::get_over(
-        &addr,
-        "/dead-letters",
-        token.as_deref(),
-        tls.as_ref(),
-        args.timeout,
-    )?;
+    let (code, body) = args.listener.get("/dead-letters", args.timeout)?;
     if code == 401 {
         anyhow::bail!(
             "GET /dead-letters answered {code}: {} (the host runs with --metrics-auth: pass --token-file with a token whose user may get the non-resource URL /dead-letters)",

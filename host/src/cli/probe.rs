@@ -7,7 +7,18 @@ use std::path::PathBuf;
 pub(crate) struct ProbeArgs {
     /// Path to GET, e.g. /readyz, /healthz or /metrics (printed on stdout).
     path: String,
-    /// Listener address, HOST:PORT.
+    #[command(flatten)]
+    listener: ListenerArgs,
+    /// Connect and read timeout.
+    #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
+    timeout: std::time::Duration,
+}
+
+/// Where a running host's listener is and how to ask it: what `kubewasm
+/// probe` and `kubewasm dead-letters` share.
+#[derive(clap::Args, Debug)]
+pub(crate) struct ListenerArgs {
+    /// The host's listener address (its --metrics-addr), HOST:PORT.
     #[arg(
         long,
         conflicts_with = "addr_file",
@@ -17,15 +28,42 @@ pub(crate) struct ProbeArgs {
     /// File holding the listener address (the host's --metrics-addr-file).
     #[arg(long)]
     addr_file: Option<PathBuf>,
-    /// File holding a bearer token to send (for /metrics of a host run with
-    /// --metrics-auth; /healthz and /readyz need none).
+    /// File holding a bearer token to send (a host run with --metrics-auth
+    /// asks one for /metrics and /dead-letters; /healthz and /readyz need
+    /// none).
     #[arg(long, env = "KUBEWASM_TOKEN_FILE")]
     token_file: Option<PathBuf>,
     #[command(flatten)]
-    tls: crate::cli::probe::TlsArgs,
-    /// Connect and read timeout.
-    #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
-    timeout: std::time::Duration,
+    tls: TlsArgs,
+}
+
+impl ListenerArgs {
+    /// GETs `path` from the listener: the status code and the body.
+    pub(crate) fn get(
+        &self,
+        path: &str,
+        timeout: std::time::Duration,
+    ) -> anyhow::Result<(u16, String)> {
+        use kubewasm::admin::probe;
+        let addr = match (&self.addr, &self.addr_file) {
+            (Some(a), _) => a.clone(),
+            (None, Some(f)) => probe::read_addr_file(f)?,
+            (None, None) => anyhow::bail!("pass --addr HOST:PORT or --addr-file FILE"),
+        };
+        let token = self
+            .token_file
+            .as_deref()
+            .map(probe::read_token_file)
+            .transpose()?;
+        let tls = self.tls.verify(token.is_some())?;
+        Ok(probe::get_over(
+            &addr,
+            path,
+            token.as_deref(),
+            tls.as_ref(),
+            timeout,
+        )?)
+    }
 }
 
 /// How a client checks the listener's certificate. A token is sent over
@@ -66,25 +104,7 @@ impl TlsArgs {
 }
 
 pub(crate) fn probe(args: ProbeArgs) -> anyhow::Result<()> {
-    use kubewasm::admin::probe;
-    let addr = match (args.addr, args.addr_file) {
-        (Some(a), _) => a,
-        (None, Some(f)) => probe::read_addr_file(&f)?,
-        (None, None) => anyhow::bail!("pass --addr HOST:PORT or --addr-file FILE"),
-    };
-    let token = args
-        .token_file
-        .as_deref()
-        .map(probe::read_token_file)
-        .transpose()?;
-    let tls = args.tls.verify(token.is_some())?;
-    let (code, body) = probe::get_over(
-        &addr,
-        &args.path,
-        token.as_deref(),
-        tls.as_ref(),
-        args.timeout,
-    )?;
+    let (code, body) = args.listener.get(&args.path, args.timeout)?;
     if code != 200 {
         anyhow::bail!("GET {} answered {code}: {}", args.path, body.trim());
     }
