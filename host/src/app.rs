@@ -610,7 +610,8 @@ fn start_election(
     let cancel = CancellationToken::new();
     let tasks = TaskTracker::new();
     let leases = Arc::new(KubeLeases::new(client, &opts.namespace, &opts.lease_name));
-    let elector = Elector::new(leases, opts.clone(), leadership.clone());
+    let elector =
+        Elector::new(leases, opts.clone(), leadership.clone()).with_view(leader_gauge.clone());
     tasks.spawn(elector.run(cancel.clone()));
     let stop = cancel.clone();
     tasks.spawn(async move {

@@ -10,7 +10,7 @@ mod cli;
 
 use cli::{
     Cli, Command, child_compile, compile, componentize, crds, dead_letters, migrate, new_project,
-    probe, pull, push, rbac, record, run, test,
+    probe, pull, push, rbac, record, run, status, test,
 };
 
 // musl's malloc is slow under many threads: the static image uses jemalloc.
@@ -50,6 +50,7 @@ fn main() -> std::process::ExitCode {
             Command::New(args) => new_project(args),
             Command::Componentize(args) => componentize(args),
             Command::Rbac(args) => rt.block_on(rbac(args)),
+            Command::Status(args) => rt.block_on(status(args)),
             Command::Crds => crds(),
             Command::Migrate(args) => migrate(args),
             Command::Compile(args) => {

@@ -14,6 +14,7 @@ use kubewasm_tests::objects::api;
 use serde_json::{Value, json};
 
 const DIGEST: &str = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+const CONTENT: &str = "sha256:fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210";
 
 fn object(kind: &str, name: &str, spec: Value) -> DynamicObject {
     serde_json::from_value(json!({
@@ -69,7 +70,7 @@ async fn plugin_crds_install_validate_and_print() {
             &PatchParams::apply("kubewasm").force(),
             &Patch::Apply(json!({
                 "apiVersion": "kubewasm.io/v1alpha1", "kind": "Plugin",
-                "status": {"observedGeneration": 1, "digest": DIGEST, "version": "0123456789ab",
+                "status": {"observedGeneration": 1, "contentDigest": CONTENT, "manifestDigest": DIGEST, "version": "0123456789ab",
                     "conditions": [{"type": "Ready", "status": "True", "reason": "Serving",
                         "message": "served by 2 of 2 replicas", "lastTransitionTime": "2026-11-26T00:00:00Z"}]}
             })),
@@ -92,11 +93,31 @@ async fn plugin_crds_install_validate_and_print() {
         .iter()
         .map(|c| c["name"].as_str().unwrap())
         .collect();
-    assert_eq!(columns, ["Name", "Module", "Ready", "Reason", "Age"]);
+    assert_eq!(
+        columns,
+        [
+            "Name", "Version", "Ready", "Reason", "Manifest", "Content", "Age"
+        ]
+    );
     let row = &table["rows"][0]["cells"];
     assert_eq!(row[0], "replicator");
-    assert_eq!(row[1], DIGEST);
+    assert_eq!(row[1], "0123456789ab");
     assert_eq!(row[2], "True");
+    assert_eq!(row[4], DIGEST, "the manifest digest the spec pins");
+    assert_eq!(row[5], CONTENT, "the module's own digest, apart");
+
+    // The tag-and-digest form `kubewasm push` prints is accepted (the
+    // digest pins, the tag is for people), as Docker and Kubernetes accept
+    // it.
+    let tagged = object(
+        "Plugin",
+        "tag-and-digest",
+        json!({"module": {"oci": {"reference": format!("registry.example:5000/plugins/replicator:v1.2@{DIGEST}")}}}),
+    );
+    plugins
+        .create(&PostParams::default(), &tagged)
+        .await
+        .unwrap();
 
     // `kubewasm migrate` turns the base's plugin folder into Plugins the
     // API server accepts.
@@ -149,6 +170,19 @@ async fn plugin_crds_install_validate_and_print() {
                 "spec.module.oci.reference",
                 "reference must be registry/repository@sha256",
             ],
+        ),
+        (
+            "port-but-no-tag",
+            json!({"module": {"oci": {"reference": "registry.example:5000/plugins/replicator"}}}),
+            &[
+                "spec.module.oci.reference",
+                "registry/repository:tag@sha256",
+            ],
+        ),
+        (
+            "short-digest",
+            json!({"module": {"oci": {"reference": "r.example/p:v1@sha256:abc"}}}),
+            &["spec.module.oci.reference"],
         ),
         (
             "path-in-file",

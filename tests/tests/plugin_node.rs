@@ -209,7 +209,7 @@ async fn wait_replicas_loaded(objects: &Api<DynamicObject>, name: &str, module: 
             let obj = objects.get(name).await.map_err(|e| e.to_string())?;
             let status = obj.data.get("status").cloned().unwrap_or_default();
             let replicas = status["replicas"].as_array().cloned().unwrap_or_default();
-            (status["digest"] == module
+            (status["contentDigest"] == module
                 && replicas.len() == 2
                 && replicas.iter().all(|r| r["loaded"] == true))
             .then_some(())
@@ -574,11 +574,16 @@ async fn plugin_objects_from_a_registry_serve_swap_and_survive_on_the_real_node(
     )
     .await;
     assert_eq!(
-        find_condition(&status, "Ready").unwrap()["reason"],
-        "PreviousVersionServing",
+        find_condition(&status, "Ready").unwrap()["status"],
+        "False",
         "{status}"
     );
-    assert_eq!(status["digest"], sha256(&wasm), "{status}");
+    assert_eq!(
+        find_condition(&status, "Serving").unwrap()["reason"],
+        "PreviousVersion",
+        "{status}"
+    );
+    assert_eq!(status["contentDigest"], sha256(&wasm), "{status}");
     source(&client, "while-tampered", &[js.source_label()]).await;
     wait_copy(&client, "tenant-signed", "while-tampered").await;
 
@@ -641,29 +646,57 @@ async fn plugin_objects_from_a_registry_serve_swap_and_survive_on_the_real_node(
     let table = cp.kubectl_get(&["plugins"]).unwrap();
     eprintln!("kubectl get plugins:\n{table}");
     let rows = table_rows(&table);
-    assert_eq!(rows[0], ["NAME", "MODULE", "READY", "AGE"], "{table}");
+    assert_eq!(
+        rows[0],
+        ["NAME", "VERSION", "READY", "REASON", "AGE"],
+        "{table}"
+    );
     let row = |name: &str| {
         rows.iter()
             .find(|r| r[0] == name)
             .unwrap_or_else(|| panic!("no row {name} in:\n{table}"))
     };
-    assert_eq!(row("js-replicator")[1..3], [js_v2.as_str(), "True"]);
+    assert_eq!(row("js-replicator")[2..4], ["True", "Serving"], "{table}");
+    assert_eq!(row("rust-replicator")[2..4], ["True", "Serving"], "{table}");
+    // The tampered update is refused (Ready False, as kubectl wait and
+    // kstatus read it) while the signed version keeps serving: its version
+    // stays in the VERSION column.
     assert_eq!(
-        row("rust-replicator")[1..3],
-        [digests["rust"].1.as_str(), "True"]
+        row("signed")[2..4],
+        ["False", "SignatureRefused"],
+        "{table}"
     );
-    assert_eq!(row("signed")[1..3], [sha256(&wasm).as_str(), "True"]);
-    assert_eq!(row("unsigned")[1..3], ["", "False"], "{table}");
+    assert_ne!(row("signed")[1], "", "{table}");
+    assert_eq!(
+        row("unsigned")[1..4],
+        ["", "False", "SignatureRefused"],
+        "{table}"
+    );
     let wide = cp.kubectl_get(&["plugins", "-o", "wide"]).unwrap();
+    eprintln!("kubectl get plugins -o wide:\n{wide}");
     let rows = table_rows(&wide);
     assert_eq!(
         rows[0],
-        ["NAME", "MODULE", "READY", "REASON", "AGE"],
+        [
+            "NAME", "VERSION", "READY", "REASON", "MANIFEST", "CONTENT", "AGE"
+        ],
         "{wide}"
     );
-    let reason = |name: &str| rows.iter().find(|r| r[0] == name).map(|r| r[3].clone());
-    assert_eq!(reason("signed").as_deref(), Some("PreviousVersionServing"));
-    assert_eq!(reason("unsigned").as_deref(), Some("SignatureRefused"));
+    let wide_row = |name: &str| {
+        rows.iter()
+            .find(|r| r[0] == name)
+            .unwrap_or_else(|| panic!("no row {name} in:\n{wide}"))
+    };
+    // The manifest digest the spec pins and the module's content digest,
+    // each in its own column.
+    let rust_manifest = digests["rust"].0.rsplit('@').next().unwrap();
+    assert_eq!(
+        wide_row("rust-replicator")[4..6],
+        [rust_manifest, digests["rust"].1.as_str()],
+        "{wide}"
+    );
+    assert_eq!(wide_row("js-replicator")[5], js_v2.as_str(), "{wide}");
+    assert_eq!(wide_row("signed")[5], sha256(&wasm).as_str(), "{wide}");
     let tenants = cp
         .kubectl_get(&["namespacedplugins", "-A", "-o", "wide"])
         .unwrap();

@@ -3,7 +3,7 @@
 //! module is in a ConfigMap, reports it Ready with its digest, swaps it
 //! when the spec changes (the new config's log lines appear, no restart),
 //! keeps the old version serving when the spec names a broken module (and
-//! says so: Degraded, PreviousVersionServing), refuses a tenant's
+//! says so: Ready False, Serving PreviousVersion), refuses a tenant's
 //! NamespacedPlugin in a namespace the host config does not list or one
 //! asking beyond its namespace, and unloads a deleted Plugin. A host
 //! started before the cluster serves the CRDs picks them up later.
@@ -167,7 +167,7 @@ async fn plugin_objects_load_swap_refuse_and_unload() {
     .unwrap();
     plugins.create(&PostParams::default(), &obj).await.unwrap();
     let status = wait_condition(&plugins, &host, "objtest", 1, ("Ready", "True", "Serving")).await;
-    assert_eq!(status["digest"], digest);
+    assert_eq!(status["contentDigest"], digest);
     let version = &digest["sha256:".len().."sha256:".len() + 12];
     assert_eq!(status["version"], version);
     let both = eventually_seen("both replicas loaded", WAIT, || replicas(true)).await;
@@ -205,9 +205,26 @@ async fn plugin_objects_load_swap_refuse_and_unload() {
         ("Degraded", "True", "NotAPlugin"),
     )
     .await;
+    // Ready is False (kubectl wait and kstatus see the failed update),
+    // and a condition says the previous version keeps serving.
     let ready = find_condition(&status, "Ready").unwrap();
-    assert_eq!(ready["reason"], "PreviousVersionServing", "{status}");
-    assert_eq!(status["digest"], digest, "the digest still served");
+    assert_eq!(
+        (&ready["status"], &ready["reason"]),
+        (&json!("False"), &json!("NotAPlugin")),
+        "{status}"
+    );
+    let serving = find_condition(&status, "Serving").unwrap();
+    assert_eq!(
+        (&serving["status"], &serving["reason"]),
+        (&json!("True"), &json!("PreviousVersion")),
+        "{status}"
+    );
+    assert_eq!(
+        find_condition(&status, "Stalled").unwrap()["status"],
+        "True",
+        "a module that is no plugin needs a change: {status}"
+    );
+    assert_eq!(status["contentDigest"], digest, "the digest still served");
     let both = eventually_seen("both replicas refused it", WAIT, || replicas(false)).await;
     assert!(
         both.iter().all(|r| r.2 == version && r.3 == "NotAPlugin"),

@@ -159,8 +159,13 @@ async fn oci_plugin_objects_pin_their_digest_and_survive_a_registry_outage() {
     )
     .await;
     assert_eq!(
-        find_condition(&status, "Ready").unwrap()["reason"],
-        "PreviousVersionServing",
+        find_condition(&status, "Ready").unwrap()["status"],
+        "False",
+        "{status}"
+    );
+    assert_eq!(
+        find_condition(&status, "Serving").unwrap()["reason"],
+        "PreviousVersion",
         "{status}"
     );
     plugins
@@ -228,8 +233,13 @@ async fn oci_plugin_objects_pin_their_digest_and_survive_a_registry_outage() {
     )
     .await;
     assert_eq!(
-        find_condition(&status, "Ready").unwrap()["reason"],
-        "PreviousVersionServing",
+        find_condition(&status, "Ready").unwrap()["status"],
+        "False",
+        "{status}"
+    );
+    assert_eq!(
+        find_condition(&status, "Serving").unwrap()["reason"],
+        "PreviousVersion",
         "{status}"
     );
     let (exit, logs) = host.stop_with_logs();

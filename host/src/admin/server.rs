@@ -358,8 +358,22 @@ async fn healthz(State(t): State<Telemetry>) -> Response {
     status(t.liveness())
 }
 
+/// Ready or not, and then which replica leads: a probe reads the code, a
+/// person the text (a follower is ready, and delivers nothing).
 async fn readyz(State(t): State<Telemetry>) -> Response {
-    status(t.readiness())
+    let mut response = status(t.readiness());
+    let mut notes = t.notes();
+    if let Some(lease) = t.leader().lease() {
+        notes.insert(0, lease.line());
+    }
+    if !notes.is_empty() {
+        let body = match t.readiness() {
+            Ok(()) => "ok\n".to_owned(),
+            Err(reasons) => report(&reasons),
+        };
+        *response.body_mut() = axum::body::Body::from(body + &report(&notes));
+    }
+    response
 }
 
 async fn dead_letters(State(t): State<Telemetry>) -> Response {

@@ -199,6 +199,12 @@ pub struct UiState {
     pub dead_letters: Vec<DeadLetterRecord>,
     /// Why the host is not ready (empty when it is).
     pub not_ready: Vec<String>,
+    /// Which replica leads (absent without leader election): a follower's
+    /// page says it is one and names the leader.
+    pub leadership: Option<crate::telemetry::LeaseView>,
+    /// What `/readyz` notes besides readiness (Plugin objects this replica
+    /// cannot serve).
+    pub notes: Vec<String>,
     /// Pages open now.
     pub pages: usize,
 }
@@ -209,6 +215,8 @@ async fn state(t: &Telemetry, last: &mut Option<(Instant, HashMap<String, u64>)>
     let mut out = UiState {
         dead_letters: dead_letters(t),
         not_ready: t.readiness().err().unwrap_or_default(),
+        leadership: t.leader().lease(),
+        notes: t.notes(),
         pages: t.feed().watchers(),
         ..UiState::default()
     };

@@ -20,6 +20,7 @@ mod record;
 mod registry;
 mod run;
 mod signal;
+mod status;
 mod test;
 
 use child_compile::ChildCompileArgs;
@@ -34,6 +35,7 @@ use push::PushArgs;
 use rbac::RbacArgs;
 use record::RecordArgs;
 use run::RunArgs;
+use status::StatusArgs;
 use test::TestArgs;
 
 pub(crate) use child_compile::child_compile;
@@ -49,6 +51,7 @@ pub(crate) use push::push;
 pub(crate) use rbac::rbac;
 pub(crate) use record::record;
 pub(crate) use run::run;
+pub(crate) use status::status;
 pub(crate) use test::test;
 
 #[derive(Parser, Debug)]
@@ -79,6 +82,9 @@ pub(crate) enum Command {
     Crds,
     /// Print Plugin manifests for the plugins of a folder, their sidecars as specs (YAML).
     Migrate(MigrateArgs),
+    /// Which replica leads (the Lease) and which plugin versions each replica serves
+    /// (the Plugin objects' status), read from the cluster.
+    Status(StatusArgs),
     /// GET a path of a running host's listener; exit 0 on 200 (for exec probes).
     Probe(ProbeArgs),
     /// List a running host's dead letters: deltas its plugins gave up on.

@@ -31,10 +31,10 @@ pub use status::{Condition, ConditionType, PluginStatus, ReplicaStatus};
     category = "kubewasm",
     shortname = "wplug",
     printcolumn(
-        name = "Module",
+        name = "Version",
         type_ = "string",
-        description = "The module digest being served",
-        json_path = ".status.digest"
+        description = "The version serving (the spec's, or an earlier spec's after a refused update)",
+        json_path = ".status.version"
     ),
     printcolumn(
         name = "Ready",
@@ -44,8 +44,21 @@ pub use status::{Condition, ConditionType, PluginStatus, ReplicaStatus};
     printcolumn(
         name = "Reason",
         type_ = "string",
-        priority = 1,
         json_path = ".status.conditions[?(@.type==\"Ready\")].reason"
+    ),
+    printcolumn(
+        name = "Manifest",
+        type_ = "string",
+        priority = 1,
+        description = "The OCI manifest digest serving: the one the spec pins, or its tag resolved to",
+        json_path = ".status.manifestDigest"
+    ),
+    printcolumn(
+        name = "Content",
+        type_ = "string",
+        priority = 1,
+        description = "The sha256 of the module's bytes serving",
+        json_path = ".status.contentDigest"
     ),
     printcolumn(
         name = "Age",
@@ -71,10 +84,10 @@ pub struct PluginSpec {
     category = "kubewasm",
     shortname = "wnplug",
     printcolumn(
-        name = "Module",
+        name = "Version",
         type_ = "string",
-        description = "The module digest being served",
-        json_path = ".status.digest"
+        description = "The version serving (the spec's, or an earlier spec's after a refused update)",
+        json_path = ".status.version"
     ),
     printcolumn(
         name = "Ready",
@@ -84,8 +97,21 @@ pub struct PluginSpec {
     printcolumn(
         name = "Reason",
         type_ = "string",
-        priority = 1,
         json_path = ".status.conditions[?(@.type==\"Ready\")].reason"
+    ),
+    printcolumn(
+        name = "Manifest",
+        type_ = "string",
+        priority = 1,
+        description = "The OCI manifest digest serving: the one the spec pins, or its tag resolved to",
+        json_path = ".status.manifestDigest"
+    ),
+    printcolumn(
+        name = "Content",
+        type_ = "string",
+        priority = 1,
+        description = "The sha256 of the module's bytes serving",
+        json_path = ".status.contentDigest"
     ),
     printcolumn(
         name = "Age",

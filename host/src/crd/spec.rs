@@ -38,9 +38,12 @@ pub struct ModuleSource {
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct OciModule {
-    /// `registry/repository@sha256:<64 hex>`, or `registry/repository:tag`
-    /// (resolved once; the digest it resolved to is written to status).
-    #[x_kube(validation = Rule::new("self.matches('^[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]+)?/[a-z0-9._/-]+(@sha256:[a-f0-9]{64}|:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})$')").message("reference must be registry/repository@sha256:<64 hex digits> or registry/repository:tag"))]
+    /// `registry/repository@sha256:<64 hex>`, the same with a tag before
+    /// the digest (`repository:tag@sha256:...`, as `kubewasm push` prints
+    /// it: the digest pins, the tag is for people), or
+    /// `registry/repository:tag` (resolved once; the manifest digest it
+    /// resolved to is written to status).
+    #[x_kube(validation = Rule::new("self.matches('^[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]+)?/[a-z0-9._/-]+(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@sha256:[a-f0-9]{64})?$') && self.matches('(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}|@sha256:[a-f0-9]{64})$')").message("reference must be registry/repository@sha256:<64 hex digits>, registry/repository:tag@sha256:<64 hex digits> (the digest pins, the tag is kept for people) or registry/repository:tag"))]
     #[schemars(length(max = 512))]
     pub reference: String,
     /// A Secret of type `kubernetes.io/dockerconfigjson` with the

@@ -1,7 +1,9 @@
 //! What the host reports on a Plugin object: which module it serves, and
-//! conditions in the Kubernetes style (`Ready`, `Loaded`, `Degraded` with a
-//! reason and message) so `kubectl wait --for=condition=Ready` and
-//! `kubectl get plugins` work; per replica where followers differ.
+//! conditions in the Kubernetes style, following the kstatus conventions
+//! (`Ready`, `Reconciling`, `Stalled`, `observedGeneration`), so
+//! `kubectl wait --for=condition=Ready`, `kubectl get plugins` and the
+//! tools that read status as kstatus does (Flux, kpt, cli-utils) tell a
+//! refused upgrade from a healthy one; per replica where replicas differ.
 
 pub use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use schemars::JsonSchema;
@@ -12,14 +14,21 @@ use serde::{Deserialize, Serialize};
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PluginStatus {
-    /// The `metadata.generation` this status describes.
+    /// The `metadata.generation` this status describes: until it equals
+    /// the object's generation, the host has not looked at the latest spec
+    /// and nothing else here speaks of it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
-    /// `sha256:<hex>` of the module being served.
+    /// `sha256:<hex>` of the module's bytes being served (what the compile
+    /// cache keys on; for OCI, the module layer's digest).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub digest: Option<String>,
-    /// For an OCI module: the reference pinned by digest that a tag
-    /// resolved to (`registry/repository@sha256:...`).
+    pub content_digest: Option<String>,
+    /// For an OCI module: the digest of the manifest being served, the one
+    /// a spec pins with `@sha256:...` or a tag resolved to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub manifest_digest: Option<String>,
+    /// For an OCI module: the reference pinned by the manifest's digest
+    /// (`registry/repository@sha256:...`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resolved_reference: Option<String>,
     /// The version the plugin sees in `register` (12 hex digits).
@@ -41,9 +50,14 @@ pub struct PluginStatus {
 pub struct ReplicaStatus {
     /// The host's identity (its Pod name).
     pub name: String,
+    /// The `metadata.generation` whose spec this replica last reconciled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
     /// The version it serves, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub version: Option<String>,
+    /// Whether it serves the spec of `observedGeneration` (not an earlier
+    /// one).
     pub loaded: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
@@ -54,13 +68,28 @@ pub struct ReplicaStatus {
 /// The condition types the host sets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ConditionType {
-    /// Every replica serves the spec's module and config.
+    /// The spec of the object's current generation serves on the leader
+    /// and on every other ready replica. False while it loads, when it was
+    /// refused (even if an earlier version keeps serving), and while a
+    /// replica is behind.
     Ready,
-    /// The module was fetched, verified, compiled and registered.
+    /// Some version serves (the spec's, or an earlier spec's after a
+    /// refused update): deltas are delivered.
+    Serving,
+    /// The host is working towards the spec (fetching, compiling, retrying
+    /// a registry or API server that failed, waiting on a replica): kstatus
+    /// reads True as InProgress.
+    Reconciling,
+    /// The spec cannot be served without a change (a signature refused, a
+    /// module that is no plugin, access not granted, a namespace not
+    /// allowed): kstatus reads True as Failed.
+    Stalled,
+    /// The spec's module was fetched, verified, compiled and registered on
+    /// the leader.
     Loaded,
-    /// Something is wrong but an older version may still serve (pull
-    /// failed, signature refused, not granted, compile failed,
-    /// quarantined): the reason says which.
+    /// Something is wrong but an older version may still serve: the
+    /// reason says which (kept beside `Stalled` and `Reconciling` for
+    /// readers of the first status layout).
     Degraded,
 }
 
@@ -68,6 +97,9 @@ impl ConditionType {
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Ready => "Ready",
+            Self::Serving => "Serving",
+            Self::Reconciling => "Reconciling",
+            Self::Stalled => "Stalled",
             Self::Loaded => "Loaded",
             Self::Degraded => "Degraded",
         }

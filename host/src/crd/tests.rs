@@ -25,7 +25,9 @@ fn crds_carry_cel_rules_printer_columns_and_a_status_subresource() {
         "a NamespacedPlugin cannot load a file",
         "x-kubernetes-preserve-unknown-fields: true",
         "x-kubernetes-int-or-string: true",
-        "jsonPath: .status.digest",
+        "jsonPath: .status.contentDigest",
+        "jsonPath: .status.manifestDigest",
+        "registry/repository:tag@sha256",
         "status: {}",
     ] {
         assert!(text.contains(needle), "{needle} missing from the CRDs");

@@ -125,6 +125,8 @@ pub struct Elector {
     /// another holder's lease runs from then, on this replica's clock.
     observed: Option<(String, Instant)>,
     holder: Option<String>,
+    /// Where the Lease as last read goes (`/readyz`, the web view).
+    view: Option<crate::telemetry::LeaderFlag>,
 }
 
 impl std::fmt::Debug for Elector {
@@ -147,6 +149,29 @@ impl Elector {
             leadership,
             observed: None,
             holder: None,
+            view: None,
+        }
+    }
+
+    /// Records every reading of the Lease in `flag`, for `/readyz` and the
+    /// web view.
+    #[must_use]
+    pub fn with_view(mut self, flag: crate::telemetry::LeaderFlag) -> Self {
+        self.view = Some(flag);
+        self
+    }
+
+    /// Records the Lease as read or written: `holder` since `acquired`.
+    fn saw(&self, holder: Option<String>, acquired: Option<&MicroTime>, transitions: Option<i32>) {
+        if let Some(flag) = &self.view {
+            flag.observe(crate::telemetry::LeaseView {
+                lease: self.lease(),
+                identity: self.opts.identity.clone(),
+                leading: false,
+                holder,
+                since: acquired.map(|t| t.0.to_string()),
+                transitions,
+            });
         }
     }
 
@@ -254,7 +279,15 @@ impl Elector {
                     ..LeaseSpec::default()
                 }),
             };
-            return Ok(self.backend.create(lease).await? == Written::Done);
+            let created = self.backend.create(lease).await? == Written::Done;
+            if created {
+                self.saw(
+                    Some(self.opts.identity.clone()),
+                    Some(&MicroTime(k8s_openapi::jiff::Timestamp::now())),
+                    Some(0),
+                );
+            }
+            return Ok(created);
         };
         let rv = lease.metadata.resource_version.clone().unwrap_or_default();
         let seen_at = match &self.observed {
@@ -274,6 +307,11 @@ impl Elector {
             let held = u64::try_from(spec.lease_duration_seconds.unwrap_or(0)).unwrap_or(0);
             if Instant::now() < seen_at + Duration::from_secs(held) {
                 self.holder = Some(h.clone());
+                self.saw(
+                    Some(h.clone()),
+                    spec.acquire_time.as_ref(),
+                    spec.lease_transitions,
+                );
                 return Ok(false);
             }
         }
@@ -294,9 +332,18 @@ impl Elector {
             }),
             ..spec
         });
+        let acquired = lease.spec.as_ref().and_then(|s| s.acquire_time.clone());
+        let transitions = lease.spec.as_ref().and_then(|s| s.lease_transitions);
         let written = self.backend.replace(lease).await?;
         if written == Written::Lost {
             self.holder = None;
+        }
+        if written == Written::Done {
+            self.saw(
+                Some(self.opts.identity.clone()),
+                acquired.as_ref(),
+                transitions,
+            );
         }
         Ok(written == Written::Done)
     }
@@ -325,7 +372,10 @@ impl Elector {
         }
         .await;
         match result {
-            Ok(true) => tracing::info!(identity, lease, "released the lease"),
+            Ok(true) => {
+                self.saw(None, None, None);
+                tracing::info!(identity, lease, "released the lease");
+            }
             Ok(false) => {
                 tracing::info!(identity, lease, "lease not released: no longer its holder")
             }

@@ -85,6 +85,9 @@ impl FetchError {
 /// digest that it came from.
 pub struct Fetched {
     pub bytes: Vec<u8>,
+    /// For OCI: the manifest's digest (what the spec pins or a tag
+    /// resolved to).
+    pub manifest_digest: Option<String>,
     pub resolved_reference: Option<String>,
     /// Keep an OCI module's cache entries from eviction while its plugin
     /// loads and then serves (a restart with the registry down needs them).
@@ -115,6 +118,7 @@ impl Fetcher {
         if let Some(file) = &source.file {
             return self.file(file).map(|bytes| Fetched {
                 bytes,
+                manifest_digest: None,
                 resolved_reference: None,
                 pins: Vec::new(),
             });
@@ -142,6 +146,7 @@ impl Fetcher {
                 })?;
             return Ok(Fetched {
                 bytes: bytes.0,
+                manifest_digest: None,
                 resolved_reference: None,
                 pins: Vec::new(),
             });
@@ -212,6 +217,7 @@ impl Fetcher {
             .unwrap_or_default();
         Ok(Fetched {
             bytes: pulled.bytes,
+            manifest_digest: Some(pulled.digest.clone()),
             resolved_reference: Some(pulled.pinned),
             pins,
         })

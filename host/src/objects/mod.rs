@@ -10,6 +10,7 @@ mod fetch;
 mod keyed;
 pub mod migrate;
 mod recheck;
+mod report;
 mod source;
 mod status;
 mod tenant;
@@ -32,9 +33,10 @@ use crate::manager::PluginHost;
 use crate::runtime::{Content, LoadError};
 
 pub use fetch::{FetchError, Fetcher};
-pub use status::{MANAGER, Outcome, replica_for, status_for};
+pub use status::{MANAGER, Outcome, Served, clears_by_itself, replica_for, status_for};
 pub use tenant::{DEFAULT_SERVICE_ACCOUNT, TenantAccounts};
 
+use report::same_status;
 use source::{Op, Seen, Source, object_of_cluster, object_of_tenant, seen};
 
 use crate::source::kube::{Impersonations, ServiceAccountRef};
@@ -47,6 +49,10 @@ const RETRY: Duration = Duration::from_secs(30);
 /// whether it may read what the plugin reads through the shared cache
 /// (`pluginObjects.tenants.recheck`).
 pub const TENANT_RECHECK: Duration = Duration::from_secs(300);
+
+/// What a failed pull adds when this replica never served the object: it
+/// started (a Pod replaced, a rollout) and its cache holds no copy.
+const NO_COPY: &str = "; this replica holds no copy of the module in its cache, so nothing serves until the registry answers (a cache on an emptyDir is emptied when its Pod is replaced: give it a PersistentVolumeClaim to serve pinned modules across Pod replacements)";
 
 /// Pulls from one registry at once: a registry that stalls holds this
 /// many reconciles, and only of the objects that name it.
@@ -123,12 +129,15 @@ struct Known {
     parts: PluginParts,
     /// The spec (parts) and module digest last installed.
     installed: Option<(String, String)>,
-    /// What serves: (version, digest).
-    serving: Option<(String, String)>,
+    /// What serves (the spec's version, or an earlier spec's).
+    serving: Option<Served>,
     outcome: Outcome,
     status: Option<PluginStatus>,
     /// This replica's entry of `status.replicas`, as last written.
     replica: Option<crate::crd::ReplicaStatus>,
+    /// Every entry of `status.replicas` as last seen on the object (the
+    /// leader's `Ready` reads the other replicas' there).
+    others: Vec<crate::crd::ReplicaStatus>,
     /// The serving module's cache entries, kept from eviction.
     pins: Vec<crate::lru_files::Pin>,
 }
@@ -142,6 +151,11 @@ pub struct PluginObjects {
     options: ObjectOptions,
     /// This replica's name on status (its Pod's, else the host name).
     replica: String,
+    /// The namespace of this replica's Pod, when it runs in one: where the
+    /// leader lists the host's Pods (`report::check_replicas`).
+    pod_namespace: Option<String>,
+    /// The host's Pods as the leader last listed them; `None` when unknown.
+    live: parking_lot::Mutex<Option<report::LivePods>>,
     known: Mutex<BTreeMap<Source, Known>>,
     /// Tenant plugins' accounts, shared with the action sink.
     impersonations: Impersonations,
@@ -205,6 +219,10 @@ impl PluginObjects {
             replica: crate::telemetry::identity::Identity::from_env()
                 .instance()
                 .to_owned(),
+            pod_namespace: crate::telemetry::identity::Identity::from_env()
+                .pod_namespace()
+                .map(str::to_owned),
+            live: parking_lot::Mutex::new(None),
             known: Mutex::new(BTreeMap::new()),
             impersonations: Impersonations::default(),
             registries: parking_lot::Mutex::default(),
@@ -345,10 +363,14 @@ impl PluginObjects {
                 },
                 Ok(()) = leader.changed() => {
                     if leader.borrow_and_update().leading {
+                        self.check_replicas().await;
                         self.write_all_statuses().await;
                     }
                 }
-                _ = retry.tick() => self.retry_refused(|_| true, &submit).await,
+                _ = retry.tick() => {
+                    self.retry_refused(|_| true, &submit).await;
+                    self.check_replicas().await;
+                }
                 _ = recheck.tick() => {
                     for source in self.serving_tenants().await {
                         submit(source, Op::Recheck);
@@ -406,6 +428,7 @@ impl PluginObjects {
 
     async fn remove(&self, source: &Source) {
         if self.known.lock().await.remove(source).is_some() {
+            self.host.telemetry().note(&source.display(), None);
             let name = source.plugin_name();
             // Only its own plugin: one refused for its name leaves the
             // folder's plugin of that name serving.
@@ -435,6 +458,7 @@ impl PluginObjects {
                 source: s.clone(),
                 generation: k.generation,
                 parts: k.parts.clone(),
+                status: None,
             })
             .collect();
         for obj in refused {
@@ -453,17 +477,24 @@ impl PluginObjects {
     async fn reconcile(&self, obj: Seen, retrying: bool) {
         let name = obj.source.plugin_name();
         let spec_key = serde_json::to_string(&obj.parts).unwrap_or_default();
-        let (previous_install, serving, previous_status, previous_replica) = {
-            let known = self.known.lock().await;
+        let (previous_install, serving, mut previous_status, previous_replica) = {
+            let mut known = self.known.lock().await;
             // The same generation again (the watch resumed, or the event is
-            // the host's own status write): nothing to do; refused specs are
-            // retried on their own timer.
+            // a status write): nothing to load; refused specs are retried on
+            // their own timer. Another replica's entry may have changed,
+            // which the leader's Ready counts.
             if !retrying
-                && let Some(k) = known.get(&obj.source)
+                && let Some(k) = known.get_mut(&obj.source)
                 && k.generation.is_some()
                 && k.generation == obj.generation
                 && k.parts == obj.parts
             {
+                let entries = obj.status.map(|s| s.replicas).unwrap_or_default();
+                if k.others != entries {
+                    k.others = entries;
+                    drop(known);
+                    self.refresh(&obj.source).await;
+                }
                 return;
             }
             match known.get(&obj.source) {
@@ -473,18 +504,51 @@ impl PluginObjects {
                     k.status.clone(),
                     k.replica.clone(),
                 ),
-                None => (None, None, None, None),
+                // A replica that starts reads the status on the object, to
+                // keep its transition times.
+                None => (None, None, obj.status.clone(), None),
             }
         };
+        let others = obj
+            .status
+            .as_ref()
+            .map(|s| s.replicas.clone())
+            .unwrap_or_default();
+        // A new spec: say so before fetching and compiling it, while
+        // leading, unless the object already speaks of this generation (a
+        // replica starting, or taking over, finds it so).
+        if !retrying
+            && self.leadership.state().leading
+            && previous_status
+                .as_ref()
+                .is_none_or(|p| p.observed_generation != obj.generation)
+        {
+            let loading = Outcome::Loading {
+                serving: serving.clone(),
+            };
+            let status = status_for(
+                &loading,
+                obj.generation,
+                previous_status.as_ref(),
+                &self.counted(&others),
+            );
+            self.write_status(&obj.source, &status).await;
+            previous_status = Some(status);
+        }
         // The new module's cache entries, pinned from the fetch on: kept
         // while it loads and, once it serves, with it.
         let mut fetched_pins = Vec::new();
         let outcome = match self.prepare(&obj).await {
-            Err((reason, message)) => Outcome::Refused {
-                reason,
-                message,
-                serving: serving.clone(),
-            },
+            Err((reason, mut message)) => {
+                if reason == "PullFailed" && serving.is_none() && previous_install.is_none() {
+                    message.push_str(NO_COPY);
+                }
+                Outcome::Refused {
+                    reason,
+                    message,
+                    serving: serving.clone(),
+                }
+            }
             Ok((manifest, fetched, account)) => {
                 if let Some(account) = account {
                     // Set before the install, so the new version's first
@@ -497,12 +561,14 @@ impl PluginObjects {
                 let unchanged = previous_install
                     .as_ref()
                     .is_some_and(|(s, d)| *s == spec_key && *d == digest);
+                let served = |version: String| Served {
+                    version,
+                    content_digest: digest.clone(),
+                    manifest_digest: fetched.manifest_digest.clone(),
+                    resolved_reference: fetched.resolved_reference.clone(),
+                };
                 match (&serving, unchanged) {
-                    (Some((version, digest)), true) => Outcome::Serving {
-                        digest: digest.clone(),
-                        version: version.clone(),
-                        resolved_reference: fetched.resolved_reference,
-                    },
+                    (Some(s), true) => Outcome::Serving(served(s.version.clone())),
                     _ => match self
                         .host
                         .install_from(obj.source.origin(), &name, content, manifest)
@@ -510,11 +576,7 @@ impl PluginObjects {
                     {
                         Ok(v) => {
                             tracing::info!(plugin = %name, version = v.version(), %digest, object = %obj.source.display(), "Plugin object loaded");
-                            Outcome::Serving {
-                                digest,
-                                version: v.version().to_owned(),
-                                resolved_reference: fetched.resolved_reference,
-                            }
+                            Outcome::Serving(served(v.version().to_owned()))
                         }
                         Err(e) => Outcome::Refused {
                             reason: load_reason(&e),
@@ -532,27 +594,28 @@ impl PluginObjects {
         {
             tracing::warn!(plugin = %name, object = %obj.source.display(), reason, error = %message, "Plugin object not served");
         }
-        let status = status_for(&outcome, obj.generation, previous_status.as_ref());
+        self.note(&obj.source, &outcome);
+        let status = status_for(
+            &outcome,
+            obj.generation,
+            previous_status.as_ref(),
+            &self.counted(&others),
+        );
         let (installed, serving) = match &outcome {
-            Outcome::Serving {
-                digest, version, ..
-            } => (
-                Some((spec_key, digest.clone())),
-                Some((version.clone(), digest.clone())),
-            ),
-            Outcome::Refused { .. } => (previous_install, serving),
+            Outcome::Serving(s) => (Some((spec_key, s.content_digest.clone())), Some(s.clone())),
+            Outcome::Refused { .. } | Outcome::Loading { .. } => (previous_install, serving),
         };
         let changed_status = previous_status
             .as_ref()
             .is_none_or(|p| !same_status(p, &status));
-        let replica = replica_for(&self.replica, &outcome);
+        let replica = replica_for(&self.replica, &outcome, obj.generation);
         let changed_replica = previous_replica.as_ref() != Some(&replica);
         let mut known = self.known.lock().await;
         // A refused spec leaves the previous module serving: its entries
         // stay pinned, the refused one's are let go.
         let pins = match &outcome {
-            Outcome::Serving { .. } => fetched_pins,
-            Outcome::Refused { .. } => known
+            Outcome::Serving(_) => fetched_pins,
+            Outcome::Refused { .. } | Outcome::Loading { .. } => known
                 .get_mut(&obj.source)
                 .map(|k| std::mem::take(&mut k.pins))
                 .unwrap_or_default(),
@@ -567,6 +630,7 @@ impl PluginObjects {
                 outcome,
                 status: Some(status.clone()),
                 replica: Some(replica.clone()),
+                others,
                 pins,
             },
         );
@@ -672,57 +736,6 @@ impl PluginObjects {
             .clone();
         slots.acquire_owned().await.ok()
     }
-
-    async fn write_all_statuses(&self) {
-        let all: Vec<(Source, PluginStatus)> = self
-            .known
-            .lock()
-            .await
-            .iter()
-            .filter_map(|(s, k)| Some((s.clone(), k.status.clone()?)))
-            .collect();
-        for (source, status) in all {
-            self.write_status(&source, &status).await;
-        }
-    }
-
-    /// Every replica reports its own load state, leader or not.
-    async fn write_replica(&self, source: &Source, entry: &crate::crd::ReplicaStatus) {
-        let manager = status::replica_manager(&entry.name);
-        let part = serde_json::json!({"replicas": [entry]});
-        if let Err(e) = self.apply_status(source, &manager, part).await {
-            tracing::warn!(object = %source.display(), replica = %entry.name, error = %e, "cannot write this replica's load state to the Plugin object's status");
-        }
-    }
-
-    async fn write_status(&self, source: &Source, status: &PluginStatus) {
-        let result = match serde_json::to_value(status) {
-            Ok(part) => self.apply_status(source, MANAGER, part).await,
-            Err(e) => Err(kube::Error::SerdeError(e)),
-        };
-        if let Err(e) = result {
-            tracing::warn!(object = %source.display(), error = %e, "cannot write the Plugin object's status");
-        }
-    }
-
-    /// Applies part of the status of the object `source` names, as `manager`.
-    async fn apply_status(
-        &self,
-        source: &Source,
-        manager: &str,
-        part: serde_json::Value,
-    ) -> Result<(), kube::Error> {
-        match source {
-            Source::Cluster(name) => {
-                let api = Api::<Plugin>::all(self.client.clone());
-                status::apply(&api, name, manager, part).await
-            }
-            Source::Tenant { namespace, name } => {
-                let api = Api::<NamespacedPlugin>::namespaced(self.client.clone(), namespace);
-                status::apply(&api, name, manager, part).await
-            }
-        }
-    }
 }
 
 fn watcher<K>(api: Api<K>) -> impl futures::Stream<Item = Result<Event<K>, watcher::Error>> + Send
@@ -731,20 +744,6 @@ where
     K::DynamicType: Default,
 {
     watcher::watcher(api, watcher::Config::default()).default_backoff()
-}
-
-/// Two statuses say the same (transition times aside).
-fn same_status(a: &PluginStatus, b: &PluginStatus) -> bool {
-    let strip = |s: &PluginStatus| {
-        let mut s = s.clone();
-        for c in &mut s.conditions {
-            c.last_transition_time = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-                k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
-            );
-        }
-        s
-    };
-    strip(a) == strip(b)
 }
 
 /// The condition reason of a load failure.

@@ -74,11 +74,12 @@ impl PluginObjects {
             let Some(k) = known.get_mut(source) else {
                 return;
             };
-            let status = status_for(&outcome, k.generation, k.status.as_ref());
+            let others = self.counted(&k.others);
+            let status = status_for(&outcome, k.generation, k.status.as_ref(), &others);
             k.installed = None;
             k.serving = None;
             k.pins.clear();
-            k.replica = Some(replica_for(&self.replica, &outcome));
+            k.replica = Some(replica_for(&self.replica, &outcome, k.generation));
             k.outcome = outcome;
             k.status = Some(status.clone());
             (status, k.replica.clone())

@@ -4,7 +4,7 @@
 use kube::ResourceExt;
 use kube::runtime::watcher::Event;
 
-use crate::crd::{NamespacedPlugin, Plugin, PluginParts};
+use crate::crd::{NamespacedPlugin, Plugin, PluginParts, PluginStatus};
 use crate::origin::Origin;
 
 /// Which object a plugin came from.
@@ -84,6 +84,9 @@ pub(super) struct Seen {
     pub(super) source: Source,
     pub(super) generation: Option<i64>,
     pub(super) parts: PluginParts,
+    /// The status on the object as seen (other replicas' entries, the
+    /// transition times a starting replica keeps).
+    pub(super) status: Option<PluginStatus>,
 }
 
 /// A watch event of either kind, as the reconcile sees its object.
@@ -102,6 +105,7 @@ pub(super) fn object_of_cluster(p: &Plugin) -> Seen {
         source: Source::Cluster(p.name_any()),
         generation: p.metadata.generation,
         parts: p.spec.parts.clone(),
+        status: p.status.clone(),
     }
 }
 
@@ -113,6 +117,7 @@ pub(super) fn object_of_tenant(p: &NamespacedPlugin) -> Seen {
         },
         generation: p.metadata.generation,
         parts: p.spec.parts.clone(),
+        status: p.status.clone(),
     }
 }
 
@@ -125,6 +130,7 @@ mod tests {
             source: Source::Cluster("p".into()),
             generation: Some(generation),
             parts: PluginParts::default(),
+            status: None,
         })
     }
 

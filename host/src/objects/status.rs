@@ -13,22 +13,55 @@ use crate::crd::{Condition, ConditionType, PluginStatus, ReplicaStatus};
 /// The field manager of the host's status writes.
 pub const MANAGER: &str = "kubewasm";
 
+/// A version that serves, and what it was loaded from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Served {
+    /// The version the plugin sees in `register`.
+    pub version: String,
+    /// `sha256:<hex>` of the module's bytes.
+    pub content_digest: String,
+    /// For OCI: the manifest's digest (what a spec pins or a tag resolved
+    /// to).
+    pub manifest_digest: Option<String>,
+    /// For OCI: `registry/repository@<manifest digest>`.
+    pub resolved_reference: Option<String>,
+}
+
 /// What the last reconcile of one object came to.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Outcome {
-    /// The spec's module serves as `version`.
-    Serving {
-        digest: String,
-        version: String,
-        resolved_reference: Option<String>,
-    },
+    /// The spec's module serves.
+    Serving(Served),
+    /// The spec is being fetched and compiled; `serving` is an earlier
+    /// spec's version that serves meanwhile, if any.
+    Loading { serving: Option<Served> },
     /// The spec could not be served; `serving` is the version that still
     /// does (an earlier spec's), if any.
     Refused {
         reason: &'static str,
         message: String,
-        serving: Option<(String, String)>,
+        serving: Option<Served>,
     },
+}
+
+impl Outcome {
+    /// What serves, whichever spec it came from.
+    pub fn served(&self) -> Option<&Served> {
+        match self {
+            Self::Serving(s) => Some(s),
+            Self::Loading { serving } | Self::Refused { serving, .. } => serving.as_ref(),
+        }
+    }
+}
+
+/// Whether a refusal for `reason` can clear without anyone changing
+/// anything (a registry or the API server back, a ConfigMap created by the
+/// same apply): the host keeps retrying it and says `Reconciling`. Every
+/// other refusal needs a change (the spec, a key, the host config, RBAC) and
+/// says `Stalled`, which kstatus reads as Failed, so a GitOps tool stops
+/// waiting at once.
+pub fn clears_by_itself(reason: &str) -> bool {
+    matches!(reason, "PullFailed" | "FetchFailed" | "TenantCheckFailed")
 }
 
 /// The longest message a condition or replica entry carries: a registry
@@ -63,42 +96,141 @@ fn condition(
     }
 }
 
-/// The status `outcome` amounts to for the object at `generation`.
-/// `previous` keeps a condition's transition time while its status holds,
-/// as the API conventions ask.
+/// The other replicas (ready ones, by the leader's reading) that do not
+/// serve the spec of `generation`, as one sentence each.
+fn behind(others: &[ReplicaStatus], generation: Option<i64>) -> Vec<String> {
+    others
+        .iter()
+        .filter(|r| !(r.loaded && r.observed_generation == generation))
+        .map(|r| {
+            let serves = r
+                .version
+                .as_deref()
+                .map_or("serves nothing".to_owned(), |v| {
+                    format!("serves version {v}")
+                });
+            match (&r.reason, r.observed_generation) {
+                (Some(reason), _) => format!("replica {} {serves} ({reason})", r.name),
+                (None, Some(g)) if Some(g) != generation => {
+                    format!(
+                        "replica {} {serves} and has not loaded generation {} yet (it is on {g})",
+                        r.name,
+                        generation.unwrap_or_default()
+                    )
+                }
+                _ => format!(
+                    "replica {} {serves} and has not loaded this generation yet",
+                    r.name
+                ),
+            }
+        })
+        .collect()
+}
+
+/// The status `outcome` (the leader's) amounts to for the object at
+/// `generation`, given the entries of the other ready replicas in
+/// `others`. `previous` keeps a condition's transition time while its
+/// status holds, as the API conventions ask.
 pub fn status_for(
     outcome: &Outcome,
     generation: Option<i64>,
     previous: Option<&PluginStatus>,
+    others: &[ReplicaStatus],
 ) -> PluginStatus {
+    use ConditionType::{Degraded, Loaded, Ready, Reconciling, Serving, Stalled};
+    let c =
+        |kind, ok, reason: &str, message: &str| condition(kind, ok, reason, message, generation);
+    let serving = match outcome.served() {
+        Some(s) if matches!(outcome, Outcome::Serving(_)) => c(
+            Serving,
+            true,
+            "SpecVersion",
+            &format!("version {} of the current spec serves", s.version),
+        ),
+        Some(s) => c(
+            Serving,
+            true,
+            "PreviousVersion",
+            &format!(
+                "version {} of an earlier spec keeps serving (content {})",
+                s.version, s.content_digest
+            ),
+        ),
+        None => c(
+            Serving,
+            false,
+            "NothingServes",
+            "no version of this plugin serves: no delta is delivered",
+        ),
+    };
     let mut conditions = match outcome {
-        Outcome::Serving { version, .. } => {
-            let msg = format!("version {version} serves the spec's module");
+        Outcome::Serving(served) => {
+            let late = behind(others, generation);
+            let msg = format!("version {} serves the spec's module", served.version);
+            if late.is_empty() {
+                vec![
+                    c(Ready, true, "Serving", &msg),
+                    serving,
+                    c(Reconciling, false, "Serving", &msg),
+                    c(Stalled, false, "Serving", &msg),
+                    c(Loaded, true, "Loaded", &msg),
+                    c(Degraded, false, "AsExpected", ""),
+                ]
+            } else {
+                let why = format!(
+                    "the leader serves version {}, but {}",
+                    served.version,
+                    late.join("; ")
+                );
+                vec![
+                    c(Ready, false, "ReplicasBehind", &why),
+                    serving,
+                    c(Reconciling, true, "ReplicasBehind", &why),
+                    c(Stalled, false, "ReplicasBehind", &why),
+                    c(Loaded, true, "Loaded", &msg),
+                    c(Degraded, false, "AsExpected", ""),
+                ]
+            }
+        }
+        Outcome::Loading { .. } => {
+            let msg = format!(
+                "fetching, verifying and compiling the module of generation {}",
+                generation.unwrap_or_default()
+            );
             vec![
-                condition(ConditionType::Ready, true, "Serving", &msg, generation),
-                condition(ConditionType::Loaded, true, "Loaded", &msg, generation),
-                condition(ConditionType::Degraded, false, "AsExpected", "", generation),
+                c(Ready, false, "Reconciling", &msg),
+                serving,
+                c(Reconciling, true, "Loading", &msg),
+                c(Stalled, false, "Loading", &msg),
+                c(Loaded, false, "Loading", &msg),
+                c(Degraded, false, "AsExpected", ""),
             ]
         }
         Outcome::Refused {
             reason,
             message,
-            serving,
+            serving: earlier,
         } => {
-            let ready = match serving {
-                Some((version, _)) => condition(
-                    ConditionType::Ready,
-                    true,
-                    "PreviousVersionServing",
-                    &format!("version {version} of an earlier spec keeps serving: {message}"),
-                    generation,
+            let ready_msg = match earlier {
+                Some(s) => format!(
+                    "the current spec is refused ({message}); version {} of an earlier spec keeps serving",
+                    s.version
                 ),
-                None => condition(ConditionType::Ready, false, reason, message, generation),
+                None => message.clone(),
+            };
+            let retried = clears_by_itself(reason);
+            let progress = if retried {
+                format!("retried every 30 s: {message}")
+            } else {
+                format!("cannot be served without a change: {message}")
             };
             vec![
-                ready,
-                condition(ConditionType::Loaded, false, reason, message, generation),
-                condition(ConditionType::Degraded, true, reason, message, generation),
+                c(Ready, false, reason, &ready_msg),
+                serving,
+                c(Reconciling, retried, reason, &progress),
+                c(Stalled, !retried, reason, &progress),
+                c(Loaded, false, reason, message),
+                c(Degraded, true, reason, message),
             ]
         }
     };
@@ -111,52 +243,34 @@ pub fn status_for(
             }
         }
     }
-    let (digest, version, resolved_reference) = match outcome {
-        Outcome::Serving {
-            digest,
-            version,
-            resolved_reference,
-        } => (
-            Some(digest.clone()),
-            Some(version.clone()),
-            resolved_reference.clone(),
-        ),
-        Outcome::Refused { serving, .. } => match serving {
-            Some((version, digest)) => (Some(digest.clone()), Some(version.clone()), None),
-            None => (None, None, None),
-        },
-    };
+    let served = outcome.served();
     PluginStatus {
         observed_generation: generation,
-        digest,
-        resolved_reference,
-        version,
+        content_digest: served.map(|s| s.content_digest.clone()),
+        manifest_digest: served.and_then(|s| s.manifest_digest.clone()),
+        resolved_reference: served.and_then(|s| s.resolved_reference.clone()),
+        version: served.map(|s| s.version.clone()),
         conditions,
         replicas: Vec::new(),
     }
 }
 
-/// This replica's entry for `outcome`.
-pub fn replica_for(replica: &str, outcome: &Outcome) -> ReplicaStatus {
-    match outcome {
-        Outcome::Serving { version, .. } => ReplicaStatus {
-            name: replica.to_owned(),
-            version: Some(version.clone()),
-            loaded: true,
-            reason: None,
-            message: None,
-        },
+/// This replica's entry for `outcome` at `generation`.
+pub fn replica_for(replica: &str, outcome: &Outcome, generation: Option<i64>) -> ReplicaStatus {
+    let (loaded, reason, message) = match outcome {
+        Outcome::Serving(_) => (true, None, None),
+        Outcome::Loading { .. } => (false, Some("Loading".to_owned()), None),
         Outcome::Refused {
-            reason,
-            message,
-            serving,
-        } => ReplicaStatus {
-            name: replica.to_owned(),
-            version: serving.as_ref().map(|(v, _)| v.clone()),
-            loaded: false,
-            reason: Some((*reason).to_owned()),
-            message: Some(short(message)),
-        },
+            reason, message, ..
+        } => (false, Some((*reason).to_owned()), Some(short(message))),
+    };
+    ReplicaStatus {
+        name: replica.to_owned(),
+        observed_generation: generation,
+        version: outcome.served().map(|s| s.version.clone()),
+        loaded,
+        reason,
+        message,
     }
 }
 
@@ -204,14 +318,14 @@ mod tests {
             message: format!("registry said: {}", "x".repeat(5 << 20)),
             serving: None,
         };
-        let status = status_for(&outcome, Some(1), None);
+        let status = status_for(&outcome, Some(1), None, &[]);
         for c in &status.conditions {
             assert!(c.message.len() <= MESSAGE_MAX, "{}", c.message.len());
         }
         let ready = &status.conditions[0].message;
         assert!(ready.starts_with("registry said: xxx"), "{ready}");
         assert!(ready.ends_with("(5242895 bytes in all)"), "{ready}");
-        let replica = replica_for("r", &outcome);
+        let replica = replica_for("r", &outcome, Some(1));
         assert!(replica.message.unwrap().len() <= MESSAGE_MAX);
         // Short ones are whole.
         let ok = Outcome::Refused {
@@ -220,8 +334,197 @@ mod tests {
             serving: None,
         };
         assert_eq!(
-            status_for(&ok, Some(1), None).conditions[0].message,
+            status_for(&ok, Some(1), None, &[]).conditions[0].message,
             "no such host"
         );
+    }
+}
+
+#[cfg(test)]
+mod conditions {
+    use super::*;
+
+    fn served(version: &str) -> Served {
+        Served {
+            version: version.into(),
+            content_digest: "sha256:c".into(),
+            manifest_digest: Some("sha256:m".into()),
+            resolved_reference: Some("r.io/p@sha256:m".into()),
+        }
+    }
+
+    /// (type, status, reason) of every condition kstatus and `kubectl
+    /// wait` read.
+    fn read(status: &PluginStatus) -> Vec<(String, String, String)> {
+        status
+            .conditions
+            .iter()
+            .filter(|c| ["Ready", "Serving", "Reconciling", "Stalled"].contains(&c.type_.as_str()))
+            .map(|c| (c.type_.clone(), c.status.clone(), c.reason.clone()))
+            .collect()
+    }
+
+    fn expect(rows: &[(&str, &str, &str)]) -> Vec<(String, String, String)> {
+        rows.iter()
+            .map(|(t, s, r)| ((*t).to_owned(), (*s).to_owned(), (*r).to_owned()))
+            .collect()
+    }
+
+    fn replica(name: &str, generation: i64, loaded: bool) -> ReplicaStatus {
+        ReplicaStatus {
+            name: name.into(),
+            observed_generation: Some(generation),
+            version: Some("v".into()),
+            loaded,
+            reason: (!loaded).then(|| "PullFailed".to_owned()),
+            message: None,
+        }
+    }
+
+    #[test]
+    fn each_outcome_reads_as_kstatus_expects() {
+        let refused = |reason: &'static str, serving| Outcome::Refused {
+            reason,
+            message: "why".into(),
+            serving,
+        };
+        let cases: Vec<(&str, Outcome, Vec<ReplicaStatus>, Vec<(&str, &str, &str)>)> = vec![
+            (
+                "serving everywhere: Current",
+                Outcome::Serving(served("a")),
+                vec![replica("other", 2, true)],
+                vec![
+                    ("Ready", "True", "Serving"),
+                    ("Serving", "True", "SpecVersion"),
+                    ("Reconciling", "False", "Serving"),
+                    ("Stalled", "False", "Serving"),
+                ],
+            ),
+            (
+                "a ready replica on the previous generation: InProgress",
+                Outcome::Serving(served("a")),
+                vec![replica("other", 1, true)],
+                vec![
+                    ("Ready", "False", "ReplicasBehind"),
+                    ("Serving", "True", "SpecVersion"),
+                    ("Reconciling", "True", "ReplicasBehind"),
+                    ("Stalled", "False", "ReplicasBehind"),
+                ],
+            ),
+            (
+                "a replica that could not pull: InProgress",
+                Outcome::Serving(served("a")),
+                vec![replica("other", 2, false)],
+                vec![
+                    ("Ready", "False", "ReplicasBehind"),
+                    ("Serving", "True", "SpecVersion"),
+                    ("Reconciling", "True", "ReplicasBehind"),
+                    ("Stalled", "False", "ReplicasBehind"),
+                ],
+            ),
+            (
+                "loading a new spec: InProgress",
+                Outcome::Loading {
+                    serving: Some(served("a")),
+                },
+                vec![],
+                vec![
+                    ("Ready", "False", "Reconciling"),
+                    ("Serving", "True", "PreviousVersion"),
+                    ("Reconciling", "True", "Loading"),
+                    ("Stalled", "False", "Loading"),
+                ],
+            ),
+            (
+                "registry down on an update: InProgress, the previous version serving",
+                refused("PullFailed", Some(served("a"))),
+                vec![],
+                vec![
+                    ("Ready", "False", "PullFailed"),
+                    ("Serving", "True", "PreviousVersion"),
+                    ("Reconciling", "True", "PullFailed"),
+                    ("Stalled", "False", "PullFailed"),
+                ],
+            ),
+            (
+                "a refused signature on an update: Failed, the previous version serving",
+                refused("SignatureRefused", Some(served("a"))),
+                vec![],
+                vec![
+                    ("Ready", "False", "SignatureRefused"),
+                    ("Serving", "True", "PreviousVersion"),
+                    ("Reconciling", "False", "SignatureRefused"),
+                    ("Stalled", "True", "SignatureRefused"),
+                ],
+            ),
+            (
+                "nothing serves after a restart with the registry down",
+                refused("PullFailed", None),
+                vec![],
+                vec![
+                    ("Ready", "False", "PullFailed"),
+                    ("Serving", "False", "NothingServes"),
+                    ("Reconciling", "True", "PullFailed"),
+                    ("Stalled", "False", "PullFailed"),
+                ],
+            ),
+        ];
+        for (name, outcome, others, want) in cases {
+            let status = status_for(&outcome, Some(2), None, &others);
+            assert_eq!(read(&status), expect(&want), "{name}");
+            assert_eq!(status.observed_generation, Some(2), "{name}");
+            assert!(
+                status
+                    .conditions
+                    .iter()
+                    .all(|c| c.observed_generation == Some(2)),
+                "{name}"
+            );
+            // The version serving stays on status, whichever spec it is of.
+            assert_eq!(
+                status.version.is_some(),
+                outcome.served().is_some(),
+                "{name}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_refused_update_keeps_the_serving_versions_digests_apart() {
+        let status = status_for(
+            &Outcome::Refused {
+                reason: "SignatureRefused",
+                message: "no key verifies it".into(),
+                serving: Some(served("a")),
+            },
+            Some(3),
+            None,
+            &[],
+        );
+        assert_eq!(status.version.as_deref(), Some("a"));
+        assert_eq!(status.content_digest.as_deref(), Some("sha256:c"));
+        assert_eq!(status.manifest_digest.as_deref(), Some("sha256:m"));
+        let ready = &status.conditions[0];
+        assert!(ready.message.contains("no key verifies it"), "{ready:?}");
+        assert!(ready.message.contains("version a"), "{ready:?}");
+    }
+
+    #[test]
+    fn a_replica_entry_says_which_generation_it_serves() {
+        let entry = replica_for("pod-a", &Outcome::Serving(served("a")), Some(4));
+        assert_eq!(entry.observed_generation, Some(4));
+        assert!(entry.loaded);
+        let refused = replica_for(
+            "pod-a",
+            &Outcome::Refused {
+                reason: "PullFailed",
+                message: "down".into(),
+                serving: Some(served("a")),
+            },
+            Some(5),
+        );
+        assert!(!refused.loaded);
+        assert_eq!(refused.version.as_deref(), Some("a"));
+        assert_eq!(refused.reason.as_deref(), Some("PullFailed"));
     }
 }

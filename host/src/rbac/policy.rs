@@ -390,6 +390,13 @@ fn host_rules(host_namespace: &str, lease: &str, accounts: &BTreeSet<String>) ->
     pull.host = Some(
         "plugins as objects: reads the registry credentials a Plugin's oci.pullSecret names".into(),
     );
+    // The leader's Ready counts the ready replicas, and prunes the status
+    // entries of Pods that are gone.
+    let mut pods = Rule::new("", "pods".into());
+    pods.verbs.insert("list");
+    pods.host = Some(
+        "plugins as objects: the leader lists the host's Pods, so Ready waits for the ready replicas only and the entries of Pods that are gone leave status.replicas".into(),
+    );
 
     // Tenants act as a ServiceAccount of their namespace: the host may
     // impersonate those names (and read them, to tell a missing one from
@@ -410,7 +417,7 @@ fn host_rules(host_namespace: &str, lease: &str, accounts: &BTreeSet<String>) ->
         host: vec![create, renew],
         host_cluster: vec![tokens, access],
         objects_cluster: objects,
-        objects_host: vec![pull],
+        objects_host: vec![pull, pods],
         tenants: BTreeMap::new(),
     }
 }

@@ -64,24 +64,44 @@ pub enum Outcome {
     Skipped = 5,
 }
 
-/// Whether this replica leads (the `kubewasm_leader` gauge). True unless
-/// leader election says otherwise: without election every replica acts.
+/// Whether this replica leads (the `kubewasm_leader` gauge), and the
+/// Lease as last read. True unless leader election says otherwise: without
+/// election every replica acts.
 #[derive(Debug, Clone)]
-pub struct LeaderFlag(Arc<AtomicBool>);
+pub struct LeaderFlag {
+    leading: Arc<AtomicBool>,
+    lease: Arc<parking_lot::RwLock<Option<super::lease::LeaseView>>>,
+}
 
 impl Default for LeaderFlag {
     fn default() -> Self {
-        Self(Arc::new(AtomicBool::new(true)))
+        Self {
+            leading: Arc::new(AtomicBool::new(true)),
+            lease: Arc::default(),
+        }
     }
 }
 
 impl LeaderFlag {
     pub fn set(&self, leading: bool) {
-        self.0.store(leading, Ordering::Relaxed);
+        self.leading.store(leading, Ordering::Relaxed);
     }
 
     pub fn is_leader(&self) -> bool {
-        self.0.load(Ordering::Relaxed)
+        self.leading.load(Ordering::Relaxed)
+    }
+
+    /// Records the Lease as the elector last read or wrote it.
+    pub fn observe(&self, view: super::lease::LeaseView) {
+        *self.lease.write() = Some(view);
+    }
+
+    /// The Lease as last observed, with `leading` as of now; `None`
+    /// without leader election.
+    pub fn lease(&self) -> Option<super::lease::LeaseView> {
+        let mut view = self.lease.read().clone()?;
+        view.leading = self.is_leader();
+        Some(view)
     }
 }
 

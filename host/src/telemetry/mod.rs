@@ -15,6 +15,7 @@
 pub mod events;
 pub mod feed;
 pub mod identity;
+pub mod lease;
 pub mod logging;
 pub mod metrics;
 
@@ -24,6 +25,7 @@ use std::sync::Arc;
 use parking_lot::{Mutex, RwLock};
 
 pub use identity::Identity;
+pub use lease::LeaseView;
 
 use crate::redact::Redactor;
 pub use metrics::{
@@ -42,6 +44,9 @@ struct Inner {
     redactor: RwLock<Redactor>,
     /// Core tasks that ended unexpectedly.
     dead: Mutex<Vec<String>>,
+    /// What `/readyz` says besides readiness, by subject (a Plugin object
+    /// that this replica cannot serve).
+    notes: Mutex<std::collections::BTreeMap<String, String>>,
 }
 
 /// The shared telemetry handle of one host.
@@ -72,6 +77,7 @@ impl Telemetry {
                 admin: RwLock::new(None),
                 redactor: RwLock::new(Redactor::default()),
                 dead: Mutex::new(Vec::new()),
+                notes: Mutex::default(),
             }),
         }
     }
@@ -141,6 +147,22 @@ impl Telemetry {
         } else {
             Err(reasons)
         }
+    }
+
+    /// Sets (or, with `None`, clears) what `/readyz`'s text says about
+    /// `subject` without making the replica unready: a Plugin object it
+    /// cannot serve says so there, while the others serve on.
+    pub fn note(&self, subject: &str, text: Option<String>) {
+        let mut notes = self.inner.notes.lock();
+        match text {
+            Some(t) => notes.insert(subject.to_owned(), t),
+            None => notes.remove(subject),
+        };
+    }
+
+    /// Every note, ordered by subject.
+    pub fn notes(&self) -> Vec<String> {
+        self.inner.notes.lock().values().cloned().collect()
     }
 
     /// `Ok` while every core task runs (or ended because it was asked to).

@@ -124,6 +124,26 @@ function renderDead(letters) {
     td(d.firstFailed), td(d.lastFailed), td(d.lastError, 'err'))));
 }
 
+// Which replica leads: a follower delivers nothing, so its page says so
+// and names the leader (a port-forward may land on either replica).
+function renderLeadership(l) {
+  const role = $('role');
+  const banner = $('follower');
+  if (!l) {
+    role.hidden = true;
+    banner.hidden = true;
+    return;
+  }
+  role.hidden = false;
+  role.textContent = l.leading ? 'leader' : 'follower';
+  role.className = 'badge ' + (l.leading ? 'ok' : 'off');
+  role.title = (l.holder ? l.holder + ' leads' : 'no holder') + (l.since ? ' since ' + l.since : '') + ' (Lease ' + l.lease + ')';
+  banner.hidden = l.leading;
+  banner.textContent = l.leading ? '' : (l.holder
+    ? 'This replica (' + l.identity + ') is a follower: it delivers nothing and executes nothing. ' + l.holder + ' leads' + (l.since ? ' since ' + l.since : '') + '; open the web view of that replica to see deliveries.'
+    : 'This replica (' + l.identity + ') is a follower: no replica holds Lease ' + l.lease + ' now.');
+}
+
 function renderState(s) {
   renderPlugins(s.plugins || []);
   renderInformers(s.informers || []);
@@ -133,6 +153,10 @@ function renderState(s) {
   ready.textContent = notReady.length ? 'not ready' : 'ready';
   ready.className = 'badge ' + (notReady.length ? 'off' : 'ok');
   ready.title = notReady.join('\n');
+  renderLeadership(s.leadership);
+  const notes = s.notes || [];
+  $('notes').hidden = notes.length === 0;
+  $('notes').textContent = notes.join('\n');
   $('pages').textContent = s.pages + (s.pages === 1 ? ' page open' : ' pages open');
 }
 

@@ -1,0 +1,266 @@
+//! What the host writes on Plugin objects: each replica its own entry of
+//! `status.replicas`, the leader the rest. The leader's `Ready` speaks for
+//! every ready replica: it reads the other replicas' entries off the object
+//! and the host's Pods off the API server, prunes the entries of Pods that
+//! are gone, and says `ReplicasBehind` while a ready one has not loaded
+//! the current spec.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use kube::api::{ListParams, Patch, PatchParams};
+
+use super::status::{self, MANAGER, status_for};
+use super::{PluginObjects, Source};
+use crate::crd::{NamespacedPlugin, Plugin, PluginStatus, ReplicaStatus};
+
+/// The host's Pods as the leader last listed them: name -> Ready.
+pub(super) type LivePods = BTreeMap<String, bool>;
+
+impl PluginObjects {
+    /// The other replicas' entries that count for `Ready`: those of ready
+    /// Pods when the host's Pods are known, else all of them.
+    pub(super) fn counted(&self, entries: &[ReplicaStatus]) -> Vec<ReplicaStatus> {
+        let live = self.live.lock().clone();
+        entries
+            .iter()
+            .filter(|r| r.name != self.replica)
+            .filter(|r| {
+                live.as_ref()
+                    .is_none_or(|pods| pods.get(&r.name) == Some(&true))
+            })
+            .cloned()
+            .collect()
+    }
+
+    /// Recomputes the status of `source` from what this replica knows (its
+    /// outcome, the other replicas' entries as last seen) and writes it if
+    /// it changed, while leading.
+    pub(super) async fn refresh(&self, source: &Source) {
+        if !self.leadership.state().leading {
+            return;
+        }
+        let status = {
+            let mut known = self.known.lock().await;
+            let Some(k) = known.get_mut(source) else {
+                return;
+            };
+            let others = self.counted(&k.others);
+            let status = status_for(&k.outcome, k.generation, k.status.as_ref(), &others);
+            if k.status.as_ref().is_some_and(|p| same_status(p, &status)) {
+                return;
+            }
+            k.status = Some(status.clone());
+            status
+        };
+        self.write_status(source, &status).await;
+    }
+
+    /// While leading, in a Pod: lists the host's Pods, prunes the
+    /// `status.replicas` entries of Pods that are gone (a rollout, a drain,
+    /// a deleted Pod), and recomputes every status (a replica that became
+    /// ready or unready changes what `Ready` waits for). Outside a Pod the
+    /// host cannot tell a replica that is gone from one elsewhere, and
+    /// prunes nothing.
+    pub(super) async fn check_replicas(&self) {
+        if !self.leadership.state().leading {
+            return;
+        }
+        let Some(namespace) = self.pod_namespace.clone() else {
+            return;
+        };
+        let pods = match Api::<Pod>::namespaced(self.client.clone(), &namespace)
+            .list(&ListParams::default())
+            .await
+        {
+            Ok(list) => list
+                .items
+                .into_iter()
+                .filter_map(|p| {
+                    let ready = p
+                        .status
+                        .as_ref()
+                        .and_then(|s| s.conditions.as_ref())
+                        .is_some_and(|c| {
+                            c.iter().any(|c| c.type_ == "Ready" && c.status == "True")
+                        });
+                    Some((p.metadata.name?, ready))
+                })
+                .collect::<LivePods>(),
+            Err(e) => {
+                tracing::warn!(namespace, error = %e, "cannot list the host's Pods: status.replicas is not pruned and every replica counts for Ready until it can (grant list on pods in this namespace: kubewasm rbac)");
+                *self.live.lock() = None;
+                return;
+            }
+        };
+        *self.live.lock() = Some(pods.clone());
+        let gone: Vec<(Source, Vec<String>)> = self
+            .known
+            .lock()
+            .await
+            .iter()
+            .filter_map(|(s, k)| {
+                let names: Vec<String> = k
+                    .others
+                    .iter()
+                    .filter(|r| r.name != self.replica && !pods.contains_key(&r.name))
+                    .map(|r| r.name.clone())
+                    .collect();
+                (!names.is_empty()).then(|| (s.clone(), names))
+            })
+            .collect();
+        for (source, names) in gone {
+            match self.prune(&source, &names).await {
+                Ok(()) => {
+                    tracing::info!(object = %source.display(), replicas = ?names, "pruned the status entries of replicas whose Pods are gone");
+                    if let Some(k) = self.known.lock().await.get_mut(&source) {
+                        k.others.retain(|r| !names.contains(&r.name));
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(object = %source.display(), replicas = ?names, error = %e, "cannot prune the status entries of replicas whose Pods are gone; retried");
+                }
+            }
+        }
+        let all: Vec<Source> = self.known.lock().await.keys().cloned().collect();
+        for source in all {
+            self.refresh(&source).await;
+        }
+    }
+
+    /// Removes the entries of `names` from `status.replicas`, by a JSON
+    /// patch that tests each entry's name at its index, so an entry that
+    /// moved meanwhile fails the patch rather than removing another.
+    async fn prune(&self, source: &Source, names: &[String]) -> Result<(), kube::Error> {
+        let current = match source {
+            Source::Cluster(name) => Api::<Plugin>::all(self.client.clone())
+                .get_status(name)
+                .await?
+                .status
+                .unwrap_or_default(),
+            Source::Tenant { namespace, name } => {
+                Api::<NamespacedPlugin>::namespaced(self.client.clone(), namespace)
+                    .get_status(name)
+                    .await?
+                    .status
+                    .unwrap_or_default()
+            }
+        };
+        let mut ops = Vec::new();
+        // Highest index first: removing one does not move the others.
+        for (i, entry) in current.replicas.iter().enumerate().rev() {
+            if names.contains(&entry.name) {
+                let path = format!("/status/replicas/{i}");
+                ops.push(serde_json::json!({"op": "test", "path": format!("{path}/name"), "value": entry.name}));
+                ops.push(serde_json::json!({"op": "remove", "path": path}));
+            }
+        }
+        if ops.is_empty() {
+            return Ok(());
+        }
+        let patch: json_patch::Patch = serde_json::from_value(serde_json::Value::Array(ops))
+            .map_err(kube::Error::SerdeError)?;
+        let params = PatchParams::default();
+        match source {
+            Source::Cluster(name) => Api::<Plugin>::all(self.client.clone())
+                .patch_status(name, &params, &Patch::<()>::Json(patch))
+                .await
+                .map(|_| ()),
+            Source::Tenant { namespace, name } => {
+                Api::<NamespacedPlugin>::namespaced(self.client.clone(), namespace)
+                    .patch_status(name, &params, &Patch::<()>::Json(patch))
+                    .await
+                    .map(|_| ())
+            }
+        }
+    }
+
+    /// What `/readyz`'s text and the web view say about `source` on this
+    /// replica: nothing while some version serves, else why none does.
+    pub(super) fn note(&self, source: &Source, outcome: &super::Outcome) {
+        let text = match outcome {
+            super::Outcome::Refused {
+                reason,
+                message,
+                serving: None,
+            } => Some(format!(
+                "not serving {}: {reason}: {message}",
+                source.display()
+            )),
+            _ => None,
+        };
+        self.host.telemetry().note(&source.display(), text);
+    }
+
+    pub(super) async fn write_all_statuses(&self) {
+        let all: Vec<Source> = self.known.lock().await.keys().cloned().collect();
+        for source in all {
+            // Recomputed: what a follower last computed did not count the
+            // other replicas.
+            let status = {
+                let mut known = self.known.lock().await;
+                let Some(k) = known.get_mut(&source) else {
+                    continue;
+                };
+                let others = self.counted(&k.others);
+                let status = status_for(&k.outcome, k.generation, k.status.as_ref(), &others);
+                k.status = Some(status.clone());
+                status
+            };
+            self.write_status(&source, &status).await;
+        }
+    }
+
+    /// Every replica reports its own load state, leader or not.
+    pub(super) async fn write_replica(&self, source: &Source, entry: &ReplicaStatus) {
+        let manager = status::replica_manager(&entry.name);
+        let part = serde_json::json!({"replicas": [entry]});
+        if let Err(e) = self.apply_status(source, &manager, part).await {
+            tracing::warn!(object = %source.display(), replica = %entry.name, error = %e, "cannot write this replica's load state to the Plugin object's status");
+        }
+    }
+
+    pub(super) async fn write_status(&self, source: &Source, status: &PluginStatus) {
+        let result = match serde_json::to_value(status) {
+            Ok(part) => self.apply_status(source, MANAGER, part).await,
+            Err(e) => Err(kube::Error::SerdeError(e)),
+        };
+        if let Err(e) = result {
+            tracing::warn!(object = %source.display(), error = %e, "cannot write the Plugin object's status");
+        }
+    }
+
+    /// Applies part of the status of the object `source` names, as `manager`.
+    async fn apply_status(
+        &self,
+        source: &Source,
+        manager: &str,
+        part: serde_json::Value,
+    ) -> Result<(), kube::Error> {
+        match source {
+            Source::Cluster(name) => {
+                let api = Api::<Plugin>::all(self.client.clone());
+                status::apply(&api, name, manager, part).await
+            }
+            Source::Tenant { namespace, name } => {
+                let api = Api::<NamespacedPlugin>::namespaced(self.client.clone(), namespace);
+                status::apply(&api, name, manager, part).await
+            }
+        }
+    }
+}
+
+/// Two statuses say the same (transition times aside).
+pub(super) fn same_status(a: &PluginStatus, b: &PluginStatus) -> bool {
+    let strip = |s: &PluginStatus| {
+        let mut s = s.clone();
+        for c in &mut s.conditions {
+            c.last_transition_time = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+            );
+        }
+        s
+    };
+    strip(a) == strip(b)
+}
