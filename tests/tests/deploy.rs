@@ -783,10 +783,11 @@ const NEED_UNCOMMITTED: &[&str] = &["add-plugin", "host-config", "plugin-folder"
 const FROM_A_FRESH_CLONE: &[&str] = &["plugin-image", "plugin-image-signed"];
 
 /// A stranger's `kubectl apply -k deploy/`: a fresh clone of HEAD (only
-/// what is committed: no build outputs, nothing uncommitted) renders, and
-/// every object it renders is accepted by a real API server, applied
-/// server-side as `kubectl apply --server-side` does; then the same for
-/// each overlay that needs nothing uncommitted.
+/// what is committed: no build outputs, nothing uncommitted) renders, every
+/// object it renders is small enough for a client-side apply, and each is
+/// accepted by a real API server, applied server-side as `kubectl apply
+/// --server-side` does; then the same for each overlay that needs nothing
+/// uncommitted.
 #[tokio::test]
 async fn a_fresh_clone_applies_the_base_and_the_overlays_that_need_nothing_built() {
     let mut examples: Vec<String> = std::fs::read_dir(repo_root().join("deploy/examples"))
@@ -824,6 +825,17 @@ async fn a_fresh_clone_applies_the_base_and_the_overlays_that_need_nothing_built
     for overlay in overlays {
         let d = docs(&kustomize(&clone.join(&overlay)));
         assert!(d.len() > 10, "{overlay}: {} objects", d.len());
+        // A client-side `kubectl apply -k` works too: it stores each object
+        // in its last-applied annotation, which holds at most 256 KiB.
+        for doc in &d {
+            let size = serde_json::to_string(doc).unwrap().len();
+            assert!(
+                size < 200 << 10,
+                "{overlay}: {} {} is {size} bytes, too big for a client-side apply",
+                doc["kind"],
+                doc["metadata"]["name"]
+            );
+        }
         apply_all(&client, &d).await;
         // Each is there as applied.
         let discovery = kube::discovery::Discovery::new(client.clone())
