@@ -64,13 +64,59 @@ pub fn build_and_import_image(cp: &ControlPlane) -> Duration {
 /// server's port filled in), with the example plugins' .wasm files put in
 /// place by `scripts/deploy-plugins.sh`.
 pub fn single_node_docs(cp: &ControlPlane) -> Vec<Value> {
-    let root = repo_root();
+    deploy_plugins();
+    render_for(cp, &repo_root().join("deploy/examples/single-node"))
+}
+
+/// `deploy/examples/host-config` on top of the single-node overlay (in a
+/// copy of deploy/, its `resources:` pointed at `../single-node`), rendered
+/// for this cluster: the example's config.yaml as `edit` changes it, and
+/// the files it names, which are the operator's (`files`: the registry CA,
+/// signature keys), next to it in the host config's ConfigMap.
+pub fn single_node_host_config_docs(
+    cp: &ControlPlane,
+    edit: impl FnOnce(&str) -> String,
+    files: &[(&str, &[u8])],
+) -> Vec<Value> {
+    deploy_plugins();
+    let copy = tempfile::tempdir().unwrap();
     run(
-        Command::new("bash").arg(root.join("scripts/deploy-plugins.sh")),
+        Command::new("cp")
+            .arg("-r")
+            .arg(repo_root().join("deploy"))
+            .arg(copy.path()),
+        "copying deploy/",
+    );
+    let overlay = copy.path().join("deploy/examples/host-config");
+    let kustomization = overlay.join("kustomization.yaml");
+    let text = std::fs::read_to_string(&kustomization).unwrap();
+    assert!(text.contains("\n  - ../../base\n"), "{text}");
+    std::fs::write(
+        &kustomization,
+        text.replace("\n  - ../../base\n", "\n  - ../single-node\n"),
+    )
+    .unwrap();
+    let config = overlay.join("config.yaml");
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(&config, edit(&text)).unwrap();
+    for (name, bytes) in files {
+        std::fs::write(overlay.join(name), bytes).unwrap();
+    }
+    render_for(cp, &overlay)
+}
+
+/// `scripts/deploy-plugins.sh`: the example plugins' .wasm files into
+/// deploy/examples/plugin-folder (from `KUBEWASM_PLUGIN_ARTIFACTS` when set).
+fn deploy_plugins() {
+    run(
+        Command::new("bash").arg(repo_root().join("scripts/deploy-plugins.sh")),
         "scripts/deploy-plugins.sh",
     );
-    let rendered = kustomize(&root.join("deploy/examples/single-node"))
-        .replace("APISERVER_PORT", &format!("\"{}\"", cp.port()));
+}
+
+/// An overlay rendered with this cluster's API server port.
+fn render_for(cp: &ControlPlane, overlay: &Path) -> Vec<Value> {
+    let rendered = kustomize(overlay).replace("APISERVER_PORT", &format!("\"{}\"", cp.port()));
     let docs = docs(&rendered);
     assert!(docs.iter().any(|d| d["kind"] == "Deployment"));
     docs

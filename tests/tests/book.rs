@@ -36,7 +36,7 @@ fn rendered_links_resolve() {
 /// block, run here; one that needs a cluster, the network, root or other
 /// tools (kubectl, `kubewasm run` against a cluster, podman, helm,
 /// kustomize, the scripts) stays `sh` or `text`, and is not run; the build
-/// outputs `scripts/deploy-plugins.sh` copies into `deploy/base/plugins`
+/// outputs `scripts/deploy-plugins.sh` copies into `deploy/examples/plugin-folder/plugins`
 /// are laid out as it would. Every `console` block of the book must run:
 /// one trycmd would skip (`ignore`, a tilde or indented fence) fails here,
 /// and so does a command other than `kubewasm` (trycmd knows no other).
@@ -80,7 +80,7 @@ fn console_examples_run() {
     .into_iter()
     .map(|(artifact, name)| {
         (
-            std::path::PathBuf::from(format!("deploy/base/plugins/{name}.wasm")),
+            std::path::PathBuf::from(format!("deploy/examples/plugin-folder/plugins/{name}.wasm")),
             built.join(format!("{artifact}.wasm")),
         )
     })

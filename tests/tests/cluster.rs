@@ -210,11 +210,11 @@ async fn deployment_is_ready_after_sync_leads_once_and_acts_with_its_rbac() {
 
     // An action outside the RBAC is refused by the API server and
     // reported, and the host carries on: the operator narrows the
-    // ClusterRole so that namespace-defaults may read NetworkPolicies but
-    // no longer write them.
+    // plugins' ClusterRole (the plugin folder's generated RBAC) so that
+    // namespace-defaults may read NetworkPolicies but no longer write them.
     let role = docs
         .iter()
-        .find(|d| d["kind"] == "ClusterRole" && d["metadata"]["name"] == "kubewasm")
+        .find(|d| d["kind"] == "ClusterRole" && d["metadata"]["name"] == "kubewasm-plugins")
         .unwrap()
         .clone();
     let mut narrowed = role.clone();

@@ -1,27 +1,37 @@
 //! The cluster deployment in deploy/: the committed RBAC is what
-//! `kubewasm rbac` generates for the example plugins (and grants exactly
-//! what they declared), and the kustomize base and overlays render with the
-//! security context, probes and plugin ConfigMap the Pods rely on.
+//! `kubewasm rbac` generates for the host alone and for the example plugins
+//! (and grants exactly what they declared); the kustomize base and overlays
+//! render with the security context, probes, host config and plugin
+//! ConfigMap the Pods rely on; and a fresh clone's base, and every overlay
+//! that needs nothing uncommitted, applies to a real API server.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use kubewasm::config::RunSettings;
+use kubewasm_tests::controlplane::ControlPlane;
 use kubewasm_tests::e2e::kubewasm_bin;
+use kubewasm_tests::incluster::apply_all;
 use kubewasm_tests::manifests::{docs, kustomize};
 use kubewasm_tests::{plugin_artifacts, repo_root};
 use serde_json::Value;
 
 const REGENERATE: &str = "bash scripts/deploy-plugins.sh --rbac";
 
-/// The base's plugins: (name in the folder, build artifact).
-const BASE: &[(&str, &str)] = &[
+/// The plugin-folder overlay's plugins: (name in the folder, build artifact).
+const FOLDER: &[(&str, &str)] = &[
     ("config-replicator", "config_replicator"),
     ("crashloop-watcher", "crashloop_watcher"),
     ("namespace-defaults", "namespace_defaults"),
 ];
 const ADDED: &[(&str, &str)] = &[("recorder", "recorder")];
+/// The plugin image's plugin (its JavaScript and Python builds register
+/// what the Rust one does).
+const IMAGE: &[(&str, &str)] = &[("config-replicator", "config_replicator")];
+/// Where the plugin-folder overlay's sidecars are, relative to the root.
+const FOLDER_SIDECARS: &str = "deploy/examples/plugin-folder/plugins";
 
 /// Copies the built plugins into `to`, with the committed sidecars of `from`.
 fn plugin_folder(from: &Path, to: &Path, plugins: &[(&str, &str)]) {
@@ -104,67 +114,51 @@ fn check_up_to_date(generated: &str, committed: &Path) {
     }
 }
 
-#[test]
-fn committed_rbac_is_what_kubewasm_rbac_generates_and_grants_only_what_sidecars_grant() {
-    let dir = tempfile::tempdir().unwrap();
-    let root = repo_root();
-    let base = dir.path().join("base");
-    plugin_folder(&root.join("deploy/base/plugins"), &base, BASE);
-    let generated = rbac(&base, &dir.path().join("cache"), &[]);
+fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
+}
 
+#[test]
+fn committed_host_rbac_is_what_kubewasm_rbac_host_only_generates() {
+    let out = Command::new(kubewasm_bin())
+        .args(["rbac", "--host-only"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "kubewasm rbac --host-only failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let generated = String::from_utf8(out.stdout).unwrap();
     let d = docs(&generated);
-    let cluster = find(&d, "ClusterRole", "kubewasm");
-    let expected: BTreeMap<String, String> = [
-        ("/configmaps", "create,delete,get,list,patch,watch"),
-        ("/namespaces", "get,list,watch"),
-        ("/pods", "get,list,watch"),
-        ("/resourcequotas", "create,delete,get,list,patch,watch"),
-        // Only what the sidecars grant: crashloop-watcher patches
-        // Deployments (no create, delete or status although its
-        // registration declares the kind a write), and only it records Events.
-        ("apps/deployments", "get,list,patch,watch"),
-        ("apps/replicasets", "get,list,watch"),
-        ("events.k8s.io/events", "create,patch"),
-        (
-            "networking.k8s.io/networkpolicies",
-            "create,delete,get,list,patch,watch",
-        ),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_owned(), v.to_owned()))
-    .collect();
-    assert_eq!(rules(cluster), expected, "{generated}");
-    let binding = find(&d, "ClusterRoleBinding", "kubewasm");
-    assert_eq!(binding["roleRef"]["name"], "kubewasm");
-    assert_eq!(binding["subjects"][0]["name"], "kubewasm");
-    assert_eq!(binding["subjects"][0]["namespace"], "kubewasm");
+    // The host's own roles, and nothing for plugins: they come as Plugin
+    // objects, each with its own RBAC.
     let lease = find(&d, "Role", "kubewasm-leader-election");
     assert_eq!(lease["metadata"]["namespace"], "kubewasm");
     assert_eq!(
         rules(lease),
-        [
+        map(&[
             ("coordination.k8s.io/leases", "create"),
             (
                 "coordination.k8s.io/leases[\"kubewasm\"]",
                 "get,patch,update"
             ),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_owned(), v.to_owned()))
-        .collect()
+        ])
     );
-    find(&d, "RoleBinding", "kubewasm-leader-election");
-    // --metrics-auth: the host reviews scrapers' tokens and access.
-    let reviews = find(&d, "ClusterRole", "kubewasm-metrics-auth");
     assert_eq!(
-        rules(reviews),
-        [
+        find(&d, "RoleBinding", "kubewasm-leader-election")["subjects"][0]["name"],
+        "kubewasm"
+    );
+    // --metrics-auth: the host reviews scrapers' tokens and access.
+    assert_eq!(
+        rules(find(&d, "ClusterRole", "kubewasm-metrics-auth")),
+        map(&[
             ("authentication.k8s.io/tokenreviews", "create"),
             ("authorization.k8s.io/subjectaccessreviews", "create"),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_owned(), v.to_owned()))
-        .collect()
+        ])
     );
     assert_eq!(
         find(&d, "ClusterRoleBinding", "kubewasm-metrics-auth")["subjects"][0]["name"],
@@ -172,8 +166,7 @@ fn committed_rbac_is_what_kubewasm_rbac_generates_and_grants_only_what_sidecars_
     );
     // Plugin objects: watched, their status written, module ConfigMaps
     // read; pull Secrets only in the host's namespace.
-    let objects = find(&d, "ClusterRole", "kubewasm-plugin-objects");
-    let objects = rules(objects);
+    let objects = rules(find(&d, "ClusterRole", "kubewasm-plugin-objects"));
     for (resource, verbs) in [
         ("kubewasm.io/plugins", "get,list,watch"),
         ("kubewasm.io/plugins/status", "patch"),
@@ -189,18 +182,84 @@ fn committed_rbac_is_what_kubewasm_rbac_generates_and_grants_only_what_sidecars_
     }
     let pull = find(&d, "Role", "kubewasm-plugin-objects");
     assert_eq!(pull["metadata"]["namespace"], "kubewasm");
-    assert_eq!(
-        rules(pull),
-        [("/secrets".to_owned(), "get".to_owned())]
-            .into_iter()
-            .collect()
+    assert_eq!(rules(pull), map(&[("/secrets", "get")]));
+    assert_eq!(d.len(), 8, "{generated}");
+    assert!(
+        !d.iter().any(|x| x["metadata"]["name"] == "kubewasm"),
+        "no roles for plugins: {generated}"
     );
-    assert_eq!(d.len(), 10, "{generated}");
+    check_up_to_date(&generated, &repo_root().join("deploy/base/rbac.yaml"));
+}
+
+#[test]
+fn committed_plugin_rbac_is_what_kubewasm_rbac_generates_and_grants_only_what_sidecars_grant() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = repo_root();
+    let folder = dir.path().join("folder");
+    plugin_folder(&root.join(FOLDER_SIDECARS), &folder, FOLDER);
+    let plugins_only = [
+        "--name",
+        "kubewasm-plugins",
+        "--service-account",
+        "kubewasm",
+        "--plugins-only",
+    ];
+    let generated = rbac(&folder, &dir.path().join("cache"), &plugins_only);
+
+    let d = docs(&generated);
+    assert_eq!(
+        d.len(),
+        2,
+        "only the ClusterRole and its binding: {generated}"
+    );
+    let cluster = find(&d, "ClusterRole", "kubewasm-plugins");
+    let expected = map(&[
+        ("/configmaps", "create,delete,get,list,patch,watch"),
+        ("/namespaces", "get,list,watch"),
+        ("/pods", "get,list,watch"),
+        ("/resourcequotas", "create,delete,get,list,patch,watch"),
+        // Only what the sidecars grant: crashloop-watcher patches
+        // Deployments (no create, delete or status although its
+        // registration declares the kind a write), and only it records Events.
+        ("apps/deployments", "get,list,patch,watch"),
+        ("apps/replicasets", "get,list,watch"),
+        ("events.k8s.io/events", "create,patch"),
+        (
+            "networking.k8s.io/networkpolicies",
+            "create,delete,get,list,patch,watch",
+        ),
+    ]);
+    assert_eq!(rules(cluster), expected, "{generated}");
+    let binding = find(&d, "ClusterRoleBinding", "kubewasm-plugins");
+    assert_eq!(binding["roleRef"]["name"], "kubewasm-plugins");
+    assert_eq!(binding["subjects"][0]["name"], "kubewasm");
+    assert_eq!(binding["subjects"][0]["namespace"], "kubewasm");
     assert!(
         generated.contains("# crashloop-watcher (reads the cache, writes)"),
         "each rule names the plugins that need it: {generated}"
     );
-    check_up_to_date(&generated, &root.join("deploy/base/rbac.yaml"));
+    check_up_to_date(
+        &generated,
+        &root.join("deploy/examples/plugin-folder/rbac.yaml"),
+    );
+
+    // The plugin image's config-replicator: the folder's rules for it.
+    let image = dir.path().join("image");
+    plugin_folder(&root.join(FOLDER_SIDECARS), &image, IMAGE);
+    let generated = rbac(&image, &dir.path().join("cache"), &plugins_only);
+    let d = docs(&generated);
+    assert_eq!(
+        rules(find(&d, "ClusterRole", "kubewasm-plugins")),
+        map(&[
+            ("/configmaps", "create,delete,get,list,patch,watch"),
+            ("/namespaces", "get,list,watch"),
+        ]),
+        "{generated}"
+    );
+    check_up_to_date(
+        &generated,
+        &root.join("deploy/examples/plugin-image/rbac.yaml"),
+    );
 
     // The added plugin is granted one namespace only: a Role there.
     let added = dir.path().join("added");
@@ -226,13 +285,10 @@ fn committed_rbac_is_what_kubewasm_rbac_generates_and_grants_only_what_sidecars_
     assert_eq!(role["metadata"]["namespace"], "kubewasm");
     assert_eq!(
         rules(role),
-        [
+        map(&[
             ("/configmaps", "get,list,watch"),
             ("events.k8s.io/events", "create,patch"),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_owned(), v.to_owned()))
-        .collect()
+        ])
     );
     assert_eq!(
         find(&d, "RoleBinding", "kubewasm-recorder")["subjects"][0]["name"],
@@ -293,7 +349,8 @@ fn rbac_names_a_kind_it_cannot_resolve_offline_and_how_to_fix_it() {
     );
 }
 
-/// A copy of deploy/ with the built plugins in place of the .wasm outputs.
+/// A copy of deploy/ with the built plugins in place of the .wasm outputs
+/// (the base needs none; the plugin-folder overlays do).
 fn deploy_copy(dir: &Path) -> PathBuf {
     let to = dir.join("deploy");
     let status = Command::new("cp")
@@ -304,9 +361,9 @@ fn deploy_copy(dir: &Path) -> PathBuf {
         .unwrap();
     assert!(status.success());
     plugin_folder(
-        &repo_root().join("deploy/base/plugins"),
-        &to.join("base/plugins"),
-        BASE,
+        &repo_root().join(FOLDER_SIDECARS),
+        &to.join("examples/plugin-folder/plugins"),
+        FOLDER,
     );
     plugin_folder(
         &repo_root().join("deploy/examples/add-plugin/plugins"),
@@ -341,19 +398,20 @@ fn check_restricted(sc: &Value, what: &str) {
 }
 
 #[test]
-fn kustomize_renders_the_base_with_security_context_probes_and_plugins() {
-    let dir = tempfile::tempdir().unwrap();
-    let deploy = deploy_copy(dir.path());
-    let d = docs(&kustomize(&deploy));
+fn kustomize_renders_the_base_host_alone_with_security_context_probes_and_host_config() {
+    // The repository's own deploy/: the base references nothing built.
+    let d = docs(&kustomize(&repo_root().join("deploy")));
     let ns = find(&d, "Namespace", "kubewasm");
     assert_eq!(
         ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"],
         "restricted"
     );
     find(&d, "ServiceAccount", "kubewasm");
-    find(&d, "ClusterRole", "kubewasm");
-    find(&d, "ClusterRoleBinding", "kubewasm");
     find(&d, "Role", "kubewasm-leader-election");
+    find(&d, "ClusterRole", "kubewasm-plugin-objects");
+    for crd in ["plugins.kubewasm.io", "namespacedplugins.kubewasm.io"] {
+        find(&d, "CustomResourceDefinition", crd);
+    }
 
     let dep = find(&d, "Deployment", "kubewasm");
     assert_eq!(dep["metadata"]["namespace"], "kubewasm");
@@ -390,6 +448,7 @@ fn kustomize_renders_the_base_with_security_context_probes_and_plugins() {
         .collect();
     for a in [
         "run",
+        "--config=/etc/kubewasm/config.yaml",
         "--plugins=/plugins",
         "--cache-dir=/var/cache/kubewasm",
         "--metrics-addr=:9090",
@@ -442,32 +501,35 @@ fn kustomize_renders_the_base_with_security_context_probes_and_plugins() {
         .iter()
         .map(|v| (v["name"].as_str().unwrap(), v))
         .collect();
+    // The plugin folder is empty: plugins come as Plugin objects.
     let plugins_volume = mounts["/plugins"]["name"].as_str().unwrap();
-    assert_eq!(
-        volumes[plugins_volume]["configMap"]["name"],
-        "kubewasm-plugins"
+    assert!(
+        volumes[plugins_volume]["emptyDir"].is_object(),
+        "{}",
+        volumes[plugins_volume]
     );
     let cache_volume = mounts["/var/cache/kubewasm"]["name"].as_str().unwrap();
     assert!(volumes[cache_volume]["emptyDir"].is_object());
+    assert!(
+        !d.iter()
+            .any(|x| x["kind"] == "ConfigMap" && x["metadata"]["name"] == "kubewasm-plugins"),
+        "the base has no plugin ConfigMap"
+    );
 
-    // The ConfigMap keeps its name (no hash) and carries the plugins
-    // byte for byte, with their sidecars.
-    let cm = find(&d, "ConfigMap", "kubewasm-plugins");
+    // The host config: a ConfigMap (its name hashed, so an edit rolls the
+    // Deployment) mounted at /etc/kubewasm, a HostConfig the host accepts.
+    let config_volume = mounts["/etc/kubewasm"]["name"].as_str().unwrap();
+    assert!(mounts["/etc/kubewasm"]["subPath"].is_null());
+    let config_map = volumes[config_volume]["configMap"]["name"]
+        .as_str()
+        .unwrap();
+    assert!(config_map.starts_with("kubewasm-config-"), "{config_map}");
+    let cm = find(&d, "ConfigMap", config_map);
     assert_eq!(cm["metadata"]["namespace"], "kubewasm");
-    for (name, artifact) in BASE {
-        let key = format!("{name}.wasm");
-        let encoded = cm["binaryData"][&key]
-            .as_str()
-            .unwrap_or_else(|| panic!("{key} not in binaryData"));
-        let bytes = std::fs::read(plugin_artifacts().join(format!("{artifact}.wasm"))).unwrap();
-        assert_eq!(decode_base64(encoded), bytes, "{key}");
-        assert!(
-            cm["data"][format!("{name}.yaml")].is_string(),
-            "{name}.yaml"
-        );
-    }
-
-    check_configmap_fits(cm);
+    let settings = check_host_config(cm);
+    let objects = settings.plugin_objects.unwrap_or_default();
+    assert_eq!(objects.tenant_namespaces, Some(Vec::new()));
+    assert!(objects.signatures.is_none() && objects.registry_ca.is_none());
 
     let svc = find(&d, "Service", "kubewasm-metrics");
     assert_eq!(
@@ -489,6 +551,41 @@ fn kustomize_renders_the_example_overlays() {
     let dir = tempfile::tempdir().unwrap();
     let deploy = deploy_copy(dir.path());
 
+    // The plugin folder: a ConfigMap (no name hash) mounted at /plugins,
+    // carrying the plugins byte for byte with their sidecars, and the RBAC
+    // they need besides the host's.
+    let d = docs(&kustomize(&deploy.join("examples/plugin-folder")));
+    let cm = find(&d, "ConfigMap", "kubewasm-plugins");
+    assert_eq!(cm["metadata"]["namespace"], "kubewasm");
+    assert_eq!(
+        cm["metadata"]["labels"]["app.kubernetes.io/part-of"],
+        "kubewasm"
+    );
+    for (name, artifact) in FOLDER {
+        let key = format!("{name}.wasm");
+        let encoded = cm["binaryData"][&key]
+            .as_str()
+            .unwrap_or_else(|| panic!("{key} not in binaryData"));
+        let bytes = std::fs::read(plugin_artifacts().join(format!("{artifact}.wasm"))).unwrap();
+        assert_eq!(decode_base64(encoded), bytes, "{key}");
+        assert!(
+            cm["data"][format!("{name}.yaml")].is_string(),
+            "{name}.yaml"
+        );
+    }
+    check_configmap_fits(cm);
+    let dep = find(&d, "Deployment", "kubewasm");
+    let plugins = volume(dep, "plugins");
+    assert_eq!(
+        plugins["configMap"]["name"], "kubewasm-plugins",
+        "{plugins}"
+    );
+    assert!(plugins["emptyDir"].is_null(), "{plugins}");
+    find(&d, "ClusterRole", "kubewasm-plugins");
+    find(&d, "ClusterRoleBinding", "kubewasm-plugins");
+    find(&d, "ClusterRole", "kubewasm-plugin-objects");
+    check_host_config(find_prefixed(&d, "ConfigMap", "kubewasm-config-"));
+
     // The added plugin comes in its own ConfigMap, projected into the
     // same folder: the base's ConfigMap has no room for it.
     let d = docs(&kustomize(&deploy.join("examples/add-plugin")));
@@ -501,13 +598,9 @@ fn kustomize_renders_the_example_overlays() {
         check_configmap_fits(cm);
     }
     let dep = find(&d, "Deployment", "kubewasm");
-    let plugins = dep["spec"]["template"]["spec"]["volumes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|v| v["name"] == "plugins")
-        .unwrap();
+    let plugins = volume(dep, "plugins");
     assert!(plugins["configMap"].is_null(), "{plugins}");
+    assert!(plugins["emptyDir"].is_null(), "{plugins}");
     let sources: Vec<&str> = plugins["projected"]["sources"]
         .as_array()
         .unwrap()
@@ -517,16 +610,27 @@ fn kustomize_renders_the_example_overlays() {
     assert_eq!(sources, ["kubewasm-plugins", "kubewasm-plugins-recorder"]);
     find(&d, "Role", "kubewasm-recorder");
     find(&d, "RoleBinding", "kubewasm-recorder");
-    find(&d, "ClusterRole", "kubewasm");
+    find(&d, "ClusterRole", "kubewasm-plugins");
 
-    // The single node: hostNetwork replicas on free loopback ports, read
-    // from the node without a token, and no web view.
+    // The single node: the plugin folder, hostNetwork replicas on free
+    // loopback ports, read from the node without a token, the host config,
+    // and no web view.
     let d = docs(&kustomize(&deploy.join("examples/single-node")));
-    let args = container(find(&d, "Deployment", "kubewasm"), "kubewasm")["args"].to_string();
+    let dep = find(&d, "Deployment", "kubewasm");
+    let args = container(dep, "kubewasm")["args"].to_string();
     assert!(
-        args.contains("--metrics-addr=127.0.0.1:0") && args.contains("--metrics-auth=false"),
+        args.contains("--metrics-addr=127.0.0.1:0")
+            && args.contains("--metrics-auth=false")
+            && args.contains("--config=/etc/kubewasm/config.yaml"),
         "{args}"
     );
+    assert_eq!(dep["spec"]["template"]["spec"]["hostNetwork"], true);
+    assert_eq!(
+        volume(dep, "plugins")["configMap"]["name"],
+        "kubewasm-plugins"
+    );
+    find(&d, "ConfigMap", "kubewasm-plugins");
+    find(&d, "ClusterRole", "kubewasm-plugins");
     assert!(
         !args.contains("--ui"),
         "the single-node overlay turns the web view on: {args}"
@@ -534,9 +638,11 @@ fn kustomize_renders_the_example_overlays() {
 
     let d = docs(&kustomize(&deploy.join("examples/plugin-image")));
     assert!(
-        !d.iter().any(|x| x["kind"] == "ConfigMap"),
-        "the plugin image replaces the ConfigMap"
+        !d.iter()
+            .any(|x| x["kind"] == "ConfigMap" && x["metadata"]["name"] == "kubewasm-plugins"),
+        "the plugin image needs no plugin ConfigMap"
     );
+    find(&d, "ClusterRole", "kubewasm-plugins");
     let dep = find(&d, "Deployment", "kubewasm");
     let pod = &dep["spec"]["template"]["spec"];
     let init = &pod["initContainers"][0];
@@ -579,7 +685,7 @@ fn kustomize_renders_the_example_overlays() {
             .as_array()
             .unwrap()
             .iter()
-            .any(|a| a == "--artifact-key=/etc/kubewasm/artifact-key/key"),
+            .any(|a| a == "--artifact-key=/var/run/kubewasm/artifact-key/key"),
         "{}",
         c["args"]
     );
@@ -594,6 +700,183 @@ fn kustomize_renders_the_example_overlays() {
         !d.iter().any(|x| x["kind"] == "Secret"),
         "the key is the operator's, never rendered from the repository"
     );
+
+    // The host config: the example's config.yaml replaces the base's, with
+    // the operator's files it names next to it in the same ConfigMap.
+    let overlay = deploy.join("examples/host-config");
+    std::fs::write(overlay.join("registry-ca.crt"), "CA").unwrap();
+    std::fs::write(overlay.join("cosign.pub"), "KEY").unwrap();
+    let d = docs(&kustomize(&overlay));
+    let configs: Vec<&Value> = d.iter().filter(|x| x["kind"] == "ConfigMap").collect();
+    assert_eq!(configs.len(), 1, "replaced, not added: {configs:?}");
+    let cm = configs[0];
+    let settings = check_host_config(cm);
+    let objects = settings.plugin_objects.unwrap();
+    assert_eq!(objects.tenant_namespaces, Some(vec!["team-a".to_owned()]));
+    let signatures = objects.signatures.unwrap();
+    assert_eq!(signatures[0].prefix, "registry.example.com/signed");
+    assert_eq!(cm["data"]["registry-ca.crt"], "CA");
+    assert_eq!(cm["data"]["cosign.pub"], "KEY");
+    let dep = find(&d, "Deployment", "kubewasm");
+    assert_eq!(
+        volume(dep, "config")["configMap"]["name"],
+        cm["metadata"]["name"]
+    );
+}
+
+fn volume<'a>(deployment: &'a Value, name: &str) -> &'a Value {
+    deployment["spec"]["template"]["spec"]["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == name)
+        .unwrap_or_else(|| panic!("no volume {name}"))
+}
+
+fn find_prefixed<'a>(docs: &'a [Value], kind: &str, prefix: &str) -> &'a Value {
+    docs.iter()
+        .find(|d| {
+            d["kind"] == kind
+                && d["metadata"]["name"]
+                    .as_str()
+                    .is_some_and(|n| n.starts_with(prefix))
+        })
+        .unwrap_or_else(|| panic!("no {kind} {prefix}*"))
+}
+
+/// The ConfigMap's config.yaml is a HostConfig the host accepts, and every
+/// file it names under /etc/kubewasm (where the ConfigMap is mounted) is
+/// in the ConfigMap.
+fn check_host_config(cm: &Value) -> RunSettings {
+    let text = cm["data"]["config.yaml"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no config.yaml in {cm}"));
+    let settings = RunSettings::parse(text, Path::new("/etc/kubewasm/config.yaml"))
+        .unwrap_or_else(|e| panic!("{e}\n{text}"));
+    let objects = settings.plugin_objects.clone().unwrap_or_default();
+    let named = objects.registry_ca.into_iter().chain(
+        objects
+            .signatures
+            .unwrap_or_default()
+            .into_iter()
+            .flat_map(|r| r.keys),
+    );
+    for path in named {
+        let file = path
+            .strip_prefix("/etc/kubewasm")
+            .unwrap_or_else(|_| panic!("{} is not under /etc/kubewasm", path.display()));
+        assert!(
+            cm["data"][file.to_str().unwrap()].is_string(),
+            "{} is not in the ConfigMap {}",
+            path.display(),
+            cm["metadata"]["name"]
+        );
+    }
+    settings
+}
+
+/// The overlays that need files a fresh clone does not have: the plugins'
+/// .wasm build outputs (scripts/deploy-plugins.sh), the operator's registry
+/// CA and signature key. Each says so in its kustomization.yaml.
+const NEED_UNCOMMITTED: &[&str] = &["add-plugin", "host-config", "plugin-folder", "single-node"];
+/// The overlays a fresh clone renders and applies as it is.
+const FROM_A_FRESH_CLONE: &[&str] = &["plugin-image", "plugin-image-signed"];
+
+/// A stranger's `kubectl apply -k deploy/`: a fresh clone of HEAD (only
+/// what is committed: no build outputs, nothing uncommitted) renders, every
+/// object it renders is small enough for a client-side apply, and each is
+/// accepted by a real API server, applied server-side as `kubectl apply
+/// --server-side` does; then the same for each overlay that needs nothing
+/// uncommitted.
+#[tokio::test]
+async fn a_fresh_clone_applies_the_base_and_the_overlays_that_need_nothing_built() {
+    let mut examples: Vec<String> = std::fs::read_dir(repo_root().join("deploy/examples"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    examples.sort();
+    let mut known: Vec<&str> = NEED_UNCOMMITTED
+        .iter()
+        .chain(FROM_A_FRESH_CLONE)
+        .copied()
+        .collect();
+    known.sort_unstable();
+    assert_eq!(
+        examples, known,
+        "each overlay in deploy/examples is applied here from a fresh clone, or listed in NEED_UNCOMMITTED"
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let clone = dir.path().join("kubewasm");
+    let head = git(&repo_root(), &["rev-parse", "HEAD"]);
+    let root = repo_root().to_str().unwrap().to_owned();
+    git(
+        dir.path(),
+        &["clone", "--quiet", "--no-checkout", &root, "kubewasm"],
+    );
+    git(&clone, &["checkout", "--quiet", "--detach", head.trim()]);
+
+    let client = ControlPlane::shared().admin_client().await;
+    let overlays = std::iter::once("deploy".to_owned()).chain(
+        FROM_A_FRESH_CLONE
+            .iter()
+            .map(|o| format!("deploy/examples/{o}")),
+    );
+    for overlay in overlays {
+        let d = docs(&kustomize(&clone.join(&overlay)));
+        assert!(d.len() > 10, "{overlay}: {} objects", d.len());
+        // A client-side `kubectl apply -k` works too: it stores each object
+        // in its last-applied annotation, which holds at most 256 KiB.
+        for doc in &d {
+            let size = serde_json::to_string(doc).unwrap().len();
+            assert!(
+                size < 200 << 10,
+                "{overlay}: {} {} is {size} bytes, too big for a client-side apply",
+                doc["kind"],
+                doc["metadata"]["name"]
+            );
+        }
+        apply_all(&client, &d).await;
+        // Each is there as applied.
+        let discovery = kube::discovery::Discovery::new(client.clone())
+            .run()
+            .await
+            .unwrap();
+        for doc in &d {
+            let gvk = kube::core::GroupVersionKind::try_from(
+                &serde_json::from_value::<kube::core::TypeMeta>(doc.clone()).unwrap(),
+            )
+            .unwrap();
+            let (ar, caps) = discovery.resolve_gvk(&gvk).unwrap();
+            let api: kube::Api<kube::api::DynamicObject> = match caps.scope {
+                kube::discovery::Scope::Namespaced => kube::Api::namespaced_with(
+                    client.clone(),
+                    doc["metadata"]["namespace"].as_str().unwrap(),
+                    &ar,
+                ),
+                kube::discovery::Scope::Cluster => kube::Api::all_with(client.clone(), &ar),
+            };
+            let name = doc["metadata"]["name"].as_str().unwrap();
+            api.get(name)
+                .await
+                .unwrap_or_else(|e| panic!("{overlay}: {} {name}: {e}", gvk.kind));
+        }
+    }
+}
+
+/// Runs git in `dir`; its stdout.
+fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .current_dir(dir)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "git {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
 }
 
 /// The API server refuses a ConfigMap whose data and binaryData exceed 1 MiB.

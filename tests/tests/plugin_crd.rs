@@ -124,7 +124,10 @@ async fn plugin_crds_install_validate_and_print() {
     let out = kubewasm_tests::e2e::succeeded(
         std::process::Command::new(kubewasm_tests::e2e::kubewasm_bin())
             .args(["migrate", "--configmap", "kubewasm-plugins"])
-            .arg(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/base/plugins"))
+            .arg(
+                std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                    .join("../deploy/examples/plugin-folder/plugins"),
+            )
             .output()
             .unwrap(),
     );

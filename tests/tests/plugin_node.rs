@@ -28,8 +28,8 @@ use kubewasm::oci::{Credentials, OciClient, PullOptions, Transport};
 use kubewasm_tests::controlplane::ControlPlane;
 use kubewasm_tests::e2e::{churn, copies_match_sources, eventually, eventually_seen, namespace};
 use kubewasm_tests::incluster::{
-    NS, SELECTOR, apply_all, build_and_import_image, container_memory, host_logs, single_node_docs,
-    wait_available,
+    NS, SELECTOR, apply_all, build_and_import_image, container_memory, host_logs,
+    single_node_host_config_docs, wait_available,
 };
 use kubewasm_tests::objects::{api, find_condition, wait_condition_for};
 use kubewasm_tests::registry::{Registry, test_key};
@@ -41,8 +41,6 @@ use serde_json::{Value, json};
 const TIMEOUT: Duration = Duration::from_secs(300);
 /// Where the sources of every replicator live.
 const SOURCES: &str = "sources";
-/// Mounted into the Pods at /etc/kubewasm.
-const HOST_CONFIG: &str = "kubewasm-host-config";
 
 /// One config-replicator as a Plugin: its sources carry `<lang>-source`,
 /// its copies go to namespaces labelled `to-<lang>=yes`.
@@ -86,43 +84,28 @@ fn cluster() -> &'static ControlPlane {
     })
 }
 
-/// The single-node overlay plus a host config (ConfigMap, mounted at
-/// /etc/kubewasm, passed with --config): the registry's CA, the signature
-/// rule for `<registry>/signed`, and `team-a` as the one tenant namespace.
+/// The single-node overlay with the host config of
+/// deploy/examples/host-config (the ConfigMap kubewasm-config, mounted at
+/// /etc/kubewasm): its signature rule for `<registry>/signed` (the example
+/// names registry.example.com), this registry's CA and the test key, and
+/// `team-a` as the one tenant namespace.
 async fn deploy(cp: &ControlPlane, client: &kube::Client, registry: &Registry) {
     let took = build_and_import_image(cp);
     eprintln!("image built and imported in {took:?}");
-    let mut docs = single_node_docs(cp);
-    let config = format!(
-        "apiVersion: kubewasm.io/v1alpha1\nkind: HostConfig\n\
-         pluginObjects:\n  registryCA: /etc/kubewasm/registry-ca.crt\n  tenantNamespaces: [team-a]\n  \
-         signatures:\n    - {{prefix: '{}/signed', keys: [/etc/kubewasm/team.pub]}}\n",
-        registry.host()
-    );
-    docs.push(json!({
-        "apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": HOST_CONFIG, "namespace": NS},
-        "data": {
-            "config.yaml": config,
-            "registry-ca.crt": String::from_utf8(registry.ca_pem()).unwrap(),
-            "team.pub": test_key("team").public_key().to_pem(),
+    let ca = registry.ca_pem();
+    let key = test_key("team").public_key().to_pem();
+    let docs = single_node_host_config_docs(
+        cp,
+        |config| {
+            assert!(
+                config.contains("prefix: registry.example.com/signed")
+                    && config.contains("tenantNamespaces: [team-a]"),
+                "{config}"
+            );
+            config.replace("registry.example.com", registry.host())
         },
-    }));
-    let deployment = docs.iter_mut().find(|d| d["kind"] == "Deployment").unwrap();
-    let pod = &mut deployment["spec"]["template"]["spec"];
-    pod["volumes"]
-        .as_array_mut()
-        .unwrap()
-        .push(json!({"name": "host-config", "configMap": {"name": HOST_CONFIG}}));
-    let container = &mut pod["containers"][0];
-    container["volumeMounts"]
-        .as_array_mut()
-        .unwrap()
-        .push(json!({"name": "host-config", "mountPath": "/etc/kubewasm", "readOnly": true}));
-    container["args"]
-        .as_array_mut()
-        .unwrap()
-        .push(json!("--config=/etc/kubewasm/config.yaml"));
+        &[("registry-ca.crt", &ca), ("cosign.pub", key.as_bytes())],
+    );
     let applied = Instant::now();
     apply_all(client, &docs).await;
     wait_available(client, 2, TIMEOUT).await;

@@ -37,6 +37,10 @@ pub(crate) struct RbacArgs {
     /// Only the plugins' roles, no leader-election Role (for more plugins bound to an existing ServiceAccount).
     #[arg(long)]
     plugins_only: bool,
+    /// No plugins: only the host's own roles (its Lease, --metrics-auth, Plugin objects), for a host
+    /// whose plugins come as Plugin objects, each given its RBAC with --objects FILE --plugins-only.
+    #[arg(long, conflicts_with_all = ["plugins", "objects", "from_cluster", "plugins_only"])]
+    host_only: bool,
     /// Name of the leader-election Lease.
     #[arg(long, default_value = "kubewasm")]
     lease_name: String,
@@ -65,6 +69,7 @@ pub(crate) async fn rbac(args: RbacArgs) -> anyhow::Result<()> {
     opts.service_account = args.service_account.unwrap_or_else(|| args.name.clone());
     opts.name = args.name;
     opts.host_role = !args.plugins_only;
+    opts.host_only = args.host_only;
     opts.lease_name = args.lease_name;
     opts.metrics_auth = !args.no_metrics_auth;
     opts.crds = args.crds;

@@ -59,9 +59,13 @@ pub enum RbacError {
     #[error("cannot start the WebAssembly engine: {0}")]
     Engine(#[from] crate::runtime::engine::EngineError),
     #[error(
-        "nothing to derive RBAC from: pass --plugins DIR (the plugin folder), --objects FILE (Plugin manifests) or --from-cluster"
+        "nothing to derive RBAC from: pass --plugins DIR (the plugin folder), --objects FILE (Plugin manifests) or --from-cluster, or --host-only for the host's own roles alone"
     )]
     NoSource,
+    #[error(
+        "--host-only renders the host's own roles alone: it takes no --plugins, --objects or --from-cluster, and needs the host's roles (not --plugins-only)"
+    )]
+    HostOnly,
     #[error("{path} is not a YAML or JSON manifest: {message}")]
     Manifests { path: PathBuf, message: String },
     #[error("{object} ({from}): {message}")]
@@ -93,6 +97,10 @@ pub struct RbacOptions {
     /// Also emit the host's own Role (its leader-election Lease); `false`
     /// for a further set of plugins bound to an existing ServiceAccount.
     pub host_role: bool,
+    /// No plugins at all: the host's own roles alone (its Lease,
+    /// `--metrics-auth`, Plugin objects), for a host whose plugins come as
+    /// Plugin objects, each with its own RBAC.
+    pub host_only: bool,
     /// Name of the leader-election Lease.
     pub lease_name: String,
     /// With the host's own roles, also the ClusterRole `--metrics-auth`
@@ -135,6 +143,7 @@ impl Default for RbacOptions {
             name: "kubewasm".into(),
             service_account: "kubewasm".into(),
             host_role: true,
+            host_only: false,
             lease_name: "kubewasm".into(),
             metrics_auth: true,
             crds: Vec::new(),
@@ -161,7 +170,12 @@ pub struct Derived {
 
 /// Loads the folder, reads the objects and derives the policy.
 pub async fn derive(opts: &RbacOptions) -> Result<Derived, RbacError> {
-    if opts.plugins.is_none() && opts.objects.is_empty() && opts.from_cluster.is_none() {
+    let no_source =
+        opts.plugins.is_none() && opts.objects.is_empty() && opts.from_cluster.is_none();
+    if opts.host_only && !(no_source && opts.host_role) {
+        return Err(RbacError::HostOnly);
+    }
+    if no_source && !opts.host_only {
         return Err(RbacError::NoSource);
     }
     let kinds = KindRegistry::builtin();
@@ -364,6 +378,56 @@ mod tests {
     /// Role in its namespace whatever it asks (alone, it needs no
     /// ClusterRole); rules merged as for the folder, naming every object
     /// that needs them.
+    /// No plugins: the host's own roles alone (Lease, metrics
+    /// authentication, Plugin objects), and no ClusterRole for plugins;
+    /// with a plugin source or without the host's roles it is an error.
+    #[tokio::test]
+    async fn host_only_renders_the_hosts_own_roles_alone() {
+        let opts = RbacOptions {
+            host_only: true,
+            ..RbacOptions::default()
+        };
+        let derived = derive(&opts).await.unwrap();
+        let yaml = render::render(&opts, &derived);
+        let names: Vec<String> = docs(&yaml)
+            .iter()
+            .filter(|d| d["kind"] == "ClusterRole" || d["kind"] == "Role")
+            .map(|d| {
+                format!(
+                    "{}/{}",
+                    d["kind"].as_str().unwrap(),
+                    d["metadata"]["name"].as_str().unwrap()
+                )
+            })
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "Role/kubewasm-leader-election",
+                "ClusterRole/kubewasm-metrics-auth",
+                "ClusterRole/kubewasm-plugin-objects",
+                "Role/kubewasm-plugin-objects"
+            ],
+            "{yaml}"
+        );
+        assert!(
+            yaml.contains("kubewasm rbac --host-only --namespace"),
+            "{yaml}"
+        );
+        for wrong in [
+            RbacOptions {
+                plugins: Some("plugins".into()),
+                ..opts.clone()
+            },
+            RbacOptions {
+                host_role: false,
+                ..opts.clone()
+            },
+        ] {
+            assert!(matches!(derive(&wrong).await, Err(RbacError::HostOnly)));
+        }
+    }
+
     #[tokio::test]
     async fn plugin_objects_alone_render_as_the_host_grants_them() {
         let dir = tempfile::tempdir().unwrap();

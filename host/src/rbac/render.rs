@@ -149,6 +149,9 @@ pub fn render(opts: &RbacOptions, derived: &Derived) -> String {
     if opts.from_cluster.is_some() {
         sources.push_str(" --from-cluster");
     }
+    if opts.host_only {
+        sources.push_str(" --host-only");
+    }
     comment(
         &mut out,
         "",
@@ -198,11 +201,26 @@ pub fn render(opts: &RbacOptions, derived: &Derived) -> String {
             names(&derived.objects)
         ));
     }
-    comment(&mut out, "", &format!("from {}.", from.join("; and ")));
+    if opts.host_only {
+        comment(
+            &mut out,
+            "",
+            "for no plugins: the host's own roles alone. Plugins come as Plugin objects, each with its RBAC",
+        );
+        comment(
+            &mut out,
+            "",
+            "(kubewasm rbac --objects FILE --name NAME --plugins-only).",
+        );
+    } else {
+        comment(&mut out, "", &format!("from {}.", from.join("; and ")));
+    }
     comment(
         &mut out,
         "",
-        if with_objects {
+        if opts.host_only {
+            "Do not edit: regenerate it when kubewasm changes."
+        } else if with_objects {
             "Do not edit: regenerate it when a plugin, its sidecar or a Plugin object changes."
         } else {
             "Do not edit: regenerate it when a plugin or its sidecar changes."

@@ -118,7 +118,7 @@ async fn main() -> anyhow::Result<()> {
             kubewasm_tests::REPLICATOR_ACCESS
         )
     };
-    let base = repo_root().join("deploy/base/plugins");
+    let base = repo_root().join("deploy/examples/plugin-folder/plugins");
     let read = |f: &str| std::fs::read_to_string(base.join(f)).ok();
     let host = HostProcess::start_with(cp.admin_kubeconfig(), |dir| {
         install(
