@@ -275,3 +275,143 @@ async fn sigterm_drains_releases_the_lease_and_the_follower_takes_over_at_once()
     }
     assert!(b.stop().success());
 }
+
+/// The web view's address from its log line.
+fn ui_addr(logs: &str) -> std::net::SocketAddr {
+    let url = logs
+        .lines()
+        .find_map(|l| l.split("web view serving url=").nth(1))
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no web view address in:\n{logs}"));
+    url.trim_start_matches("http://")
+        .split('/')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+/// An operator who lands on either replica (a port-forward picks any
+/// Pod) learns which one leads: the follower's `/readyz` text and web
+/// view say it is a follower and name the leader, the leader's say it
+/// leads, and `kubewasm status` reads the same from the Lease.
+#[tokio::test]
+async fn which_replica_leads_is_in_sight_on_readyz_the_web_view_and_kubewasm_status() {
+    let cp = ControlPlane::shared();
+    let client = cp.admin_client().await;
+    let ns = "e2e-lease-sight";
+    namespace(&client, ns, json!({})).await;
+    let leases: Api<Lease> = Api::namespaced(client.clone(), ns);
+    let start = |name: &str| {
+        let sidecar = recorder_sidecar(ns, &["configmaps"]);
+        HostProcess::start_args(
+            cp.admin_kubeconfig(),
+            &[
+                "--leader-elect",
+                "--leader-elect-namespace",
+                ns,
+                "--leader-elect-lease-duration",
+                "4s",
+                "--leader-elect-renew-deadline",
+                "3s",
+                "--leader-elect-retry-period",
+                "500ms",
+                "--ui",
+                "--ui-addr",
+                "127.0.0.1:0",
+            ],
+            &[("POD_NAME", name)],
+            |dir| install(dir, "recorder", "recorder", Some(&sidecar)),
+        )
+    };
+    let a = start("sight-a");
+    let b = start("sight-b");
+    let first = eventually("a lease holder", WAIT, || holder(&leases)).await;
+    let (leader, follower) = if first == "sight-a" {
+        (&a, &b)
+    } else {
+        (&b, &a)
+    };
+    let identity = leases.get("kubewasm").await.unwrap().spec.unwrap();
+    let identity = identity.holder_identity.unwrap();
+    let since = leases
+        .get("kubewasm")
+        .await
+        .unwrap()
+        .spec
+        .unwrap()
+        .acquire_time
+        .unwrap()
+        .0
+        .to_string();
+
+    // /readyz: ready on both, and the text says who leads since when.
+    let follower_metrics = follower.metrics_addr(WAIT).await;
+    let text = eventually("the follower's /readyz names the leader", WAIT, || async {
+        let (code, _, body) = http_get(follower_metrics, "/readyz").ok()?;
+        (code == 200 && body.contains("follower:")).then_some(body)
+    })
+    .await;
+    assert!(
+        text.starts_with("ok\n")
+            && text.contains(&format!("follower: {identity} leads since {since}")),
+        "{text}"
+    );
+    let leader_metrics = leader.metrics_addr(WAIT).await;
+    let text = eventually("the leader's /readyz says it leads", WAIT, || async {
+        let (code, _, body) = http_get(leader_metrics, "/readyz").ok()?;
+        (code == 200 && body.contains("leader:")).then_some(body)
+    })
+    .await;
+    assert!(
+        text.contains(&format!(
+            "leader: this replica ({identity}) leads since {since}"
+        )),
+        "{text} (the Lease: {identity} since {since})"
+    );
+
+    // The web view's state: the follower's names the leader.
+    follower.wait_log("web view serving", WAIT).await;
+    let ui = ui_addr(&follower.logs());
+    let state: Value = eventually("the follower's web view state", WAIT, || async {
+        let (code, _, body) = http_get(ui, "/ui/api/state").ok()?;
+        let v: Value = serde_json::from_str(&body).ok()?;
+        (code == 200 && !v["leadership"].is_null()).then_some(v)
+    })
+    .await;
+    assert_eq!(state["leadership"]["leading"], false, "{state}");
+    assert_eq!(state["leadership"]["holder"], identity.as_str(), "{state}");
+    assert_eq!(state["leadership"]["since"], since.as_str(), "{state}");
+    leader.wait_log("web view serving", WAIT).await;
+    let ui = ui_addr(&leader.logs());
+    let (_, _, body) = http_get(ui, "/ui/api/state").unwrap();
+    let state: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(state["leadership"]["leading"], true, "{state}");
+
+    // `kubewasm status`, from the cluster alone.
+    let out = succeeded(
+        std::process::Command::new(kubewasm_bin())
+            .args(["status", "--namespace", ns, "--kubeconfig"])
+            .arg(cp.admin_kubeconfig())
+            .output()
+            .unwrap(),
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.starts_with(&format!(
+            "Leader: {identity} since {since} (Lease {ns}/kubewasm"
+        )),
+        "{text}"
+    );
+    let out = succeeded(
+        std::process::Command::new(kubewasm_bin())
+            .args(["status", "-o", "json", "--namespace", ns, "--kubeconfig"])
+            .arg(cp.admin_kubeconfig())
+            .output()
+            .unwrap(),
+    );
+    let json: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["leader"]["identity"], identity.as_str(), "{json}");
+    assert!(a.stop().success());
+    assert!(b.stop().success());
+}

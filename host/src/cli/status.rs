@@ -48,6 +48,8 @@ struct Report {
     /// Per replica (its Pod's name): plugin -> the version it serves, or
     /// why none.
     replicas: BTreeMap<String, BTreeMap<String, String>>,
+    /// The cluster does not serve plugins.kubewasm.io.
+    crds_missing: bool,
 }
 
 #[derive(Debug, Serialize)]
@@ -101,12 +103,19 @@ pub(crate) async fn status(args: StatusArgs) -> anyhow::Result<()> {
         ..Report::default()
     };
     let mut rows = Vec::new();
-    for p in Api::<Plugin>::all(client.clone())
+    match Api::<Plugin>::all(client.clone())
         .list(&ListParams::default())
-        .await?
+        .await
     {
-        let name = format!("plugin/{}", p.metadata.name.clone().unwrap_or_default());
-        rows.push((name, p.metadata.generation, p.status));
+        Ok(list) => {
+            for p in list {
+                let name = format!("plugin/{}", p.metadata.name.clone().unwrap_or_default());
+                rows.push((name, p.metadata.generation, p.status));
+            }
+        }
+        // The CRDs are not installed: plugins come from the folder only.
+        Err(kube::Error::Api(e)) if e.code == 404 => report.crds_missing = true,
+        Err(e) => return Err(e.into()),
     }
     // NamespacedPlugins are optional: a cluster may serve only Plugins.
     if let Ok(list) = Api::<NamespacedPlugin>::all(client.clone())
@@ -218,7 +227,9 @@ fn text(report: &Report) -> String {
         }
     }
     out.push_str("\nPlugins:\n");
-    if report.plugins.is_empty() {
+    if report.crds_missing {
+        out.push_str("  the cluster does not serve plugins.kubewasm.io (install the CRDs: kubewasm crds); plugins come from the hosts' folders only\n");
+    } else if report.plugins.is_empty() {
         out.push_str("  none\n");
     }
     let width = report

@@ -169,7 +169,11 @@ impl Elector {
                 identity: self.opts.identity.clone(),
                 leading: false,
                 holder,
-                since: acquired.map(|t| t.0.to_string()),
+                // As the API server writes a MicroTime, so every reader
+                // (the Lease, `kubewasm status`) shows the same instant.
+                since: acquired
+                    .and_then(|t| serde_json::to_value(t).ok())
+                    .and_then(|v| v.as_str().map(str::to_owned)),
                 transitions,
             });
         }
@@ -264,6 +268,7 @@ impl Elector {
         let me = self.opts.identity.clone();
         let seconds = self.opts.lease_seconds();
         let Some(mut lease) = self.backend.get().await? else {
+            let acquired = now.clone();
             let lease = Lease {
                 metadata: ObjectMeta {
                     name: Some(self.opts.lease_name.clone()),
@@ -281,11 +286,7 @@ impl Elector {
             };
             let created = self.backend.create(lease).await? == Written::Done;
             if created {
-                self.saw(
-                    Some(self.opts.identity.clone()),
-                    Some(&MicroTime(k8s_openapi::jiff::Timestamp::now())),
-                    Some(0),
-                );
+                self.saw(Some(self.opts.identity.clone()), Some(&acquired), Some(0));
             }
             return Ok(created);
         };
