@@ -267,9 +267,12 @@ pub(crate) fn write_atomically(path: &Path, parts: &[&[u8]]) -> std::io::Result<
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
+    // The PID and a random number: replicas that share one cache volume
+    // (a PersistentVolumeClaim) each run as PID 1 of their container.
     let tmp = dir.join(format!(
-        ".{name}.{}.{}.tmp",
+        ".{name}.{}.{:x}.{}.tmp",
         std::process::id(),
+        fastrand::u64(..),
         TMP_SEQ.fetch_add(1, Ordering::Relaxed)
     ));
     let result = (|| {
