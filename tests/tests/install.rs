@@ -28,8 +28,8 @@ use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams
 use kubewasm::oci::{Credentials, OciClient, PullOptions, Transport};
 use kubewasm_tests::controlplane::ControlPlane;
 use kubewasm_tests::e2e::{
-    Seen, churn, configmap_versions, eventually, eventually_seen, kubewasm_bin, namespace, recorded,
-    seen_view,
+    Seen, churn, configmap_versions, eventually, eventually_seen, kubewasm_bin, namespace,
+    recorded, seen_view,
 };
 use kubewasm_tests::incluster::{NS, holder_pod, lease_holder, run};
 use kubewasm_tests::objects::{api, find_condition};
@@ -86,7 +86,8 @@ impl Workdir {
     /// Runs `script` with bash (`set -euxo pipefail`) here; its output.
     fn sh(&self, script: &str, what: &str) -> String {
         run(
-            self.command("bash").args(["-c", &format!("set -euxo pipefail\n{script}")]),
+            self.command("bash")
+                .args(["-c", &format!("set -euxo pipefail\n{script}")]),
             what,
         )
     }
@@ -135,7 +136,10 @@ fn quick_start() -> Vec<String> {
             (None, _) => {}
         }
     }
-    assert!(blocks.len() >= 2, "the quick start has its commands: {section}");
+    assert!(
+        blocks.len() >= 2,
+        "the quick start has its commands: {section}"
+    );
     blocks
 }
 
@@ -326,7 +330,11 @@ async fn a_release_installs_upgrades_and_uninstalls_with_helm() {
         )
         .await
         .unwrap();
-    assert!(replicator.pinned.contains(":v1@sha256:"), "{}", replicator.pinned);
+    assert!(
+        replicator.pinned.contains(":v1@sha256:"),
+        "{}",
+        replicator.pinned
+    );
     namespace(&client, "sources", json!({})).await;
     namespace(&client, "team-copies", json!({"copies": "yes"})).await;
     let plugin = plugin_doc(
@@ -384,7 +392,10 @@ async fn a_release_installs_upgrades_and_uninstalls_with_helm() {
         replicator.digest.as_str(),
         "{status}"
     );
-    assert_ne!(status["contentDigest"], status["manifestDigest"], "{status}");
+    assert_ne!(
+        status["contentDigest"], status["manifestDigest"],
+        "{status}"
+    );
     let replicas = status["replicas"].as_array().unwrap();
     assert_eq!(replicas.len(), 2, "{status}");
     assert!(replicas.iter().all(|r| r["loaded"] == true), "{status}");
@@ -524,7 +535,10 @@ async fn a_release_installs_upgrades_and_uninstalls_with_helm() {
     let leader = holder_pod(&lease_holder(&client).await.unwrap()).to_owned();
     let text = work.sh("kubewasm status", "kubewasm status");
     eprintln!("kubewasm status:\n{text}");
-    assert!(text.starts_with(&format!("Leader: {leader} since ")), "{text}");
+    assert!(
+        text.starts_with(&format!("Leader: {leader} since ")),
+        "{text}"
+    );
     assert!(text.contains(&format!("  {leader} (leader)\n")), "{text}");
     for pod in host_pods(&client).await.keys() {
         assert!(
@@ -579,7 +593,11 @@ async fn a_release_installs_upgrades_and_uninstalls_with_helm() {
             if view == server {
                 Ok(seen)
             } else {
-                Err(format!("{} objects seen, {} on the server", view.len(), server.len()))
+                Err(format!(
+                    "{} objects seen, {} on the server",
+                    view.len(),
+                    server.len()
+                ))
             }
         },
     )
@@ -670,7 +688,10 @@ async fn a_release_installs_upgrades_and_uninstalls_with_helm() {
     // are the user's, deleted first; the CRDs stay, as Helm keeps a
     // chart's crds/, so that no Plugin is lost with them).
     for name in ["config-replicator", "recorder"] {
-        plugins.delete(name, &DeleteParams::default()).await.unwrap();
+        plugins
+            .delete(name, &DeleteParams::default())
+            .await
+            .unwrap();
     }
     work.sh(
         "helm uninstall kubewasm --namespace kubewasm --wait --timeout 3m",

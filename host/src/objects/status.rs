@@ -388,7 +388,13 @@ mod conditions {
             message: "why".into(),
             serving,
         };
-        let cases: Vec<(&str, Outcome, Vec<ReplicaStatus>, Vec<(&str, &str, &str)>)> = vec![
+        type Case = (
+            &'static str,
+            Outcome,
+            Vec<ReplicaStatus>,
+            Vec<(&'static str, &'static str, &'static str)>,
+        );
+        let cases: Vec<Case> = vec![
             (
                 "serving everywhere: Current",
                 Outcome::Serving(served("a")),
