@@ -5,6 +5,7 @@
 #   kubewasm-VERSION-x86_64-linux-musl.cdx.json   its CycloneDX SBOM (crates)
 #   kubewasm-VERSION-image.oci.tar                the image, an OCI layout
 #                                                 tarball tagged localhost/kubewasm:VERSION
+#                                                 (a `+` of VERSION as `_`)
 #   kubewasm-VERSION-image.cdx.json               the image's CycloneDX SBOM
 #   kubewasm-VERSION-image.payload.json           cosign's simple-signing payload
 #                                                 over the image's manifest digest
@@ -76,7 +77,9 @@ target_dir="${CARGO_TARGET_DIR:-target}"
 
 bin="kubewasm-$version-x86_64-linux-musl"
 image="kubewasm-$version-image"
-tag="localhost/kubewasm:$version"
+# An image tag has no `+`: build metadata is spelled with `_` there, as
+# the chart's default image.tag spells its appVersion.
+tag="localhost/kubewasm:${version//+/_}"
 
 # The image, and with it the binary: scripts/image.sh builds the static musl
 # release binary (or takes RELEASE_BINARY) and the image from the
