@@ -3,8 +3,10 @@
 # already at its version is kept), from the package registries only:
 #
 #   crates.io   cargo-deny (cargo install --locked, without its fat LTO)
-#   PyPI        pip-audit, and cyclonedx-python-lib with its JSON schema
-#               validation (for the SBOM check), into .tools/venv
+#   PyPI        pip-audit, cyclonedx-python-lib with its JSON schema
+#               validation (for the SBOM check), and git-cliff (the
+#               changelog of scripts/release.sh, a binary wheel), into
+#               .tools/venv
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
@@ -13,6 +15,7 @@ export PATH="$PATH:$HOME/.cargo/bin"
 CARGO_DENY=0.20.2
 PIP_AUDIT=2.10.1
 CYCLONEDX_LIB=11.12.0
+GIT_CLIFF=2.14.2
 
 step() { printf '==> %s\n' "$*"; }
 
@@ -29,9 +32,10 @@ fi
 venv=.tools/venv
 # The dist-infos name the versions (`pip-audit --version` takes seconds).
 have() { compgen -G "$venv/lib/python3*/site-packages/$1.dist-info" >/dev/null; }
-if ! have "pip_audit-$PIP_AUDIT" || ! have "cyclonedx_python_lib-$CYCLONEDX_LIB" || ! have "jsonschema-*"; then
-  step "pip install pip-audit==$PIP_AUDIT cyclonedx-python-lib[json-validation]==$CYCLONEDX_LIB (.tools/venv)"
+if ! have "pip_audit-$PIP_AUDIT" || ! have "cyclonedx_python_lib-$CYCLONEDX_LIB" || ! have "jsonschema-*" \
+  || ! have "git_cliff-$GIT_CLIFF"; then
+  step "pip install pip-audit==$PIP_AUDIT cyclonedx-python-lib[json-validation]==$CYCLONEDX_LIB git-cliff==$GIT_CLIFF (.tools/venv)"
   python3 -m venv "$venv"
   "$venv/bin/pip" install --quiet --disable-pip-version-check \
-    "pip-audit==$PIP_AUDIT" "cyclonedx-python-lib[json-validation]==$CYCLONEDX_LIB"
+    "pip-audit==$PIP_AUDIT" "cyclonedx-python-lib[json-validation]==$CYCLONEDX_LIB" "git-cliff==$GIT_CLIFF"
 fi

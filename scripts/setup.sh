@@ -29,7 +29,9 @@ step apt apt_ensure "${apt_packages[@]}"
 # minutes on 2 cores cold; scripts/setup-node.sh) and kustomize for the
 # deploy/ tests (kubectl's built-in one, else a pinned build from the Go
 # module proxy: Debian's kubernetes-client is 1.20, whose kustomize is too
-# old for deploy/). Each one's output is printed when it ends.
+# old for deploy/), and the tests' Go tools (tests/tools/build.sh: helm,
+# kubectl at the test cluster's version, kstatus, into .tools/bin; see its
+# cold time there). Each one's output is printed when it ends.
 logs=.tools/setup-logs
 mkdir -p "$logs"
 declare -A background=()
@@ -46,6 +48,7 @@ kustomize_install() {
 }
 in_background node bash scripts/setup-node.sh
 in_background kustomize kustomize_install
+in_background go-tools bash tests/tools/build.sh
 
 # playwright-core for the browser tests, from tests/ui's lock file (no
 # browser download: Debian's chromium).

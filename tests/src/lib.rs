@@ -13,6 +13,7 @@ pub mod incluster;
 pub mod manifests;
 pub mod objects;
 pub mod registry;
+pub mod tools;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

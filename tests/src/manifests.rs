@@ -1,12 +1,14 @@
-//! Rendering and reading manifests: `kubectl kustomize` (or a `kustomize`
-//! binary) and multi-document YAML as JSON values.
+//! Rendering and reading manifests: `kubectl kustomize` (kubectl on PATH,
+//! else tests/tools' in .tools/bin, else a `kustomize` binary) and
+//! multi-document YAML as JSON values.
 
 use std::path::Path;
 use std::process::Command;
 
 use serde_json::Value;
 
-/// `kubectl kustomize`, else a `kustomize` binary (scripts/setup.sh
+/// `kubectl kustomize` (on PATH, else .tools/bin/kubectl of
+/// tests/tools/build.sh), else a `kustomize` binary (scripts/setup.sh
 /// installs one when kubectl is missing).
 pub fn kustomize(dir: &Path) -> String {
     let runs = |bin: &str, args: &[&str]| {
@@ -15,8 +17,14 @@ pub fn kustomize(dir: &Path) -> String {
             .output()
             .is_ok_and(|o| o.status.success())
     };
+    // tests/tools/build.sh's kubectl, where scripts/setup.sh built it.
+    let tools_kubectl = crate::repo_root().join(".tools/bin/kubectl");
     let mut cmd = if runs("kubectl", &["version", "--client"]) {
         let mut c = Command::new("kubectl");
+        c.arg("kustomize");
+        c
+    } else if tools_kubectl.is_file() {
+        let mut c = Command::new(tools_kubectl);
         c.arg("kustomize");
         c
     } else if runs("kustomize", &["version"]) {
