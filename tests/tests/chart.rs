@@ -262,7 +262,7 @@ fn values_switch_what_they_say() {
             "probe",
             "/readyz",
             "--addr-file",
-            "/var/cache/kubewasm/metrics-addr"
+            "/run/kubewasm/metrics-addr"
         ])
     );
     let env = c["env"].as_array().unwrap();
@@ -271,7 +271,7 @@ fn values_switch_what_they_say() {
     let a = args(&d);
     for want in [
         "--metrics-addr=127.0.0.1:0",
-        "--metrics-addr-file=/var/cache/kubewasm/metrics-addr",
+        "--metrics-addr-file=/run/kubewasm/metrics-addr",
         "--metrics-auth=false",
         "--ui",
         "--ui-addr=127.0.0.1:0",

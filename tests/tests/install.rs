@@ -306,7 +306,7 @@ async fn a_release_installs_upgrades_and_uninstalls_with_helm() {
     for (name, path) in [
         ("kubectl", kubectl()),
         ("helm", helm()),
-        ("kubewasm", kubewasm_bin()),
+        ("kubewasm", kubewasm_bin().to_path_buf()),
     ] {
         std::os::unix::fs::symlink(path, bin.join(name)).unwrap();
     }

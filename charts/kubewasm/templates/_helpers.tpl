@@ -25,7 +25,7 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{/* `kubewasm probe PATH` on the address the host wrote (host network). */}}
 {{- define "kubewasm.execProbe" -}}
 exec:
-  command: ["/kubewasm", "probe", {{ . | quote }}, "--addr-file", "/var/cache/kubewasm/metrics-addr"]
+  command: ["/kubewasm", "probe", {{ . | quote }}, "--addr-file", "/run/kubewasm/metrics-addr"]
 {{- end }}
 
 {{/* The cache volume's claim, when it has one. */}}
