@@ -609,7 +609,10 @@ fn start_election(
 ) -> (CancellationToken, TaskTracker) {
     let cancel = CancellationToken::new();
     let tasks = TaskTracker::new();
-    let leases = Arc::new(KubeLeases::new(client, &opts.namespace, &opts.lease_name));
+    let leases = Arc::new(
+        KubeLeases::new(client, &opts.namespace, &opts.lease_name)
+            .owned_by_service_account(std::env::var("POD_SERVICE_ACCOUNT").ok()),
+    );
     let elector =
         Elector::new(leases, opts.clone(), leadership.clone()).with_view(leader_gauge.clone());
     tasks.spawn(elector.run(cancel.clone()));

@@ -17,7 +17,9 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, ObjectMeta, PostParams};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -54,6 +56,8 @@ pub trait LeaseBackend: Send + Sync + 'static {
 pub struct KubeLeases {
     api: Api<Lease>,
     name: String,
+    /// The ServiceAccount the Lease is created owned by, if any.
+    owner: Option<String>,
 }
 
 impl std::fmt::Debug for KubeLeases {
@@ -69,6 +73,43 @@ impl KubeLeases {
         Self {
             api: Api::namespaced(client, namespace),
             name: name.to_owned(),
+            owner: None,
+        }
+    }
+
+    /// Creates the Lease owned by the ServiceAccount `name` of its
+    /// namespace (the host's, `POD_SERVICE_ACCOUNT` in a Pod), so that
+    /// deleting the installation (`helm uninstall`, `kubectl delete -k`)
+    /// takes the Lease with it: the garbage collector deletes it once its
+    /// owner is gone, even when a replica still draining recreated it
+    /// after the uninstall. Without `get` on that ServiceAccount the Lease
+    /// is created without an owner.
+    #[must_use]
+    pub fn owned_by_service_account(mut self, name: Option<String>) -> Self {
+        self.owner = name.filter(|n| !n.is_empty());
+        self
+    }
+
+    /// The owner reference of [`Self::owned_by_service_account`].
+    async fn owner_reference(&self) -> Option<OwnerReference> {
+        let name = self.owner.as_deref()?;
+        let client = self.api.clone().into_client();
+        let namespace = self.api.namespace()?;
+        match Api::<ServiceAccount>::namespaced(client, namespace)
+            .get(name)
+            .await
+        {
+            Ok(sa) => Some(OwnerReference {
+                api_version: "v1".into(),
+                kind: "ServiceAccount".into(),
+                name: name.to_owned(),
+                uid: sa.metadata.uid?,
+                ..OwnerReference::default()
+            }),
+            Err(e) => {
+                tracing::warn!(service_account = name, error = %e, "cannot read the host's ServiceAccount: the Lease is created without an owner and outlives an uninstall (grant get on it: kubewasm rbac)");
+                None
+            }
         }
     }
 }
@@ -85,8 +126,11 @@ impl LeaseBackend for KubeLeases {
         Box::pin(async move { Ok(self.api.get_opt(&self.name).await?) })
     }
 
-    fn create(&self, lease: Lease) -> BoxFuture<'_, Result<Written, LeaseError>> {
+    fn create(&self, mut lease: Lease) -> BoxFuture<'_, Result<Written, LeaseError>> {
         Box::pin(async move {
+            if let Some(owner) = self.owner_reference().await {
+                lease.metadata.owner_references = Some(vec![owner]);
+            }
             match self.api.create(&PostParams::default(), &lease).await {
                 Ok(_) => Ok(Written::Done),
                 Err(e) => lost_race(e),

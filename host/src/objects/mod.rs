@@ -316,6 +316,8 @@ impl PluginObjects {
         if !self.until_served(&cancel).await {
             return;
         }
+        // Leading already (no change to wait for): which replicas count.
+        self.check_replicas().await;
         let cluster = watcher(Api::<Plugin>::all(self.client.clone()))
             .map(|e| e.map(Change::Cluster))
             .boxed();
@@ -491,8 +493,22 @@ impl PluginObjects {
             {
                 let entries = obj.status.map(|s| s.replicas).unwrap_or_default();
                 if k.others != entries {
+                    // An entry of a Pod not known to be ready (it started
+                    // after the last list): list again, so it counts.
+                    let unknown = {
+                        let live = self.live.lock();
+                        entries.iter().any(|r| {
+                            r.name != self.replica
+                                && live
+                                    .as_ref()
+                                    .is_some_and(|pods| pods.get(&r.name) != Some(&true))
+                        })
+                    };
                     k.others = entries;
                     drop(known);
+                    if unknown && self.leadership.state().leading {
+                        self.list_pods().await;
+                    }
                     self.refresh(&obj.source).await;
                 }
                 return;

@@ -20,18 +20,28 @@ pub(super) type LivePods = BTreeMap<String, bool>;
 
 impl PluginObjects {
     /// The other replicas' entries that count for `Ready`: those of ready
-    /// Pods when the host's Pods are known, else all of them.
+    /// Pods when the host's Pods are known (and an empty entry for a ready
+    /// Pod that has not written one yet: it has not loaded the spec), else
+    /// all of them.
     pub(super) fn counted(&self, entries: &[ReplicaStatus]) -> Vec<ReplicaStatus> {
         let live = self.live.lock().clone();
-        entries
-            .iter()
-            .filter(|r| r.name != self.replica)
-            .filter(|r| {
-                live.as_ref()
-                    .is_none_or(|pods| pods.get(&r.name) == Some(&true))
-            })
+        let others = entries.iter().filter(|r| r.name != self.replica);
+        let Some(pods) = live else {
+            return others.cloned().collect();
+        };
+        let mut counted: Vec<ReplicaStatus> = others
+            .filter(|r| pods.get(&r.name) == Some(&true))
             .cloned()
-            .collect()
+            .collect();
+        for (pod, ready) in &pods {
+            if *ready && *pod != self.replica && !entries.iter().any(|r| r.name == *pod) {
+                counted.push(ReplicaStatus {
+                    name: pod.clone(),
+                    ..ReplicaStatus::default()
+                });
+            }
+        }
+        counted
     }
 
     /// Recomputes the status of `source` from what this replica knows (its
@@ -63,38 +73,64 @@ impl PluginObjects {
     /// ready or unready changes what `Ready` waits for). Outside a Pod the
     /// host cannot tell a replica that is gone from one elsewhere, and
     /// prunes nothing.
-    pub(super) async fn check_replicas(&self) {
-        if !self.leadership.state().leading {
-            return;
-        }
-        let Some(namespace) = self.pod_namespace.clone() else {
-            return;
-        };
+    /// Lists the host's Pods (name -> Ready) into `live`; `None` when they
+    /// cannot be known (outside a Pod, or the list failed).
+    pub(super) async fn list_pods(&self) -> Option<LivePods> {
+        let namespace = self.pod_namespace.clone()?;
         let pods = match Api::<Pod>::namespaced(self.client.clone(), &namespace)
             .list(&ListParams::default())
             .await
         {
-            Ok(list) => list
-                .items
-                .into_iter()
-                .filter_map(|p| {
-                    let ready = p
-                        .status
-                        .as_ref()
-                        .and_then(|s| s.conditions.as_ref())
-                        .is_some_and(|c| {
-                            c.iter().any(|c| c.type_ == "Ready" && c.status == "True")
-                        });
-                    Some((p.metadata.name?, ready))
-                })
-                .collect::<LivePods>(),
+            Ok(list) => {
+                // The host's own Pods: those labelled as this replica's Pod
+                // is (its name and instance), not everything else the
+                // namespace runs.
+                let Some(me) = list
+                    .items
+                    .iter()
+                    .find(|p| p.metadata.name.as_deref() == Some(self.replica.as_str()))
+                else {
+                    tracing::debug!(replica = %self.replica, "this replica's Pod is not in its namespace's list: every status entry counts");
+                    *self.live.lock() = None;
+                    return None;
+                };
+                let mine = same_workload(me);
+                list.items
+                    .into_iter()
+                    .filter(|p| {
+                        mine.iter().all(|(k, v)| {
+                            p.metadata.labels.as_ref().and_then(|l| l.get(k)) == Some(v)
+                        })
+                    })
+                    .filter_map(|p| {
+                        let ready = p
+                            .status
+                            .as_ref()
+                            .and_then(|s| s.conditions.as_ref())
+                            .is_some_and(|c| {
+                                c.iter().any(|c| c.type_ == "Ready" && c.status == "True")
+                            });
+                        Some((p.metadata.name?, ready))
+                    })
+                    .collect::<LivePods>()
+            }
             Err(e) => {
                 tracing::warn!(namespace, error = %e, "cannot list the host's Pods: status.replicas is not pruned and every replica counts for Ready until it can (grant list on pods in this namespace: kubewasm rbac)");
                 *self.live.lock() = None;
-                return;
+                return None;
             }
         };
         *self.live.lock() = Some(pods.clone());
+        Some(pods)
+    }
+
+    pub(super) async fn check_replicas(&self) {
+        if !self.leadership.state().leading {
+            return;
+        }
+        let Some(pods) = self.list_pods().await else {
+            return;
+        };
         let gone: Vec<(Source, Vec<String>)> = self
             .known
             .lock()
@@ -249,6 +285,16 @@ impl PluginObjects {
             }
         }
     }
+}
+
+/// The labels that tell the host's Pods from others of the namespace: the
+/// well-known name and instance labels this replica's Pod carries.
+fn same_workload(pod: &Pod) -> Vec<(String, String)> {
+    let labels = pod.metadata.labels.clone().unwrap_or_default();
+    ["app.kubernetes.io/name", "app.kubernetes.io/instance"]
+        .iter()
+        .filter_map(|k| Some(((*k).to_owned(), labels.get(*k)?.clone())))
+        .collect()
 }
 
 /// Two statuses say the same (transition times aside).

@@ -268,13 +268,16 @@ pub async fn derive(opts: &RbacOptions) -> Result<Derived, RbacError> {
         tenant.accesses.push(access.clone());
         tenant.references.extend(object.references());
     }
-    let policy = policy::derive(
+    let mut policy = policy::derive(
         &host_side,
         &tenants,
         &opts.tenant_accounts.names(),
         &opts.namespace,
         &opts.lease_name,
     );
+    policy
+        .host
+        .push(policy::lease_owner_rule(&opts.service_account));
     Ok(Derived {
         folder,
         objects: from_objects,

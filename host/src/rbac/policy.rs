@@ -343,6 +343,16 @@ fn rules_of(accesses: &[Access]) -> (Vec<Rule>, BTreeMap<String, Vec<Rule>>) {
     (cluster.into_values().collect(), namespaced)
 }
 
+/// The host reads its own ServiceAccount (by name) to create its Lease
+/// owned by it, so that uninstalling takes the Lease along.
+pub fn lease_owner_rule(service_account: &str) -> Rule {
+    let mut rule = Rule::new("", "serviceaccounts".into());
+    rule.verbs.insert("get");
+    rule.resource_names = vec![service_account.to_owned()];
+    rule.host = Some("leader election: creates the Lease owned by the host's ServiceAccount, so an uninstall deletes it too".into());
+    rule
+}
+
 /// The host's own rules: its Lease, `--metrics-auth`'s reviews, and Plugin
 /// objects (with the tenants' ServiceAccounts it acts as).
 fn host_rules(host_namespace: &str, lease: &str, accounts: &BTreeSet<String>) -> Policy {
