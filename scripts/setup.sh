@@ -26,12 +26,10 @@ step apt apt_ensure "${apt_packages[@]}"
 
 # The Go builds run in the background, beside the steps below that mostly
 # wait on npm and PyPI: the test cluster (tests/controlplane, about 15
-# minutes on 2 cores cold; scripts/setup-node.sh) and kustomize for the
-# deploy/ tests (kubectl's built-in one, else a pinned build from the Go
-# module proxy: Debian's kubernetes-client is 1.20, whose kustomize is too
-# old for deploy/), and the tests' Go tools (tests/tools/build.sh: helm,
-# kubectl at the test cluster's version, kstatus, into .tools/bin; see its
-# cold time there). Each one's output is printed when it ends.
+# minutes on 2 cores cold; scripts/setup-node.sh) and the tests' Go tools
+# (tests/tools/build.sh: helm, kubectl at the test cluster's version with
+# its kustomize for the deploy/ tests, kstatus, into .tools/bin; about 10
+# minutes cold). Each one's output is printed when it ends.
 logs=.tools/setup-logs
 mkdir -p "$logs"
 declare -A background=()
@@ -41,13 +39,7 @@ in_background() {
   ( step "$name" "$@" ) >"$logs/$name.log" 2>&1 &
   background[$name]=$!
 }
-kustomize_install() {
-  if ! kubectl version --client >/dev/null 2>&1 && ! command -v kustomize >/dev/null; then
-    GOBIN=/usr/local/bin go install sigs.k8s.io/kustomize/kustomize/v5@v5.5.0
-  fi
-}
 in_background node bash scripts/setup-node.sh
-in_background kustomize kustomize_install
 in_background go-tools bash tests/tools/build.sh
 
 # playwright-core for the browser tests, from tests/ui's lock file (no

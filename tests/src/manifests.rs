@@ -17,14 +17,15 @@ pub fn kustomize(dir: &Path) -> String {
             .output()
             .is_ok_and(|o| o.status.success())
     };
-    // tests/tools/build.sh's kubectl, where scripts/setup.sh built it.
+    // tests/tools/build.sh's kubectl (the test cluster's version, built by
+    // scripts/setup.sh) first, else one on PATH.
     let tools_kubectl = crate::repo_root().join(".tools/bin/kubectl");
-    let mut cmd = if runs("kubectl", &["version", "--client"]) {
-        let mut c = Command::new("kubectl");
+    let mut cmd = if tools_kubectl.is_file() {
+        let mut c = Command::new(tools_kubectl);
         c.arg("kustomize");
         c
-    } else if tools_kubectl.is_file() {
-        let mut c = Command::new(tools_kubectl);
+    } else if runs("kubectl", &["version", "--client"]) {
+        let mut c = Command::new("kubectl");
         c.arg("kustomize");
         c
     } else if runs("kustomize", &["version"]) {
@@ -33,7 +34,7 @@ pub fn kustomize(dir: &Path) -> String {
         c
     } else {
         panic!(
-            "neither kubectl nor kustomize is on PATH: run scripts/setup.sh (it installs kustomize from the Go module proxy)"
+            "no kubectl: run scripts/setup.sh (tests/tools/build.sh builds one into .tools/bin), or put kubectl or kustomize on PATH"
         );
     };
     let out = cmd.arg(dir).output().unwrap();

@@ -421,6 +421,31 @@ async fn a_folder_plugin_and_a_plugin_object_never_replace_each_other() {
         ready.contains(&format!("the plugin folder's file {}", file.display())),
         "{ready}"
     );
+    // Nothing of the object serves on this replica: its /readyz text and
+    // an Event on the object say so (the replica stays ready).
+    let metrics = host.metrics_addr(WAIT).await;
+    let (code, _, body) = kubewasm_tests::e2e::http_get(metrics, "/readyz").unwrap();
+    assert_eq!(code, 200, "{body}");
+    assert!(
+        body.contains("not serving plugins.kubewasm.io/clash: NameTaken: "),
+        "{body}"
+    );
+    let events: Api<k8s_openapi::api::events::v1::Event> =
+        Api::namespaced(client.clone(), "default");
+    kubewasm_tests::e2e::eventually("a Warning Event about plugin clash", WAIT, || async {
+        events
+            .list(&Default::default())
+            .await
+            .ok()?
+            .items
+            .into_iter()
+            .find(|e| {
+                e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("clash")
+                    && e.reason.as_deref() == Some("NameTaken")
+                    && e.type_.as_deref() == Some("Warning")
+            })
+    })
+    .await;
     touch(&watched, "requeue-clash-4").await;
     wait_requeue_seen(&host, "folder", "requeue-clash-4").await;
     assert!(
@@ -435,6 +460,11 @@ async fn a_folder_plugin_and_a_plugin_object_never_replace_each_other() {
     std::fs::remove_file(&file).unwrap();
     std::fs::remove_file(host.plugins.path().join("clash.yaml")).unwrap();
     wait_condition(&plugins, &host, "clash", 1, ("Ready", "True", "Serving")).await;
+    let (_, _, body) = kubewasm_tests::e2e::http_get(metrics, "/readyz").unwrap();
+    assert!(
+        !body.contains("not serving plugins.kubewasm.io/clash"),
+        "{body}"
+    );
     touch(&watched, "requeue-clash-5").await;
     wait_requeue_seen(&host, "object", "requeue-clash-5").await;
 

@@ -156,6 +156,8 @@ pub struct PluginObjects {
     pod_namespace: Option<String>,
     /// The host's Pods as the leader last listed them; `None` when unknown.
     live: parking_lot::Mutex<Option<report::LivePods>>,
+    /// Events about Plugin objects, as this replica.
+    recorder: kube::runtime::events::Recorder,
     known: Mutex<BTreeMap<Source, Known>>,
     /// Tenant plugins' accounts, shared with the action sink.
     impersonations: Impersonations,
@@ -178,6 +180,7 @@ impl PluginObjects {
         options: ObjectOptions,
     ) -> Result<Self, ObjectsError> {
         use crate::oci::{ModuleCache, OciClient, PullOptions, SignaturePolicy, Transport};
+        let kube_client = client.clone();
         let mut transport = Transport::default();
         if let Some(path) = &options.registry_ca {
             let pem = std::fs::read(path).map_err(|source| ObjectsError::CaRead {
@@ -223,6 +226,17 @@ impl PluginObjects {
                 .pod_namespace()
                 .map(str::to_owned),
             live: parking_lot::Mutex::new(None),
+            recorder: kube::runtime::events::Recorder::new(
+                kube_client.clone(),
+                kube::runtime::events::Reporter {
+                    controller: "kubewasm".into(),
+                    instance: Some(
+                        crate::telemetry::identity::Identity::from_env()
+                            .instance()
+                            .to_owned(),
+                    ),
+                },
+            ),
             known: Mutex::new(BTreeMap::new()),
             impersonations: Impersonations::default(),
             registries: parking_lot::Mutex::default(),
@@ -610,7 +624,7 @@ impl PluginObjects {
         {
             tracing::warn!(plugin = %name, object = %obj.source.display(), reason, error = %message, "Plugin object not served");
         }
-        self.note(&obj.source, &outcome);
+        self.note(&obj.source, &outcome).await;
         let status = status_for(
             &outcome,
             obj.generation,

@@ -7,9 +7,10 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 use kube::Api;
 use kube::api::{ListParams, Patch, PatchParams};
+use kube::runtime::events::{Event, EventType};
 
 use super::status::{self, MANAGER, status_for};
 use super::{PluginObjects, Source};
@@ -214,19 +215,57 @@ impl PluginObjects {
 
     /// What `/readyz`'s text and the web view say about `source` on this
     /// replica: nothing while some version serves, else why none does.
-    pub(super) fn note(&self, source: &Source, outcome: &super::Outcome) {
+    /// When that changes, an Event on the object says so too (for a
+    /// Plugin: a NamespacedPlugin's namespace is its tenant's).
+    pub(super) async fn note(&self, source: &Source, outcome: &super::Outcome) {
         let text = match outcome {
             super::Outcome::Refused {
                 reason,
                 message,
                 serving: None,
-            } => Some(format!(
-                "not serving {}: {reason}: {message}",
-                source.display()
-            )),
+            } => Some((*reason, message.clone())),
             _ => None,
         };
-        self.host.telemetry().note(&source.display(), text);
+        let subject = source.display();
+        let telemetry = self.host.telemetry();
+        let before = telemetry.notes_of(&subject);
+        telemetry.note(
+            &subject,
+            text.as_ref()
+                .map(|(reason, message)| format!("not serving {subject}: {reason}: {message}")),
+        );
+        let Source::Cluster(name) = source else {
+            return;
+        };
+        let event = match (&text, before.is_some()) {
+            (Some((reason, message)), false) => Event {
+                type_: EventType::Warning,
+                reason: (*reason).to_owned(),
+                note: Some(format!(
+                    "replica {} serves no version: {message}",
+                    self.replica
+                )),
+                action: "Load".into(),
+                secondary: None,
+            },
+            (None, true) => Event {
+                type_: EventType::Normal,
+                reason: "Serving".into(),
+                note: Some(format!("replica {} serves it again", self.replica)),
+                action: "Load".into(),
+                secondary: None,
+            },
+            _ => return,
+        };
+        let reference = ObjectReference {
+            api_version: Some("kubewasm.io/v1alpha1".into()),
+            kind: Some("Plugin".into()),
+            name: Some(name.clone()),
+            ..ObjectReference::default()
+        };
+        if let Err(e) = self.recorder.publish(&event, &reference).await {
+            tracing::warn!(object = %subject, error = %e, "cannot write an Event about the Plugin object (grant create on events.k8s.io events in default: kubewasm rbac)");
+        }
     }
 
     pub(super) async fn write_all_statuses(&self) {

@@ -114,6 +114,9 @@ pub struct Policy {
     pub objects_cluster: Vec<Rule>,
     /// Plugins as objects, in the host's namespace: pull Secrets.
     pub objects_host: Vec<Rule>,
+    /// Plugins as objects, in `default`: the Events about Plugins (the API
+    /// server keeps a cluster-scoped object's Events there).
+    pub objects_events: Vec<Rule>,
     /// Per tenant (namespace, ServiceAccount): what its plugins' requests,
     /// made as that ServiceAccount, need there: their reads (asked for it
     /// before they load), writes and Events, and the objects they name.
@@ -400,6 +403,11 @@ fn host_rules(host_namespace: &str, lease: &str, accounts: &BTreeSet<String>) ->
     pull.host = Some(
         "plugins as objects: reads the registry credentials a Plugin's oci.pullSecret names".into(),
     );
+    let mut events = Rule::new("events.k8s.io", "events".into());
+    events.verbs.extend(["create", "patch"]);
+    events.host = Some(
+        "plugins as objects: Events saying when a Plugin stops or starts being served on a replica (kubectl describe plugin)".into(),
+    );
     // The leader's Ready counts the ready replicas, and prunes the status
     // entries of Pods that are gone.
     let mut pods = Rule::new("", "pods".into());
@@ -428,6 +436,7 @@ fn host_rules(host_namespace: &str, lease: &str, accounts: &BTreeSet<String>) ->
         host_cluster: vec![tokens, access],
         objects_cluster: objects,
         objects_host: vec![pull, pods],
+        objects_events: vec![events],
         tenants: BTreeMap::new(),
     }
 }

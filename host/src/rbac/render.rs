@@ -314,6 +314,15 @@ pub fn render(opts: &RbacOptions, derived: &Derived) -> String {
             &policy.objects_host,
             opts,
         );
+        role(
+            &mut out,
+            "Role",
+            &format!("{}-plugin-object-events", opts.name),
+            Some("default"),
+            "The host's own: Events about Plugin objects (a cluster-scoped object's Events live in default).",
+            &policy.objects_events,
+            opts,
+        );
     }
     out
 }

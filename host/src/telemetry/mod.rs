@@ -160,6 +160,11 @@ impl Telemetry {
         };
     }
 
+    /// The note about `subject`, if any.
+    pub fn notes_of(&self, subject: &str) -> Option<String> {
+        self.inner.notes.lock().get(subject).cloned()
+    }
+
     /// Every note, ordered by subject.
     pub fn notes(&self) -> Vec<String> {
         self.inner.notes.lock().values().cloned().collect()
