@@ -173,3 +173,19 @@ pub async fn wait_requeue_seen(host: &HostProcess, tag: &str, name: &str) {
     })
     .await;
 }
+
+/// A refused update as status says it: `Ready` False (what `kubectl wait`
+/// and kstatus read), and `Serving` naming the previous version that keeps
+/// delivering.
+pub fn assert_refused_update(status: &Value) {
+    assert_eq!(
+        find_condition(status, "Ready").unwrap()["status"],
+        "False",
+        "{status}"
+    );
+    assert_eq!(
+        find_condition(status, "Serving").unwrap()["reason"],
+        "PreviousVersion",
+        "{status}"
+    );
+}

@@ -31,7 +31,7 @@ use kubewasm_tests::e2e::{
     Seen, churn, configmap_versions, eventually, eventually_seen, kubewasm_bin, namespace,
     recorded, seen_view,
 };
-use kubewasm_tests::incluster::{NS, holder_pod, lease_holder, run};
+use kubewasm_tests::incluster::{NS, holder_pod, host_logs, lease_holder, run};
 use kubewasm_tests::objects::{api, find_condition};
 use kubewasm_tests::registry::Registry;
 use kubewasm_tests::tools::{compute_status, helm, kubectl};
@@ -44,16 +44,6 @@ const TIMEOUT: Duration = Duration::from_secs(300);
 const VERSION: &str = "0.1.0";
 /// Where the recorder watches and the churn runs.
 const CHURN: &str = "churn";
-
-fn cluster() -> &'static ControlPlane {
-    static CP: std::sync::OnceLock<ControlPlane> = std::sync::OnceLock::new();
-    CP.get_or_init(|| {
-        ControlPlane::builder()
-            .node(true)
-            .start_blocking()
-            .unwrap_or_else(|e| panic!("starting the single-node cluster: {e:#}"))
-    })
-}
 
 /// A folder the quick start runs in: `dist/` (the release), `values.yaml`
 /// (this node's needs), `plugin.yaml`, and a `bin/` with kubectl, helm and
@@ -281,7 +271,7 @@ async fn host_pods(client: &kube::Client) -> BTreeMap<String, bool> {
 
 #[tokio::test]
 async fn a_release_installs_upgrades_and_uninstalls_with_helm() {
-    let cp = cluster();
+    let cp = ControlPlane::shared_node();
     let _logs = cp.logs_on_failure();
     let client = cp.admin_client().await;
     let mut registry = Registry::start().await;
@@ -630,12 +620,26 @@ async fn a_release_installs_upgrades_and_uninstalls_with_helm() {
     for pod in &gone {
         pods.delete(pod, &DeleteParams::default()).await.unwrap();
     }
-    eventually("two new host Pods ready", TIMEOUT, || async {
+    let replaced = eventually_seen("two new host Pods ready", TIMEOUT, || async {
         let now = host_pods(&client).await;
-        (now.len() == 2 && now.values().all(|r| *r) && now.keys().all(|p| !gone.contains(p)))
-            .then_some(())
-    })
-    .await;
+        if now.len() == 2 && now.values().all(|r| *r) && now.keys().all(|p| !gone.contains(p)) {
+            return Ok(());
+        }
+        let out = work.kubectl(&["get", "pods", "-n", NS, "-o", "wide"]);
+        let events = work.kubectl(&["get", "events", "-n", NS, "--sort-by=.lastTimestamp"]);
+        Err(format!(
+            "{now:?}\n{}\n{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&events.stdout)
+                .lines()
+                .rev()
+                .take(15)
+                .collect::<Vec<_>>()
+                .join("\n"),
+            host_logs(&client).await
+        ))
+    });
+    replaced.await;
     let status = eventually_seen(
         "both Plugins Ready on the new Pods, served from the cache",
         TIMEOUT,

@@ -24,23 +24,27 @@ const LEASE: Duration = Duration::from_secs(4);
 const RETRY: Duration = Duration::from_millis(500);
 
 fn replica(cp: &ControlPlane, ns: &str, name: &str) -> HostProcess {
+    replica_with(cp, ns, name, &[])
+}
+
+/// [`replica`] with more flags.
+fn replica_with(cp: &ControlPlane, ns: &str, name: &str, more: &[&str]) -> HostProcess {
     let sidecar = recorder_sidecar(ns, &["configmaps"]);
-    HostProcess::start_args(
-        cp.admin_kubeconfig(),
-        &[
-            "--leader-elect",
-            "--leader-elect-namespace",
-            ns,
-            "--leader-elect-lease-duration",
-            "4s",
-            "--leader-elect-renew-deadline",
-            "3s",
-            "--leader-elect-retry-period",
-            "500ms",
-        ],
-        &[("POD_NAME", name)],
-        |dir| install(dir, "recorder", "recorder", Some(&sidecar)),
-    )
+    let mut args = vec![
+        "--leader-elect",
+        "--leader-elect-namespace",
+        ns,
+        "--leader-elect-lease-duration",
+        "4s",
+        "--leader-elect-renew-deadline",
+        "3s",
+        "--leader-elect-retry-period",
+        "500ms",
+    ];
+    args.extend_from_slice(more);
+    HostProcess::start_args(cp.admin_kubeconfig(), &args, &[("POD_NAME", name)], |dir| {
+        install(dir, "recorder", "recorder", Some(&sidecar))
+    })
 }
 
 /// One recorder Event: who wrote it, when, and the delta it describes.
@@ -302,28 +306,7 @@ async fn which_replica_leads_is_in_sight_on_readyz_the_web_view_and_kubewasm_sta
     let ns = "e2e-lease-sight";
     namespace(&client, ns, json!({})).await;
     let leases: Api<Lease> = Api::namespaced(client.clone(), ns);
-    let start = |name: &str| {
-        let sidecar = recorder_sidecar(ns, &["configmaps"]);
-        HostProcess::start_args(
-            cp.admin_kubeconfig(),
-            &[
-                "--leader-elect",
-                "--leader-elect-namespace",
-                ns,
-                "--leader-elect-lease-duration",
-                "4s",
-                "--leader-elect-renew-deadline",
-                "3s",
-                "--leader-elect-retry-period",
-                "500ms",
-                "--ui",
-                "--ui-addr",
-                "127.0.0.1:0",
-            ],
-            &[("POD_NAME", name)],
-            |dir| install(dir, "recorder", "recorder", Some(&sidecar)),
-        )
-    };
+    let start = |name: &str| replica_with(cp, ns, name, &["--ui", "--ui-addr", "127.0.0.1:0"]);
     let a = start("sight-a");
     let b = start("sight-b");
     let first = eventually("a lease holder", WAIT, || holder(&leases)).await;

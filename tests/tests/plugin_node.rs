@@ -31,7 +31,7 @@ use kubewasm_tests::incluster::{
     NS, SELECTOR, apply_all, build_and_import_image, container_memory, host_logs,
     single_node_host_config_docs, wait_available,
 };
-use kubewasm_tests::objects::{api, find_condition, wait_condition_for};
+use kubewasm_tests::objects::{api, assert_refused_update, wait_condition_for};
 use kubewasm_tests::registry::{Registry, test_key};
 use kubewasm_tests::{language_artifacts, plugin_artifacts, with_custom_section};
 use serde_json::{Value, json};
@@ -556,16 +556,7 @@ async fn plugin_objects_from_a_registry_serve_swap_and_survive_on_the_real_node(
         ("Degraded", "True", "SignatureRefused"),
     )
     .await;
-    assert_eq!(
-        find_condition(&status, "Ready").unwrap()["status"],
-        "False",
-        "{status}"
-    );
-    assert_eq!(
-        find_condition(&status, "Serving").unwrap()["reason"],
-        "PreviousVersion",
-        "{status}"
-    );
+    assert_refused_update(&status);
     assert_eq!(status["contentDigest"], sha256(&wasm), "{status}");
     source(&client, "while-tampered", &[js.source_label()]).await;
     wait_copy(&client, "tenant-signed", "while-tampered").await;

@@ -9,7 +9,7 @@ use kube::Api;
 use kube::api::{DynamicObject, Patch, PatchParams, PostParams};
 use kubewasm_tests::controlplane::ControlPlane;
 use kubewasm_tests::e2e::{HostProcess, host_config, install_plugin_crds, namespace};
-use kubewasm_tests::objects::{api, find_condition, wait_condition, wait_requeue_seen};
+use kubewasm_tests::objects::{api, assert_refused_update, wait_condition, wait_requeue_seen};
 use kubewasm_tests::registry::test_key;
 use serde_json::json;
 
@@ -158,16 +158,7 @@ async fn oci_plugin_objects_pin_their_digest_and_survive_a_registry_outage() {
         ("Degraded", "True", "SignatureRefused"),
     )
     .await;
-    assert_eq!(
-        find_condition(&status, "Ready").unwrap()["status"],
-        "False",
-        "{status}"
-    );
-    assert_eq!(
-        find_condition(&status, "Serving").unwrap()["reason"],
-        "PreviousVersion",
-        "{status}"
-    );
+    assert_refused_update(&status);
     plugins
         .delete("signedtest", &kube::api::DeleteParams::default())
         .await
@@ -232,16 +223,7 @@ async fn oci_plugin_objects_pin_their_digest_and_survive_a_registry_outage() {
         ("Degraded", "True", "PullFailed"),
     )
     .await;
-    assert_eq!(
-        find_condition(&status, "Ready").unwrap()["status"],
-        "False",
-        "{status}"
-    );
-    assert_eq!(
-        find_condition(&status, "Serving").unwrap()["reason"],
-        "PreviousVersion",
-        "{status}"
-    );
+    assert_refused_update(&status);
     let (exit, logs) = host.stop_with_logs();
     assert!(exit.success(), "{logs}");
 }
