@@ -139,6 +139,7 @@ fn quick_start() -> Vec<String> {
 fn node_values(cp: &ControlPlane, registry: &Registry) -> String {
     let values = json!({
         "hostNetwork": true,
+        "logLevel": "info,kubewasm::objects=debug",
         "apiServer": {"host": "127.0.0.1", "port": cp.port().to_string()},
         "image": {"pullPolicy": "Never"},
         "config": {"pluginObjects": {"registryCA": "/etc/kubewasm/registry-ca.crt"}},
@@ -659,7 +660,17 @@ async fn a_release_installs_upgrades_and_uninstalls_with_helm() {
                 // status.replicas pruned of the deleted Pods, the new ones
                 // loaded.
                 if got != "Current" || entries != now {
-                    return Err(format!("{name}: {got}, {}", obj["status"]));
+                    let logs: Vec<String> = host_logs(&client)
+                        .await
+                        .lines()
+                        .filter(|l| l.contains("objects") || l.contains("leader"))
+                        .map(str::to_owned)
+                        .collect();
+                    return Err(format!(
+                        "{name}: {got}, {}, Pods {now:?}\n{}",
+                        obj["status"]["replicas"],
+                        logs.join("\n")
+                    ));
                 }
                 all.push(obj);
             }

@@ -68,12 +68,6 @@ impl PluginObjects {
         self.write_status(source, &status).await;
     }
 
-    /// While leading, in a Pod: lists the host's Pods, prunes the
-    /// `status.replicas` entries of Pods that are gone (a rollout, a drain,
-    /// a deleted Pod), and recomputes every status (a replica that became
-    /// ready or unready changes what `Ready` waits for). Outside a Pod the
-    /// host cannot tell a replica that is gone from one elsewhere, and
-    /// prunes nothing.
     /// Lists the host's Pods (name -> Ready) into `live`; `None` when they
     /// cannot be known (outside a Pod, or the list failed).
     pub(super) async fn list_pods(&self) -> Option<LivePods> {
@@ -125,6 +119,12 @@ impl PluginObjects {
         Some(pods)
     }
 
+    /// While leading, in a Pod: lists the host's Pods, prunes the
+    /// `status.replicas` entries of Pods that are gone (a rollout, a drain,
+    /// a deleted Pod), and recomputes every status (a replica that became
+    /// ready or unready changes what `Ready` waits for). Outside a Pod the
+    /// host cannot tell a replica that is gone from one elsewhere, and
+    /// prunes nothing.
     pub(super) async fn check_replicas(&self) {
         if !self.leadership.state().leading {
             return;
@@ -132,7 +132,9 @@ impl PluginObjects {
         let Some(pods) = self.list_pods().await else {
             return;
         };
-        let gone: Vec<(Source, Vec<String>)> = self
+        tracing::debug!(pods = ?pods, "the host's Pods, as the leader lists them");
+        type Gone = (Source, Vec<String>, Vec<ReplicaStatus>);
+        let gone: Vec<Gone> = self
             .known
             .lock()
             .await
@@ -144,11 +146,11 @@ impl PluginObjects {
                     .filter(|r| r.name != self.replica && !pods.contains_key(&r.name))
                     .map(|r| r.name.clone())
                     .collect();
-                (!names.is_empty()).then(|| (s.clone(), names))
+                (!names.is_empty()).then(|| (s.clone(), names, k.others.clone()))
             })
             .collect();
-        for (source, names) in gone {
-            match self.prune(&source, &names).await {
+        for (source, names, entries) in gone {
+            match self.prune(&source, &names, &entries).await {
                 Ok(()) => {
                     tracing::info!(object = %source.display(), replicas = ?names, "pruned the status entries of replicas whose Pods are gone");
                     if let Some(k) = self.known.lock().await.get_mut(&source) {
@@ -166,23 +168,21 @@ impl PluginObjects {
         }
     }
 
-    /// Removes the entries of `names` from `status.replicas`, by a JSON
-    /// patch that tests each entry's name at its index, so an entry that
-    /// moved meanwhile fails the patch rather than removing another.
-    async fn prune(&self, source: &Source, names: &[String]) -> Result<(), kube::Error> {
-        let current = match source {
-            Source::Cluster(name) => Api::<Plugin>::all(self.client.clone())
-                .get_status(name)
-                .await?
-                .status
-                .unwrap_or_default(),
-            Source::Tenant { namespace, name } => {
-                Api::<NamespacedPlugin>::namespaced(self.client.clone(), namespace)
-                    .get_status(name)
-                    .await?
-                    .status
-                    .unwrap_or_default()
-            }
+    /// Removes the entries of `names` from `status.replicas` (`entries`,
+    /// as the watch last delivered them, in the server's order), by a JSON
+    /// patch that tests each entry's name at its index: an entry that moved
+    /// since fails the patch rather than removing another, and the next
+    /// check tries again with what the watch has delivered by then. No read
+    /// of the object: the host may only watch it and patch its status.
+    async fn prune(
+        &self,
+        source: &Source,
+        names: &[String],
+        entries: &[ReplicaStatus],
+    ) -> Result<(), kube::Error> {
+        let current = PluginStatus {
+            replicas: entries.to_vec(),
+            ..PluginStatus::default()
         };
         let mut ops = Vec::new();
         // Highest index first: removing one does not move the others.
