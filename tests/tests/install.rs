@@ -712,7 +712,7 @@ async fn a_release_installs_upgrades_and_uninstalls_with_helm() {
         "helm uninstall kubewasm --namespace kubewasm --wait --timeout 3m",
         "helm uninstall",
     );
-    let left = eventually_seen("nothing of the release is left", TIMEOUT, || async {
+    eventually_seen("nothing of the release is left", TIMEOUT, || async {
         let out = work.kubectl(&[
             "get",
             "all,configmaps,secrets,serviceaccounts,roles,rolebindings,leases,persistentvolumeclaims,poddisruptionbudgets,networkpolicies",
@@ -748,5 +748,4 @@ async fn a_release_installs_upgrades_and_uninstalls_with_helm() {
         }
     })
     .await;
-    let _ = left;
 }
