@@ -141,8 +141,10 @@ fn default_rendering_is_the_host_alone_with_plugins_as_objects() {
             "NetworkPolicy/kubewasm",
             "PodDisruptionBudget/kubewasm",
             "Role/kubewasm-leader-election",
+            "Role/kubewasm-plugin-object-events",
             "Role/kubewasm-plugin-objects",
             "RoleBinding/kubewasm-leader-election",
+            "RoleBinding/kubewasm-plugin-object-events",
             "RoleBinding/kubewasm-plugin-objects",
             "Service/kubewasm-metrics",
             "ServiceAccount/kubewasm",
@@ -150,7 +152,9 @@ fn default_rendering_is_the_host_alone_with_plugins_as_objects() {
     );
     for doc in &d {
         if let Some(ns) = doc["metadata"].get("namespace") {
-            assert_eq!(ns, "kubewasm", "{doc}");
+            // Events about Plugins (cluster-scoped) live in default.
+            let events = doc["metadata"]["name"] == "kubewasm-plugin-object-events";
+            assert_eq!(ns, if events { "default" } else { "kubewasm" }, "{doc}");
         }
     }
     let deploy = find(&d, "Deployment");

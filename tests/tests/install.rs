@@ -678,7 +678,14 @@ async fn a_release_installs_upgrades_and_uninstalls_with_helm() {
         },
     )
     .await;
-    eprintln!("after both Pods were replaced with the registry down: {status:?}");
+    let served: Vec<String> = status
+        .iter()
+        .map(|o| format!("{}: {}", o["metadata"]["name"], o["status"]["replicas"]))
+        .collect();
+    eprintln!(
+        "after both Pods were replaced with the registry down, served from the cache: {}",
+        served.join("; ")
+    );
     sources
         .patch(
             "after-replacement",
