@@ -146,6 +146,8 @@ fn committed_host_rbac_is_what_kubewasm_rbac_host_only_generates() {
                 "coordination.k8s.io/leases[\"kubewasm\"]",
                 "get,patch,update"
             ),
+            // The Lease is created owned by the host's ServiceAccount.
+            ("/serviceaccounts[\"kubewasm\"]", "get"),
         ])
     );
     assert_eq!(
@@ -180,10 +182,19 @@ fn committed_host_rbac_is_what_kubewasm_rbac_host_only_generates() {
             "{objects:?}"
         );
     }
+    // In its namespace: pull Secrets, and its own Pods (the leader's Ready
+    // counts the ready replicas and prunes status.replicas).
     let pull = find(&d, "Role", "kubewasm-plugin-objects");
     assert_eq!(pull["metadata"]["namespace"], "kubewasm");
-    assert_eq!(rules(pull), map(&[("/secrets", "get")]));
-    assert_eq!(d.len(), 8, "{generated}");
+    assert_eq!(rules(pull), map(&[("/pods", "list"), ("/secrets", "get")]));
+    // Events about Plugins, which live in default (cluster-scoped objects).
+    let events = find(&d, "Role", "kubewasm-plugin-object-events");
+    assert_eq!(events["metadata"]["namespace"], "default");
+    assert_eq!(
+        rules(events),
+        map(&[("events.k8s.io/events", "create,patch")])
+    );
+    assert_eq!(d.len(), 10, "{generated}");
     assert!(
         !d.iter().any(|x| x["metadata"]["name"] == "kubewasm"),
         "no roles for plugins: {generated}"

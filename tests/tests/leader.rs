@@ -317,16 +317,21 @@ async fn which_replica_leads_is_in_sight_on_readyz_the_web_view_and_kubewasm_sta
     };
     let identity = leases.get("kubewasm").await.unwrap().spec.unwrap();
     let identity = identity.holder_identity.unwrap();
-    let since = leases
-        .get("kubewasm")
-        .await
-        .unwrap()
-        .spec
-        .unwrap()
-        .acquire_time
-        .unwrap()
-        .0
-        .to_string();
+    // As the API server writes it (six digits of fraction).
+    let since = serde_json::to_value(
+        leases
+            .get("kubewasm")
+            .await
+            .unwrap()
+            .spec
+            .unwrap()
+            .acquire_time
+            .unwrap(),
+    )
+    .unwrap()
+    .as_str()
+    .unwrap()
+    .to_owned();
 
     // /readyz: ready on both, and the text says who leads since when.
     let follower_metrics = follower.metrics_addr(WAIT).await;

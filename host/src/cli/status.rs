@@ -154,11 +154,17 @@ fn leader(lease: Lease, pods: &[String]) -> Option<Leader> {
     Some(Leader {
         identity,
         pod,
-        since: spec.acquire_time.map(|t| t.0.to_string()),
-        renewed: spec.renew_time.map(|t| t.0.to_string()),
+        since: spec.acquire_time.as_ref().and_then(api_time),
+        renewed: spec.renew_time.as_ref().and_then(api_time),
         lease_duration_seconds: spec.lease_duration_seconds,
         transitions: spec.lease_transitions,
     })
+}
+
+/// A MicroTime as the API server writes it (six digits of fraction), as
+/// the hosts' `/readyz` text shows it.
+fn api_time(t: &k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime) -> Option<String> {
+    serde_json::to_value(t).ok()?.as_str().map(str::to_owned)
 }
 
 fn add(report: &mut Report, name: String, generation: Option<i64>, status: PluginStatus) {
@@ -319,7 +325,7 @@ mod tests {
         add(&mut report, "plugin/p".into(), Some(2), status);
         let text = text(&report);
         assert!(
-            text.starts_with("Leader: kubewasm-a since 2026-01-01T00:00:00Z (Lease kubewasm/kubewasm, 2 transitions)"),
+            text.starts_with("Leader: kubewasm-a since 2026-01-01T00:00:00.000000Z (Lease kubewasm/kubewasm, 2 transitions)"),
             "{text}"
         );
         assert!(
