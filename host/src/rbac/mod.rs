@@ -409,7 +409,8 @@ mod tests {
                 "Role/kubewasm-leader-election",
                 "ClusterRole/kubewasm-metrics-auth",
                 "ClusterRole/kubewasm-plugin-objects",
-                "Role/kubewasm-plugin-objects"
+                "Role/kubewasm-plugin-objects",
+                "Role/kubewasm-plugin-object-events"
             ],
             "{yaml}"
         );

@@ -367,9 +367,15 @@ mod tests {
                 "ClusterRole",
                 "ClusterRoleBinding",
                 "Role",
+                "RoleBinding",
+                "Role",
                 "RoleBinding"
             ]
         );
+        // Events about Plugins: in default, where a cluster-scoped
+        // object's Events live.
+        assert_eq!(docs[8]["metadata"]["name"], "kubewasm-plugin-object-events");
+        assert_eq!(docs[8]["metadata"]["namespace"], "default");
         assert_eq!(docs[0]["metadata"]["namespace"], "ops");
         assert_eq!(docs[0]["rules"][1]["resourceNames"][0], "kubewasm");
         assert_eq!(docs[1]["subjects"][0]["namespace"], "kubewasm");
