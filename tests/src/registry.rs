@@ -202,6 +202,17 @@ impl Registry {
         std::fs::read(self.ca_path()).unwrap()
     }
 
+    /// kubewasm's OCI client for this registry (anonymous, trusting the
+    /// test CA): what the tests push modules with.
+    pub fn oci_client(&self) -> kubewasm::oci::OciClient {
+        kubewasm::oci::OciClient::new(
+            kubewasm::oci::Transport::default()
+                .with_ca_pem(&self.ca_pem(), "test CA")
+                .expect("the test CA parses"),
+            kubewasm::oci::PullOptions::default(),
+        )
+    }
+
     /// An HTTP client for the registry API, trusting only the test CA.
     pub fn http(&self) -> reqwest::Client {
         kubewasm::oci::transport::install_crypto_provider();

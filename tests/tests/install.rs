@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
-use kubewasm::oci::{Credentials, OciClient, PullOptions, Transport};
+use kubewasm::oci::Credentials;
 use kubewasm_tests::controlplane::ControlPlane;
 use kubewasm_tests::e2e::{
     Seen, churn, configmap_versions, eventually, eventually_seen, kubewasm_bin, namespace,
@@ -305,12 +305,7 @@ async fn a_release_installs_upgrades_and_uninstalls_with_helm() {
     // What the quick start's plugin.yaml holds: a config-replicator from
     // the registry, by the tag-and-digest reference `kubewasm push`
     // prints.
-    let pusher = OciClient::new(
-        Transport::default()
-            .with_ca_pem(&registry.ca_pem(), "test CA")
-            .unwrap(),
-        PullOptions::default(),
-    );
+    let pusher = registry.oci_client();
     let anonymous = &Credentials::Anonymous;
     let artifacts = plugin_artifacts();
     let replicator = pusher

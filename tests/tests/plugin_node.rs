@@ -24,7 +24,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
-use kubewasm::oci::{Credentials, OciClient, PullOptions, Transport};
+use kubewasm::oci::Credentials;
 use kubewasm_tests::controlplane::ControlPlane;
 use kubewasm_tests::e2e::{churn, copies_match_sources, eventually, eventually_seen, namespace};
 use kubewasm_tests::incluster::{
@@ -276,12 +276,7 @@ async fn plugin_objects_from_a_registry_serve_swap_and_survive_on_the_real_node(
     let client = cp.admin_client().await;
     let mut registry = Registry::start().await;
     deploy(cp, &client, &registry).await;
-    let pusher = OciClient::new(
-        Transport::default()
-            .with_ca_pem(&registry.ca_pem(), "test CA")
-            .unwrap(),
-        PullOptions::default(),
-    );
+    let pusher = registry.oci_client();
     let anonymous = &Credentials::Anonymous;
     let plugins = api(&client, "Plugin", None);
     let replicators = [
