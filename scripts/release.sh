@@ -3,6 +3,10 @@
 #
 #   kubewasm-VERSION-x86_64-linux-musl            the static musl binary
 #   kubewasm-VERSION-x86_64-linux-musl.cdx.json   its CycloneDX SBOM (crates)
+#   kubewasm-VERSION-aarch64-linux-musl           the same for aarch64, cross-built with
+#   kubewasm-VERSION-aarch64-linux-musl.cdx.json  zig (scripts/install-cross.sh) where it is
+#                                                 installed (RELEASE_AARCH64=0 skips it,
+#                                                 =1 requires it)
 #   kubewasm-VERSION-image.oci.tar                the image, an OCI layout
 #                                                 tarball tagged localhost/kubewasm:VERSION
 #                                                 (a `+` of VERSION as `_`)
@@ -97,6 +101,34 @@ else
 fi
 mv "$work/image.tar" "$dist/$image.oci.tar"
 
+# aarch64: cross-built with zig as C compiler and linker (cargo-zigbuild),
+# the cross toolchain the registries serve (scripts/install-cross.sh).
+arm_triple=aarch64-unknown-linux-musl
+arm_bin="kubewasm-$version-aarch64-linux-musl"
+zigbuild="$root/.tools/venv/bin/cargo-zigbuild"
+arm=0
+if [[ -n "${RELEASE_BINARY:-}" ]]; then
+  [[ "${RELEASE_AARCH64:-}" == 1 ]] && die "RELEASE_AARCH64=1 with RELEASE_BINARY: a test release has no aarch64 binary"
+  say "no aarch64 binary: RELEASE_BINARY (a test release)"
+elif [[ "${RELEASE_AARCH64:-}" == 0 ]]; then
+  say "no aarch64 binary: RELEASE_AARCH64=0"
+elif [[ -x $zigbuild ]] && rustup target list --installed | grep -qx "$arm_triple"; then
+  arm=1
+elif [[ "${RELEASE_AARCH64:-}" == 1 ]]; then
+  die "RELEASE_AARCH64=1 but the cross toolchain is missing: bash scripts/install-cross.sh"
+else
+  say "no aarch64 binary: its cross toolchain is not installed (bash scripts/install-cross.sh)"
+fi
+if [[ $arm == 1 ]]; then
+  say "the static aarch64 release binary (cargo zigbuild)"
+  PATH="$root/.tools/venv/bin:$PATH" CARGO_PROFILE_RELEASE_DEBUG=false CARGO_PROFILE_RELEASE_STRIP=symbols \
+    "$zigbuild" zigbuild --locked --release -p kubewasm --bin kubewasm --target "$arm_triple" --features jemalloc
+  arm_out="$target_dir/$arm_triple/release/kubewasm"
+  file "$arm_out" | grep -q 'ARM aarch64' || die "$arm_out is not an aarch64 binary: $(file "$arm_out")"
+  readelf -l "$arm_out" | grep -q 'program interpreter' && die "$arm_out is dynamically linked"
+  cp "$arm_out" "$dist/$arm_bin"
+fi
+
 # The manifest the tag names in the layout: what a registry stores when the
 # tarball is pushed as it is (skopeo copy --preserve-digests).
 mkdir -p "$work/layout"
@@ -115,6 +147,9 @@ say "image $tag: manifest $digest"
 
 say "SBOMs (CycloneDX)"
 python3 scripts/sbom.py "$dist/$bin.cdx.json" --target "$triple" --features jemalloc | sed 's/^/    /'
+if [[ $arm == 1 ]]; then
+  python3 scripts/sbom.py "$dist/$arm_bin.cdx.json" --target "$arm_triple" --features jemalloc | sed 's/^/    /'
+fi
 python3 scripts/image-sbom.py "$dist/$image.cdx.json" --archive "$dist/$image.oci.tar" --tag "$tag" \
   --binary-sbom "$dist/$bin.cdx.json" | sed 's/^/    /'
 
