@@ -89,3 +89,48 @@ pub fn roles(yaml: &str) -> Vec<(String, String, Vec<String>)> {
         })
         .collect()
 }
+
+/// The API server refuses a ConfigMap whose data and binaryData exceed 1 MiB.
+pub fn check_configmap_fits(cm: &Value) {
+    let data: usize = cm["data"]
+        .as_object()
+        .map_or(0, |m| m.values().map(|v| v.as_str().unwrap().len()).sum());
+    let binary: usize = cm["binaryData"].as_object().map_or(0, |m| {
+        m.values()
+            .map(|v| decode_base64(v.as_str().unwrap()).len())
+            .sum()
+    });
+    assert!(
+        data + binary <= 1 << 20,
+        "ConfigMap {} holds {} bytes, over the 1 MiB limit: move plugins into another ConfigMap or a plugin image",
+        cm["metadata"]["name"],
+        data + binary
+    );
+}
+
+pub fn decode_base64(s: &str) -> Vec<u8> {
+    let val = |c: u8| -> u32 {
+        match c {
+            b'A'..=b'Z' => u32::from(c - b'A'),
+            b'a'..=b'z' => u32::from(c - b'a') + 26,
+            b'0'..=b'9' => u32::from(c - b'0') + 52,
+            b'+' => 62,
+            b'/' => 63,
+            _ => panic!("not base64: {c}"),
+        }
+    };
+    // kustomize wraps long values over several lines.
+    let s: Vec<u8> = s.bytes().filter(|c| !c.is_ascii_whitespace()).collect();
+    let mut out = Vec::new();
+    for chunk in s.chunks(4) {
+        let pad = chunk.iter().filter(|&&c| c == b'=').count();
+        let n = chunk
+            .iter()
+            .filter(|&&c| c != b'=')
+            .fold(0u32, |acc, &c| (acc << 6) | val(c))
+            << (6 * pad);
+        let bytes = [(n >> 16) as u8, (n >> 8) as u8, n as u8];
+        out.extend_from_slice(&bytes[..3 - pad]);
+    }
+    out
+}

@@ -2,8 +2,7 @@
 //! `kubewasm rbac` generates for the host alone and for the example plugins
 //! (and grants exactly what they declared); the kustomize base and overlays
 //! render with the security context, probes, host config and plugin
-//! ConfigMap the Pods rely on; and a fresh clone's base, and every overlay
-//! that needs nothing uncommitted, applies to a real API server.
+//! ConfigMap the Pods rely on. (A fresh clone applying: fresh_clone.rs.)
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeMap;
@@ -11,10 +10,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use kubewasm::config::RunSettings;
-use kubewasm_tests::controlplane::ControlPlane;
 use kubewasm_tests::e2e::kubewasm_bin;
-use kubewasm_tests::incluster::apply_all;
-use kubewasm_tests::manifests::{docs, kustomize};
+use kubewasm_tests::manifests::{check_configmap_fits, decode_base64, docs, kustomize};
 use kubewasm_tests::{plugin_artifacts, repo_root};
 use serde_json::Value;
 
@@ -784,153 +781,4 @@ fn check_host_config(cm: &Value) -> RunSettings {
         );
     }
     settings
-}
-
-/// The overlays that need files a fresh clone does not have: the plugins'
-/// .wasm build outputs (scripts/deploy-plugins.sh), the operator's registry
-/// CA and signature key. Each says so in its kustomization.yaml.
-const NEED_UNCOMMITTED: &[&str] = &["add-plugin", "host-config", "plugin-folder", "single-node"];
-/// The overlays a fresh clone renders and applies as it is.
-const FROM_A_FRESH_CLONE: &[&str] = &["plugin-image", "plugin-image-signed"];
-
-/// A stranger's `kubectl apply -k deploy/`: a fresh clone of HEAD (only
-/// what is committed: no build outputs, nothing uncommitted) renders, every
-/// object it renders is small enough for a client-side apply, and each is
-/// accepted by a real API server, applied server-side as `kubectl apply
-/// --server-side` does; then the same for each overlay that needs nothing
-/// uncommitted.
-#[tokio::test]
-async fn a_fresh_clone_applies_the_base_and_the_overlays_that_need_nothing_built() {
-    let mut examples: Vec<String> = std::fs::read_dir(repo_root().join("deploy/examples"))
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    examples.sort();
-    let mut known: Vec<&str> = NEED_UNCOMMITTED
-        .iter()
-        .chain(FROM_A_FRESH_CLONE)
-        .copied()
-        .collect();
-    known.sort_unstable();
-    assert_eq!(
-        examples, known,
-        "each overlay in deploy/examples is applied here from a fresh clone, or listed in NEED_UNCOMMITTED"
-    );
-
-    let dir = tempfile::tempdir().unwrap();
-    let clone = dir.path().join("kubewasm");
-    let head = git(&repo_root(), &["rev-parse", "HEAD"]);
-    let root = repo_root().to_str().unwrap().to_owned();
-    git(
-        dir.path(),
-        &["clone", "--quiet", "--no-checkout", &root, "kubewasm"],
-    );
-    git(&clone, &["checkout", "--quiet", "--detach", head.trim()]);
-
-    let client = ControlPlane::shared().admin_client().await;
-    let overlays = std::iter::once("deploy".to_owned()).chain(
-        FROM_A_FRESH_CLONE
-            .iter()
-            .map(|o| format!("deploy/examples/{o}")),
-    );
-    for overlay in overlays {
-        let d = docs(&kustomize(&clone.join(&overlay)));
-        assert!(d.len() > 10, "{overlay}: {} objects", d.len());
-        // A client-side `kubectl apply -k` works too: it stores each object
-        // in its last-applied annotation, which holds at most 256 KiB.
-        for doc in &d {
-            let size = serde_json::to_string(doc).unwrap().len();
-            assert!(
-                size < 200 << 10,
-                "{overlay}: {} {} is {size} bytes, too big for a client-side apply",
-                doc["kind"],
-                doc["metadata"]["name"]
-            );
-        }
-        apply_all(&client, &d).await;
-        // Each is there as applied.
-        let discovery = kube::discovery::Discovery::new(client.clone())
-            .run()
-            .await
-            .unwrap();
-        for doc in &d {
-            let gvk = kube::core::GroupVersionKind::try_from(
-                &serde_json::from_value::<kube::core::TypeMeta>(doc.clone()).unwrap(),
-            )
-            .unwrap();
-            let (ar, caps) = discovery.resolve_gvk(&gvk).unwrap();
-            let api: kube::Api<kube::api::DynamicObject> = match caps.scope {
-                kube::discovery::Scope::Namespaced => kube::Api::namespaced_with(
-                    client.clone(),
-                    doc["metadata"]["namespace"].as_str().unwrap(),
-                    &ar,
-                ),
-                kube::discovery::Scope::Cluster => kube::Api::all_with(client.clone(), &ar),
-            };
-            let name = doc["metadata"]["name"].as_str().unwrap();
-            api.get(name)
-                .await
-                .unwrap_or_else(|e| panic!("{overlay}: {} {name}: {e}", gvk.kind));
-        }
-    }
-}
-
-/// Runs git in `dir`; its stdout.
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .current_dir(dir)
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "git {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
-/// The API server refuses a ConfigMap whose data and binaryData exceed 1 MiB.
-fn check_configmap_fits(cm: &Value) {
-    let data: usize = cm["data"]
-        .as_object()
-        .map_or(0, |m| m.values().map(|v| v.as_str().unwrap().len()).sum());
-    let binary: usize = cm["binaryData"].as_object().map_or(0, |m| {
-        m.values()
-            .map(|v| decode_base64(v.as_str().unwrap()).len())
-            .sum()
-    });
-    assert!(
-        data + binary <= 1 << 20,
-        "ConfigMap {} holds {} bytes, over the 1 MiB limit: move plugins into another ConfigMap or a plugin image",
-        cm["metadata"]["name"],
-        data + binary
-    );
-}
-
-fn decode_base64(s: &str) -> Vec<u8> {
-    let val = |c: u8| -> u32 {
-        match c {
-            b'A'..=b'Z' => u32::from(c - b'A'),
-            b'a'..=b'z' => u32::from(c - b'a') + 26,
-            b'0'..=b'9' => u32::from(c - b'0') + 52,
-            b'+' => 62,
-            b'/' => 63,
-            _ => panic!("not base64: {c}"),
-        }
-    };
-    // kustomize wraps long values over several lines.
-    let s: Vec<u8> = s.bytes().filter(|c| !c.is_ascii_whitespace()).collect();
-    let mut out = Vec::new();
-    for chunk in s.chunks(4) {
-        let pad = chunk.iter().filter(|&&c| c == b'=').count();
-        let n = chunk
-            .iter()
-            .filter(|&&c| c != b'=')
-            .fold(0u32, |acc, &c| (acc << 6) | val(c))
-            << (6 * pad);
-        let bytes = [(n >> 16) as u8, (n >> 8) as u8, n as u8];
-        out.extend_from_slice(&bytes[..3 - pad]);
-    }
-    out
 }
