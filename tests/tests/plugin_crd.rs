@@ -59,6 +59,22 @@ async fn plugin_crds_install_validate_and_print() {
                "access": [{"kinds": ["configmaps"], "verbs": ["read", "apply"], "namespaces": ["a"]}]}),
     );
     let created = plugins.create(&PostParams::default(), &good).await.unwrap();
+    // Before any host writes status, the object says no generation was
+    // observed, so kstatus reads it InProgress, not Current.
+    let fresh = plugins.get("replicator").await.unwrap();
+    assert_eq!(
+        fresh.data["status"]["observedGeneration"], -1,
+        "{:?}",
+        fresh.data
+    );
+    let mut value = serde_json::to_value(&fresh).unwrap();
+    value["apiVersion"] = json!("kubewasm.io/v1alpha1");
+    value["kind"] = json!("Plugin");
+    assert_eq!(
+        kubewasm_tests::tools::compute_status(&value)["status"],
+        "InProgress",
+        "{value}"
+    );
     assert_eq!(
         created.data["spec"]["config"]["any"],
         json!([1, {"x": null}]),

@@ -133,7 +133,31 @@ pub struct NamespacedPluginSpec {
 
 /// The CRDs of both kinds, as the API server takes them.
 pub fn crds() -> Vec<CustomResourceDefinition> {
-    vec![Plugin::crd(), NamespacedPlugin::crd()]
+    vec![
+        unobserved_by_default(Plugin::crd()),
+        unobserved_by_default(NamespacedPlugin::crd()),
+    ]
+}
+
+/// An object the host has not written status for yet reads
+/// `status.observedGeneration: -1` (a default the API server applies when
+/// status is absent): kstatus and the tools built on it read an object
+/// with no observedGeneration and no conditions as Current, so a Plugin
+/// created a moment ago would look served before any host looked at it.
+fn unobserved_by_default(mut crd: CustomResourceDefinition) -> CustomResourceDefinition {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::JSON;
+    for version in &mut crd.spec.versions {
+        if let Some(status) = version
+            .schema
+            .as_mut()
+            .and_then(|s| s.open_api_v3_schema.as_mut())
+            .and_then(|s| s.properties.as_mut())
+            .and_then(|p| p.get_mut("status"))
+        {
+            status.default = Some(JSON(serde_json::json!({"observedGeneration": -1})));
+        }
+    }
+    crd
 }
 
 /// [`crds`] as one YAML stream, as `kubewasm crds` prints it and

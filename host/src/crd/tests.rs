@@ -33,6 +33,23 @@ fn crds_carry_cel_rules_printer_columns_and_a_status_subresource() {
         assert!(text.contains(needle), "{needle} missing from the CRDs");
     }
     let crds = crds();
+    for crd in &crds {
+        let status = &crd.spec.versions[0]
+            .schema
+            .as_ref()
+            .unwrap()
+            .open_api_v3_schema
+            .as_ref()
+            .unwrap()
+            .properties
+            .as_ref()
+            .unwrap()["status"];
+        assert_eq!(
+            status.default.as_ref().map(|d| d.0.clone()),
+            Some(serde_json::json!({"observedGeneration": -1})),
+            "an object no host has looked at is not Current"
+        );
+    }
     assert_eq!(crds[0].spec.scope, "Cluster");
     assert_eq!(crds[1].spec.scope, "Namespaced");
 }
