@@ -36,7 +36,7 @@ pub use fetch::{FetchError, Fetcher};
 pub use status::{MANAGER, Outcome, Served, clears_by_itself, replica_for, status_for};
 pub use tenant::{DEFAULT_SERVICE_ACCOUNT, TenantAccounts};
 
-use report::same_status;
+use report::{Write, same_status};
 use source::{Op, Seen, Source, object_of_cluster, object_of_tenant, seen};
 
 use crate::source::kube::{Impersonations, ServiceAccountRef};
@@ -181,6 +181,7 @@ impl PluginObjects {
     ) -> Result<Self, ObjectsError> {
         use crate::oci::{ModuleCache, OciClient, PullOptions, SignaturePolicy, Transport};
         let kube_client = client.clone();
+        let identity = crate::telemetry::identity::Identity::from_env();
         let mut transport = Transport::default();
         if let Some(path) = &options.registry_ca {
             let pem = std::fs::read(path).map_err(|source| ObjectsError::CaRead {
@@ -219,22 +220,14 @@ impl PluginObjects {
             client,
             leadership,
             options,
-            replica: crate::telemetry::identity::Identity::from_env()
-                .instance()
-                .to_owned(),
-            pod_namespace: crate::telemetry::identity::Identity::from_env()
-                .pod_namespace()
-                .map(str::to_owned),
+            replica: identity.instance().to_owned(),
+            pod_namespace: identity.pod_namespace().map(str::to_owned),
             live: parking_lot::Mutex::new(None),
             recorder: kube::runtime::events::Recorder::new(
                 kube_client.clone(),
                 kube::runtime::events::Reporter {
                     controller: "kubewasm".into(),
-                    instance: Some(
-                        crate::telemetry::identity::Identity::from_env()
-                            .instance()
-                            .to_owned(),
-                    ),
+                    instance: Some(identity.instance().to_owned()),
                 },
             ),
             known: Mutex::new(BTreeMap::new()),
@@ -331,7 +324,7 @@ impl PluginObjects {
             return;
         }
         // Leading already (no change to wait for): which replicas count.
-        self.check_replicas().await;
+        self.check_replicas(Write::Changed).await;
         let cluster = watcher(Api::<Plugin>::all(self.client.clone()))
             .map(|e| e.map(Change::Cluster))
             .boxed();
@@ -379,13 +372,12 @@ impl PluginObjects {
                 },
                 Ok(()) = leader.changed() => {
                     if leader.borrow_and_update().leading {
-                        self.check_replicas().await;
-                        self.write_all_statuses().await;
+                        self.check_replicas(Write::All).await;
                     }
                 }
                 _ = retry.tick() => {
                     self.retry_refused(|_| true, &submit).await;
-                    self.check_replicas().await;
+                    self.check_replicas(Write::Changed).await;
                 }
                 _ = recheck.tick() => {
                     for source in self.serving_tenants().await {
@@ -523,7 +515,7 @@ impl PluginObjects {
                     if unknown && self.leadership.state().leading {
                         self.list_pods().await;
                     }
-                    self.refresh(&obj.source).await;
+                    self.refresh(&obj.source, Write::Changed).await;
                 }
                 return;
             }

@@ -19,6 +19,15 @@ use crate::crd::{NamespacedPlugin, Plugin, PluginStatus, ReplicaStatus};
 /// The host's Pods as the leader last listed them: name -> Ready.
 pub(super) type LivePods = BTreeMap<String, bool>;
 
+/// Which recomputed statuses [`PluginObjects::refresh`] writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Write {
+    /// Those that differ from what this replica last wrote.
+    Changed,
+    /// Every one.
+    All,
+}
+
 impl PluginObjects {
     /// The other replicas' entries that count for `Ready`: those of ready
     /// Pods when the host's Pods are known (and an empty entry for a ready
@@ -48,7 +57,7 @@ impl PluginObjects {
     /// Recomputes the status of `source` from what this replica knows (its
     /// outcome, the other replicas' entries as last seen) and writes it if
     /// it changed, while leading.
-    pub(super) async fn refresh(&self, source: &Source) {
+    pub(super) async fn refresh(&self, source: &Source, write: Write) {
         if !self.leadership.state().leading {
             return;
         }
@@ -59,7 +68,8 @@ impl PluginObjects {
             };
             let others = self.counted(&k.others);
             let status = status_for(&k.outcome, k.generation, k.status.as_ref(), &others);
-            if k.status.as_ref().is_some_and(|p| same_status(p, &status)) {
+            if write == Write::Changed && k.status.as_ref().is_some_and(|p| same_status(p, &status))
+            {
                 return;
             }
             k.status = Some(status.clone());
@@ -119,19 +129,30 @@ impl PluginObjects {
         Some(pods)
     }
 
-    /// While leading, in a Pod: lists the host's Pods, prunes the
+    /// While leading: lists the host's Pods (in a Pod), prunes the
     /// `status.replicas` entries of Pods that are gone (a rollout, a drain,
     /// a deleted Pod), and recomputes every status (a replica that became
-    /// ready or unready changes what `Ready` waits for). Outside a Pod the
-    /// host cannot tell a replica that is gone from one elsewhere, and
-    /// prunes nothing.
-    pub(super) async fn check_replicas(&self) {
+    /// ready or unready changes what `Ready` waits for), writing those that
+    /// changed, or all of them with [`Write::All`] (a new leader: what it
+    /// computed as a follower was never written). Outside a Pod the host
+    /// cannot tell a replica that is gone from one elsewhere, and prunes
+    /// nothing.
+    pub(super) async fn check_replicas(&self, write: Write) {
         if !self.leadership.state().leading {
             return;
         }
-        let Some(pods) = self.list_pods().await else {
-            return;
-        };
+        if let Some(pods) = self.list_pods().await {
+            self.prune_gone(&pods).await;
+        }
+        let all: Vec<Source> = self.known.lock().await.keys().cloned().collect();
+        for source in all {
+            self.refresh(&source, write).await;
+        }
+    }
+
+    /// Prunes, from every object's status, the entries of Pods `pods` does
+    /// not hold.
+    async fn prune_gone(&self, pods: &LivePods) {
         tracing::debug!(pods = ?pods, "the host's Pods, as the leader lists them");
         type Gone = (Source, Vec<String>, Vec<ReplicaStatus>);
         let gone: Vec<Gone> = self
@@ -161,10 +182,6 @@ impl PluginObjects {
                     tracing::warn!(object = %source.display(), replicas = ?names, error = %e, "cannot prune the status entries of replicas whose Pods are gone; retried");
                 }
             }
-        }
-        let all: Vec<Source> = self.known.lock().await.keys().cloned().collect();
-        for source in all {
-            self.refresh(&source).await;
         }
     }
 
@@ -265,25 +282,6 @@ impl PluginObjects {
         };
         if let Err(e) = self.recorder.publish(&event, &reference).await {
             tracing::warn!(object = %subject, error = %e, "cannot write an Event about the Plugin object (grant create on events.k8s.io events in default: kubewasm rbac)");
-        }
-    }
-
-    pub(super) async fn write_all_statuses(&self) {
-        let all: Vec<Source> = self.known.lock().await.keys().cloned().collect();
-        for source in all {
-            // Recomputed: what a follower last computed did not count the
-            // other replicas.
-            let status = {
-                let mut known = self.known.lock().await;
-                let Some(k) = known.get_mut(&source) else {
-                    continue;
-                };
-                let others = self.counted(&k.others);
-                let status = status_for(&k.outcome, k.generation, k.status.as_ref(), &others);
-                k.status = Some(status.clone());
-                status
-            };
-            self.write_status(&source, &status).await;
         }
     }
 
