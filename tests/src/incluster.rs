@@ -29,6 +29,12 @@ pub const SELECTOR: &str = "app.kubernetes.io/name=kubewasm";
 /// with its output.
 pub fn run(cmd: &mut Command, what: &str) -> String {
     let out = cmd.output().unwrap_or_else(|e| panic!("{what}: {e}"));
+    String::from_utf8_lossy(&succeeded(out, what).stdout).into_owned()
+}
+
+/// `out` if its command succeeded, else fails the test naming `what`, with
+/// its output.
+pub fn succeeded(out: std::process::Output, what: &str) -> std::process::Output {
     assert!(
         out.status.success(),
         "{what} failed ({}):\n{}\n{}",
@@ -36,7 +42,7 @@ pub fn run(cmd: &mut Command, what: &str) -> String {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    out
 }
 
 /// Builds the image from the Containerfile's offline stage

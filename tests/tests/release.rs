@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use kubewasm_tests::e2e::kubewasm_bin;
+use kubewasm_tests::incluster::succeeded;
 use kubewasm_tests::registry::Registry;
 use kubewasm_tests::repo_root;
 use kubewasm_tests::tools::helm;
@@ -41,17 +42,6 @@ fn cosign_cmd(home: &Path) -> Command {
         .env("COSIGN_EXPERIMENTAL", "0")
         .current_dir(home);
     cmd
-}
-
-fn ok(out: Output, what: &str) -> Output {
-    assert!(
-        out.status.success(),
-        "{what} failed ({}):\n{}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
 }
 
 fn release(dist: &Path, version: &str) -> Command {
@@ -106,12 +96,12 @@ fn refuses_other_versions_and_no_key() {
 fn release_is_verifiable_end_to_end() {
     let home = tempfile::tempdir().unwrap();
     let home = home.path();
-    ok(
+    succeeded(
         cosign_cmd(home).arg("generate-key-pair").output().unwrap(),
         "cosign generate-key-pair",
     );
     let dist = home.join("dist");
-    let out = ok(
+    let out = succeeded(
         release(&dist, VERSION)
             .env("RELEASE_KEY", home.join("cosign.key"))
             .env("COSIGN_PASSWORD", PASSWORD)
@@ -161,7 +151,7 @@ fn release_is_verifiable_end_to_end() {
     others.remove("SHA256SUMS");
     others.remove("SHA256SUMS.sig");
     assert_eq!(summed, others);
-    ok(
+    succeeded(
         Command::new("sha256sum")
             .args(["--check", "--strict", "SHA256SUMS"])
             .current_dir(&dist)
@@ -172,7 +162,7 @@ fn release_is_verifiable_end_to_end() {
 
     // Each signature verifies under the key; a tampered file is refused.
     for a in artifacts.iter().chain([&"SHA256SUMS".to_owned()]) {
-        ok(
+        succeeded(
             verify_blob(home, &dist.join(a), &dist.join(format!("{a}.sig"))),
             &format!("cosign verify-blob {a}"),
         );
@@ -193,7 +183,7 @@ fn release_is_verifiable_end_to_end() {
     // supply-chain check), and say what they describe.
     for sbom in [format!("{bin}.cdx.json"), format!("{image}.cdx.json")] {
         let venv = repo_root().join(".tools/venv/bin/python");
-        ok(
+        succeeded(
             Command::new(&venv)
                 .arg("-c")
                 .arg(
@@ -222,7 +212,7 @@ fn release_is_verifiable_end_to_end() {
 
     // The chart lints and carries the version.
     let chart = dist.join(format!("kubewasm-{VERSION}.tgz"));
-    ok(
+    succeeded(
         Command::new(helm())
             .args(["lint", "--strict"])
             .arg(&chart)
@@ -230,7 +220,7 @@ fn release_is_verifiable_end_to_end() {
             .unwrap(),
         "helm lint --strict of the packaged chart",
     );
-    let shown = ok(
+    let shown = succeeded(
         Command::new(helm())
             .args(["show", "chart"])
             .arg(&chart)
@@ -250,7 +240,7 @@ fn release_is_verifiable_end_to_end() {
     // The OCI layout's index names the tag; its manifest is the payload's.
     let layout = home.join("layout");
     std::fs::create_dir_all(&layout).unwrap();
-    ok(
+    succeeded(
         Command::new("tar")
             .arg("-xf")
             .arg(dist.join(format!("{image}.oci.tar")))
@@ -334,7 +324,7 @@ fn push_attach_verify(home: &Path, dist: &Path, layout: &Path, image: &str, dige
         .arg(dist.join(format!("{image}.payload.json.sig")));
     with_registry(&mut attach);
     attach.arg(&reference);
-    ok(attach.output().unwrap(), "cosign attach signature");
+    succeeded(attach.output().unwrap(), "cosign attach signature");
     let verify = |key: &Path| {
         let mut cmd = cosign_cmd(home);
         cmd.args(["verify", "--insecure-ignore-tlog=true", "--key"])
@@ -342,7 +332,7 @@ fn push_attach_verify(home: &Path, dist: &Path, layout: &Path, image: &str, dige
         with_registry(&mut cmd);
         cmd.arg(&reference).output().unwrap()
     };
-    let verified = ok(
+    let verified = succeeded(
         verify(&dist.join("cosign.pub")),
         "cosign verify of the pushed image",
     );
@@ -354,7 +344,7 @@ fn push_attach_verify(home: &Path, dist: &Path, layout: &Path, image: &str, dige
     // Another key does not verify it.
     let other = home.join("other");
     std::fs::create_dir_all(&other).unwrap();
-    ok(
+    succeeded(
         cosign_cmd(&other)
             .arg("generate-key-pair")
             .output()
