@@ -11,8 +11,8 @@
 # plugins/install-toolchains.sh: a language that does not build is reported
 # missing) and plugin loading (swaps, RSS after compiling, the compile
 # cache: the loading benchmark, with the JS and Python config-replicators);
-# and writes the book's Performance chapter, docs/book/src/performance.md,
-# with plots under docs/book/src/performance/,
+# and writes the book's Performance chapter, docs/book/src/contributing/performance.md,
+# with plots under docs/book/src/contributing/performance/,
 # opening with every goal of issue 13 (and 12's per-call goals): met, or
 # missed by how much, why and what would close it.
 #
@@ -20,7 +20,7 @@
 #   bash scripts/bench.sh --counts 1000,10000 --rounds 1 --no-micro   # a quick look
 #
 # Options: --counts N,N,...  --rounds R  --no-micro (skip the pipeline,
-# runtime, languages and loading benchmarks)  --out FILE (default docs/book/src/performance.md).
+# runtime, languages and loading benchmarks)  --out FILE (default docs/book/src/contributing/performance.md).
 # KUBEWASM_CORPUS names the corpus (default ../shared/corpus).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -30,7 +30,7 @@ export PATH="$PATH:$HOME/.cargo/bin:/usr/local/go/bin"
 counts=1000,10000,30000,100000
 rounds=3
 micro=1
-report=docs/book/src/performance.md
+report=docs/book/src/contributing/performance.md
 while [ $# -gt 0 ]; do
   case "$1" in
     --counts) counts="$2"; shift 2 ;;

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Writes a release of kubewasm into dist/ (docs/book/src/releasing.md):
+# Writes a release of kubewasm into dist/ (docs/book/src/contributing/releasing.md):
 #
 #   kubewasm-VERSION-x86_64-linux-musl            the static musl binary
 #   kubewasm-VERSION-x86_64-linux-musl.cdx.json   its CycloneDX SBOM (crates)

@@ -1,4 +1,4 @@
-//! The "Goals" section of docs/book/src/performance.md: every goal of issues 13
+//! The "Goals" section of docs/book/src/contributing/performance.md: every goal of issues 13
 //! (and 12's per-call goals, which the runtime benchmark measures) with
 //! what this run measured, whether it is met, by how much it is missed,
 //! and, for a missed goal, why and what would close it. The figures come

@@ -19,7 +19,7 @@
 //! timed, its actions are compared with the Rust guest's on every
 //! scheduled corpus Pod and a few edge cases; a mismatch is reported as an
 //! error, not a figure. Prints `BENCH-JSON` lines for scripts/bench.sh's
-//! report (docs/book/src/performance.md).
+//! report (docs/book/src/contributing/performance.md).
 //!
 //! Run: `bash plugins/build.sh && bash plugins/build-languages.sh js-variants
 //! js python c go bench && cargo bench -p kubewasm --bench languages`

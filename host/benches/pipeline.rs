@@ -17,7 +17,7 @@
 //!    informer receiving a delta to the plugin call returning. One instance
 //!    of each plugin is also swept over rates from 500/s up to 80 % of its
 //!    measured throughput (the latency-against-rate plot of
-//!    docs/book/src/performance.md).
+//!    docs/book/src/contributing/performance.md).
 //!
 //! `KUBEWASM_BENCH_UI=open` attaches one web-view page (`--ui`) to the
 //! pipeline: the same event stream an open browser tab reads (its feed

@@ -1,6 +1,6 @@
 //! scripts/release.sh: a release written with the debug binary
 //! (`RELEASE_BINARY`) and a throwaway cosign key into a temp dist dir holds
-//! what docs/book/src/releasing.md says: SHA256SUMS verifies every file,
+//! what docs/book/src/contributing/releasing.md says: SHA256SUMS verifies every file,
 //! `cosign verify-blob` accepts each signature and refuses a tampered
 //! file, the SBOMs are CycloneDX 1.5 by its schema, the chart lints, the
 //! OCI layout's index names the tag, and the image's signature verifies

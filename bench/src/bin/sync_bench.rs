@@ -1,5 +1,5 @@
 //! sync-bench: the side-by-side initial-sync benchmark of issue 13 and the
-//! report it writes (docs/book/src/performance.md). `scripts/bench.sh` drives it.
+//! report it writes (docs/book/src/contributing/performance.md). `scripts/bench.sh` drives it.
 //!
 //! `run`: for each Pod count, has `load-pods` make the server hold that
 //! many Pods, then starts the client-go informer, the kube-rs reflector
@@ -40,7 +40,7 @@ struct Cli {
 enum Cmd {
     /// Load Pods and measure the three programs' initial sync.
     Run(RunArgs),
-    /// Write docs/book/src/performance.md and its plots from the measurements.
+    /// Write docs/book/src/contributing/performance.md and its plots from the measurements.
     Report(ReportArgs),
 }
 
