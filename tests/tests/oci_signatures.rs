@@ -72,14 +72,22 @@ fn push(registry: &Registry, reference: &str, key: Option<&Path>) -> String {
     }
     let out = succeeded(kubewasm(registry, &args));
     let stdout = String::from_utf8(out.stdout).unwrap();
-    let mut lines = stdout.lines();
-    let pinned = lines.next().unwrap().to_owned();
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    // stdout is the pinned reference alone, so `REF=$(kubewasm push ...)`
+    // works signed or not; the signature's place goes to stderr.
+    let pinned = stdout.trim_end().to_owned();
+    assert!(
+        !pinned.contains('\n') && pinned.contains("@sha256:"),
+        "push printed {stdout:?}"
+    );
     if key.is_some() {
         let digest = pinned.split('@').nth(1).unwrap();
         let tag = format!("sha256-{}.sig", digest.trim_start_matches("sha256:"));
         assert!(
-            lines.next().unwrap().ends_with(&tag),
-            "push --sign-key printed {stdout:?}"
+            stderr
+                .lines()
+                .any(|l| l.starts_with("signature: ") && l.ends_with(&tag)),
+            "push --sign-key printed to stderr {stderr:?}"
         );
     }
     pinned

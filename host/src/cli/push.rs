@@ -17,8 +17,10 @@ pub(crate) struct PushArgs {
     /// the signature where cosign keeps it (`sha256-<hex>.sig`), so that
     /// `cosign verify --key` and a verifying pull accept it. An unencrypted
     /// PKCS#8 (or SEC1) P-256 key PEM, e.g. from `openssl ecparam -genkey
-    /// -name prime256v1 -noout | openssl pkcs8 -topk8 -nocrypt`; cosign's
-    /// encrypted cosign.key is not read.
+    /// -name prime256v1 -noout | openssl pkcs8 -topk8 -nocrypt` (its public
+    /// half, what verifiers need: `openssl ec -in KEY.pem -pubout`); cosign's
+    /// encrypted cosign.key is not read. Where the signature went is
+    /// printed on stderr; stdout stays the pinned reference alone.
     #[arg(long, value_name = "KEY.pem")]
     sign_key: Option<PathBuf>,
     #[command(flatten)]
@@ -43,7 +45,9 @@ pub(crate) async fn push(args: PushArgs) -> anyhow::Result<()> {
         let signature = client
             .push_signature(&args.reference, &pushed.digest, &key, &credentials)
             .await?;
-        writeln!(std::io::stdout().lock(), "{signature}")?;
+        // stdout stays the one pinned reference, for `REF=$(kubewasm push
+        // ...)`; where the signature went is for the reader.
+        writeln!(std::io::stderr().lock(), "signature: {signature}")?;
     }
     Ok(())
 }
