@@ -14,6 +14,7 @@ pub mod manifests;
 pub mod objects;
 pub mod registry;
 pub mod tools;
+pub mod walkthrough;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -16,8 +16,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -28,14 +27,14 @@ use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams
 use kubewasm::oci::Credentials;
 use kubewasm_tests::controlplane::ControlPlane;
 use kubewasm_tests::e2e::{
-    Seen, churn, configmap_versions, eventually, eventually_seen, kubewasm_bin, namespace,
-    recorded, seen_view,
+    Seen, churn, configmap_versions, eventually, eventually_seen, namespace, recorded, seen_view,
 };
-use kubewasm_tests::incluster::{NS, holder_pod, host_logs, lease_holder, run};
+use kubewasm_tests::incluster::{NS, holder_pod, host_logs, lease_holder};
 use kubewasm_tests::objects::{api, find_condition};
+use kubewasm_tests::plugin_artifacts;
 use kubewasm_tests::registry::Registry;
-use kubewasm_tests::tools::{compute_status, helm, kubectl};
-use kubewasm_tests::{plugin_artifacts, repo_root};
+use kubewasm_tests::tools::compute_status;
+use kubewasm_tests::walkthrough::{Workdir, node_values, release, sh_blocks};
 use serde_json::{Value, json};
 
 /// Image import, Pod start, pulling and compiling on a loaded machine.
@@ -45,112 +44,16 @@ const VERSION: &str = "0.1.0";
 /// Where the recorder watches and the churn runs.
 const CHURN: &str = "churn";
 
-/// A folder the quick start runs in: `dist/` (the release), `values.yaml`
-/// (this node's needs), `plugin.yaml`, and a `bin/` with kubectl, helm and
-/// kubewasm first on PATH.
-struct Workdir {
-    dir: tempfile::TempDir,
-    kubeconfig: PathBuf,
-}
-
-impl Workdir {
-    fn path(&self) -> &Path {
-        self.dir.path()
-    }
-
-    fn command(&self, program: &str) -> Command {
-        let mut cmd = Command::new(program);
-        cmd.current_dir(self.path())
-            .env("KUBECONFIG", &self.kubeconfig)
-            .env(
-                "PATH",
-                format!(
-                    "{}:{}",
-                    self.path().join("bin").display(),
-                    std::env::var("PATH").unwrap_or_default()
-                ),
-            );
-        cmd
-    }
-
-    /// Runs `script` with bash (`set -euxo pipefail`) here; its output.
-    fn sh(&self, script: &str, what: &str) -> String {
-        run(
-            self.command("bash")
-                .args(["-c", &format!("set -euxo pipefail\n{script}")]),
-            what,
-        )
-    }
-
-    fn kubectl(&self, args: &[&str]) -> std::process::Output {
-        self.command("kubectl").args(args).output().unwrap()
-    }
-}
-
-/// `scripts/release.sh VERSION` into `dist` with the debug binary the
-/// other tests run (RELEASE_BINARY) and no key (RELEASE_UNSIGNED): the
-/// release's layout, chart and image, without a second build of the
-/// dependency tree for the musl target.
-fn release(dist: &Path, version: &str) -> String {
-    run(
-        Command::new("bash")
-            .arg(repo_root().join("scripts/release.sh"))
-            .arg(version)
-            .env("DIST", dist)
-            .env("RELEASE_BINARY", kubewasm_bin())
-            .env("RELEASE_UNSIGNED", "1"),
-        "scripts/release.sh",
-    )
-}
-
-/// The quick start's shell blocks, as the book writes them.
-fn quick_start() -> Vec<String> {
-    let page = std::fs::read_to_string(repo_root().join("docs/book/src/install.md")).unwrap();
-    let section = page
-        .split("\n## Quick start\n")
-        .nth(1)
-        .expect("install.md has a Quick start section")
-        .split("\n## ")
-        .next()
-        .unwrap();
-    let mut blocks = Vec::new();
-    let mut current: Option<String> = None;
-    for line in section.lines() {
-        match (&mut current, line.trim_end()) {
-            (None, "```sh") => current = Some(String::new()),
-            (Some(_), "```") => blocks.extend(current.take()),
-            (Some(block), text) => {
-                block.push_str(text);
-                block.push('\n');
-            }
-            (None, _) => {}
-        }
-    }
-    assert!(
-        blocks.len() >= 2,
-        "the quick start has its commands: {section}"
-    );
-    blocks
-}
-
-/// This node's values: the host network, the API server on loopback, the
-/// image as imported (never pulled), the test registry's CA, and the
-/// module cache on the PersistentVolume the test made.
-fn node_values(cp: &ControlPlane, registry: &Registry) -> String {
-    let values = json!({
-        "hostNetwork": true,
-        "logLevel": "info,kubewasm::objects=debug",
-        "apiServer": {"host": "127.0.0.1", "port": cp.port().to_string()},
-        "image": {"pullPolicy": "Never"},
-        "config": {"pluginObjects": {"registryCA": "/etc/kubewasm/registry-ca.crt"}},
-        "configFiles": {"registry-ca.crt": String::from_utf8(registry.ca_pem()).unwrap()},
-        "cache": {"persistence": {
-            "enabled": true,
-            "storageClassName": "kubewasm-test-local",
-            "accessModes": ["ReadWriteOnce"],
-            "size": "1Gi",
-        }},
-    });
+/// This node's values ([`node_values`]) and the module cache on the
+/// PersistentVolume the test made.
+fn values(cp: &ControlPlane, registry: &Registry) -> String {
+    let mut values = node_values(cp, registry);
+    values["cache"] = json!({"persistence": {
+        "enabled": true,
+        "storageClassName": "kubewasm-test-local",
+        "accessModes": ["ReadWriteOnce"],
+        "size": "1Gi",
+    }});
     serde_yaml_ng::to_string(&values).unwrap()
 }
 
@@ -279,10 +182,7 @@ async fn a_release_installs_upgrades_and_uninstalls_with_helm() {
 
     // The release, as an operator gets it; its image imported into the
     // node's containerd (the book's "The image").
-    let work = Workdir {
-        dir: tempfile::tempdir().unwrap(),
-        kubeconfig: cp.admin_kubeconfig().to_owned(),
-    };
+    let work = Workdir::new(cp);
     let dist = work.path().join("dist");
     let started = Instant::now();
     let listing = release(&dist, VERSION);
@@ -292,15 +192,6 @@ async fn a_release_installs_upgrades_and_uninstalls_with_helm() {
     );
     cp.load_image(&dist.join(format!("kubewasm-{VERSION}-image.oci.tar")))
         .unwrap();
-    let bin = work.path().join("bin");
-    std::fs::create_dir_all(&bin).unwrap();
-    for (name, path) in [
-        ("kubectl", kubectl()),
-        ("helm", helm()),
-        ("kubewasm", kubewasm_bin().to_path_buf()),
-    ] {
-        std::os::unix::fs::symlink(path, bin.join(name)).unwrap();
-    }
 
     // What the quick start's plugin.yaml holds: a config-replicator from
     // the registry, by the tag-and-digest reference `kubewasm push`
@@ -337,12 +228,17 @@ async fn a_release_installs_upgrades_and_uninstalls_with_helm() {
         serde_yaml_ng::to_string(&plugin).unwrap(),
     )
     .unwrap();
-    std::fs::write(work.path().join("values.yaml"), node_values(cp, &registry)).unwrap();
+    std::fs::write(work.path().join("values.yaml"), values(cp, &registry)).unwrap();
     let cache_dir = cache_volume(cp, &client).await;
 
     // The quick start, as written.
     let installed = Instant::now();
-    for (i, block) in quick_start().iter().enumerate() {
+    let quick_start = sh_blocks("install.md", "## Quick start");
+    assert!(
+        quick_start.len() >= 2,
+        "install.md's quick start: {quick_start:?}"
+    );
+    for (i, block) in quick_start.iter().enumerate() {
         let out = work.sh(block, &format!("quick start block {}", i + 1));
         eprintln!("quick start block {}:\n{block}\n---\n{out}", i + 1);
     }
