@@ -5,7 +5,9 @@
 # it as a Deployment (2 replicas, leader election, the image built from the
 # Containerfile, deploy/examples/single-node), and what its example plugins
 # did. Needs root (apt, containerd) and Go; installs what is missing.
-# Stops the cluster at the end (KEEP=1 keeps it running; Ctrl-C stops it).
+# Stops the cluster at the end. KEEP=1 keeps it running until the script is
+# stopped: Ctrl-C in the foreground, else `kill PID` with the PID it prints
+# (a script started in the background ignores Ctrl-C).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
@@ -93,9 +95,9 @@ done
 
 step "the web view (--ui) of the leader"
 # hostNetwork: each replica's web view is on a free loopback port of this
-# machine, logged as `web view serving url=...` (elsewhere: --ui, then
-# kubectl port-forward -n kubewasm deploy/kubewasm 9091 and
-# http://127.0.0.1:9091/ui).
+# machine, logged as `web view serving url=...` (on the Pod network: --ui,
+# then kubectl port-forward -n kubewasm pod/<the leader's Pod> 9091 and
+# http://127.0.0.1:9091/ui; `kubewasm status` names the leader's Pod).
 leader=$(get leases.coordination.k8s.io kubewasm kubewasm '{.spec.holderIdentity}')
 leader_pod=${leader%_*}
 ui_url=$(grep -rhoE '"url":"http://[^"]+/ui"' "$dir/node/pod-logs/" 2>/dev/null |
@@ -109,6 +111,6 @@ echo "demo done in $((SECONDS - start))s"
 echo "web view of ${leader_pod:-the leader}: ${ui_url:-(not found in the pod logs)}"
 [[ "${KEEP:-}" == 1 ]] || echo "(KEEP=1 bash scripts/demo-cluster.sh keeps the cluster, and the page, running)"
 if [[ "${KEEP:-}" == 1 ]]; then
-  echo "the cluster keeps running (KUBECONFIG=$kc); Ctrl-C stops it"
+  echo "the cluster keeps running (KUBECONFIG=$kc); stop it with Ctrl-C, or kill $$ (this script's PID; a script started in the background ignores Ctrl-C)"
   wait "$cp_pid"
 fi

@@ -34,7 +34,9 @@ ui="127.0.0.1:${UI_PORT:-9091}"
 live=("$kubewasm" run --local "$demo/cluster" --plugins "$demo/plugins" --ui --ui-addr "$ui"
   --metrics-addr "127.0.0.1:${METRICS_PORT:-9090}")
 if [[ "${KEEP:-}" == 1 ]]; then
-  echo "== the host keeps running (edit files in $demo/cluster, drop plugins into $demo/plugins); Ctrl-C stops it"
+  # exec keeps this script's PID: killing it stops the host (SIGTERM drains it).
+  echo "== the host keeps running (edit files in $demo/cluster, drop plugins into $demo/plugins)"
+  echo "== stop it with Ctrl-C, or kill $$ (its PID; a script started in the background ignores Ctrl-C)"
   echo "== web view: http://$ui/ui"
   exec "${live[@]}"
 fi

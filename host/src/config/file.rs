@@ -52,6 +52,7 @@ impl RunSettings {
             &mut s.kubeconfig,
             &mut s.cache_dir,
             &mut s.artifact_key,
+            &mut s.metrics_cert_dir,
         ]
         .into_iter()
         .flatten()

@@ -12,13 +12,17 @@ use super::*;
 #[test]
 fn file_settings_merge_under_flags_and_resolve_paths() {
     let file = RunSettings::parse(
-        "apiVersion: kubewasm.io/v1alpha1\nkind: HostConfig\nplugins: plugins\nkubeconfig: /k/config\ncontext: dev\ninitialList: paged\ndispatch: {maxAttempts: 3, baseBackoff: 250ms}\nmetricsAddr: 127.0.0.1:0\n",
+        "apiVersion: kubewasm.io/v1alpha1\nkind: HostConfig\nplugins: plugins\nkubeconfig: /k/config\ncontext: dev\ninitialList: paged\ndispatch: {maxAttempts: 3, baseBackoff: 250ms}\nmetricsAddr: 127.0.0.1:0\nmetricsCertDir: tls\n",
         Path::new("/etc/kubewasm/config.yaml"),
     )
     .unwrap();
     assert_eq!(
         file.plugins.as_deref(),
         Some(Path::new("/etc/kubewasm/plugins"))
+    );
+    assert_eq!(
+        file.metrics_cert_dir.as_deref(),
+        Some(Path::new("/etc/kubewasm/tls"))
     );
     let flags = RunSettings {
         context: Some("prod".into()),

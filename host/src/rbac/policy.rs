@@ -22,8 +22,9 @@ pub const STATUS_VERBS: &[&str] = &["patch"];
 /// (as client-go's and kube's recorders do): both verbs, or every repeat is
 /// refused.
 pub const EVENT_VERBS: &[&str] = &["create", "patch"];
-/// Leader election reads the Lease, creates it when missing, and renews or
-/// takes it over with an update (or a patch).
+/// Leader election reads the Lease, creates it when missing (a rule of its
+/// own: create cannot be limited to a name), and renews, takes over and
+/// releases it with an update; patch is granted besides.
 pub const LEASE_VERBS: &[&str] = &["get", "patch", "update"];
 /// `--metrics-auth` asks the API server who a scraper's token is
 /// (TokenReview) and whether it may get `/metrics` (SubjectAccessReview):

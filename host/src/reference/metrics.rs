@@ -107,7 +107,7 @@ pub fn markdown() -> String {
         out,
         "Every metric `GET /metrics` serves, in the OpenMetrics text format, read from the \
          host's registry ([Health, readiness and metrics](../metrics.md) says how to scrape \
-         them and which alerts they serve). A family appears once its first series exists: \
+         them and what each means). A family appears once its first series exists: \
          an informer's, a plugin's and a cache's families with the first informer, plugin \
          and cache.\n"
     );

@@ -315,7 +315,7 @@ impl Metrics {
         let action_retries = Family::<L2, Counter>::default();
         registry.register(
             "kubewasm_action_retries",
-            "Action attempts retried after a conflict or a transient failure, by plugin and verb",
+            "Action requests the executor sent again after a transient failure (429, 5xx, 408, no answer, a timeout; never a conflict), by plugin and verb",
             action_retries.clone(),
         );
         let events_dropped = Family::<L1, Counter>::default();
