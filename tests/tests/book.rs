@@ -1,5 +1,7 @@
 //! The book (docs/book) as a reader gets it: built by mdbook, every link of
-//! its HTML resolves (kubewasm_tests::book has the rules).
+//! its HTML resolves and stays in the book (kubewasm_tests::book has the
+//! rules), its console examples run, and its user pages carry no run dates,
+//! commit hashes or issue numbers (kubewasm_tests::book_timeless).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use kubewasm_tests::repo_root;
@@ -112,4 +114,36 @@ fn console_examples_run() {
             std::fs::copy(case, page).unwrap();
         }
     }
+}
+
+/// Fails listing `items`, one a line, under `what`, when there are any.
+fn assert_none<T: std::fmt::Display>(what: &str, items: &[T]) {
+    assert!(
+        items.is_empty(),
+        "{what} ({}):\n{}",
+        items.len(),
+        items
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+}
+
+/// The user pages (all but docs/book/src/contributing/) carry no date of
+/// a run, no commit hash and no issue number of this project: they read
+/// the same any day (kubewasm_tests::book_timeless has the rules). Dated
+/// figures and history go to the contributor pages.
+#[test]
+fn user_pages_carry_no_run_dates_commit_hashes_or_issue_numbers() {
+    let root = repo_root();
+    let pages = kubewasm_tests::book_timeless::user_pages(&root);
+    assert!(pages.len() > 20, "the user pages were not found");
+    let repository = kubewasm_tests::docs::Repository::of(&root);
+    let found = kubewasm_tests::book_timeless::findings(&root, repository.slug());
+    assert_none(
+        "user pages carry run dates, commit hashes or issue numbers \
+         (move dated figures and history to docs/book/src/contributing/)",
+        &found,
+    );
 }
