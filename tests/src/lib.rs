@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 pub mod book;
+pub mod book_names;
 pub mod book_timeless;
 pub mod controlplane;
 pub mod docs;

@@ -14,14 +14,6 @@ pub struct Block<'a> {
     pub lines: Vec<(usize, &'a str)>,
 }
 
-impl Block<'_> {
-    /// The block's text, its lines joined.
-    pub fn text(&self) -> String {
-        let lines: Vec<&str> = self.lines.iter().map(|(_, l)| *l).collect();
-        lines.join("\n")
-    }
-}
-
 /// A page read once: its blocks and its prose lines.
 #[derive(Debug)]
 pub struct Page<'a> {
