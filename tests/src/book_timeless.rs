@@ -81,25 +81,11 @@ pub fn findings(root: &Path, repository: &str) -> Vec<Finding> {
 }
 
 fn shown(root: &Path, file: &Path) -> String {
-    let file = normalized(file);
+    let file = crate::docs::lexical(file);
     file.strip_prefix(root)
         .unwrap_or(&file)
         .display()
         .to_string()
-}
-
-fn normalized(path: &Path) -> PathBuf {
-    let mut out = PathBuf::new();
-    for c in path.components() {
-        match c {
-            std::path::Component::ParentDir => {
-                out.pop();
-            }
-            std::path::Component::CurDir => {}
-            other => out.push(other),
-        }
-    }
-    out
 }
 
 /// The findings of one page's text, shown as `file`.
@@ -165,7 +151,7 @@ fn included(root: &Path, page: &Path, text: &str) -> Vec<(PathBuf, Vec<(usize, S
             Some((file, anchor)) => (file, Some(anchor)),
             None => (spec.trim(), None),
         };
-        let path = normalized(&dir.join(file));
+        let path = crate::docs::lexical(&dir.join(file));
         if path.starts_with(&src) {
             continue;
         }
@@ -472,6 +458,31 @@ mod tests {
                 issue_numbers(legit, REPO)
             );
         }
+    }
+
+    /// The README regions a user page includes are read, under the
+    /// README's lines; contributor pages are not.
+    #[test]
+    fn included_regions_count_and_contributor_pages_do_not() {
+        let root = tempfile::tempdir().unwrap();
+        let src = root.path().join("docs/book/src");
+        std::fs::create_dir_all(src.join("contributing")).unwrap();
+        std::fs::write(
+            root.path().join("README.md"),
+            "Measured 2026-01-02.\n<!-- ANCHOR: intro -->\nSince 482d209.\n<!-- ANCHOR_END: intro -->\n",
+        )
+        .unwrap();
+        std::fs::write(
+            src.join("intro.md"),
+            "# Intro\n\n{{#include ../../../README.md:intro}}\n",
+        )
+        .unwrap();
+        std::fs::write(src.join("contributing/notes.md"), "Run on 2026-01-02.\n").unwrap();
+        let found: Vec<String> = findings(root.path(), REPO)
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(found, ["README.md:3: a commit hash: 482d209"]);
     }
 
     #[test]
