@@ -25,10 +25,14 @@ step fmt cargo fmt --all --check
 # The book (docs/book): it builds, and its Rust samples that can run do
 # (`mdbook test`). In `cargo test` below: its links in the sources
 # (tests/tests/cli.rs, docs_links_resolve) and in the rendered HTML
-# (tests/tests/book.rs, rendered_links_resolve, which builds it again), its
-# `console` examples through the debug kubewasm binary (tests/tests/book.rs,
-# console_examples_run, with trycmd), and its generated references by the
-# staleness tests of host/src/reference/ and host/src/main.rs.
+# (tests/tests/book.rs, rendered_links_resolve, which builds it again; both
+# refuse a link out of the book), its `console` examples through the debug
+# kubewasm binary (tests/tests/book.rs, console_examples_run, with trycmd),
+# that its user pages carry no run dates, commit hashes or issue numbers and
+# that the metrics, flags, config keys, Plugin fields and status reasons it
+# names exist in the code (tests/tests/book.rs, against the generated
+# references), and its generated references by the staleness tests of
+# host/src/reference/ and host/src/main.rs.
 step book-build mdbook build docs/book
 step book-test mdbook test docs/book
 step plugins bash plugins/build.sh

@@ -3,16 +3,21 @@
 //! mdBook does to a link: an included file's links stay relative to where
 //! the file was, and a link to a `.md` outside the book becomes `.html`.
 //! Here every `href` and `src` of every page is resolved where a reader
-//! resolves it: in the built book, or, when it climbs out of the book, in
-//! the repository around where the book is built (docs/book/book).
+//! resolves it, in the built book. A link that climbs out of the book
+//! (resolved from where it is built, docs/book/book, into the repository)
+//! is refused: the book is also served on its own, with no repository
+//! around it; such a link names the file on the forge instead, and a link
+//! to this repository's files there (`URL/blob/main/PATH`,
+//! `URL/tree/main/PATH`, URL being book.toml's `git-repository-url`) must
+//! name a file (a folder) of the working tree (crate::docs::Repository).
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Component, Path, PathBuf};
 use std::process::Command;
 
 /// Where the book is built by default (book.toml's `build-dir`), relative
-/// to the repository: the links that climb out of the book resolve from
-/// here.
+/// to the repository: a link that climbs out of the book would resolve
+/// from here.
 pub const BUILT_AT: &str = "docs/book/book";
 
 /// The mdbook binary: on PATH, else in cargo's bin (where
@@ -55,6 +60,7 @@ pub fn build(root: &Path, dest: &Path) {
 /// the link and what is wrong. `root` is the repository the book was built
 /// from, for the links that leave the book.
 pub fn broken_links(out: &Path, root: &Path) -> Vec<String> {
+    let repository = crate::docs::Repository::of(root);
     let mut pages = Vec::new();
     walk(out, &mut pages);
     let mut ids = Ids::default();
@@ -73,7 +79,10 @@ pub fn broken_links(out: &Path, root: &Path) -> Vec<String> {
             false => (rel.parent().unwrap_or(Path::new("")), html),
         };
         for link in attributes(&html, &["href", "src"]) {
-            if let Err(why) = check(out, root, rel, base, &link, &mut ids) {
+            let checked = repository
+                .check(root, &link)
+                .unwrap_or_else(|| check(out, root, &repository, rel, base, &link, &mut ids));
+            if let Err(why) = checked {
                 broken.push(format!("{}: {link}: {why}", rel.display()));
             }
         }
@@ -84,6 +93,7 @@ pub fn broken_links(out: &Path, root: &Path) -> Vec<String> {
 fn check(
     out: &Path,
     root: &Path,
+    repository: &crate::docs::Repository,
     page: &Path,
     base: &Path,
     link: &str,
@@ -126,24 +136,26 @@ fn check(
             file
         }
         Target::Repository(rel) => {
-            let file = root.join(rel);
-            if !file.exists() {
-                let md = file.with_extension("md");
-                let hint = if rel.extension().is_some_and(|e| e == "html") && md.is_file() {
-                    format!(
-                        ": mdBook turned the link to {} into .html, and that file is outside the book \
-                         (make it a chapter, or link to one)",
-                        md.strip_prefix(root).unwrap_or(&md).display()
-                    )
-                } else {
-                    String::new()
-                };
-                return Err(format!(
-                    "no such file in the repository ({}){hint}",
-                    rel.display()
-                ));
-            }
-            file
+            // mdBook made a link to a `.md` outside the book `.html`.
+            let md = rel.with_extension("md");
+            let rel = match rel.extension().is_some_and(|e| e == "html") && root.join(&md).is_file()
+            {
+                true => md,
+                false => rel.clone(),
+            };
+            let what = match rel.as_os_str().is_empty() {
+                true => "root".to_owned(),
+                false => rel.display().to_string(),
+            };
+            return Err(format!(
+                "leaves the book for the repository's {what}, which the book served on its own does not have: \
+                 link it by its URL, {}{}",
+                repository.link(root, &rel),
+                match root.join(&rel).exists() {
+                    true => "",
+                    false => " (it names no file of the repository either)",
+                }
+            ));
         }
     };
     let Some(fragment) = fragment.filter(|f| !f.is_empty()) else {
@@ -472,6 +484,59 @@ mod tests {
             Ok(Target::Repository(p)) if p == Path::new("host/src/lib.rs")
         ));
         assert!(resolve(Path::new("docs/book/book/../../../../x")).is_err());
+    }
+
+    /// A link out of the book is refused, naming the URL to write; a link
+    /// to the repository's files on the forge must name one that exists.
+    #[test]
+    fn links_out_of_the_book_are_refused_and_forge_links_checked() {
+        let root = tempfile::tempdir().unwrap();
+        let out = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(root.path().join("docs/book")).unwrap();
+        std::fs::create_dir_all(root.path().join("deploy")).unwrap();
+        std::fs::write(root.path().join("cliff.toml"), "").unwrap();
+        std::fs::write(
+            root.path().join("docs/book/book.toml"),
+            "[output.html]\ngit-repository-url = \"https://github.com/o/r\"\n",
+        )
+        .unwrap();
+        let url = "https://github.com/o/r";
+        let links = [
+            "../../../deploy/",
+            "../../../cliff.toml",
+            &format!("{url}/tree/main/deploy"),
+            &format!("{url}/blob/main/cliff.toml#L3"),
+            &format!("{url}/blob/main/deploy"),
+            &format!("{url}/tree/main/gone"),
+            "https://github.com/other/r/blob/main/gone",
+        ];
+        let html: String = links
+            .iter()
+            .map(|l| format!("<a href=\"{l}\">x</a>"))
+            .collect();
+        std::fs::write(out.path().join("a.html"), html).unwrap();
+        let broken = broken_links(out.path(), root.path());
+        assert_eq!(broken.len(), 4, "{broken:#?}");
+        assert!(
+            broken[0].contains(&format!("link it by its URL, {url}/tree/main/deploy")),
+            "{}",
+            broken[0]
+        );
+        assert!(
+            broken[1].contains(&format!("link it by its URL, {url}/blob/main/cliff.toml")),
+            "{}",
+            broken[1]
+        );
+        assert!(
+            broken[2].contains(&format!("{url}/tree/main/deploy")),
+            "{}",
+            broken[2]
+        );
+        assert!(
+            broken[3].contains("no such file in the repository (gone)"),
+            "{}",
+            broken[3]
+        );
     }
 
     #[test]

@@ -9,6 +9,13 @@
 //! punctuation turns into a dash or curly quotes before the id is made: a
 //! link to such a heading passes here and fails in the rendered book
 //! (crate::book checks that, from mdBook's own HTML).
+//!
+//! A book page never links a file of the repository outside the book by a
+//! relative path: it resolves on the forge but not in the book served on its
+//! own. It links the file on the forge instead, `URL/blob/main/PATH` (a
+//! folder: `URL/tree/main/PATH`, URL being book.toml's
+//! `git-repository-url`), and such a link must name a file (or folder) of
+//! the working tree.
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -40,6 +47,8 @@ fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
 /// Every broken link of `pages`, one line each: the page, the line, the
 /// target and what is wrong.
 pub fn broken_links(root: &Path, pages: &[PathBuf]) -> Vec<String> {
+    let repository = Repository::of(root);
+    let book = root.join("docs/book/src");
     let mut broken = Vec::new();
     for page in pages {
         let Ok(text) = std::fs::read_to_string(page) else {
@@ -54,13 +63,139 @@ pub fn broken_links(root: &Path, pages: &[PathBuf]) -> Vec<String> {
         let dir = page.parent().unwrap_or(root);
         for (number, line) in prose_lines(&text) {
             for target in includes(line).into_iter().chain(links(line)) {
-                if let Err(why) = check(page, dir, &target) {
+                let checked = match &target {
+                    Target::Link(link) => repository.check(root, link).or_else(|| {
+                        page.starts_with(&book)
+                            .then(|| repository.leaving(root, &book, dir, link).map(Err))
+                            .flatten()
+                    }),
+                    Target::Include { .. } => None,
+                };
+                if let Err(why) = checked.unwrap_or_else(|| check(page, dir, &target)) {
                     broken.push(format!("{shown}:{number}: {target}: {why}"));
                 }
             }
         }
     }
     broken
+}
+
+/// This repository on its forge: book.toml's `git-repository-url`.
+pub struct Repository {
+    /// `https://github.com/OWNER/REPO`, no trailing `/`.
+    pub url: String,
+}
+
+impl Repository {
+    /// Reads docs/book/book.toml of the repository at `root`.
+    pub fn of(root: &Path) -> Self {
+        let path = root.join("docs/book/book.toml");
+        let toml =
+            std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let url = toml
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("git-repository-url"))
+            .and_then(|rest| rest.split('"').nth(1))
+            .unwrap_or_else(|| panic!("{} has no git-repository-url", path.display()))
+            .trim_end_matches('/')
+            .to_owned();
+        Self { url }
+    }
+
+    /// `OWNER/REPO`.
+    pub fn slug(&self) -> &str {
+        let rest = self.url.split("://").nth(1).unwrap_or(&self.url);
+        rest.split_once('/').map_or(rest, |(_, slug)| slug)
+    }
+
+    /// The link to `rel` (a path of the repository) on the forge: `tree`
+    /// for a folder, `blob` for a file.
+    pub fn link(&self, root: &Path, rel: &Path) -> String {
+        let kind = if root.join(rel).is_dir() {
+            "tree"
+        } else {
+            "blob"
+        };
+        let path = rel.to_string_lossy();
+        let path = path.trim_end_matches('/');
+        match path.is_empty() {
+            true => self.url.clone(),
+            false => format!("{}/{kind}/main/{path}", self.url),
+        }
+    }
+
+    /// For a link to a file of this repository on the forge
+    /// (`URL/blob/main/PATH`, `URL/tree/main/PATH`), whether the working
+    /// tree has it (a file for `blob`, a folder for `tree`); `None` for any
+    /// other link.
+    pub fn check(&self, root: &Path, link: &str) -> Option<Result<(), String>> {
+        let rest = link.strip_prefix(&self.url)?.strip_prefix('/')?;
+        let rest = rest.split(['#', '?']).next().unwrap_or(rest);
+        let (kind, path) = rest.split_once("/main/").or_else(|| {
+            // `URL/tree/main` alone: the root.
+            rest.strip_suffix("/main").map(|kind| (kind, ""))
+        })?;
+        let path = path.trim_end_matches('/');
+        if path.split('/').any(|p| p == ".." || p == ".") {
+            return Some(Err(format!("{link}: a path with `..` or `.`")));
+        }
+        let file = root.join(path);
+        Some(match kind {
+            "blob" if file.is_file() => Ok(()),
+            "tree" if file.is_dir() => Ok(()),
+            "blob" | "tree" if file.exists() => Err(format!(
+                "{path} is a {}: link {}",
+                if file.is_dir() { "folder" } else { "file" },
+                self.link(root, Path::new(path))
+            )),
+            "blob" | "tree" => Err(format!("no such file in the repository ({path})")),
+            _ => Err(format!("{link}: neither /blob/main/ nor /tree/main/")),
+        })
+    }
+
+    /// For a relative link of a book page (in `dir`, under `book`): what
+    /// is wrong when it leaves the book (a reader of the book served on its
+    /// own has no repository around it), saying which link to write
+    /// instead; `None` when it stays in it (the usual checks follow).
+    pub fn leaving(&self, root: &Path, book: &Path, dir: &Path, link: &str) -> Option<String> {
+        if link.contains("://") || link.starts_with("mailto:") || link.starts_with('#') {
+            return None;
+        }
+        let file = link.split(['#', '?']).next().unwrap_or(link);
+        let target = lexical(&dir.join(file));
+        if target.starts_with(book) {
+            return None;
+        }
+        let rel = target.strip_prefix(root).unwrap_or(&target);
+        let missing = match target.exists() {
+            true => "",
+            false => " (it names no file of the repository either)",
+        };
+        Some(format!(
+            "leaves the book (the book is served on its own too): link the repository's {} by its URL, {}{missing}",
+            if rel.as_os_str().is_empty() {
+                "root".to_owned()
+            } else {
+                rel.display().to_string()
+            },
+            self.link(root, rel)
+        ))
+    }
+}
+
+/// `path` without its `.` and `..`, as written (no file system access).
+pub fn lexical(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for c in path.components() {
+        match c {
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            std::path::Component::CurDir => {}
+            other => out.push(other),
+        }
+    }
+    out
 }
 
 fn check(page: &Path, dir: &Path, target: &Target) -> Result<(), String> {
@@ -309,6 +444,68 @@ mod tests {
             "config-file-apiversion-kubewasmiov1alpha1-kind-hostconfig"
         );
         assert_eq!(anchor(" See [the book](x.md) now"), "see-the-book-now");
+    }
+
+    /// A book page's relative link out of the book is refused, naming the
+    /// URL to write; a link to the repository's files on the forge must
+    /// name one of the working tree.
+    #[test]
+    fn links_stay_in_the_book_and_forge_links_name_files() {
+        let root = crate::repo_root();
+        let repository = Repository::of(&root);
+        assert_eq!(repository.url, "https://github.com/kubewasm/kubewasm");
+        assert_eq!(repository.slug(), "kubewasm/kubewasm");
+        let book = root.join("docs/book/src");
+        let leaving =
+            |dir: &str, link: &str| repository.leaving(&root, &book, &book.join(dir), link);
+        assert_eq!(
+            leaving("", "../../../deploy/").unwrap(),
+            "leaves the book (the book is served on its own too): link the repository's deploy by its URL, https://github.com/kubewasm/kubewasm/tree/main/deploy"
+        );
+        assert!(
+            leaving("", "../../../")
+                .unwrap()
+                .ends_with("its URL, https://github.com/kubewasm/kubewasm")
+        );
+        assert!(
+            leaving("reference", "../../../fixture.schema.json")
+                .unwrap()
+                .ends_with("/blob/main/docs/fixture.schema.json")
+        );
+        for stays in [
+            "reference/cli.md#x",
+            "../src/config.md",
+            "#anchor",
+            "https://e.org/x",
+        ] {
+            assert_eq!(leaving("", stays), None, "{stays}");
+        }
+        let check = |link: &str| repository.check(&root, link);
+        assert_eq!(
+            check("https://github.com/kubewasm/kubewasm/tree/main/deploy"),
+            Some(Ok(()))
+        );
+        assert_eq!(
+            check("https://github.com/kubewasm/kubewasm/blob/main/cliff.toml#L1"),
+            Some(Ok(()))
+        );
+        assert_eq!(
+            check("https://github.com/kubewasm/kubewasm/tree/main"),
+            Some(Ok(()))
+        );
+        for broken in [
+            "https://github.com/kubewasm/kubewasm/blob/main/deploy",
+            "https://github.com/kubewasm/kubewasm/tree/main/cliff.toml",
+            "https://github.com/kubewasm/kubewasm/blob/main/no-such-file",
+            "https://github.com/kubewasm/kubewasm/blob/main/../x",
+        ] {
+            assert!(matches!(check(broken), Some(Err(_))), "{broken}");
+        }
+        assert_eq!(check("https://github.com/kubewasm/kubewasm/issues"), None);
+        assert_eq!(
+            check("https://github.com/kubewasm/kubewasm-x/blob/main/y"),
+            None
+        );
     }
 
     #[test]

@@ -3,6 +3,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 pub mod book;
+pub mod book_names;
+pub mod book_timeless;
 pub mod controlplane;
 pub mod docs;
 pub mod e2e;
@@ -11,6 +13,7 @@ pub mod host_child;
 pub mod hostile_registry;
 pub mod incluster;
 pub mod manifests;
+pub mod markdown;
 pub mod objects;
 pub mod registry;
 pub mod tools;

@@ -1,5 +1,9 @@
 //! The book (docs/book) as a reader gets it: built by mdbook, every link of
-//! its HTML resolves (kubewasm_tests::book has the rules).
+//! its HTML resolves and stays in the book (kubewasm_tests::book has the
+//! rules), its console examples run; its user pages carry no run dates,
+//! commit hashes or issue numbers (kubewasm_tests::book_timeless); and the
+//! names it uses (metrics, flags, config keys, Plugin fields, status
+//! reasons) exist in the code (kubewasm_tests::book_names).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use kubewasm_tests::repo_root;
@@ -112,4 +116,93 @@ fn console_examples_run() {
             std::fs::copy(case, page).unwrap();
         }
     }
+}
+
+/// Fails listing `items`, one a line, under `what`, when there are any.
+fn assert_none<T: std::fmt::Display>(what: &str, items: &[T]) {
+    assert!(
+        items.is_empty(),
+        "{what} ({}):\n{}",
+        items.len(),
+        items
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+}
+
+/// The user pages (all but docs/book/src/contributing/) carry no date of
+/// a run, no commit hash and no issue number of this project: they read
+/// the same any day (kubewasm_tests::book_timeless has the rules). Dated
+/// figures and history go to the contributor pages.
+#[test]
+fn user_pages_carry_no_run_dates_commit_hashes_or_issue_numbers() {
+    let root = repo_root();
+    let pages = kubewasm_tests::book_timeless::user_pages(&root);
+    assert!(pages.len() > 20, "the user pages were not found");
+    let repository = kubewasm_tests::docs::Repository::of(&root);
+    let found = kubewasm_tests::book_timeless::findings(&root, repository.slug());
+    assert_none(
+        "user pages carry run dates, commit hashes or issue numbers \
+         (move dated figures and history to docs/book/src/contributing/)",
+        &found,
+    );
+}
+
+/// Every metric a page names is one the registry serves
+/// (reference/metrics.md).
+#[test]
+fn metrics_the_book_names_exist() {
+    let unknown = kubewasm_tests::book_names::unknown_metrics(&repo_root());
+    assert_none("metrics the code does not have", &unknown);
+}
+
+/// Every long flag of a `kubewasm` command a page shows is one of that
+/// subcommand or a global one (reference/cli.md, from clap).
+#[test]
+fn flags_the_book_names_exist() {
+    let unknown = kubewasm_tests::book_names::unknown_flags(&repo_root());
+    assert_none(
+        "kubewasm commands and flags the CLI does not have",
+        &unknown,
+    );
+}
+
+/// Every key of a host config the book shows is in the host config's
+/// schema (reference/schemas/host-config.schema.json).
+#[test]
+fn config_keys_the_book_names_exist() {
+    let unknown = kubewasm_tests::book_names::unknown_config_keys(&repo_root());
+    assert_none("host config keys the code does not have", &unknown);
+}
+
+/// Every Plugin field the book names (`spec.x`, `status.x`, the keys of a
+/// Plugin manifest, the Status table) is in the CRDs' schemas
+/// (reference/schemas/plugin.schema.json).
+#[test]
+fn plugin_fields_the_book_names_exist() {
+    let unknown = kubewasm_tests::book_names::unknown_plugin_fields(&repo_root());
+    assert_none("Plugin fields the CRDs do not have", &unknown);
+}
+
+/// Every status reason of the book's reason tables (and of a
+/// `Serving=True/Reason`) is one the code gives (reference/status-reasons.md,
+/// generated from host/src/objects/reasons.rs).
+#[test]
+fn status_reasons_the_book_names_exist() {
+    let unknown = kubewasm_tests::book_names::unknown_reasons(&repo_root());
+    assert_none("status reasons the code does not give", &unknown);
+}
+
+/// plugin-objects.md names every status reason, and troubleshooting.md
+/// every reason a Plugin is not Ready for, so their lists agree with the
+/// code and with each other.
+#[test]
+fn the_reason_lists_name_every_reason() {
+    let missing = kubewasm_tests::book_names::missing_reasons(&repo_root());
+    assert_none(
+        "reasons the code gives that these pages do not name",
+        &missing,
+    );
 }

@@ -10,6 +10,7 @@ use crate::lru_files::Pin;
 use crate::oci::{self, Credentials, OciClient, Reference};
 use crate::source::kube::ServiceAccountRef;
 
+use super::reasons::{self, Reason};
 use super::tenant::get_as;
 
 /// Why the module could not be had; each names the source and what to do.
@@ -64,7 +65,7 @@ pub enum FetchError {
 
 impl FetchError {
     /// The condition reason this failure reports.
-    pub fn reason(&self) -> &'static str {
+    pub fn reason(&self) -> Reason {
         match self {
             // A registry that cannot be read for the signature is a pull
             // failure; a signature that is missing or does not verify is a
@@ -72,11 +73,11 @@ impl FetchError {
             Self::Pull(oci::Error::Signature(e))
                 if !matches!(e, oci::SignatureError::Registry { .. }) =>
             {
-                "SignatureRefused"
+                reasons::SIGNATURE_REFUSED
             }
-            Self::Oci { .. } | Self::Pull(_) | Self::PullSecret { .. } => "PullFailed",
-            Self::TenantForbidden { .. } => "TenantForbidden",
-            _ => "FetchFailed",
+            Self::Oci { .. } | Self::Pull(_) | Self::PullSecret { .. } => reasons::PULL_FAILED,
+            Self::TenantForbidden { .. } => reasons::TENANT_FORBIDDEN,
+            _ => reasons::FETCH_FAILED,
         }
     }
 }
@@ -297,7 +298,7 @@ mod tests {
             reference: "reg.test/x:1".into(),
             tag: "sha256-00.sig".into(),
         }));
-        assert_eq!(refused.reason(), "SignatureRefused");
+        assert_eq!(refused.reason(), reasons::SIGNATURE_REFUSED);
         let down = FetchError::Pull(oci::Error::Signature(SignatureError::Registry {
             reference: "reg.test/x:1".into(),
             source: Box::new(oci::Error::NotFound {
@@ -305,6 +306,6 @@ mod tests {
                 registry: "reg.test".into(),
             }),
         }));
-        assert_eq!(down.reason(), "PullFailed");
+        assert_eq!(down.reason(), reasons::PULL_FAILED);
     }
 }

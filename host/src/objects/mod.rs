@@ -9,6 +9,7 @@
 mod fetch;
 mod keyed;
 pub mod migrate;
+pub mod reasons;
 mod recheck;
 mod report;
 mod source;
@@ -384,7 +385,7 @@ impl PluginObjects {
                         submit(source, Op::Recheck);
                     }
                 }
-                Ok(()) = freed.changed() => self.retry_refused(|reason| reason == "NameTaken", &submit).await,
+                Ok(()) = freed.changed() => self.retry_refused(|reason| reason == reasons::NAME_TAKEN, &submit).await,
             }
         }
         reconciles.stopped().await;
@@ -453,7 +454,7 @@ impl PluginObjects {
     /// `due` accepts.
     async fn retry_refused(
         &self,
-        due: impl Fn(&str) -> bool,
+        due: impl Fn(reasons::Reason) -> bool,
         submit: &(dyn Fn(Source, Op) + Sync),
     ) {
         let refused: Vec<Seen> = self
@@ -562,7 +563,8 @@ impl PluginObjects {
         let mut fetched_pins = Vec::new();
         let outcome = match self.prepare(&obj).await {
             Err((reason, mut message)) => {
-                if reason == "PullFailed" && serving.is_none() && previous_install.is_none() {
+                if reason == reasons::PULL_FAILED && serving.is_none() && previous_install.is_none()
+                {
                     message.push_str(NO_COPY);
                 }
                 Outcome::Refused {
@@ -614,7 +616,7 @@ impl PluginObjects {
         } = &outcome
             && !retrying
         {
-            tracing::warn!(plugin = %name, object = %obj.source.display(), reason, error = %message, "Plugin object not served");
+            tracing::warn!(plugin = %name, object = %obj.source.display(), %reason, error = %message, "Plugin object not served");
         }
         self.note(&obj.source, &outcome).await;
         let status = status_for(
@@ -683,7 +685,7 @@ impl PluginObjects {
             Source::Tenant { namespace, .. } => {
                 if !self.options.tenant_allowed(namespace) {
                     return Err((
-                        "NamespaceNotAllowed",
+                        reasons::NAMESPACE_NOT_ALLOWED,
                         format!(
                             "namespace {namespace} may not run its own plugins: the host config's pluginObjects.tenantNamespaces does not list it"
                         ),
@@ -691,7 +693,7 @@ impl PluginObjects {
                 }
                 if obj.parts.access.is_none() {
                     return Err((
-                        "InvalidSpec",
+                        reasons::INVALID_SPEC,
                         "a NamespacedPlugin lists its access (what it may read and write in its namespace)".into(),
                     ));
                 }
@@ -701,7 +703,7 @@ impl PluginObjects {
                 let confined = obj
                     .parts
                     .confined_to(namespace)
-                    .map_err(|e| ("NotGranted", e.to_string()))?;
+                    .map_err(|e| (reasons::NOT_GRANTED, e.to_string()))?;
                 let account = self.options.tenant_accounts.account(namespace);
                 tenant::check_account(&self.client, &account).await?;
                 tenant::check_reads(&self.client, &account, &confined).await?;
@@ -718,11 +720,11 @@ impl PluginObjects {
                 name,
                 holder: holder.to_string(),
             };
-            return Err(("NameTaken", e.to_string()));
+            return Err((reasons::NAME_TAKEN, e.to_string()));
         }
         let mut manifest = parts
             .manifest(&obj.source.display())
-            .map_err(|e| ("InvalidSpec", e.to_string()))?;
+            .map_err(|e| (reasons::INVALID_SPEC, e.to_string()))?;
         // A tenant's plugin is admitted against the tenants' ceiling and
         // its namespace's quota, never the operator's.
         if let Source::Tenant { namespace, .. } = &obj.source {
@@ -769,20 +771,22 @@ where
 }
 
 /// The condition reason of a load failure.
-fn load_reason(e: &LoadError) -> &'static str {
+fn load_reason(e: &LoadError) -> reasons::Reason {
     match e {
-        LoadError::NotGranted(_) | LoadError::OverCeiling(_) => "NotGranted",
-        LoadError::OverQuota(_) => "QuotaExceeded",
-        LoadError::Manifest(_) => "InvalidSpec",
-        LoadError::UnknownKind(_) => "UnknownKind",
-        LoadError::Register(_) | LoadError::BadRegistration(_) => "RegisterFailed",
-        LoadError::Compile(_) | LoadError::Invalid(_) | LoadError::Truncated => "CompileFailed",
+        LoadError::NotGranted(_) | LoadError::OverCeiling(_) => reasons::NOT_GRANTED,
+        LoadError::OverQuota(_) => reasons::QUOTA_EXCEEDED,
+        LoadError::Manifest(_) => reasons::INVALID_SPEC,
+        LoadError::UnknownKind(_) => reasons::UNKNOWN_KIND,
+        LoadError::Register(_) | LoadError::BadRegistration(_) => reasons::REGISTER_FAILED,
+        LoadError::Compile(_) | LoadError::Invalid(_) | LoadError::Truncated => {
+            reasons::COMPILE_FAILED
+        }
         LoadError::NotWasm
         | LoadError::CoreModule
         | LoadError::WrongVersion { .. }
         | LoadError::NotAPlugin { .. }
-        | LoadError::Imports(_) => "NotAPlugin",
-        LoadError::Start(_) => "StartFailed",
-        LoadError::NameTaken { .. } => "NameTaken",
+        | LoadError::Imports(_) => reasons::NOT_A_PLUGIN,
+        LoadError::Start(_) => reasons::START_FAILED,
+        LoadError::NameTaken { .. } => reasons::NAME_TAKEN,
     }
 }

@@ -4,7 +4,7 @@
 //! revoked later is only seen here.
 
 use super::status::{Outcome, replica_for, status_for};
-use super::{PluginObjects, Source, tenant};
+use super::{PluginObjects, Source, reasons, tenant};
 use crate::crd::PluginParts;
 
 impl PluginObjects {
@@ -50,11 +50,11 @@ impl PluginObjects {
                 Ok(()) => tenant::check_reads(&self.client, &account, &confined).await,
                 Err(refusal) => Err(refusal),
             },
-            Err(e) => Err(("NotGranted", e.to_string())),
+            Err(e) => Err((reasons::NOT_GRANTED, e.to_string())),
         };
         let (reason, message) = match checked {
             Ok(()) => return,
-            Err((reason, message)) if reason == tenant::CHECK_FAILED => {
+            Err((reason, message)) if reason == reasons::TENANT_CHECK_FAILED => {
                 tracing::warn!(object = %source.display(), error = %message, "could not recheck a tenant plugin's reads; it keeps serving until the next check");
                 return;
             }
@@ -62,7 +62,7 @@ impl PluginObjects {
         };
         let name = source.plugin_name();
         if self.host.unload_from(&source.origin(), &name).await {
-            tracing::warn!(plugin = %name, object = %source.display(), reason, error = %message, "tenant plugin stopped: its account may no longer read what it reads");
+            tracing::warn!(plugin = %name, object = %source.display(), %reason, error = %message, "tenant plugin stopped: its account may no longer read what it reads");
         }
         let outcome = Outcome::Refused {
             reason,

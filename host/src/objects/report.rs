@@ -257,7 +257,7 @@ impl PluginObjects {
         let event = match (&text, before.is_some()) {
             (Some((reason, message)), false) => Event {
                 type_: EventType::Warning,
-                reason: (*reason).to_owned(),
+                reason: reason.as_str().to_owned(),
                 note: Some(format!(
                     "replica {} serves no version: {message}",
                     self.replica
@@ -267,7 +267,7 @@ impl PluginObjects {
             },
             (None, true) => Event {
                 type_: EventType::Normal,
-                reason: "Serving".into(),
+                reason: super::reasons::SERVING.as_str().into(),
                 note: Some(format!("replica {} serves it again", self.replica)),
                 action: "Load".into(),
                 secondary: None,

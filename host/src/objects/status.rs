@@ -8,6 +8,7 @@ use kube::{Api, Resource};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use super::reasons::{self, Reason};
 use crate::crd::{Condition, ConditionType, PluginStatus, ReplicaStatus};
 
 /// The field manager of the host's status writes.
@@ -38,7 +39,7 @@ pub enum Outcome {
     /// The spec could not be served; `serving` is the version that still
     /// does (an earlier spec's), if any.
     Refused {
-        reason: &'static str,
+        reason: Reason,
         message: String,
         serving: Option<Served>,
     },
@@ -60,8 +61,11 @@ impl Outcome {
 /// other refusal needs a change (the spec, a key, the host config, RBAC) and
 /// says `Stalled`, which kstatus reads as Failed, so a GitOps tool stops
 /// waiting at once.
-pub fn clears_by_itself(reason: &str) -> bool {
-    matches!(reason, "PullFailed" | "FetchFailed" | "TenantCheckFailed")
+pub fn clears_by_itself(reason: Reason) -> bool {
+    matches!(
+        reason,
+        reasons::PULL_FAILED | reasons::FETCH_FAILED | reasons::TENANT_CHECK_FAILED
+    )
 }
 
 /// The longest message a condition or replica entry carries: a registry
@@ -82,14 +86,14 @@ fn short(message: &str) -> String {
 fn condition(
     kind: ConditionType,
     ok: bool,
-    reason: &str,
+    reason: Reason,
     message: &str,
     generation: Option<i64>,
 ) -> Condition {
     Condition {
         type_: kind.as_str().to_owned(),
         status: if ok { "True" } else { "False" }.to_owned(),
-        reason: reason.to_owned(),
+        reason: reason.as_str().to_owned(),
         message: short(message),
         observed_generation: generation,
         last_transition_time: Time(k8s_openapi::jiff::Timestamp::now()),
@@ -139,18 +143,18 @@ pub fn status_for(
 ) -> PluginStatus {
     use ConditionType::{Degraded, Loaded, Ready, Reconciling, Serving, Stalled};
     let c =
-        |kind, ok, reason: &str, message: &str| condition(kind, ok, reason, message, generation);
+        |kind, ok, reason: Reason, message: &str| condition(kind, ok, reason, message, generation);
     let serving = match outcome.served() {
         Some(s) if matches!(outcome, Outcome::Serving(_)) => c(
             Serving,
             true,
-            "SpecVersion",
+            reasons::SPEC_VERSION,
             &format!("version {} of the current spec serves", s.version),
         ),
         Some(s) => c(
             Serving,
             true,
-            "PreviousVersion",
+            reasons::PREVIOUS_VERSION,
             &format!(
                 "version {} of an earlier spec keeps serving (content {})",
                 s.version, s.content_digest
@@ -159,7 +163,7 @@ pub fn status_for(
         None => c(
             Serving,
             false,
-            "NothingServes",
+            reasons::NOTHING_SERVES,
             "no version of this plugin serves: no delta is delivered",
         ),
     };
@@ -169,12 +173,12 @@ pub fn status_for(
             let msg = format!("version {} serves the spec's module", served.version);
             if late.is_empty() {
                 vec![
-                    c(Ready, true, "Serving", &msg),
+                    c(Ready, true, reasons::SERVING, &msg),
                     serving,
-                    c(Reconciling, false, "Serving", &msg),
-                    c(Stalled, false, "Serving", &msg),
-                    c(Loaded, true, "Loaded", &msg),
-                    c(Degraded, false, "AsExpected", ""),
+                    c(Reconciling, false, reasons::SERVING, &msg),
+                    c(Stalled, false, reasons::SERVING, &msg),
+                    c(Loaded, true, reasons::LOADED, &msg),
+                    c(Degraded, false, reasons::AS_EXPECTED, ""),
                 ]
             } else {
                 let why = format!(
@@ -183,12 +187,12 @@ pub fn status_for(
                     late.join("; ")
                 );
                 vec![
-                    c(Ready, false, "ReplicasBehind", &why),
+                    c(Ready, false, reasons::REPLICAS_BEHIND, &why),
                     serving,
-                    c(Reconciling, true, "ReplicasBehind", &why),
-                    c(Stalled, false, "ReplicasBehind", &why),
-                    c(Loaded, true, "Loaded", &msg),
-                    c(Degraded, false, "AsExpected", ""),
+                    c(Reconciling, true, reasons::REPLICAS_BEHIND, &why),
+                    c(Stalled, false, reasons::REPLICAS_BEHIND, &why),
+                    c(Loaded, true, reasons::LOADED, &msg),
+                    c(Degraded, false, reasons::AS_EXPECTED, ""),
                 ]
             }
         }
@@ -198,12 +202,12 @@ pub fn status_for(
                 generation.unwrap_or_default()
             );
             vec![
-                c(Ready, false, "Reconciling", &msg),
+                c(Ready, false, reasons::RECONCILING, &msg),
                 serving,
-                c(Reconciling, true, "Loading", &msg),
-                c(Stalled, false, "Loading", &msg),
-                c(Loaded, false, "Loading", &msg),
-                c(Degraded, false, "AsExpected", ""),
+                c(Reconciling, true, reasons::LOADING, &msg),
+                c(Stalled, false, reasons::LOADING, &msg),
+                c(Loaded, false, reasons::LOADING, &msg),
+                c(Degraded, false, reasons::AS_EXPECTED, ""),
             ]
         }
         Outcome::Refused {
@@ -218,19 +222,19 @@ pub fn status_for(
                 ),
                 None => message.clone(),
             };
-            let retried = clears_by_itself(reason);
+            let retried = clears_by_itself(*reason);
             let progress = if retried {
                 format!("retried every 30 s: {message}")
             } else {
                 format!("cannot be served without a change: {message}")
             };
             vec![
-                c(Ready, false, reason, &ready_msg),
+                c(Ready, false, *reason, &ready_msg),
                 serving,
-                c(Reconciling, retried, reason, &progress),
-                c(Stalled, !retried, reason, &progress),
-                c(Loaded, false, reason, message),
-                c(Degraded, true, reason, message),
+                c(Reconciling, retried, *reason, &progress),
+                c(Stalled, !retried, *reason, &progress),
+                c(Loaded, false, *reason, message),
+                c(Degraded, true, *reason, message),
             ]
         }
     };
@@ -259,10 +263,14 @@ pub fn status_for(
 pub fn replica_for(replica: &str, outcome: &Outcome, generation: Option<i64>) -> ReplicaStatus {
     let (loaded, reason, message) = match outcome {
         Outcome::Serving(_) => (true, None, None),
-        Outcome::Loading { .. } => (false, Some("Loading".to_owned()), None),
+        Outcome::Loading { .. } => (false, Some(reasons::LOADING.as_str().to_owned()), None),
         Outcome::Refused {
             reason, message, ..
-        } => (false, Some((*reason).to_owned()), Some(short(message))),
+        } => (
+            false,
+            Some(reason.as_str().to_owned()),
+            Some(short(message)),
+        ),
     };
     ReplicaStatus {
         name: replica.to_owned(),
@@ -314,7 +322,7 @@ mod tests {
     #[test]
     fn status_messages_are_cut_short() {
         let outcome = Outcome::Refused {
-            reason: "PullFailed",
+            reason: reasons::PULL_FAILED,
             message: format!("registry said: {}", "x".repeat(5 << 20)),
             serving: None,
         };
@@ -329,7 +337,7 @@ mod tests {
         assert!(replica.message.unwrap().len() <= MESSAGE_MAX);
         // Short ones are whole.
         let ok = Outcome::Refused {
-            reason: "PullFailed",
+            reason: reasons::PULL_FAILED,
             message: "no such host".into(),
             serving: None,
         };
@@ -383,7 +391,7 @@ mod conditions {
 
     #[test]
     fn each_outcome_reads_as_kstatus_expects() {
-        let refused = |reason: &'static str, serving| Outcome::Refused {
+        let refused = |reason: Reason, serving| Outcome::Refused {
             reason,
             message: "why".into(),
             serving,
@@ -443,7 +451,7 @@ mod conditions {
             ),
             (
                 "registry down on an update: InProgress, the previous version serving",
-                refused("PullFailed", Some(served("a"))),
+                refused(reasons::PULL_FAILED, Some(served("a"))),
                 vec![],
                 vec![
                     ("Ready", "False", "PullFailed"),
@@ -454,7 +462,7 @@ mod conditions {
             ),
             (
                 "a refused signature on an update: Failed, the previous version serving",
-                refused("SignatureRefused", Some(served("a"))),
+                refused(reasons::SIGNATURE_REFUSED, Some(served("a"))),
                 vec![],
                 vec![
                     ("Ready", "False", "SignatureRefused"),
@@ -465,7 +473,7 @@ mod conditions {
             ),
             (
                 "nothing serves after a restart with the registry down",
-                refused("PullFailed", None),
+                refused(reasons::PULL_FAILED, None),
                 vec![],
                 vec![
                     ("Ready", "False", "PullFailed"),
@@ -499,7 +507,7 @@ mod conditions {
     fn a_refused_update_keeps_the_serving_versions_digests_apart() {
         let status = status_for(
             &Outcome::Refused {
-                reason: "SignatureRefused",
+                reason: reasons::SIGNATURE_REFUSED,
                 message: "no key verifies it".into(),
                 serving: Some(served("a")),
             },
@@ -523,7 +531,7 @@ mod conditions {
         let refused = replica_for(
             "pod-a",
             &Outcome::Refused {
-                reason: "PullFailed",
+                reason: reasons::PULL_FAILED,
                 message: "down".into(),
                 serving: Some(served("a")),
             },

@@ -19,6 +19,7 @@ use kube::api::PostParams;
 use kube::core::Request;
 use serde::de::DeserializeOwned;
 
+use super::reasons::{self, Reason};
 use crate::crd::PluginParts;
 use crate::runtime::access::{GrantKind, Verb};
 use crate::source::kube::ServiceAccountRef;
@@ -27,13 +28,11 @@ use crate::source::kube::impersonate::request_as;
 /// The ServiceAccount tenants act as unless the host config names another.
 pub const DEFAULT_SERVICE_ACCOUNT: &str = "kubewasm-tenant";
 
-/// The reason for an API server that could not answer a check (retried;
-/// never a reason to stop a serving plugin).
-pub const CHECK_FAILED: &str = "TenantCheckFailed";
-
 /// Why a tenant's plugin cannot be served: the condition reason and the
-/// message (what to do).
-pub type Refusal = (&'static str, String);
+/// message (what to do). An API server that could not answer a check is
+/// [`reasons::TENANT_CHECK_FAILED`]: retried, never a reason to stop a
+/// serving plugin.
+pub type Refusal = (Reason, String);
 
 /// Which ServiceAccount each tenant namespace acts as
 /// (`pluginObjects.tenants`).
@@ -86,7 +85,7 @@ pub fn check_references(parts: &PluginParts, namespace: &str) -> Result<(), Refu
     match parts.reference_outside(namespace) {
         None => Ok(()),
         Some(field) => Err((
-            "OutsideNamespace",
+            reasons::OUTSIDE_NAMESPACE,
             format!(
                 "a NamespacedPlugin references objects of its own namespace {namespace} only: {field} names another; remove it"
             ),
@@ -106,7 +105,7 @@ pub async fn check_account(
     match api.get_opt(&account.name).await {
         Ok(Some(_)) => Ok(()),
         Ok(None) => Err((
-            "TenantAccountMissing",
+            reasons::TENANT_ACCOUNT_MISSING,
             format!(
                 "{account}, which this namespace's plugins act as, does not exist: create it and bind it a Role allowing what the plugin reads and writes here (`kubewasm rbac` prints one)"
             ),
@@ -116,7 +115,7 @@ pub async fn check_account(
             Ok(())
         }
         Err(e) => Err((
-            CHECK_FAILED,
+            reasons::TENANT_CHECK_FAILED,
             format!("cannot tell whether {account} exists: {e}; asking again"),
         )),
     }
@@ -146,13 +145,13 @@ pub async fn check_reads(
         for verb in ["list", "watch"] {
             let allowed = review(client, account, &grant, verb).await.map_err(|e| {
                 (
-                    CHECK_FAILED,
+                    reasons::TENANT_CHECK_FAILED,
                     format!("cannot ask whether {account} may {verb} {kind}: {e}; asking again"),
                 )
             })?;
             if !allowed {
                 return Err((
-                    "TenantForbidden",
+                    reasons::TENANT_FORBIDDEN,
                     format!(
                         "{account} may not {verb} {kind} in {ns}, which the plugin's access lets it read: bind it a Role allowing get, list and watch on {kind} (`kubewasm rbac` prints one), or drop the kind from access",
                         ns = account.namespace
@@ -243,7 +242,7 @@ mod tests {
         )
         .unwrap();
         let (reason, message) = check_references(&parts, "team-a").unwrap_err();
-        assert_eq!(reason, "OutsideNamespace");
+        assert_eq!(reason, reasons::OUTSIDE_NAMESPACE);
         assert!(
             message.contains("module.oci.pullSecret.namespace"),
             "{message}"

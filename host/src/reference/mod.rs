@@ -1,9 +1,10 @@
 //! The book's reference pages, generated from the code that defines what
 //! they describe, so they cannot drift: the command line from clap
 //! ([`cli`], written by the binary's tests with its man pages), the
-//! metrics from the registry ([`metrics`]) and the JSON Schemas of the
-//! host config, the sidecar and the Plugin kinds from their Rust types
-//! ([`schemas`]). Each page is committed; its test fails when the
+//! metrics from the registry ([`metrics`]), the reasons of a Plugin
+//! object's conditions from their list ([`status_reasons`]) and the JSON
+//! Schemas of the host config, the sidecar and the Plugin kinds from their
+//! Rust types ([`schemas`]). Each page is committed; its test fails when the
 //! committed page differs from what the code generates, and
 //! `KUBEWASM_REGENERATE=1` on that test writes it instead:
 //!
@@ -16,6 +17,8 @@ pub mod cli;
 #[cfg(test)]
 mod metrics;
 pub mod schemas;
+#[cfg(test)]
+mod status_reasons;
 
 use std::path::{Path, PathBuf};
 

@@ -31,6 +31,25 @@ fn metrics_page_is_current() {
 }
 
 #[test]
+fn status_reasons_page_is_current() {
+    let page = super::status_reasons::markdown();
+    for reason in [
+        "`Serving`",
+        "`PullFailed`",
+        "`SignatureRefused`",
+        "`TenantForbidden`",
+    ] {
+        assert!(page.contains(reason), "{reason} missing:\n{page}");
+    }
+    check_or_write(
+        "docs/book/src/reference/status-reasons.md",
+        page.as_bytes(),
+        HOW,
+    )
+    .unwrap();
+}
+
+#[test]
 fn schemas_are_current() {
     for (name, text) in schemas::all() {
         check_or_write(&format!("{}/{name}", schemas::DIR), text.as_bytes(), HOW).unwrap();
