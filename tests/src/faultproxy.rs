@@ -5,6 +5,11 @@
 //! host behind it needs no credentials: its kubeconfig names only the proxy.
 //! An injected answer never reaches the API server, so the write did not
 //! happen and the host must try it again.
+//!
+//! It can also make a watcher relist, as a compacted etcd does: it cuts
+//! the watches, holds the watch requests that follow (lists pass), and
+//! answers them with 410 Expired once told to ([`FaultProxy::hold_watches`],
+//! [`FaultProxy::expire_held_watches`]).
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -34,6 +39,14 @@ struct Shared {
     writes: AtomicU64,
     injected: AtomicU64,
     by_status: [AtomicU64; 4],
+    /// Cancelled to end every watch stream forwarded so far.
+    cut: std::sync::Mutex<CancellationToken>,
+    /// Watch requests wait on this while held; cancelled to answer them.
+    held: std::sync::Mutex<Option<CancellationToken>>,
+    /// Watch requests waiting while held.
+    waiting: AtomicU64,
+    /// Watch requests forwarded.
+    watches: AtomicU64,
 }
 
 /// The running proxy; stopped on drop.
@@ -53,6 +66,10 @@ impl FaultProxy {
             writes: AtomicU64::new(0),
             injected: AtomicU64::new(0),
             by_status: Default::default(),
+            cut: std::sync::Mutex::new(CancellationToken::new()),
+            held: std::sync::Mutex::new(None),
+            waiting: AtomicU64::new(0),
+            watches: AtomicU64::new(0),
         });
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
@@ -97,6 +114,39 @@ impl FaultProxy {
         self.shared.storm.store(false, Ordering::SeqCst);
     }
 
+    /// Ends every watch stream forwarded so far and holds the watch
+    /// requests that follow (unanswered) until
+    /// [`FaultProxy::expire_held_watches`]; lists and writes pass.
+    pub fn hold_watches(&self) {
+        *self.shared.held.lock().unwrap() = Some(CancellationToken::new());
+        let cut = std::mem::take(&mut *self.shared.cut.lock().unwrap());
+        cut.cancel();
+    }
+
+    /// [`FaultProxy::hold_watches`] once some watch has been forwarded
+    /// (its client's list is in); false before.
+    pub fn hold_watches_once_watching(&self) -> bool {
+        if self.shared.watches.load(Ordering::SeqCst) == 0 {
+            return false;
+        }
+        self.hold_watches();
+        true
+    }
+
+    /// Watch requests waiting since [`FaultProxy::hold_watches`].
+    pub fn held_watches(&self) -> u64 {
+        self.shared.waiting.load(Ordering::SeqCst)
+    }
+
+    /// Answers the held watch requests with a 410 Expired event, as the API
+    /// server does for a resourceVersion compacted away (the watcher lists
+    /// again), and forwards watches from then on.
+    pub fn expire_held_watches(&self) {
+        if let Some(held) = self.shared.held.lock().unwrap().take() {
+            held.cancel();
+        }
+    }
+
     /// Writes answered by the proxy itself so far.
     pub fn injected(&self) -> u64 {
         self.shared.injected.load(Ordering::SeqCst)
@@ -133,6 +183,18 @@ async fn forward(State(shared): State<Arc<Shared>>, req: Request) -> Response {
             return injected(FAULTS[slot]);
         }
     }
+    let watch = req
+        .uri()
+        .query()
+        .is_some_and(|q| q.split('&').any(|p| p == "watch=true" || p == "watch=1"));
+    if watch {
+        let held = shared.held.lock().unwrap().clone();
+        if let Some(held) = held {
+            shared.waiting.fetch_add(1, Ordering::SeqCst);
+            held.cancelled().await;
+            return expired();
+        }
+    }
     let (parts, body) = req.into_parts();
     let bytes = match body.collect().await {
         Ok(b) => b.to_bytes().to_vec(),
@@ -152,12 +214,39 @@ async fn forward(State(shared): State<Arc<Shared>>, req: Request) -> Response {
         return (StatusCode::BAD_REQUEST, "bad request").into_response();
     };
     match shared.client.send(out).await {
+        Ok(resp) if watch => {
+            shared.watches.fetch_add(1, Ordering::SeqCst);
+            let (parts, body) = resp.into_parts();
+            let cut = shared.cut.lock().unwrap().clone();
+            let stream =
+                futures::StreamExt::take_until(body.into_data_stream(), cut.cancelled_owned());
+            Response::from_parts(parts, Body::from_stream(stream))
+        }
         Ok(resp) => {
             let (parts, body) = resp.into_parts();
             Response::from_parts(parts, Body::new(body))
         }
         Err(e) => (StatusCode::BAD_GATEWAY, e.to_string()).into_response(),
     }
+}
+
+/// A watch answered as the API server answers one from a compacted
+/// resourceVersion: 200, then one ERROR event with a 410 Expired Status.
+fn expired() -> Response {
+    let event = serde_json::json!({
+        "type": "ERROR",
+        "object": {
+            "kind": "Status", "apiVersion": "v1", "metadata": {},
+            "status": "Failure", "reason": "Expired", "code": 410,
+            "message": "too old resource version (expired by the test's fault proxy)",
+        },
+    });
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "application/json")],
+        format!("{event}\n"),
+    )
+        .into_response()
 }
 
 /// An API-server-shaped refusal (a `Status` object), with `Retry-After`

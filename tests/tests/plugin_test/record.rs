@@ -503,3 +503,115 @@ async fn sigterm_stops_a_recording_and_writes_it() {
         "{written}"
     );
 }
+
+/// An object deleted and created again while the recording's watch could
+/// not resume (a relist after 410 Expired, as after an etcd compaction) is
+/// recorded as the host's informer delivers it: the old object's delete
+/// (its final state unknown) then the new one's add, never an update from
+/// one object to another; the recording replays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_object_recreated_across_a_relist_is_recorded_as_a_delete_then_an_add() {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::{Api, DeleteParams, PostParams};
+    use kubewasm_tests::controlplane::ControlPlane;
+    use kubewasm_tests::e2e::{eventually, namespace};
+    use kubewasm_tests::faultproxy::FaultProxy;
+
+    let cp = tokio::task::spawn_blocking(ControlPlane::shared)
+        .await
+        .unwrap();
+    let client = cp.admin_client().await;
+    let ns = format!("rec-relist-{}", run_id());
+    namespace(&client, &ns, serde_json::json!({})).await;
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    let cm = |value: &str| -> ConfigMap {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "again", "namespace": &ns},
+            "data": {"v": value},
+        }))
+        .unwrap()
+    };
+    let first = cms.create(&PostParams::default(), &cm("1")).await.unwrap();
+    let plugins = plugin_folder(
+        &plugin_artifacts().join("recorder.wasm"),
+        "recorder",
+        &format!(
+            "config: {{namespace: {ns}, resources: [configmaps]}}\naccess:\n  - {{kinds: [configmaps], verbs: [read, events], namespaces: [{ns}]}}\n"
+        ),
+    );
+    let proxy = FaultProxy::start(client.clone()).await;
+    let kubeconfig_dir = tempfile::tempdir().unwrap();
+    let kubeconfig = proxy.kubeconfig(kubeconfig_dir.path());
+    let out_dir = tempfile::tempdir().unwrap();
+    let recording = {
+        let (kubeconfig, plugins, out) = (
+            kubeconfig.clone(),
+            plugins.path().to_owned(),
+            out_dir.path().to_owned(),
+        );
+        tokio::spawn(
+            async move { record(&kubeconfig, &plugins, &out, &["--duration", "25s"]).await },
+        )
+    };
+    // The recording watches once its list is in: then cut its watch and
+    // hold the next, delete and recreate the object, and answer the held
+    // watch with 410 so that only a list can show what happened.
+    eventually(
+        "the recording's watch is open",
+        Duration::from_secs(60),
+        || async { proxy.hold_watches_once_watching().then_some(()) },
+    )
+    .await;
+    eventually(
+        "the recording asks to watch again",
+        Duration::from_secs(30),
+        || async { (proxy.held_watches() > 0).then_some(()) },
+    )
+    .await;
+    cms.delete("again", &DeleteParams::default()).await.unwrap();
+    let second = cms.create(&PostParams::default(), &cm("2")).await.unwrap();
+    proxy.expire_held_watches();
+    let (out, _) = recording.await.unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+
+    let fixture = out_dir.path().join("recorder.yaml");
+    let written = std::fs::read_to_string(&fixture).unwrap();
+    let doc: serde_json::Value = serde_yaml_ng::from_str(&written).unwrap();
+    let steps: Vec<(String, String, bool)> = doc["cases"][0]["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["object"]["metadata"]["name"] == "again")
+        .map(|s| {
+            (
+                s["delta"].as_str().unwrap_or_default().to_owned(),
+                s["object"]["metadata"]["uid"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
+                s["finalStateUnknown"] == true,
+            )
+        })
+        .collect();
+    let (old, new) = (
+        first.metadata.uid.clone().unwrap(),
+        second.metadata.uid.clone().unwrap(),
+    );
+    assert_eq!(
+        steps,
+        [
+            ("deleted".to_owned(), old, true),
+            ("added".to_owned(), new, false)
+        ],
+        "{written}"
+    );
+    let (out, _) = kubewasm_test(
+        &shared_cache(),
+        &[
+            &plugins.path().join("recorder.wasm").display().to_string(),
+            &fixture.display().to_string(),
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}\n{written}", text(&out));
+}
