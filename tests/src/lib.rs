@@ -5,6 +5,7 @@
 pub mod book;
 pub mod book_names;
 pub mod book_timeless;
+pub mod conformance;
 pub mod controlplane;
 pub mod docs;
 pub mod e2e;
