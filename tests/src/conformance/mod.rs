@@ -6,4 +6,5 @@
 //! resourceVersions stand for the simulation's.
 
 pub mod compare;
+pub mod real;
 pub mod translate;
