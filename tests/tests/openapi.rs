@@ -308,6 +308,34 @@ fn cases() -> Vec<Case> {
             .create(cm("v15", json!({"metadata": {"annotations": {"a/b/c": "d"}}}))),
         case("a Namespace name with an underscore", core("Namespace"), "namespaces", "a_b")
             .create(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "a_b"}})),
+        case("a StatefulSet name with a dot", apps("StatefulSet"), "statefulsets", "a.b").create(
+            json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "a.b", "namespace": NS},
+                   "spec": {"serviceName": "a", "selector": {"matchLabels": {"app": "a"}},
+                            "template": {"metadata": {"labels": {"app": "a"}},
+                                         "spec": pod_spec(json!([{"name": "c", "image": "i"}]))}}}),
+        ),
+        case("a Service port without port", core("Service"), "services", "v16").create(
+            json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "v16", "namespace": NS},
+                   "spec": {"ports": [{"targetPort": 80}]}}),
+        ),
+        case("an Ingress path without pathType", ("networking.k8s.io", "v1", "Ingress"), "ingresses", "v17")
+            .create(json!({"apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+                "metadata": {"name": "v17", "namespace": NS},
+                "spec": {"rules": [{"http": {"paths": [{"path": "/",
+                    "backend": {"service": {"name": "s", "port": {"number": 80}}}}]}}]}})),
+        case("a Job name longer than a label value", batch("Job"), "jobs", "j234567890123456789012345678901234567890123456789012345678901234")
+            .create(json!({"apiVersion": "batch/v1", "kind": "Job",
+                "metadata": {"name": "j234567890123456789012345678901234567890123456789012345678901234", "namespace": NS},
+                "spec": {"template": {"spec": {"restartPolicy": "Never",
+                         "containers": [{"name": "c", "image": "i"}]}}}})),
+        case("a container port without containerPort", core("Pod"), "pods", "v18").create(pod(
+            "v18",
+            json!({"containers": [{"name": "c", "image": "i", "ports": [{"name": "x"}]}]}),
+        )),
+        case("a priority as a string", core("Pod"), "pods", "d10").create(pod(
+            "d10",
+            json!({"containers": [{"name": "c", "image": "i"}], "priority": "5"}),
+        )),
         case("an empty selector", apps("Deployment"), "deployments", "v8").create({
             let mut d = deployment("v8", good_deployment_spec());
             d["spec"]["selector"] = json!({});

@@ -22,20 +22,24 @@ const STANDARD_FINALIZERS: &[&str] = &["kubernetes", "orphan", "foregroundDeleti
 pub enum NameRule {
     /// Most kinds.
     Subdomain,
-    /// Namespaces.
+    /// Namespaces and StatefulSets (their Pods' hostnames).
     Label,
     /// Services (the name becomes a DNS label that must start with a letter).
     Dns1035,
     /// The RBAC kinds: anything that is a path segment (`system:x`).
     PathSegment,
+    /// APIServices (`v1.apps`, `v1.`): checked against their spec by the
+    /// server, not here.
+    Unchecked,
 }
 
 impl NameRule {
     pub fn of(group: &str, kind: &str) -> Self {
         match (group, kind) {
-            ("", "Namespace") => Self::Label,
+            ("", "Namespace") | ("apps", "StatefulSet") => Self::Label,
             ("", "Service") => Self::Dns1035,
             ("rbac.authorization.k8s.io", _) => Self::PathSegment,
+            ("apiregistration.k8s.io", "APIService") => Self::Unchecked,
             _ => Self::Subdomain,
         }
     }
@@ -73,6 +77,7 @@ impl NameRule {
                     out.push(DNS1035.to_owned());
                 }
             }
+            Self::Unchecked => {}
             Self::PathSegment => {
                 for bad in [".", ".."] {
                     if name == bad {

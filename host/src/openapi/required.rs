@@ -119,7 +119,7 @@ impl<'a> Walk<'a> {
             }
             self.path.push(Step::Field(field.to_owned()));
             self.causes
-                .push(Cause::required(field_path(&self.path), String::new()));
+                .push(missing_cause(name, field, field_path(&self.path)));
             self.path.pop();
         }
     }
@@ -135,6 +135,20 @@ impl<'a> Walk<'a> {
             self.value(prop, &json!({}));
             self.path.pop();
         }
+    }
+}
+
+/// How validation words a missing required field: `Required value`, but
+/// for the few fields whose Go check says more or checks the zero value.
+fn missing_cause(component: Option<&str>, field: &str, path: String) -> Cause {
+    match (component.unwrap_or_default(), field) {
+        ("io.k8s.api.core.v1.ServicePort", "port") => {
+            Cause::invalid(path, json!(0), "must be between 1 and 65535, inclusive")
+        }
+        ("io.k8s.api.networking.v1.HTTPIngressPath", "pathType") => {
+            Cause::required(path, "pathType must be specified")
+        }
+        _ => Cause::required(path, String::new()),
     }
 }
 

@@ -208,6 +208,15 @@ fn names_follow_each_kinds_rule() {
     );
     assert!(NameRule::of("", "Service").check("1svc")[0].starts_with("a DNS-1035 label"));
     assert!(NameRule::of("", "Service").check("svc").is_empty());
+    assert_eq!(
+        NameRule::of("apps", "StatefulSet").check("a.b"),
+        ["must not contain dots"]
+    );
+    assert!(
+        NameRule::of("apiregistration.k8s.io", "APIService")
+            .check("v1.")
+            .is_empty()
+    );
     assert!(
         NameRule::of("rbac.authorization.k8s.io", "ClusterRole")
             .check("system:x")
@@ -463,5 +472,30 @@ fn a_refusal_converts_into_the_status_the_server_sends() {
     assert_eq!(
         status["details"]["causes"][0],
         json!({"reason": "FieldValueRequired", "message": "Required value", "field": "spec.selector"})
+    );
+}
+
+#[test]
+fn some_missing_fields_are_worded_as_go_checks_them() {
+    let svc = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s"},
+                     "spec": {"ports": [{"targetPort": 80}]}});
+    assert_eq!(
+        message(&create("", "Service", svc, Write::Create)),
+        "Service \"s\" is invalid: spec.ports[0].port: Invalid value: 0: must be between 1 and 65535, inclusive"
+    );
+    let ing = json!({"apiVersion": "networking.k8s.io/v1", "kind": "Ingress", "metadata": {"name": "i"},
+                     "spec": {"rules": [{"http": {"paths": [{"path": "/", "backend": {"service": {"name": "s", "port": {"number": 80}}}}]}}]}});
+    assert_eq!(
+        message(&create("networking.k8s.io", "Ingress", ing, Write::Create)),
+        "Ingress.networking.k8s.io \"i\" is invalid: spec.rules[0].http.paths[0].pathType: Required value: pathType must be specified"
+    );
+    let name = "a".repeat(70);
+    let job = json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name},
+                     "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "i"}]}}}});
+    assert_eq!(
+        message(&create("batch", "Job", job, Write::Create)),
+        format!(
+            "Job.batch \"{name}\" is invalid: spec.template.labels: Invalid value: \"{name}\": must be no more than 63 bytes"
+        )
     );
 }

@@ -34,6 +34,19 @@ pub fn check(gvk: &Gvk, object: &Value) -> Vec<Cause> {
         _ => (&[], None),
     };
     let job = gvk.group == "batch" && gvk.kind == "Job";
+    // The server labels a Job's Pods with its name (`job-name`), a label
+    // value: at most 63 bytes.
+    let name = object
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    if job && name.len() > 63 {
+        causes.push(Cause::invalid(
+            "spec.template.labels",
+            Value::String(name.to_owned()),
+            "must be no more than 63 bytes",
+        ));
+    }
     let listed = || {
         allowed
             .iter()
