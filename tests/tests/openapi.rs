@@ -95,6 +95,8 @@ struct Case {
     /// Deleted after `before` is created (the write meets a terminating object).
     terminating: bool,
     write: Write,
+    /// The write goes to the status subresource.
+    status: bool,
     body: Value,
     compare: Compare,
 }
@@ -113,6 +115,7 @@ fn case(
         before: None,
         terminating: false,
         write: Write::Create,
+        status: false,
         body: Value::Null,
         compare: Compare::Exact,
     }
@@ -133,6 +136,16 @@ impl Case {
         self.write = Write::Patch;
         self.before = Some(before);
         self.body = patch;
+        self
+    }
+    fn update(mut self, before: Value, body: Value) -> Self {
+        self.write = Write::Update;
+        self.before = Some(before);
+        self.body = body;
+        self
+    }
+    fn status(mut self) -> Self {
+        self.status = true;
         self
     }
     fn terminating(mut self) -> Self {
@@ -396,6 +409,19 @@ fn cases() -> Vec<Case> {
             },
             json!({"spec": {"selector": {"matchLabels": {"tier": "web"}}}}),
         ),
+        case("PUT: a ConfigMap's data value is a number", core("ConfigMap"), "configmaps", "u13")
+            .update(cm("u13", json!({})), cm("u13", json!({"data": {"foo": 1}}))),
+        case("PUT: data of an immutable ConfigMap", core("ConfigMap"), "configmaps", "u14").update(
+            cm("u14", json!({"immutable": true, "data": {"a": "b"}})),
+            cm("u14", json!({"immutable": true, "data": {"a": "c"}})),
+        ),
+        case("status: a count is a string", apps("Deployment"), "deployments", "u15")
+            .patch(deployment("u15", good_deployment_spec()), json!({"status": {"replicas": "3"}}))
+            .status()
+            .fields(),
+        case("status: a uid", apps("Deployment"), "deployments", "u16")
+            .patch(deployment("u16", good_deployment_spec()), json!({"metadata": {"uid": "abc"}}))
+            .status(),
         case("a Job's template", batch("Job"), "jobs", "u9")
             .patch(
                 json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "u9", "namespace": NS},
@@ -524,16 +550,22 @@ async fn send(
 /// The server's answer to `case`, and the stored object before the write.
 async fn server(client: &kube::Client, case: &Case) -> (u16, Value, Option<Value>) {
     let coll = collection(&case.gvk, case.plural);
-    let one = format!("{coll}/{}", case.name);
+    let stored_at = format!("{coll}/{}", case.name);
+    let one = if case.status {
+        format!("{stored_at}/status")
+    } else {
+        stored_at.clone()
+    };
     let mut stored = None;
     if let Some(before) = &case.before {
         let (code, made) = send(client, "POST", &coll, "application/json", before).await;
         assert!(code < 300, "{}: setting up: {made}", case.what);
         if case.terminating {
-            let (code, gone) = send(client, "DELETE", &one, "application/json", &json!({})).await;
+            let (code, gone) =
+                send(client, "DELETE", &stored_at, "application/json", &json!({})).await;
             assert!(code < 300, "{}: deleting: {gone}", case.what);
         }
-        stored = Some(get_json(client, &one).await);
+        stored = Some(get_json(client, &stored_at).await);
     }
     let (code, answer) = match case.write {
         Write::Create => send(client, "POST", &coll, "application/json", &case.body).await,
@@ -573,7 +605,11 @@ fn validator(case: &Case, stored: Option<&Value>) -> Result<(), openapi::Refusal
             } else {
                 new = case.body.clone();
             }
-            openapi::validate_update(&case.gvk, old, &new, case.write)
+            if case.status {
+                openapi::validate_status_update(&case.gvk, old, &new, case.write)
+            } else {
+                openapi::validate_update(&case.gvk, old, &new, case.write)
+            }
         }
         _ => openapi::validate_create(&case.gvk, &case.body, case.write),
     }

@@ -102,6 +102,28 @@ fn spec_causes(
     causes
 }
 
+/// Validates a write of the status subresource: `new` is `old` with the
+/// write's status merged in (the rest as stored). The server decodes the
+/// whole object and checks what metadata may not change (twice, as on any
+/// update); the kinds' own status rules (counts not negative and the like)
+/// are not checked here.
+pub fn validate_status_update(
+    gvk: &Gvk,
+    old: &Value,
+    new: &Value,
+    write: Write,
+) -> Result<(), Refusal> {
+    let Some((doc, component, schema)) = schema::lookup(gvk) else {
+        return Ok(());
+    };
+    decodes(gvk, doc, component, schema, new, write)?;
+    let causes: Vec<Cause> = meta::validate_update(old, new)
+        .into_iter()
+        .flat_map(|c| [c.clone(), c])
+        .collect();
+    refuse_if_any(gvk, new, causes)
+}
+
 fn decodes(
     gvk: &Gvk,
     doc: &schema::Document,

@@ -499,3 +499,22 @@ fn some_missing_fields_are_worded_as_go_checks_them() {
         )
     );
 }
+
+#[test]
+fn a_status_write_is_decoded_and_its_metadata_checked() {
+    let old = deployment(good_spec());
+    let mut new = old.clone();
+    new["status"] = json!({"replicas": 2});
+    validate_status_update(&gvk("apps", "Deployment"), &old, &new, Write::Patch).unwrap();
+    new["status"]["replicas"] = json!("2");
+    let r =
+        validate_status_update(&gvk("apps", "Deployment"), &old, &new, Write::Create).unwrap_err();
+    assert!(message(&r).ends_with(
+        "json: cannot unmarshal string into Go struct field DeploymentStatus.status.replicas of type int32"
+    ));
+    let mut new = old.clone();
+    new["metadata"]["uid"] = json!("abc");
+    let r =
+        validate_status_update(&gvk("apps", "Deployment"), &old, &new, Write::Patch).unwrap_err();
+    assert_eq!(r.fields(), ["metadata.uid", "metadata.uid"]);
+}
