@@ -13,12 +13,21 @@
 //!    undeclared fields are dropped (the server's default field
 //!    validation is `Warn`: a warning header, no error).
 //! 2. Field validation (Go code in the server, 422 `Invalid`): required
-//!    fields from the schemas' `required` lists ([`required`]), the
-//!    metadata rules ([`meta`]) and a few workload rules ([`workloads`]).
-//! 3. On update, what may not change ([`immutable`], [`meta`]).
+//!    fields from the schemas' `required` lists (`required.rs`), the
+//!    metadata rules ([`meta`]) and a few workload rules (`workloads.rs`).
+//! 3. On update, what may not change (`immutable.rs`, [`meta`]).
 //!
 //! Kinds the target release does not build in (custom resources) are not
 //! checked here.
+//!
+//! A simulated server calls, before it stores anything: on a create (POST,
+//! or an apply or patch that creates) [`validate_create`] with the object;
+//! on an update of the main resource (PUT, patch, apply) [`validate_update`]
+//! with the stored object and the one the write makes (server-managed
+//! metadata carried over, `stringData` folded into `data`); on a write of
+//! the status subresource [`validate_status_update`]. A refusal's
+//! [`Refusal::status`] is the `metav1.Status` to answer with (its code,
+//! reason, message and causes as the server's).
 //!
 //! ```
 //! use kubewasm::kind::Gvk;
