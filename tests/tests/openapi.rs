@@ -268,7 +268,7 @@ fn cases() -> Vec<Case> {
             json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "a6", "namespace": NS},
                    "data": {"a": "b!c"}}),
         ),
-        case("apply: a list is an object", core("Pod"), "pods", "a7").apply(pod(
+        case("apply: a list item of the wrong type", core("Pod"), "pods", "a7").apply(pod(
             "a7",
             json!({"containers": [{"name": "c", "image": "i", "args": [1]}]}),
         )),
@@ -304,7 +304,7 @@ fn cases() -> Vec<Case> {
             .create(cm("v5", json!({"metadata": {"labels": {"a": "b c"}}}))),
         case("a label key with two slashes", core("ConfigMap"), "configmaps", "v6")
             .create(cm("v6", json!({"metadata": {"labels": {"a/b/c": "d"}}}))),
-        case("a Job whose Pods restart Always", batch("Job"), "jobs", "v7").create(
+        case("a Job whose Pods have no restartPolicy", batch("Job"), "jobs", "v7").create(
             json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "v7", "namespace": NS},
                    "spec": {"template": {"spec": pod_spec(json!([{"name": "c", "image": "i"}]))}}}),
         ),
