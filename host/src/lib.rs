@@ -20,6 +20,7 @@ pub mod names;
 pub mod object;
 pub mod objects;
 pub mod oci;
+pub mod openapi;
 pub mod origin;
 pub mod pointer;
 pub mod precompile;
