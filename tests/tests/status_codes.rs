@@ -1,6 +1,7 @@
 //! The action errors against the real API server: one test per row of the
 //! book's table of action errors (docs/book/src/delivery.md) that the server can produce (409, a
-//! failed JSON-patch test's 422, 404, 401, 403, an invalid request's 4xx),
+//! failed JSON-patch test's 422, 404, 401, 403, an invalid request's 4xx, an
+//! apply body the schema refuses (500 from structured merge)),
 //! and 429/5xx through the fault proxy (the API server cannot be told to
 //! refuse writes on demand). Each asserts the `ActionError` the sink
 //! returns and what it tells the executor and the dispatcher
@@ -394,6 +395,22 @@ async fn an_invalid_object_is_the_one_permanent_refusal() {
         "{e:?}"
     );
     assert!(e.permanent() && !e.is_conflict() && !e.transient(), "{e:?}");
+    // An apply whose body does not fit the schema: the server answers 500
+    // (structured merge cannot type the patch), which is the body refused,
+    // never a server fault to retry.
+    let untyped = Action::Apply {
+        target: target(ns, "c", None, None),
+        object: json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "c", "namespace": ns}, "data": {"v": 1}}),
+        force: true,
+        status: false,
+    };
+    let e = sink.execute("p", &untyped).await.unwrap_err();
+    assert!(
+        matches!(&e, ActionError::Invalid(m) if m.contains(".data.v") && m.contains("schema")),
+        "{e:?}"
+    );
+    assert!(e.permanent() && !e.transient(), "{e:?}");
 }
 
 /// A client of the proxy without kube's own retry layer (which would

@@ -55,11 +55,31 @@ fn uid_precondition_failed(action: &Action, error: &kube::Error) -> Option<Strin
     }
 }
 
+/// Server-side apply answers a body that does not fit the kind's schema (a
+/// string where a number goes, a field the kind does not declare) with 500
+/// and no reason: the structured-merge code fails to type the patch. That
+/// is the body refused, not the server failing, and retrying it can never
+/// succeed; the same body as a create or update gets 400 or 422.
+fn apply_body_untyped(action: &Action, error: &kube::Error) -> bool {
+    matches!(action, Action::Apply { .. })
+        && matches!(error, kube::Error::Api(s)
+            if s.code == 500 && s.message.contains("failed to create typed patch object"))
+}
+
 /// [`classify_request`] for `action`'s own request (named `what`), with a
-/// failed uid precondition read as the conflict it is.
+/// failed uid precondition read as the conflict it is, and an apply body
+/// the schema refuses as the invalid request it is.
 pub fn classify_failed(action: &Action, what: &str, failed: Failed) -> ActionError {
     if let Some(why) = uid_precondition_failed(action, &failed.error) {
         return ActionError::Conflict(format!("{what}: {why}"));
+    }
+    if apply_body_untyped(action, &failed.error)
+        && let kube::Error::Api(s) = &failed.error
+    {
+        return ActionError::Invalid(format!(
+            "{what}: the body does not fit the kind's schema: {}",
+            s.message
+        ));
     }
     classify_request(what, failed)
 }
@@ -276,6 +296,44 @@ mod tests {
         assert!(matches!(
             classify(&delete, api(409, "Conflict", "the UID in the precondition (u1) does not match", None)),
             ActionError::Conflict(m) if m.starts_with("delete deployments.apps shop/web: ")
+        ));
+    }
+
+    #[test]
+    fn an_apply_body_the_schema_refuses_is_invalid_not_a_server_fault() {
+        let apply = Action::Apply {
+            target: target(None),
+            object: json!({}),
+            force: true,
+            status: false,
+        };
+        // As kube-apiserver 1.35 answers an apply with a number for a string.
+        let untyped = || {
+            api(
+                500,
+                "",
+                "failed to create typed patch object (shop/web; apps/v1, Kind=Deployment): .spec.replicas: expected numeric (int or float), got string",
+                None,
+            )
+        };
+        let e = classify(&apply, untyped());
+        assert!(
+            matches!(&e, ActionError::Invalid(m) if m.contains("does not fit the kind's schema")),
+            "{e:?}"
+        );
+        assert!(e.permanent());
+        // Any other 500, or the same words on another verb, stays a server
+        // fault, retried.
+        assert!(matches!(
+            classify(
+                &apply,
+                api(500, "InternalError", "etcdserver: request timed out", None)
+            ),
+            ActionError::Throttled { .. }
+        ));
+        assert!(matches!(
+            classify(&merge(None), untyped()),
+            ActionError::Throttled { .. }
         ));
     }
 
