@@ -1,12 +1,15 @@
 //! The simulated cluster a fixture case runs against: objects in memory,
 //! changed by the case's deltas and by the plugin's actions (the executor's
-//! sink), with the API server's bookkeeping (uid, resourceVersion,
-//! generation, creationTimestamp, preconditions, deletion held by
-//! finalizers) and the failures the fixture asks for.
+//! sink), and the failures the fixture asks for. The actions go through
+//! the simulated API server ([`crate::sim`], shared with the embedded
+//! local cluster): preconditions, the status subresource, the server's
+//! metadata, deletion, unchanged writes. What they changed is kept for
+//! the watch echoes the case delivers back to the plugin.
 //!
 //! Simplifications, as the embedded local cluster's: server-side apply is
 //! a JSON merge of the applied object (no field ownership: simulate a
-//! conflict with a `failures` entry), no admission, no garbage collection.
+//! conflict with a `failures` entry), no admission, no garbage collection
+//! (a foreground or orphan delete completes at once).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
