@@ -116,7 +116,7 @@ fn deployment(replicas: i64) -> Value {
 
 enum Side {
     Real {
-        sink: KubeSink,
+        sink: Box<KubeSink>,
         client: kube::Client,
     },
     Sim(Arc<SimCluster>),
@@ -695,7 +695,7 @@ async fn sides(ns: &str) -> (Side, Side) {
     );
     (
         Side::Real {
-            sink: KubeSink::new(client.clone()),
+            sink: Box::new(KubeSink::new(client.clone())),
             client,
         },
         Side::Sim(sim),

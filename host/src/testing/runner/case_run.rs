@@ -568,3 +568,32 @@ fn with_server_fields(mut value: Value, last: Option<&Value>) -> Value {
     }
     value
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kind::Gvk;
+
+    fn echo(dtype: DeltaType, key: &str) -> Delivery {
+        (
+            0,
+            ObjectKey::new(Some("a"), key),
+            CallDelta::new(dtype, 0, Gvk::new("", "v1", "ConfigMap")),
+        )
+    }
+
+    /// Two watch events of one object before its call are one delta, as
+    /// the dispatcher coalesces them: an add stays an add, a delete wins.
+    #[test]
+    fn echoes_of_one_object_are_coalesced() {
+        let mut queue = VecDeque::new();
+        assert_eq!(coalesce(&mut queue, echo(DeltaType::Added, "x")), 1);
+        assert_eq!(coalesce(&mut queue, echo(DeltaType::Updated, "x")), 0);
+        assert_eq!(queue.len(), 1);
+        assert_eq!(queue[0].2.dtype, DeltaType::Added);
+        assert_eq!(coalesce(&mut queue, echo(DeltaType::Updated, "y")), 1);
+        assert_eq!(coalesce(&mut queue, echo(DeltaType::Deleted, "y")), 0);
+        assert_eq!(queue[1].2.dtype, DeltaType::Deleted);
+        assert_eq!(queue.len(), 2);
+    }
+}
