@@ -1,7 +1,8 @@
 //! The simulated API server (`kubewasm::sim`, behind `kubewasm test` and
 //! `run --local`) against the real one: the same actions, through the
-//! host's own sink on one side and the simulated cluster on the other, and
-//! the same transcript of answers (the error class the executor sees) and
+//! host's own sink on one side and each simulation on the other (the
+//! test runner's cluster, the embedded local cluster), and the same
+//! transcript of answers (the error class the executor sees) and
 //! resulting objects (their volatile fields reduced to what a plugin can
 //! rely on: a resourceVersion kept or moved, a deletionTimestamp there or
 //! not). API server only (`ControlPlane::shared()`).
@@ -15,8 +16,10 @@ use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use kubewasm::actions::executor::{ActionError, ActionSink};
 use kubewasm::actions::{Action, PatchType, Preconditions, Propagation, Target};
 use kubewasm::kind::{KindInfo, KindRegistry};
+use kubewasm::object::StripOptions;
 use kubewasm::runtime::harness::Harness;
 use kubewasm::source::kube::KubeSink;
+use kubewasm::source::local::LocalCluster;
 use kubewasm::testing::cluster::SimCluster;
 use kubewasm_tests::controlplane::ControlPlane;
 use kubewasm_tests::e2e::{eventually, namespace};
@@ -120,6 +123,8 @@ enum Side {
         client: kube::Client,
     },
     Sim(Arc<SimCluster>),
+    /// The embedded cluster over a folder (kept while it runs).
+    Local(Arc<LocalCluster>, tempfile::TempDir),
 }
 
 impl Side {
@@ -130,6 +135,7 @@ impl Side {
                 c.begin_call(std::slice::from_ref(action));
                 c.execute("sim-test", action).await
             }
+            Side::Local(c, _) => c.execute("sim-test", action).await,
         }
     }
 
@@ -151,6 +157,7 @@ impl Side {
                     *gvk == kind.gvk && key.namespace.as_deref() == Some(ns) && &*key.name == name
                 })
                 .map(|(_, v)| v),
+            Side::Local(c, _) => c.get(&kind.gvk, Some(ns), name),
         }
     }
 
@@ -158,6 +165,7 @@ impl Side {
         match self {
             Side::Real { .. } => "server",
             Side::Sim(_) => "simulation",
+            Side::Local(..) => "local cluster",
         }
     }
 }
@@ -658,7 +666,7 @@ async fn deletion(side: &Side, ns: &str) -> Vec<String> {
     t.lines
 }
 
-async fn sides(ns: &str) -> (Side, Side) {
+async fn sides(ns: &str) -> (Side, Side, Side) {
     let cp = ControlPlane::shared();
     let client = cp.admin_client().await;
     namespace(&client, ns, json!({})).await;
@@ -670,9 +678,16 @@ async fn sides(ns: &str) -> (Side, Side) {
         ),
     );
     let kinds = KindRegistry::builtin();
+    let folder = tempfile::tempdir().unwrap();
     for (kind, status) in [(widgets(), true), (gadgets(), false)] {
         let crd = crd(&kind, status);
         kinds.learn_crd(&crd);
+        // The local cluster learns its CRDs from its manifests.
+        std::fs::write(
+            folder.path().join(format!("{}-crd.yaml", kind.plural)),
+            serde_yaml_ng::to_string(&crd).unwrap(),
+        )
+        .unwrap();
         let _ = crds
             .create(
                 &PostParams::default(),
@@ -693,12 +708,19 @@ async fn sides(ns: &str) -> (Side, Side) {
         Harness::new(SystemTime::now(), 1),
         Duration::from_secs(10),
     );
+    let local = LocalCluster::new(
+        folder.path().to_owned(),
+        KindRegistry::builtin(),
+        StripOptions::default(),
+    )
+    .unwrap();
     (
         Side::Real {
             sink: Box::new(KubeSink::new(client.clone())),
             client,
         },
         Side::Sim(sim),
+        Side::Local(local, folder),
     )
 }
 
@@ -706,16 +728,20 @@ macro_rules! agree {
     ($name:ident, $scenario:ident, $ns:literal) => {
         #[tokio::test]
         async fn $name() {
-            let (real, sim) = sides($ns).await;
+            let (real, sim, local) = sides($ns).await;
             let server = $scenario(&real, $ns).await;
-            let simulated = $scenario(&sim, $ns).await;
             eprintln!("server:\n{}", server.join("\n"));
-            pretty_eq(&server, &simulated);
+            pretty_eq(
+                "the test runner's cluster",
+                &server,
+                &$scenario(&sim, $ns).await,
+            );
+            pretty_eq("the local cluster", &server, &$scenario(&local, $ns).await);
         }
     };
 }
 
-fn pretty_eq(server: &[String], simulated: &[String]) {
+fn pretty_eq(which: &str, server: &[String], simulated: &[String]) {
     if server != simulated {
         let mut out = String::new();
         for i in 0..server.len().max(simulated.len()) {
@@ -730,7 +756,7 @@ fn pretty_eq(server: &[String], simulated: &[String]) {
                 ));
             }
         }
-        panic!("the simulation (+) differs from the server (-):\n{out}");
+        panic!("{which} (+) differs from the server (-):\n{out}");
     }
 }
 
