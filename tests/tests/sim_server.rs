@@ -124,7 +124,10 @@ enum Side {
     },
     Sim(Arc<SimCluster>),
     /// The embedded cluster over a folder (kept while it runs).
-    Local(Arc<LocalCluster>, tempfile::TempDir),
+    Local {
+        cluster: Arc<LocalCluster>,
+        _folder: tempfile::TempDir,
+    },
 }
 
 impl Side {
@@ -135,7 +138,7 @@ impl Side {
                 c.begin_call(std::slice::from_ref(action));
                 c.execute("sim-test", action).await
             }
-            Side::Local(c, _) => c.execute("sim-test", action).await,
+            Side::Local { cluster: c, .. } => c.execute("sim-test", action).await,
         }
     }
 
@@ -157,7 +160,7 @@ impl Side {
                     *gvk == kind.gvk && key.namespace.as_deref() == Some(ns) && &*key.name == name
                 })
                 .map(|(_, v)| v),
-            Side::Local(c, _) => c.get(&kind.gvk, Some(ns), name),
+            Side::Local { cluster: c, .. } => c.get(&kind.gvk, Some(ns), name),
         }
     }
 
@@ -165,7 +168,7 @@ impl Side {
         match self {
             Side::Real { .. } => "server",
             Side::Sim(_) => "simulation",
-            Side::Local(..) => "local cluster",
+            Side::Local { .. } => "local cluster",
         }
     }
 }
@@ -720,7 +723,10 @@ async fn sides(ns: &str) -> (Side, Side, Side) {
             client,
         },
         Side::Sim(sim),
-        Side::Local(local, folder),
+        Side::Local {
+            cluster: local,
+            _folder: folder,
+        },
     )
 }
 
