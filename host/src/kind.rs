@@ -434,6 +434,9 @@ pub struct KindRegistry {
     /// The verbs discovery reported per kind; kinds learned otherwise
     /// (the local cluster, CRD objects) have none recorded.
     verbs: Arc<RwLock<BTreeMap<Gvk, Vec<String>>>>,
+    /// The custom resource versions whose CRD enables the status
+    /// subresource (the simulated API server routes their status).
+    crd_status: Arc<RwLock<std::collections::BTreeSet<Gvk>>>,
 }
 
 impl KindRegistry {
@@ -544,8 +547,19 @@ impl KindRegistry {
         for version in spec["versions"].as_array().into_iter().flatten() {
             if let Some(v) = version["name"].as_str() {
                 self.insert(KindInfo::new(group, v, kind, plural, namespaced));
+                let gvk = Gvk::new(group, v, kind);
+                if version.pointer("/subresources/status").is_some() {
+                    self.crd_status.write().insert(gvk);
+                } else {
+                    self.crd_status.write().remove(&gvk);
+                }
             }
         }
+    }
+
+    /// Whether a CRD learned here enables the status subresource of `gvk`.
+    pub fn crd_has_status(&self, gvk: &Gvk) -> bool {
+        self.crd_status.read().contains(gvk)
     }
 
     /// Resolves a plugin's kind reference, as client-go's RESTMapper would.

@@ -52,6 +52,13 @@ const RULES: &[Rule] = &[
         never: &["runtime"],
         why: "the executor never imports the runtime",
     },
+    Rule {
+        from: "sim",
+        never: &[
+            "source", "testing", "runtime", "dispatch", "informer", "manager", "reload",
+        ],
+        why: "the simulated API server is the rules only: the simulations that store and watch call it, never the reverse",
+    },
 ];
 
 /// Imports against the rules not fixed yet, as `file: crate::path`: each

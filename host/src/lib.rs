@@ -30,6 +30,7 @@ pub mod reference;
 pub mod reload;
 pub mod runtime;
 pub mod scaffold;
+pub mod sim;
 pub mod source;
 pub mod telemetry;
 pub mod testing;

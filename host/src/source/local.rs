@@ -53,14 +53,15 @@ use tokio_util::sync::CancellationToken;
 
 pub use files::parse_manifests;
 use files::{Fingerprint, Swap};
-use lifecycle::{Deletion, FOREGROUND, ORPHAN};
+use lifecycle::{FOREGROUND, ORPHAN};
 
 use crate::actions::executor::{ActionError, ActionSink};
-use crate::actions::{Action, PatchType, Propagation, Target};
+use crate::actions::{Action, Propagation};
 use crate::informer::selector::{FieldSelector, LabelSelector};
 use crate::informer::{InformerSpec, Source, SourceError, WatchEvent};
 use crate::kind::{Gvk, KindRegistry};
 use crate::object::{KObject, ObjectKey, StripOptions};
+use crate::sim;
 
 /// The file events of the local cluster are appended to.
 pub const EVENTS_LOG: &str = "events.log";
@@ -260,19 +261,22 @@ fn settle_next(stored: &Value, mut next: Value) -> Next {
     }
 }
 
-/// [`settle_next`] for a plugin's write, after the checks the server makes
-/// on it (preconditions in its body, no new finalizers while terminating).
-fn checked_next(target: &Target, stored: &Value, next: Value) -> Result<Next, ActionError> {
-    lifecycle::check_body(target, stored, &next)?;
-    lifecycle::check_no_new_finalizers(target, stored, &next)?;
-    Ok(settle_next(stored, next))
+/// A delete of `stored` as the server does it (this cluster's garbage
+/// collector finishes foreground and orphan deletions).
+fn deletion(stored: &Value, propagation: Propagation) -> Next {
+    next_of(sim::deletion::delete(
+        std::time::SystemTime::now(),
+        true,
+        stored,
+        propagation,
+    ))
 }
 
-fn deletion(stored: &Value, propagation: Propagation) -> Next {
-    match lifecycle::delete(stored, propagation) {
-        Deletion::Gone => Next::Gone(stored.clone()),
-        Deletion::Terminating(v) => Next::Put(v),
-        Deletion::AlreadyTerminating => Next::Unchanged,
+fn next_of(outcome: sim::Outcome) -> Next {
+    match outcome {
+        sim::Outcome::Unchanged => Next::Unchanged,
+        sim::Outcome::Put(v) => Next::Put(v),
+        sim::Outcome::Gone(v) => Next::Gone(v),
     }
 }
 
@@ -612,96 +616,28 @@ impl LocalCluster {
         id: &Id,
     ) -> Result<(), ActionError> {
         match action {
-            Action::Apply {
-                target,
-                object,
-                status,
-                ..
-            } => {
-                let new_file = self.file_for_new(id, &target.kind.plural)?;
-                let applied = if *status {
-                    json!({"status": object.get("status").cloned().unwrap_or(Value::Null)})
-                } else {
-                    object.clone()
+            Action::Apply { target, .. }
+            | Action::Patch { target, .. }
+            | Action::Delete { target, .. } => {
+                let new_file = match action {
+                    Action::Apply { .. } => Some(self.file_for_new(id, &target.kind.plural)?),
+                    _ => None,
                 };
-                self.write_object(state, id, Some(&new_file), |stored| {
-                    lifecycle::check_preconditions(target, stored)?;
-                    match stored {
-                        None if *status => {
-                            Err(ActionError::NotFound(format!("{target} does not exist")))
-                        }
-                        None => {
-                            let mut value = json!({});
-                            json_patch::merge(&mut value, &applied);
-                            // The server gives a new object its own uid,
-                            // whatever the body says.
-                            if let Some(meta) =
-                                value.get_mut("metadata").and_then(Value::as_object_mut)
-                            {
-                                meta.remove("uid");
-                            }
-                            let uid = lifecycle::new_uid().map_err(|e| {
-                                ActionError::Transient(format!("cannot draw a random uid: {e}"))
-                            })?;
-                            lifecycle::create(&mut value, || uid);
-                            Ok(Next::Put(value))
-                        }
-                        Some(stored) => {
-                            let mut value = stored.clone();
-                            json_patch::merge(&mut value, &applied);
-                            checked_next(target, stored, value)
-                        }
-                    }
-                })?;
-                tracing::debug!(plugin, target = %target, "local apply");
-            }
-            Action::Patch {
-                target,
-                patch_type,
-                patch,
-            } => {
-                let ops: Option<json_patch::Patch> = match patch_type {
-                    PatchType::Merge => None,
-                    PatchType::Json => Some(
-                        serde_json::from_value(patch.clone())
-                            .map_err(|e| ActionError::Invalid(format!("bad JSON patch: {e}")))?,
-                    ),
+                let ctx = sim::Context {
+                    kinds: &self.kinds,
+                    now: std::time::SystemTime::now(),
+                    garbage_collector: true,
+                    validator: &sim::NoValidation,
                 };
-                self.write_object(state, id, None, |stored| {
-                    let Some(stored) = stored else {
-                        return Err(ActionError::NotFound(format!("{target} does not exist")));
+                self.write_object(state, id, new_file.as_deref(), |stored| {
+                    let mut uid = || {
+                        lifecycle::new_uid().map_err(|e| {
+                            ActionError::Transient(format!("cannot draw a random uid: {e}"))
+                        })
                     };
-                    lifecycle::check_preconditions(target, Some(stored))?;
-                    let mut value = stored.clone();
-                    match &ops {
-                        None => json_patch::merge(&mut value, patch),
-                        Some(ops) => json_patch::patch(&mut value, ops).map_err(|e| match e.kind {
-                            // A failed `test` is the object having changed
-                            // (the SDK's optimistic lock), as for the API
-                            // server's sink.
-                            json_patch::PatchErrorKind::TestFailed => ActionError::Conflict(format!(
-                                "patch {target}: the JSON patch's test of {} failed: the object changed since the plugin read it",
-                                e.path
-                            )),
-                            _ => ActionError::Invalid(format!(
-                                "patch {target}: the JSON patch does not apply: {e}"
-                            )),
-                        })?,
-                    }
-                    checked_next(target, stored, value)
+                    sim::write(&ctx, action, stored, &mut uid).map(next_of)
                 })?;
-            }
-            Action::Delete {
-                target,
-                propagation,
-            } => {
-                self.write_object(state, id, None, |stored| {
-                    let Some(stored) = stored else {
-                        return Err(ActionError::NotFound(format!("{target} does not exist")));
-                    };
-                    lifecycle::check_preconditions(target, Some(stored))?;
-                    Ok(deletion(stored, *propagation))
-                })?;
+                tracing::debug!(plugin, target = %target, verb = action.operation(), "local write");
             }
             Action::Event {
                 regarding,

@@ -1,12 +1,15 @@
 //! The simulated cluster a fixture case runs against: objects in memory,
 //! changed by the case's deltas and by the plugin's actions (the executor's
-//! sink), with the API server's bookkeeping (uid, resourceVersion,
-//! generation, creationTimestamp, preconditions, deletion held by
-//! finalizers) and the failures the fixture asks for.
+//! sink), and the failures the fixture asks for. The actions go through
+//! the simulated API server ([`crate::sim`], shared with the embedded
+//! local cluster): preconditions, the status subresource, the server's
+//! metadata, deletion, unchanged writes. What they changed is kept for
+//! the watch echoes the case delivers back to the plugin.
 //!
 //! Simplifications, as the embedded local cluster's: server-side apply is
 //! a JSON merge of the applied object (no field ownership: simulate a
-//! conflict with a `failures` entry), no admission, no garbage collection.
+//! conflict with a `failures` entry), no admission, no garbage collection
+//! (a foreground or orphan delete completes at once).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -19,11 +22,11 @@ use sha2::{Digest, Sha256};
 
 use super::fixture::{Failure, SimulatedError, Verb};
 use crate::actions::executor::{ActionError, ActionSink};
-use crate::actions::{Action, PatchType, Target};
+use crate::actions::{Action, Target};
 use crate::kind::{Gvk, KindRegistry};
 use crate::object::ObjectKey;
 use crate::runtime::harness::Harness;
-use crate::source::local::lifecycle;
+use crate::sim;
 
 /// An object's identity in the cluster.
 pub type Id = (Gvk, ObjectKey);
@@ -63,6 +66,8 @@ struct State {
     /// one executing (the executor runs them in order, retrying in place).
     call: Vec<Action>,
     cursor: usize,
+    /// What the actions changed, for the watch echoes.
+    changes: Vec<Change>,
 }
 
 /// The cluster of one case.
@@ -159,7 +164,7 @@ impl SimCluster {
                 .unwrap_or_else(|| json!(self.timestamp()));
             meta.insert("creationTimestamp".into(), created);
         }
-        if !meta.contains_key("generation") {
+        if !meta.contains_key("generation") && sim::meta::has_generation(&id.0) {
             let generation = old_meta
                 .and_then(|m| m["generation"].as_i64())
                 .map_or(1, |g| {
@@ -325,7 +330,9 @@ impl SimCluster {
         }
     }
 
-    /// Carries out an action the server accepted.
+    /// Carries out an action the server accepted, through the simulated
+    /// API server's write path; what it changed is kept for the watch
+    /// echoes ([`Self::take_changes`]).
     fn apply(&self, state: &mut State, action: &Action) -> Result<(), ActionError> {
         let target = action.target();
         let id = (
@@ -333,125 +340,56 @@ impl SimCluster {
             ObjectKey::new(target.namespace.as_deref(), &target.name),
         );
         let current = state.objects.get(&id).cloned();
-        let new = match action {
-            Action::Event { .. } => return Ok(()),
-            Action::Apply { object, status, .. } => {
-                lifecycle::check_preconditions(target, current.as_ref())?;
-                let mut value = match (&current, status) {
-                    (Some(v), _) => v.clone(),
-                    (None, true) => {
-                        return Err(ActionError::NotFound(format!(
-                            "{} {target}: {} {:?} not found (NotFound)",
-                            action.verb(),
-                            target.kind.plural,
-                            target.name
-                        )));
-                    }
-                    (None, false) => json!({}),
-                };
-                let applied = if *status {
-                    json!({"status": object.get("status").cloned().unwrap_or(Value::Null)})
-                } else {
-                    object.clone()
-                };
-                json_patch::merge(&mut value, &applied);
-                value
-            }
-            Action::Patch {
-                patch_type, patch, ..
-            } => {
-                let Some(mut value) = current.clone() else {
-                    return Err(ActionError::NotFound(format!(
-                        "patch {target}: {} {:?} not found (NotFound)",
-                        target.kind.plural, target.name
-                    )));
-                };
-                lifecycle::check_preconditions(target, Some(&value))?;
-                match patch_type {
-                    PatchType::Merge => json_patch::merge(&mut value, patch),
-                    PatchType::Json => {
-                        let ops: json_patch::Patch = serde_json::from_value(patch.clone())
-                            .map_err(|e| {
-                                ActionError::Invalid(format!("patch {target}: bad JSON patch: {e}"))
-                            })?;
-                        json_patch::patch(&mut value, &ops).map_err(|e| match e.kind {
-                            json_patch::PatchErrorKind::TestFailed => ActionError::Conflict(format!(
-                                "patch {target}: the JSON patch's test of {} failed: the object changed since the plugin read it",
-                                e.path
-                            )),
-                            _ => ActionError::Invalid(format!(
-                                "patch {target}: the JSON patch does not apply: {e}"
-                            )),
-                        })?;
-                    }
-                }
-                value
-            }
-            Action::Delete { .. } => {
-                let Some(mut value) = current.clone() else {
-                    return Err(ActionError::NotFound(format!(
-                        "delete {target}: {} {:?} not found (NotFound)",
-                        target.kind.plural, target.name
-                    )));
-                };
-                lifecycle::check_preconditions(target, Some(&value))?;
-                let finalizers = value["metadata"]["finalizers"]
-                    .as_array()
-                    .is_some_and(|f| !f.is_empty());
-                if !finalizers {
-                    state.objects.remove(&id);
-                    *state.incarnations.entry(id).or_default() += 1;
-                    return Ok(());
-                }
-                // Held by its finalizers: marked, deleted when they go.
-                if value["metadata"]["deletionTimestamp"].is_null() {
-                    value["metadata"]["deletionTimestamp"] = json!(self.timestamp());
-                    value["metadata"]["deletionGracePeriodSeconds"] = json!(0);
-                }
-                value
-            }
+        let ctx = sim::Context {
+            kinds: &self.kinds,
+            now: self.harness.now(),
+            // No collector runs here: a foreground or orphan delete is
+            // finished at once, as a cluster's collector soon would.
+            garbage_collector: false,
+            validator: &sim::NoValidation,
         };
-        self.store(state, id, current, new);
+        let uid = uid_for(state, &id);
+        let outcome = sim::write(&ctx, action, current.as_ref(), &mut || Ok(uid.clone()))?;
+        let (mut value, deleted) = match outcome {
+            sim::Outcome::Unchanged => return Ok(()),
+            sim::Outcome::Put(v) => (v, false),
+            sim::Outcome::Gone(v) => (v, true),
+        };
+        state.rv += 1;
+        if let Some(meta) = value.get_mut("metadata").and_then(Value::as_object_mut) {
+            meta.insert("resourceVersion".into(), json!(state.rv.to_string()));
+        }
+        if deleted {
+            state.objects.remove(&id);
+            *state.incarnations.entry(id.clone()).or_default() += 1;
+        } else {
+            state.objects.insert(id.clone(), value.clone());
+        }
+        state.changes.push(Change {
+            id,
+            old: current,
+            new: value,
+            deleted,
+        });
         Ok(())
     }
 
-    /// Stores a written object with the server's bookkeeping; one being
-    /// deleted goes once its last finalizer is removed.
-    fn store(&self, state: &mut State, id: Id, old: Option<Value>, mut value: Value) {
-        let deleting = !value["metadata"]["deletionTimestamp"].is_null();
-        let finalizers = value["metadata"]["finalizers"]
-            .as_array()
-            .is_some_and(|f| !f.is_empty());
-        if deleting && !finalizers {
-            state.objects.remove(&id);
-            *state.incarnations.entry(id).or_default() += 1;
-            return;
-        }
-        state.rv += 1;
-        let rv = state.rv.to_string();
-        let (uid, created, generation) = match &old {
-            Some(o) => {
-                let m = &o["metadata"];
-                let spec_changed = o.get("spec") != value.get("spec");
-                (
-                    m["uid"].clone(),
-                    m["creationTimestamp"].clone(),
-                    m["generation"].as_i64().unwrap_or(1) + i64::from(spec_changed),
-                )
-            }
-            None => (json!(uid_for(state, &id)), json!(self.timestamp()), 1),
-        };
-        if let Some(meta) = value.get_mut("metadata").and_then(Value::as_object_mut) {
-            meta.insert("uid".into(), uid);
-            meta.insert("creationTimestamp".into(), created);
-            meta.insert("resourceVersion".into(), json!(rv));
-            meta.insert("generation".into(), json!(generation));
-            if let Some(ns) = &id.1.namespace {
-                meta.insert("namespace".into(), json!(&**ns));
-            }
-        }
-        state.objects.insert(id, value);
+    /// The changes the actions made since the last call of this, in the
+    /// order the server made them: what its watch would send.
+    pub fn take_changes(&self) -> Vec<Change> {
+        std::mem::take(&mut self.state.lock().changes)
     }
+}
+
+/// One change an action made, as a watch reports it.
+#[derive(Debug, Clone)]
+pub struct Change {
+    pub id: Id,
+    /// The state before (`None`: created).
+    pub old: Option<Value>,
+    /// The state after (for a delete, the last state).
+    pub new: Value,
+    pub deleted: bool,
 }
 
 impl ActionSink for SimCluster {
@@ -518,7 +456,7 @@ pub fn target_matches(kinds: &KindRegistry, text: &str, target: &Target) -> bool
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use crate::actions::Preconditions;
+    use crate::actions::{PatchType, Preconditions};
 
     fn cluster() -> Arc<SimCluster> {
         SimCluster::new(

@@ -95,3 +95,25 @@ fn the_plugin_sees_the_virtual_clock() {
         "{recorded}"
     );
 }
+
+/// A plugin's own writes come back to it as the server's watch would send
+/// them: testkit's `actions` mode annotates its object, the echo's call
+/// writes the same and nothing more comes back; with two writes that undo
+/// each other every call changes the object again, a loop shown as 8 echo
+/// calls a step (the rest wait for `pending: true` steps).
+#[test]
+fn a_plugins_own_writes_come_back_to_it_and_a_loop_is_bounded() {
+    let testkit = plugin_artifacts().join("testkit.wasm");
+    let (out, _) = kubewasm_test(
+        &shared_cache(),
+        &[
+            testkit.to_str().unwrap(),
+            "plugins/testing/testkit/tests/echo.yaml",
+        ],
+    );
+    let report = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{report}");
+    let out = stdout(&out);
+    assert!(out.contains("ends it  (2 calls"), "{report}");
+    assert!(out.contains("8 echoes a step  (18 calls"), "{report}");
+}

@@ -7,7 +7,7 @@
 //!
 //! This file holds how the tests run the binary and read its output;
 //! `fixtures` checks runs of the config-replicator's fixtures, `clock` the
-//! virtual clock, and `record` recordings made with `kubewasm record`
+//! virtual clock (and the watch echoes of a plugin's own writes), and `record` recordings made with `kubewasm record`
 //! against the real API server and replayed.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

@@ -127,9 +127,11 @@ impl LocalCluster {
                 }
                 Some(e) => {
                     let stored = e.value.clone();
-                    if let Err(err) =
-                        lifecycle::check_no_new_finalizers(&file.display(), &stored, &value)
-                    {
+                    if let Err(err) = crate::sim::deletion::check_no_new_finalizers(
+                        &file.display().to_string(),
+                        &stored,
+                        &value,
+                    ) {
                         if state.reported_names.insert((file.clone(), err.to_string())) {
                             tracing::error!(file = %file.display(), object = %id.1, error = %err, "cannot take an edit the API server would refuse; keeping the object's last good state until it reads");
                         }

@@ -1,6 +1,7 @@
 //! [`CaseRun`]: one case (or one plugin's recording) while it runs, its
 //! deliveries, calls and pending retries on a virtual clock.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -12,13 +13,55 @@ use crate::dispatch::retry::{Failure, RetryPolicy};
 use crate::informer::DeltaType;
 use crate::object::ObjectKey;
 use crate::runtime::CallDelta;
-use crate::testing::cluster::{Id, SimCluster};
+use crate::testing::cluster::{Change, Id, SimCluster};
 use crate::testing::fixture::{Call, CallResult, DeltaKind, ObjectOrRef, Step};
 use crate::testing::outcome;
 use crate::testing::plugin::Instance;
 
 use super::cache::kobject;
 use super::{Bad, bad, parse_ref};
+
+/// How many calls the watch echoes of a plugin's own writes make in one
+/// step at most: a plugin that triggers itself shows its loop as this many
+/// calls (the rest wait for `pending: true` steps), and a fixture cannot
+/// hang on it.
+pub(in crate::testing) const ECHO_CALLS_PER_STEP: usize = 8;
+
+/// One delivery: the pair (subscription and cache), the object's key, the
+/// delta.
+type Delivery = (usize, ObjectKey, CallDelta);
+
+/// Queues an echo, coalesced with one already queued for the same key as
+/// the dispatcher coalesces an object's pending deltas (the latest state,
+/// the first old one; an add stays an add, a delete wins); returns how
+/// many calls it adds (0 when coalesced).
+fn coalesce(queue: &mut VecDeque<Delivery>, echo: Delivery) -> usize {
+    let (pair, key, delta) = echo;
+    let queued = queue
+        .iter_mut()
+        .find(|(p, k, d)| *p == pair && *k == key && d.subscription == delta.subscription);
+    match queued {
+        Some((_, _, first)) => {
+            let dtype = match (first.dtype, delta.dtype) {
+                (_, DeltaType::Deleted) => DeltaType::Deleted,
+                (DeltaType::Added, _) => DeltaType::Added,
+                (_, later) => later,
+            };
+            first.old = if dtype == DeltaType::Updated {
+                first.old.take()
+            } else {
+                None
+            };
+            first.dtype = dtype;
+            first.object = delta.object;
+            0
+        }
+        None => {
+            queue.push_back((pair, key, delta));
+            1
+        }
+    }
+}
 
 /// One pending retry or requeue of a key.
 struct Pending {
@@ -108,9 +151,25 @@ impl<'a> CaseRun<'a> {
         } else {
             self.delta(step)?
         };
+        let mut queue: VecDeque<Delivery> = deliveries.into();
         let mut calls = Vec::new();
-        for (pair, key, delta) in deliveries {
+        let mut echoed = 0;
+        while let Some((pair, key, delta)) = queue.pop_front() {
             calls.push(self.call(pair, key, delta));
+            // What the call's actions changed comes back as the server's
+            // watch would send it, to every subscription that sees it.
+            for change in self.cluster.take_changes() {
+                for echo in self.echoes(change)? {
+                    if echoed < ECHO_CALLS_PER_STEP {
+                        echoed += coalesce(&mut queue, echo);
+                    } else {
+                        // Past the bound (a plugin that triggers itself):
+                        // the next `pending: true` step delivers it.
+                        let (pair, key, delta) = echo;
+                        self.schedule(self.harness.now(), pair, key, delta);
+                    }
+                }
+            }
         }
         // The step's rules go; the case's keep what they spent.
         self.cluster.set_step_failures(Vec::new());
@@ -270,24 +329,42 @@ impl<'a> CaseRun<'a> {
             DeltaKind::Resync => DeltaType::Resync,
             DeltaKind::Synced => DeltaType::Synced,
         };
+        Ok(self.route(
+            dtype,
+            &new,
+            old.as_ref(),
+            step.subscription,
+            (step.initial, step.final_state_unknown),
+        ))
+    }
+
+    /// A change's deliveries: each pair whose cache sees it and whose
+    /// subscription wants it (`subscription`: only that one), as the API
+    /// server's watch for that cache reports it: an update into its
+    /// selection is an add, out of it a delete. `flags`: the delta's
+    /// `initial` and `final_state_unknown`.
+    fn route(
+        &self,
+        dtype: DeltaType,
+        new: &crate::object::ObjectHandle,
+        old: Option<&crate::object::ObjectHandle>,
+        subscription: Option<u32>,
+        (initial, final_state_unknown): (bool, bool),
+    ) -> Vec<Delivery> {
         let mut out = Vec::new();
         for (pair, (_, filter)) in self.instance.pairs.iter().enumerate() {
-            if step.subscription.is_some_and(|s| s != filter.index) || filter.kind != new.gvk() {
+            if subscription.is_some_and(|s| s != filter.index) || filter.kind != new.gvk() {
                 continue;
             }
-            let sees_new = self.instance.pair_selects(pair, &new);
-            let saw_old = old
-                .as_ref()
-                .is_some_and(|o| self.instance.pair_selects(pair, o));
-            // As the API server's watch for this cache reports it: an
-            // update into its selection is an add, out of it a delete.
+            let sees_new = self.instance.pair_selects(pair, new);
+            let saw_old = old.is_some_and(|o| self.instance.pair_selects(pair, o));
             let (dtype, obj, old) = match dtype {
                 DeltaType::Updated if sees_new && !saw_old => (DeltaType::Added, new.clone(), None),
                 DeltaType::Updated if !sees_new && saw_old => {
                     (DeltaType::Deleted, new.clone(), None)
                 }
                 DeltaType::Updated if !sees_new => continue,
-                DeltaType::Updated => (dtype, new.clone(), old.clone()),
+                DeltaType::Updated => (dtype, new.clone(), old.cloned()),
                 _ if !sees_new => continue,
                 _ => (dtype, new.clone(), None),
             };
@@ -300,13 +377,29 @@ impl<'a> CaseRun<'a> {
                 CallDelta {
                     object: Some(obj),
                     old,
-                    initial: step.initial,
-                    final_state_unknown: step.final_state_unknown,
+                    initial,
+                    final_state_unknown,
                     ..CallDelta::new(dtype, filter.index, filter.kind.clone())
                 },
             ));
         }
-        Ok(out)
+        out
+    }
+
+    /// The watch events of one change an action made (its echo).
+    fn echoes(&self, change: Change) -> Result<Vec<Delivery>, Bad> {
+        let dtype = match (&change.old, change.deleted) {
+            (_, true) => DeltaType::Deleted,
+            (None, false) => DeltaType::Added,
+            (Some(_), false) => DeltaType::Updated,
+        };
+        let new = kobject(change.new).map_err(|m| bad("object", m))?;
+        let old = change
+            .old
+            .map(kobject)
+            .transpose()
+            .map_err(|m| bad("object", m))?;
+        Ok(self.route(dtype, &new, old.as_ref(), None, (false, false)))
     }
 
     /// Stores an inline object (a reference is the cached object as is).
@@ -474,4 +567,33 @@ fn with_server_fields(mut value: Value, last: Option<&Value>) -> Value {
         }
     }
     value
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kind::Gvk;
+
+    fn echo(dtype: DeltaType, key: &str) -> Delivery {
+        (
+            0,
+            ObjectKey::new(Some("a"), key),
+            CallDelta::new(dtype, 0, Gvk::new("", "v1", "ConfigMap")),
+        )
+    }
+
+    /// Two watch events of one object before its call are one delta, as
+    /// the dispatcher coalesces them: an add stays an add, a delete wins.
+    #[test]
+    fn echoes_of_one_object_are_coalesced() {
+        let mut queue = VecDeque::new();
+        assert_eq!(coalesce(&mut queue, echo(DeltaType::Added, "x")), 1);
+        assert_eq!(coalesce(&mut queue, echo(DeltaType::Updated, "x")), 0);
+        assert_eq!(queue.len(), 1);
+        assert_eq!(queue[0].2.dtype, DeltaType::Added);
+        assert_eq!(coalesce(&mut queue, echo(DeltaType::Updated, "y")), 1);
+        assert_eq!(coalesce(&mut queue, echo(DeltaType::Deleted, "y")), 0);
+        assert_eq!(queue[1].2.dtype, DeltaType::Deleted);
+        assert_eq!(queue.len(), 2);
+    }
 }

@@ -4,7 +4,7 @@
 //! resourceVersion, conflicting edits).
 
 use super::*;
-use crate::actions::Target;
+use crate::actions::{PatchType, Target};
 
 mod api_server;
 mod folder;

@@ -1,0 +1,224 @@
+//! The simulated API server's write path, shared by `kubewasm test`'s
+//! cluster (`testing::cluster`) and the embedded local cluster
+//! (`source::local`): given an action and the stored object, what the API
+//! server answers and what it stores. Each simulation keeps only its own
+//! storage (memory, a folder of manifests), its resourceVersion counter
+//! and how it tells watchers; the server's rules live here, one file each,
+//! and `tests/tests/sim_server.rs` holds them to a real API server:
+//!
+//! - [`preconditions`]: a uid or resourceVersion in the request options or
+//!   in the body (apply, merge patch, JSON patch result) is a precondition;
+//!   a JSON patch's `test` operations are evaluated.
+//! - [`status`]: kinds with a status subresource: main-resource writes keep
+//!   the stored status, status writes change only the status.
+//! - [`meta`]: the fields the server owns (uid, creationTimestamp,
+//!   deletion fields, generation) are carried over every write; generation
+//!   moves on spec changes, for kinds that have one.
+//! - [`deletion`]: finalizers hold a delete (deletionTimestamp, which no
+//!   later write removes), no new finalizer on a terminating object, the
+//!   last finalizer removed deletes it; Pods bound to a node are deleted
+//!   gracefully.
+//! - A write that changes nothing stores nothing ([`Outcome::Unchanged`]):
+//!   no new resourceVersion, no watch event.
+//! - [`validate`]: where validation of the result goes (a hook; none
+//!   yet).
+
+pub mod deletion;
+pub mod meta;
+pub mod preconditions;
+pub mod status;
+pub mod validate;
+
+use std::time::SystemTime;
+
+use serde_json::{Value, json};
+
+use crate::actions::executor::ActionError;
+use crate::actions::{Action, PatchType, Target};
+use crate::kind::KindRegistry;
+
+pub use validate::{NoValidation, Validate};
+
+/// What a write does to the stored object.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    /// Nothing changed: nothing is stored, the resourceVersion stays and
+    /// no watcher hears of it.
+    Unchanged,
+    /// The object's new state (created or updated), with the server's
+    /// fields set; the storage gives it its next resourceVersion.
+    Put(Value),
+    /// The object is deleted; its last state.
+    Gone(Value),
+}
+
+/// What the write path needs from the simulation that runs it.
+pub struct Context<'a> {
+    pub kinds: &'a KindRegistry,
+    /// The server's clock (virtual in `kubewasm test`).
+    pub now: SystemTime,
+    /// Whether a garbage collector runs to finish foreground and orphan
+    /// deletions: only then does a delete add its finalizer (without one,
+    /// the object would wait forever where a cluster's collector would
+    /// finish it).
+    pub garbage_collector: bool,
+    /// Checks a write's result before it is stored.
+    pub validator: &'a dyn Validate,
+}
+
+impl Context<'_> {
+    /// `now` as the server writes timestamps.
+    pub fn timestamp(&self) -> String {
+        timestamp(self.now)
+    }
+}
+
+/// A time as the API server writes it (RFC 3339, seconds).
+pub fn timestamp(t: SystemTime) -> String {
+    humantime::format_rfc3339_seconds(t).to_string()
+}
+
+/// Carries out `action` over `stored` (`None`: no such object) as the API
+/// server would; `new_uid` draws the uid of an object it creates. Events
+/// change no object: [`Outcome::Unchanged`].
+pub fn write(
+    ctx: &Context<'_>,
+    action: &Action,
+    stored: Option<&Value>,
+    new_uid: &mut dyn FnMut() -> Result<String, ActionError>,
+) -> Result<Outcome, ActionError> {
+    let target = action.target();
+    let what = format!("{} {target}", action.verb());
+    let has_status = status::has_subresource(ctx.kinds, &target.kind.gvk);
+    match action {
+        Action::Event { .. } => Ok(Outcome::Unchanged),
+        Action::Delete { propagation, .. } => {
+            let stored = stored.ok_or_else(|| not_found(&what, target))?;
+            preconditions::check_options(&what, target, stored)?;
+            Ok(deletion::delete(
+                ctx.now,
+                ctx.garbage_collector,
+                stored,
+                *propagation,
+            ))
+        }
+        Action::Apply {
+            object,
+            status: true,
+            ..
+        } => {
+            if !has_status {
+                return Err(status::no_subresource(&what, target));
+            }
+            let stored = stored.ok_or_else(|| not_found(&what, target))?;
+            let mut body = object.clone();
+            target.preconditions.embed_in(&mut body);
+            preconditions::check_body(&what, target, Some(stored), &body)?;
+            let next = status::status_write(stored, &body);
+            settle(ctx, &what, target, stored, next, Scope::Status)
+        }
+        Action::Apply { object, .. } => {
+            let mut body = object.clone();
+            target.preconditions.embed_in(&mut body);
+            preconditions::check_body(&what, target, stored, &body)?;
+            match stored {
+                None => create(ctx, &what, target, body, has_status, new_uid),
+                Some(stored) => {
+                    let mut next = stored.clone();
+                    json_patch::merge(&mut next, &body);
+                    settle(ctx, &what, target, stored, next, Scope::Main)
+                }
+            }
+        }
+        Action::Patch {
+            patch_type, patch, ..
+        } => {
+            let stored = stored.ok_or_else(|| not_found(&what, target))?;
+            let next = match patch_type {
+                PatchType::Merge => {
+                    let mut body = patch.clone();
+                    target.preconditions.embed_in(&mut body);
+                    let mut next = stored.clone();
+                    json_patch::merge(&mut next, &body);
+                    next
+                }
+                PatchType::Json => preconditions::json_patch(&what, target, stored, patch)?,
+            };
+            preconditions::check_body(&what, target, Some(stored), &next)?;
+            settle(ctx, &what, target, stored, next, Scope::Main)
+        }
+    }
+}
+
+/// A new object from an applied body: the server's fields set, its status
+/// dropped where a status subresource owns it.
+fn create(
+    ctx: &Context<'_>,
+    what: &str,
+    target: &Target,
+    mut value: Value,
+    has_status: bool,
+    new_uid: &mut dyn FnMut() -> Result<String, ActionError>,
+) -> Result<Outcome, ActionError> {
+    if has_status && let Some(o) = value.as_object_mut() {
+        o.remove("status");
+    }
+    let uid = new_uid()?;
+    meta::create(ctx, &target.kind.gvk, &mut value, uid);
+    if let Some(ns) = &target.namespace
+        && let Some(m) = value.get_mut("metadata").and_then(Value::as_object_mut)
+    {
+        m.insert("namespace".into(), json!(ns));
+    }
+    ctx.validator.validate(what, &target.kind, None, &value)?;
+    Ok(Outcome::Put(value))
+}
+
+/// Which part of an object a write goes to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Scope {
+    /// The resource itself (its status kept where a subresource owns it).
+    Main,
+    /// The status subresource (the rest already kept by the caller).
+    Status,
+}
+
+/// An update's result as the server stores it: the stored status kept
+/// where a status subresource owns it, the server's fields carried, the
+/// terminating-object rules, nothing stored when nothing changed, the
+/// object gone when its last finalizer went.
+fn settle(
+    ctx: &Context<'_>,
+    what: &str,
+    target: &Target,
+    stored: &Value,
+    mut next: Value,
+    scope: Scope,
+) -> Result<Outcome, ActionError> {
+    let has_status = status::has_subresource(ctx.kinds, &target.kind.gvk);
+    if has_status && scope == Scope::Main {
+        status::keep_stored(stored, &mut next);
+    }
+    deletion::check_no_new_finalizers(what, stored, &next)?;
+    meta::carry(&target.kind.gvk, stored, &mut next, has_status);
+    if next == *stored {
+        return Ok(Outcome::Unchanged);
+    }
+    if deletion::finalized(&next) {
+        return Ok(Outcome::Gone(next));
+    }
+    ctx.validator
+        .validate(what, &target.kind, Some(stored), &next)?;
+    Ok(Outcome::Put(next))
+}
+
+fn not_found(what: &str, target: &Target) -> ActionError {
+    ActionError::NotFound(format!(
+        "{what}: {} {:?} not found (NotFound)",
+        target.kind.resource_name(),
+        target.name
+    ))
+}
+
+#[cfg(test)]
+mod tests;

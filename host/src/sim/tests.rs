@@ -1,0 +1,297 @@
+//! The write path end to end, one rule per test, with the answers a real
+//! API server gave to the same requests (`tests/tests/sim_server.rs`).
+#![allow(clippy::unwrap_used)]
+
+use std::time::SystemTime;
+
+use serde_json::{Value, json};
+
+use super::*;
+use crate::actions::{Preconditions, Propagation};
+use crate::kind::{KindInfo, KindRef};
+
+fn ctx(kinds: &KindRegistry) -> Context<'_> {
+    Context {
+        kinds,
+        now: SystemTime::UNIX_EPOCH,
+        garbage_collector: false,
+        validator: &NoValidation,
+    }
+}
+
+fn target(kinds: &KindRegistry, resource: &str, name: &str) -> Target {
+    let kind: KindInfo = kinds.resolve(&KindRef::Resource(resource.into())).unwrap();
+    Target::new(kind, Some("a".into()), name)
+}
+
+fn apply(t: Target, body: Value, status: bool) -> Action {
+    let mut object = json!({"apiVersion": t.kind.gvk.api_version(), "kind": t.kind.gvk.kind,
+        "metadata": {"name": t.name, "namespace": "a"}});
+    json_patch::merge(&mut object, &body);
+    Action::Apply {
+        target: t,
+        object,
+        force: true,
+        status,
+    }
+}
+
+fn merge(t: Target, patch: Value) -> Action {
+    Action::Patch {
+        target: t,
+        patch_type: PatchType::Merge,
+        patch,
+    }
+}
+
+/// Runs `action` over `stored`; the stored object after it (with a
+/// resourceVersion of `rv`, as a storage would give it).
+fn run(
+    kinds: &KindRegistry,
+    action: &Action,
+    stored: Option<&Value>,
+    rv: u64,
+) -> Result<Option<Value>, ActionError> {
+    let outcome = write(&ctx(kinds), action, stored, &mut || Ok("u-1".into()))?;
+    Ok(match outcome {
+        Outcome::Unchanged => stored.cloned(),
+        Outcome::Put(mut v) => {
+            v["metadata"]["resourceVersion"] = json!(rv.to_string());
+            Some(v)
+        }
+        Outcome::Gone(_) => None,
+    })
+}
+
+#[test]
+fn bodies_carry_preconditions_and_never_overwrite_the_servers_fields() {
+    let kinds = KindRegistry::builtin();
+    let t = || target(&kinds, "configmaps", "c");
+    let made = run(
+        &kinds,
+        &apply(t(), json!({"data": {"v": "0"}}), false),
+        None,
+        1,
+    )
+    .unwrap()
+    .unwrap();
+    assert_eq!(made["metadata"]["uid"], "u-1");
+    assert!(
+        made["metadata"].get("generation").is_none(),
+        "a ConfigMap has none"
+    );
+    let stale = apply(
+        t(),
+        json!({"metadata": {"resourceVersion": "0"}, "data": {"v": "1"}}),
+        false,
+    );
+    assert!(
+        run(&kinds, &stale, Some(&made), 2)
+            .unwrap_err()
+            .is_conflict()
+    );
+    let other_uid = merge(t(), json!({"metadata": {"uid": "u-9"}, "data": {"v": "1"}}));
+    assert!(matches!(
+        run(&kinds, &other_uid, Some(&made), 2),
+        Err(ActionError::Invalid(_))
+    ));
+    let current = merge(
+        t(),
+        json!({"metadata": {"uid": "u-1", "resourceVersion": "1"}, "data": {"v": "1"}}),
+    );
+    let next = run(&kinds, &current, Some(&made), 2).unwrap().unwrap();
+    assert_eq!(next["data"]["v"], "1");
+    assert_eq!(next["metadata"]["uid"], "u-1");
+    // A plugin's uid precondition the sink put in the body: a conflict.
+    let mut gone = t();
+    gone.preconditions = Preconditions {
+        uid: Some("u-0".into()),
+        resource_version: None,
+    };
+    assert!(
+        run(&kinds, &merge(gone, json!({})), Some(&next), 3)
+            .unwrap_err()
+            .is_conflict()
+    );
+    // Creating with a uid is refused; with a resourceVersion it creates.
+    let with_uid = apply(
+        target(&kinds, "configmaps", "n"),
+        json!({"metadata": {"uid": "u-5"}}),
+        false,
+    );
+    assert!(run(&kinds, &with_uid, None, 3).unwrap_err().is_conflict());
+    let with_rv = apply(
+        target(&kinds, "configmaps", "n"),
+        json!({"metadata": {"resourceVersion": "5"}}),
+        false,
+    );
+    assert!(run(&kinds, &with_rv, None, 3).unwrap().is_some());
+    // A JSON patch's test and an added resourceVersion.
+    let json = |ops: Value| Action::Patch {
+        target: t(),
+        patch_type: PatchType::Json,
+        patch: ops,
+    };
+    let failed = json(json!([{"op": "test", "path": "/data/v", "value": "9"}]));
+    assert!(
+        run(&kinds, &failed, Some(&next), 3)
+            .unwrap_err()
+            .is_conflict()
+    );
+    let stale = json(json!([{"op": "add", "path": "/metadata/resourceVersion", "value": "1"}]));
+    assert!(
+        run(&kinds, &stale, Some(&next), 3)
+            .unwrap_err()
+            .is_conflict()
+    );
+}
+
+#[test]
+fn writes_that_change_nothing_store_nothing() {
+    let kinds = KindRegistry::builtin();
+    let t = || target(&kinds, "configmaps", "c");
+    let made = run(
+        &kinds,
+        &apply(t(), json!({"data": {"v": "0"}}), false),
+        None,
+        1,
+    )
+    .unwrap()
+    .unwrap();
+    for action in [
+        apply(t(), json!({"data": {"v": "0"}}), false),
+        merge(t(), json!({"data": {"v": "0"}})),
+        Action::Patch {
+            target: t(),
+            patch_type: PatchType::Json,
+            patch: json!([{"op": "replace", "path": "/data/v", "value": "0"}]),
+        },
+    ] {
+        assert_eq!(
+            write(&ctx(&kinds), &action, Some(&made), &mut || Ok("x".into())).unwrap(),
+            Outcome::Unchanged,
+            "{action:?}"
+        );
+    }
+}
+
+#[test]
+fn a_status_subresource_splits_the_writes() {
+    let kinds = KindRegistry::builtin();
+    let t = || target(&kinds, "deployments", "d");
+    let made = run(
+        &kinds,
+        &apply(
+            t(),
+            json!({"spec": {"replicas": 1}, "status": {"replicas": 3}}),
+            false,
+        ),
+        None,
+        1,
+    )
+    .unwrap()
+    .unwrap();
+    assert!(made.get("status").is_none(), "{made}");
+    assert_eq!(made["metadata"]["generation"], 1);
+    // Through the resource: the status is the stored one, nothing changed.
+    let main = merge(t(), json!({"status": {"replicas": 4}}));
+    assert_eq!(
+        write(&ctx(&kinds), &main, Some(&made), &mut || Ok("x".into())).unwrap(),
+        Outcome::Unchanged
+    );
+    // Through the subresource: only the status.
+    let status = apply(
+        t(),
+        json!({"spec": {"replicas": 9}, "status": {"replicas": 5}, "metadata": {"labels": {"a": "b"}}}),
+        true,
+    );
+    let next = run(&kinds, &status, Some(&made), 2).unwrap().unwrap();
+    assert_eq!(next["status"]["replicas"], 5);
+    assert_eq!(next["spec"]["replicas"], 1);
+    assert!(next["metadata"].get("labels").is_none());
+    assert_eq!(next["metadata"]["generation"], 1);
+    // A kind without one has no /status.
+    let cm = apply(
+        target(&kinds, "configmaps", "c"),
+        json!({"status": {}}),
+        true,
+    );
+    assert!(matches!(
+        run(&kinds, &cm, Some(&json!({"metadata": {"name": "c"}})), 2),
+        Err(ActionError::NotFound(_))
+    ));
+}
+
+#[test]
+fn a_terminating_object_keeps_its_mark_takes_no_new_finalizer_and_goes_with_its_last() {
+    let kinds = KindRegistry::builtin();
+    let t = || target(&kinds, "configmaps", "f");
+    let made = run(
+        &kinds,
+        &apply(
+            t(),
+            json!({"metadata": {"finalizers": ["example.com/f"]}}),
+            false,
+        ),
+        None,
+        1,
+    )
+    .unwrap()
+    .unwrap();
+    let delete = Action::Delete {
+        target: t(),
+        propagation: Propagation::Background,
+    };
+    let marked = run(&kinds, &delete, Some(&made), 2).unwrap().unwrap();
+    assert!(deletion::is_terminating(&marked));
+    let undelete = merge(
+        t(),
+        json!({"metadata": {"deletionTimestamp": null}, "data": {"v": "1"}}),
+    );
+    let still = run(&kinds, &undelete, Some(&marked), 3).unwrap().unwrap();
+    assert!(deletion::is_terminating(&still), "{still}");
+    assert_eq!(still["data"]["v"], "1");
+    let more = merge(
+        t(),
+        json!({"metadata": {"finalizers": ["example.com/f", "example.com/g"]}}),
+    );
+    assert!(matches!(
+        run(&kinds, &more, Some(&still), 4),
+        Err(ActionError::Invalid(_))
+    ));
+    assert_eq!(
+        write(&ctx(&kinds), &delete, Some(&still), &mut || Ok("x".into())).unwrap(),
+        Outcome::Unchanged
+    );
+    let last = merge(t(), json!({"metadata": {"finalizers": null}}));
+    assert!(matches!(
+        write(&ctx(&kinds), &last, Some(&still), &mut || Ok("x".into())).unwrap(),
+        Outcome::Gone(_)
+    ));
+}
+
+#[test]
+fn the_validator_sees_every_change_and_its_refusal_is_the_answer() {
+    struct Refuse;
+    impl Validate for Refuse {
+        fn validate(
+            &self,
+            what: &str,
+            _: &KindInfo,
+            _: Option<&Value>,
+            _: &Value,
+        ) -> Result<(), ActionError> {
+            Err(ActionError::Invalid(format!("{what}: refused")))
+        }
+    }
+    let kinds = KindRegistry::builtin();
+    let c = Context {
+        validator: &Refuse,
+        ..ctx(&kinds)
+    };
+    let a = apply(target(&kinds, "configmaps", "c"), json!({}), false);
+    assert!(matches!(
+        write(&c, &a, None, &mut || Ok("u".into())),
+        Err(ActionError::Invalid(_))
+    ));
+}
