@@ -36,8 +36,9 @@ use serde_json::{Value, json};
 use crate::actions::executor::ActionError;
 use crate::actions::{Action, PatchType, Target};
 use crate::kind::KindRegistry;
+use crate::openapi::Write;
 
-pub use validate::{NoValidation, Validate};
+pub use validate::{Check, NoValidation, OpenApi, Validate};
 
 /// What a write does to the stored object.
 #[derive(Debug, Clone, PartialEq)]
@@ -115,7 +116,15 @@ pub fn write(
             target.preconditions.embed_in(&mut body);
             preconditions::check_body(&what, target, Some(stored), &body)?;
             let next = status::status_write(stored, &body);
-            settle(ctx, &what, target, stored, next, Scope::Status)
+            settle(
+                ctx,
+                &what,
+                target,
+                stored,
+                next,
+                Scope::Status,
+                Write::Apply,
+            )
         }
         Action::Apply { object, .. } => {
             let mut body = object.clone();
@@ -126,7 +135,7 @@ pub fn write(
                 Some(stored) => {
                     let mut next = stored.clone();
                     json_patch::merge(&mut next, &body);
-                    settle(ctx, &what, target, stored, next, Scope::Main)
+                    settle(ctx, &what, target, stored, next, Scope::Main, Write::Apply)
                 }
             }
         }
@@ -145,7 +154,7 @@ pub fn write(
                 PatchType::Json => preconditions::json_patch(&what, target, stored, patch)?,
             };
             preconditions::check_body(&what, target, Some(stored), &next)?;
-            settle(ctx, &what, target, stored, next, Scope::Main)
+            settle(ctx, &what, target, stored, next, Scope::Main, Write::Patch)
         }
     }
 }
@@ -170,7 +179,14 @@ fn create(
     {
         m.insert("namespace".into(), json!(ns));
     }
-    ctx.validator.validate(what, &target.kind, None, &value)?;
+    ctx.validator.validate(&Check {
+        what,
+        kind: &target.kind,
+        write: Write::Apply,
+        status: false,
+        old: None,
+        new: &value,
+    })?;
     Ok(Outcome::Put(value))
 }
 
@@ -194,6 +210,7 @@ fn settle(
     stored: &Value,
     mut next: Value,
     scope: Scope,
+    write: Write,
 ) -> Result<Outcome, ActionError> {
     let has_status = status::has_subresource(ctx.kinds, &target.kind.gvk);
     if has_status && scope == Scope::Main {
@@ -207,8 +224,14 @@ fn settle(
     if deletion::finalized(&next) {
         return Ok(Outcome::Gone(next));
     }
-    ctx.validator
-        .validate(what, &target.kind, Some(stored), &next)?;
+    ctx.validator.validate(&Check {
+        what,
+        kind: &target.kind,
+        write,
+        status: scope == Scope::Status,
+        old: Some(stored),
+        new: &next,
+    })?;
     Ok(Outcome::Put(next))
 }
 

@@ -274,14 +274,8 @@ fn a_terminating_object_keeps_its_mark_takes_no_new_finalizer_and_goes_with_its_
 fn the_validator_sees_every_change_and_its_refusal_is_the_answer() {
     struct Refuse;
     impl Validate for Refuse {
-        fn validate(
-            &self,
-            what: &str,
-            _: &KindInfo,
-            _: Option<&Value>,
-            _: &Value,
-        ) -> Result<(), ActionError> {
-            Err(ActionError::Invalid(format!("{what}: refused")))
+        fn validate(&self, check: &Check<'_>) -> Result<(), ActionError> {
+            Err(ActionError::Invalid(format!("{}: refused", check.what)))
         }
     }
     let kinds = KindRegistry::builtin();
@@ -294,4 +288,32 @@ fn the_validator_sees_every_change_and_its_refusal_is_the_answer() {
         write(&c, &a, None, &mut || Ok("u".into())),
         Err(ActionError::Invalid(_))
     ));
+}
+
+#[test]
+fn the_open_api_validator_refuses_what_the_server_refuses() {
+    let kinds = KindRegistry::builtin();
+    let c = Context {
+        validator: &crate::sim::OpenApi,
+        ..ctx(&kinds)
+    };
+    let t = target(&kinds, "configmaps", "c");
+    // A number where the API has a string: the server's apply answers 500
+    // (structured merge), which the sink reads as an invalid body.
+    let typed = apply(t.clone(), json!({"data": {"v": 1}}), false);
+    let e = write(&c, &typed, None, &mut || Ok("u".into())).unwrap_err();
+    assert!(
+        matches!(&e, ActionError::Invalid(m) if m.contains(".data.v") && m.contains("schema")),
+        "{e:?}"
+    );
+    // An immutable ConfigMap's data may not change.
+    let stored = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "c", "namespace": "a", "uid": "u", "resourceVersion": "1"},
+        "immutable": true, "data": {"v": "1"}});
+    let change = apply(t, json!({"data": {"v": "2"}}), false);
+    let e = write(&c, &change, Some(&stored), &mut || Ok("u".into())).unwrap_err();
+    assert!(
+        matches!(&e, ActionError::Invalid(m) if m.contains("immutable")),
+        "{e:?}"
+    );
 }

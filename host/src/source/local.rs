@@ -627,7 +627,7 @@ impl LocalCluster {
                     kinds: &self.kinds,
                     now: std::time::SystemTime::now(),
                     garbage_collector: true,
-                    validator: &sim::NoValidation,
+                    validator: &sim::OpenApi,
                 };
                 self.write_object(state, id, new_file.as_deref(), |stored| {
                     let mut uid = || {

@@ -346,7 +346,7 @@ impl SimCluster {
             // No collector runs here: a foreground or orphan delete is
             // finished at once, as a cluster's collector soon would.
             garbage_collector: false,
-            validator: &sim::NoValidation,
+            validator: &sim::OpenApi,
         };
         let uid = uid_for(state, &id);
         let outcome = sim::write(&ctx, action, current.as_ref(), &mut || Ok(uid.clone()))?;
@@ -532,7 +532,7 @@ mod tests {
         let c = cluster();
         let (id, stored) = c
             .put(json!({"apiVersion": "v1", "kind": "ConfigMap",
-                "metadata": {"name": "x", "namespace": "a", "finalizers": ["f"]}, "data": {"k": "1"}}))
+                "metadata": {"name": "x", "namespace": "a", "finalizers": ["example.com/f"]}, "data": {"k": "1"}}))
             .unwrap();
         let uid = stored["metadata"]["uid"].as_str().unwrap().to_owned();
         assert_eq!(stored["metadata"]["resourceVersion"], "1");
