@@ -258,10 +258,7 @@ impl FieldSelector {
     /// terms name (a missing field, `null`, an object or an array reads as
     /// the empty string, as a field the server's field set lacks does).
     pub fn matches(&self, obj: &KObject) -> bool {
-        self.matches_fields(|field| match obj.field(&field_pointer(field))? {
-            FieldValue::Text(s) => Some(s),
-            other => other.as_index_key(),
-        })
+        self.matches_fields(|field| server_field(obj, field))
     }
 
     /// Whether a field set matches, given as a lookup (apimachinery's
@@ -272,6 +269,39 @@ impl FieldSelector {
             let actual = actual.as_ref().map_or("", AsRef::as_ref);
             (actual == r.value) == (r.op == FieldOp::Equals)
         })
+    }
+}
+
+/// The value the API server's field set gives `field` of `obj` (its
+/// registry's `GetAttrs`): most fields are the object's own, but a few are
+/// computed or defaulted, and a selector on them must read what the server
+/// reads, or a simulation selects other objects than a cluster (a Node
+/// without `spec.unschedulable` is `false` there, a Job's
+/// `status.successful` is its `status.succeeded`).
+pub fn server_field(obj: &KObject, field: &str) -> Option<String> {
+    let text = |pointer: &str| match obj.field(pointer)? {
+        FieldValue::Text(s) => Some(s),
+        other => other.as_index_key(),
+    };
+    let api_version = text("/apiVersion").unwrap_or_default();
+    let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
+    let kind = text("/kind").unwrap_or_default();
+    let or =
+        |pointer: &str, default: &str| Some(text(pointer).unwrap_or_else(|| default.to_owned()));
+    match (group, kind.as_str(), field) {
+        // PodToSelectableFields: a Pod's host network as a boolean, false
+        // unless set; its IP the first of `status.podIPs`.
+        ("", "Pod", "spec.hostNetwork") => or("/spec/hostNetwork", "false"),
+        ("", "Pod", "status.podIP") => or("/status/podIPs/0/ip", ""),
+        // NodeToSelectableFields, JobToSelectableFields,
+        // ControllerToSelectableFields (ReplicationController): formatted
+        // from the typed field, so an absent one reads as its zero value.
+        ("", "Node", "spec.unschedulable") => or("/spec/unschedulable", "false"),
+        ("batch", "Job", "status.successful") => or("/status/succeeded", "0"),
+        ("", "ReplicationController", "status.replicas") => or("/status/replicas", "0"),
+        // EventToSelectableFields: `source` is the reporting component.
+        ("", "Event", "source") => or("/source/component", ""),
+        _ => text(&field_pointer(field)),
     }
 }
 

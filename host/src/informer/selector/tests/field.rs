@@ -385,3 +385,40 @@ fn field_selectors_over_a_request_s_limit_are_refused_and_errors_show_an_excerpt
     let e = FieldSelector::parse(&long_term).unwrap_err().to_string();
     assert_excerpted(&e, "(100000 bytes)");
 }
+
+/// The server's field set, not the object's JSON: computed and defaulted
+/// fields read as the registries' `GetAttrs` write them.
+#[test]
+fn selectors_read_the_fields_the_server_computes() {
+    use crate::object::{KObject, StripOptions};
+    let obj = |v: serde_json::Value| KObject::from_value(v, StripOptions::default()).unwrap();
+    let sel = |s: &str| FieldSelector::parse(s).unwrap();
+    let node =
+        obj(serde_json::json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n"}}));
+    assert!(sel("spec.unschedulable=false").matches(&node));
+    assert!(!sel("spec.unschedulable=true").matches(&node));
+    let cordoned = obj(serde_json::json!({"apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": "n"}, "spec": {"unschedulable": true}}));
+    assert!(sel("spec.unschedulable=true").matches(&cordoned));
+    let pod = obj(serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "p", "namespace": "a"},
+        "status": {"podIPs": [{"ip": "10.0.0.7"}, {"ip": "fd00::7"}]}}));
+    assert!(sel("spec.hostNetwork=false").matches(&pod));
+    assert!(sel("status.podIP=10.0.0.7").matches(&pod));
+    let job = obj(serde_json::json!({"apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": "j", "namespace": "a"}, "status": {"succeeded": 2}}));
+    assert!(sel("status.successful=2").matches(&job));
+    let fresh = obj(serde_json::json!({"apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": "j", "namespace": "a"}}));
+    assert!(sel("status.successful=0").matches(&fresh));
+    let rc = obj(
+        serde_json::json!({"apiVersion": "v1", "kind": "ReplicationController",
+        "metadata": {"name": "r", "namespace": "a"}}),
+    );
+    assert!(sel("status.replicas=0").matches(&rc));
+    let event = obj(serde_json::json!({"apiVersion": "v1", "kind": "Event",
+        "metadata": {"name": "e", "namespace": "a"}, "source": {"component": "kubelet"}}));
+    assert!(sel("source=kubelet").matches(&event));
+    // Anything else is the object's own field.
+    assert!(sel("metadata.name=e,metadata.namespace=a").matches(&event));
+}
