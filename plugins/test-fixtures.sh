@@ -39,6 +39,9 @@ for lang in js python c go; do
 done
 run namespace-defaults "$rust/namespace_defaults.wasm" namespace-defaults/tests/*.yaml
 run crashloop-watcher "$rust/crashloop_watcher.wasm" crashloop-watcher/tests/*.yaml
+# The simulated API server's answers, one per case, as the real server gives
+# them (tests/conformance: the actor emits exactly what a case's script says).
+run conformance "$rust/actor.wasm" ../tests/conformance/fixtures/*.yaml
 
 if [[ ${#failed[@]} -gt 0 ]]; then
   echo "error: fixtures failed for: ${failed[*]} (reports in $junit)" >&2
