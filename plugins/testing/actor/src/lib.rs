@@ -144,7 +144,13 @@ fn run(action: &Value) -> Result<(), HandlerError> {
 }
 
 fn preconditions(action: &Value) -> Preconditions {
-    let text = |k: &str| action.get(k).and_then(Value::as_str).unwrap_or_default().to_owned();
+    let text = |k: &str| {
+        action
+            .get(k)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned()
+    };
     Preconditions::uid(text("uid")).with_resource_version(text("resourceVersion"))
 }
 
