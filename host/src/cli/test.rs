@@ -59,6 +59,7 @@ pub(crate) fn test(args: TestArgs) -> std::process::ExitCode {
         seed: args.seed,
         filter: args.filter,
         cache_dir: args.cache_dir,
+        mirror: None,
     };
     match kubewasm::testing::run(&opts, &mut std::io::stdout().lock()) {
         Ok(summary) => std::process::ExitCode::from(summary.exit_code()),

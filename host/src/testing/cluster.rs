@@ -21,6 +21,7 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
 use super::fixture::{Failure, SimulatedError, Verb};
+use super::mirror::Mirror;
 use crate::actions::executor::{ActionError, ActionSink};
 use crate::actions::{Action, Target};
 use crate::kind::{Gvk, KindRegistry};
@@ -78,6 +79,8 @@ pub struct SimCluster {
     /// virtual time.
     timeout: Duration,
     state: Mutex<State>,
+    /// Another cluster told of what this one stores and answers.
+    mirror: Mutex<Option<Arc<dyn Mirror>>>,
 }
 
 impl std::fmt::Debug for SimCluster {
@@ -93,6 +96,7 @@ impl SimCluster {
             harness,
             timeout,
             state: Mutex::new(State::default()),
+            mirror: Mutex::new(None),
         })
     }
 
@@ -188,15 +192,35 @@ impl SimCluster {
             }
         }
         state.objects.insert(id.clone(), object.clone());
+        drop(state);
+        if let Some(m) = self.mirror() {
+            m.put(&object);
+        }
         Ok((id, object))
     }
 
     /// Removes an object (a `deleted` delta); returns its last state.
     pub fn remove(&self, id: &Id) -> Option<Value> {
-        let mut state = self.state.lock();
-        let gone = state.objects.remove(id)?;
-        *state.incarnations.entry(id.clone()).or_default() += 1;
+        let gone = {
+            let mut state = self.state.lock();
+            let gone = state.objects.remove(id)?;
+            *state.incarnations.entry(id.clone()).or_default() += 1;
+            gone
+        };
+        if let Some(m) = self.mirror() {
+            m.removed(&gone);
+        }
         Some(gone)
+    }
+
+    /// Tells `mirror` of every object stored or removed as the case says
+    /// and of every action's answer from now on.
+    pub fn set_mirror(&self, mirror: Arc<dyn Mirror>) {
+        *self.mirror.lock() = Some(mirror);
+    }
+
+    fn mirror(&self) -> Option<Arc<dyn Mirror>> {
+        self.mirror.lock().clone()
     }
 
     /// The case's failure rules, in force for all its steps: a rule's
@@ -398,10 +422,14 @@ impl ActionSink for SimCluster {
         _plugin: &'a str,
         action: &'a Action,
     ) -> BoxFuture<'a, Result<(), ActionError>> {
-        let result = {
+        let (result, mirrored) = {
             let mut state = self.state.lock();
-            match self.simulated(&mut state, action) {
-                Some(e) => Err(e),
+            let mut injected = false;
+            let result = match self.simulated(&mut state, action) {
+                Some(e) => {
+                    injected = true;
+                    Err(e)
+                }
                 None if state.dry_run => {
                     // Checked against a scratch copy, answered, dropped.
                     let mut scratch = State {
@@ -413,9 +441,22 @@ impl ActionSink for SimCluster {
                     self.apply(&mut scratch, action)
                 }
                 None => self.apply(&mut state, action),
-            }
+            };
+            // A failure the fixture injects never reached a server, and a
+            // dry run changed nothing: neither is the mirror's to repeat.
+            (result, !injected && !state.dry_run && !action.is_event())
         };
-        Box::pin(async move { result })
+        Box::pin(async move {
+            if let Some(m) = self.mirror().filter(|_| mirrored) {
+                let target = action.target();
+                let id = (
+                    target.kind.gvk.clone(),
+                    ObjectKey::new(target.namespace.as_deref(), &target.name),
+                );
+                m.action(action, &result, self.get(&id)).await;
+            }
+            result
+        })
     }
 }
 

@@ -15,6 +15,7 @@ pub mod cluster;
 pub mod diff;
 pub mod fixture;
 pub mod junit;
+pub mod mirror;
 pub mod outcome;
 pub mod plugin;
 pub mod record;
@@ -47,6 +48,8 @@ pub struct Options {
     pub filter: Option<String>,
     /// The compile cache (default: the host's).
     pub cache_dir: Option<PathBuf>,
+    /// Another cluster every case is mirrored into (the conformance suite).
+    pub mirror: Option<mirror::MirrorHandle>,
 }
 
 /// Why the run could not happen (the command exits 2).
@@ -236,7 +239,15 @@ fn run_file(
             continue;
         }
         let case_seed = opts.seed.or(case.seed).unwrap_or(seed);
-        let mut report = runner::run_case(plugin, rt, path, &fixture, i, case_seed);
+        let mut report = runner::run_case(
+            plugin,
+            rt,
+            path,
+            &fixture,
+            i,
+            case_seed,
+            opts.mirror.as_ref(),
+        );
         let only_stale =
             matches!(&report.status, Status::Failed(f) if f.len() == report.stale.len());
         if opts.update && only_stale && !report.stale.is_empty() {

@@ -73,7 +73,8 @@ pub fn comparable(object: &Value, real: Option<&Translation>) -> Value {
 }
 
 /// The paths where `sim` and `real` differ (`/data/a: sim "1", server
-/// "2"`), skipping the pointers in `volatile` and everything under them.
+/// "2"`), skipping the pointers in `volatile` and everything under them,
+/// and what only the server has (its defaults).
 pub fn differences(sim: &Value, real: &Value, volatile: &[String]) -> Vec<String> {
     let mut out = Vec::new();
     walk("", sim, real, volatile, &mut out);
@@ -107,6 +108,9 @@ fn walk(path: &str, sim: &Value, real: &Value, volatile: &[String], out: &mut Ve
             }
         }
         _ if sim == real => {}
+        // What the server defaults (a Deployment's strategy, a Pod's DNS
+        // policy) the simulation leaves unset: defaulting is not simulated.
+        (Value::Null, _) => {}
         _ => out.push(format!(
             "{}: simulation {}, server {}",
             if path.is_empty() { "/" } else { path },

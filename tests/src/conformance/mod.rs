@@ -6,5 +6,6 @@
 //! resourceVersions stand for the simulation's.
 
 pub mod compare;
+pub mod mirror;
 pub mod real;
 pub mod translate;

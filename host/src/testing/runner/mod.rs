@@ -17,6 +17,7 @@ use serde_json::Value;
 use super::cluster::SimCluster;
 use super::diff::{self, Ignore};
 use super::fixture::{Call, Fixture};
+use super::mirror::MirrorHandle;
 use super::plugin::PluginUnderTest;
 use crate::actions::executor::{ActionSink, ExecutorOptions};
 use crate::kind::KindRegistry;
@@ -76,6 +77,7 @@ pub fn run_case(
     fixture: &Fixture,
     index: usize,
     seed: u64,
+    mirror: Option<&MirrorHandle>,
 ) -> CaseReport {
     let case = &fixture.cases[index];
     let start = Instant::now();
@@ -88,7 +90,14 @@ pub fn run_case(
         observed: vec![None; case.steps.len()],
         stale: Vec::new(),
     };
-    report.status = match run(plugin, rt, file, fixture, index, seed, &mut report) {
+    let input = CaseInput {
+        file,
+        fixture,
+        index,
+        seed,
+        mirror,
+    };
+    report.status = match run(plugin, rt, &input, &mut report) {
         Ok(failures) if failures.is_empty() => Status::Passed,
         Ok(failures) => Status::Failed(failures),
         Err(b) => Status::Error(format!(
@@ -104,15 +113,28 @@ pub fn run_case(
     report
 }
 
+/// One case of a fixture file, as [`run_case`] was asked to run it.
+struct CaseInput<'a> {
+    file: &'a Path,
+    fixture: &'a Fixture,
+    index: usize,
+    seed: u64,
+    mirror: Option<&'a MirrorHandle>,
+}
+
 fn run(
     plugin: &mut PluginUnderTest,
     rt: &tokio::runtime::Runtime,
-    file: &Path,
-    fixture: &Fixture,
-    index: usize,
-    seed: u64,
+    input: &CaseInput<'_>,
     report: &mut CaseReport,
 ) -> Result<Vec<String>, Bad> {
+    let CaseInput {
+        file,
+        fixture,
+        index,
+        seed,
+        mirror,
+    } = *input;
     let case = &fixture.cases[index];
     let at = |field: &str| format!("cases[{index}].{field}");
     let base = file.parent().unwrap_or(Path::new("."));
@@ -142,6 +164,10 @@ fn run(
         harness.clone(),
         ExecutorOptions::default().timeout,
     );
+    if let Some(m) = mirror {
+        m.0.begin_case(file, &case.name);
+        cluster.set_mirror(m.0.clone());
+    }
     for (field, o) in objects {
         cluster.put(o).map_err(|m| bad(field, m))?;
     }
