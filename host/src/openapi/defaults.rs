@@ -20,18 +20,18 @@ pub fn pod_spec(spec: &mut Value) {
         ("terminationGracePeriodSeconds", json!(30)),
     ];
     fill(spec, defaults);
-    for list in ["containers", "initContainers"] {
-        for c in spec
-            .get_mut(list)
-            .and_then(Value::as_array_mut)
-            .into_iter()
-            .flatten()
-        {
-            if let Some(c) = c.as_object_mut() {
-                container(c);
-            }
-        }
-    }
+    containers_mut(spec).for_each(container);
+}
+
+/// A PodSpec's containers and init containers, each as a map.
+pub fn containers_mut(
+    spec: &mut Map<String, Value>,
+) -> impl Iterator<Item = &mut Map<String, Value>> {
+    spec.iter_mut()
+        .filter(|(k, _)| *k == "containers" || *k == "initContainers")
+        .filter_map(|(_, v)| v.as_array_mut())
+        .flatten()
+        .filter_map(Value::as_object_mut)
 }
 
 fn container(c: &mut Map<String, Value>) {

@@ -152,17 +152,8 @@ fn pod(old: &Value, new: &Value) -> Vec<Cause> {
             for field in ["activeDeadlineSeconds", "terminationGracePeriodSeconds"] {
                 spec.remove(field);
             }
-            for list in ["containers", "initContainers"] {
-                for c in spec
-                    .get_mut(list)
-                    .and_then(Value::as_array_mut)
-                    .into_iter()
-                    .flatten()
-                {
-                    if let Some(c) = c.as_object_mut() {
-                        c.remove("image");
-                    }
-                }
+            for c in super::defaults::containers_mut(spec) {
+                c.remove("image");
             }
         }
     }
