@@ -79,7 +79,7 @@ fn conform(plugin: &str, fixtures: Vec<PathBuf>, at_least: usize) {
 
 #[test]
 fn the_conformance_fixtures_agree_with_the_api_server() {
-    conform("actor.wasm", fixtures("tests/conformance/fixtures"), 8);
+    conform("actor.wasm", fixtures("tests/conformance/fixtures"), 14);
 }
 
 /// Files under the repository's root.
