@@ -62,17 +62,15 @@ impl Validate for OpenApi {
             let status = refusal.status();
             // As the host's sink reads the real server's answer: an apply
             // body that does not fit the schema comes back as a 500 there.
-            let message = if status.code == 500 && check.write == Write::Apply {
-                format!(
-                    "{}: the body does not fit the kind's schema: {}",
-                    check.what, status.message
-                )
-            } else if status.reason.is_empty() {
-                format!("{}: {}", check.what, status.message)
+            if status.code == 500 && check.write == Write::Apply {
+                ActionError::apply_body_untyped(check.what, &status.message)
             } else {
-                format!("{}: {} ({})", check.what, status.message, status.reason)
-            };
-            ActionError::Invalid(message)
+                ActionError::Invalid(ActionError::server_words(
+                    check.what,
+                    &status.message,
+                    &status.reason,
+                ))
+            }
         })
     }
 }

@@ -82,6 +82,28 @@ impl ActionError {
         matches!(self, ActionError::Conflict(_))
     }
 
+    /// How a refusal of the request `what` (`patch configmaps a/b`) reads:
+    /// the API server's message, and its reason when it gave one. The same
+    /// for the real server's answers and the simulated one's.
+    pub fn server_words(what: &str, message: &str, reason: &str) -> String {
+        if reason.is_empty() {
+            format!("{what}: {message}")
+        } else {
+            format!("{what}: {message} ({reason})")
+        }
+    }
+
+    /// A server-side apply whose body does not fit the kind's schema (a
+    /// string where a number goes, a field the kind does not declare): the
+    /// API server answers 500, its structured-merge code failing to type
+    /// the patch, but it is the body refused, and retrying it can never
+    /// succeed.
+    pub fn apply_body_untyped(what: &str, message: &str) -> Self {
+        ActionError::Invalid(format!(
+            "{what}: the body does not fit the kind's schema: {message}"
+        ))
+    }
+
     /// The failure's class in one word, for traces and logs that group
     /// failures (`throttled`, `conflict`, ...).
     pub fn class(&self) -> &'static str {

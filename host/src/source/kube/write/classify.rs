@@ -55,15 +55,19 @@ fn uid_precondition_failed(action: &Action, error: &kube::Error) -> Option<Strin
     }
 }
 
-/// Server-side apply answers a body that does not fit the kind's schema (a
-/// string where a number goes, a field the kind does not declare) with 500
-/// and no reason: the structured-merge code fails to type the patch. That
-/// is the body refused, not the server failing, and retrying it can never
-/// succeed; the same body as a create or update gets 400 or 422.
-fn apply_body_untyped(action: &Action, error: &kube::Error) -> bool {
-    matches!(action, Action::Apply { .. })
-        && matches!(error, kube::Error::Api(s)
-            if s.code == 500 && s.message.contains("failed to create typed patch object"))
+/// The server's message when its 500 is the one server-side apply answers
+/// a body that does not fit the kind's schema with
+/// ([`ActionError::apply_body_untyped`]); the same body as a create or
+/// update gets 400 or 422.
+fn apply_body_untyped<'a>(action: &Action, error: &'a kube::Error) -> Option<&'a str> {
+    match (action, error) {
+        (Action::Apply { .. }, kube::Error::Api(s))
+            if s.code == 500 && s.message.contains("failed to create typed patch object") =>
+        {
+            Some(&s.message)
+        }
+        _ => None,
+    }
 }
 
 /// [`classify_request`] for `action`'s own request (named `what`), with a
@@ -73,13 +77,8 @@ pub fn classify_failed(action: &Action, what: &str, failed: Failed) -> ActionErr
     if let Some(why) = uid_precondition_failed(action, &failed.error) {
         return ActionError::Conflict(format!("{what}: {why}"));
     }
-    if apply_body_untyped(action, &failed.error)
-        && let kube::Error::Api(s) = &failed.error
-    {
-        return ActionError::Invalid(format!(
-            "{what}: the body does not fit the kind's schema: {}",
-            s.message
-        ));
+    if let Some(message) = apply_body_untyped(action, &failed.error) {
+        return ActionError::apply_body_untyped(what, message);
     }
     classify_request(what, failed)
 }
@@ -109,11 +108,7 @@ pub fn classify(action: &Action, error: kube::Error) -> ActionError {
 pub fn classify_request(what: &str, failed: Failed) -> ActionError {
     match failed.error {
         kube::Error::Api(s) => {
-            let msg = if s.reason.is_empty() {
-                format!("{what}: {}", s.message)
-            } else {
-                format!("{what}: {} ({})", s.message, s.reason)
-            };
+            let msg = ActionError::server_words(what, &s.message, &s.reason);
             match s.code {
                 401 => ActionError::Unauthorized(msg),
                 403 => ActionError::Forbidden(msg),
