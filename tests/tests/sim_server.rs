@@ -194,14 +194,10 @@ impl<'a> Transcript<'a> {
     async fn run(&mut self, label: &str, action: Action) -> Result<(), ActionError> {
         let r = self.side.run(&action).await;
         let class = match &r {
-            Ok(()) => "ok".to_owned(),
+            Ok(()) => "ok",
             Err(e) => {
                 eprintln!("[{}] {label}: {e}", self.side.name());
-                format!("{e:?}")
-                    .split('(')
-                    .next()
-                    .unwrap_or_default()
-                    .to_owned()
+                e.class()
             }
         };
         self.lines.push(format!("{label}: {class}"));
