@@ -283,12 +283,12 @@ pub fn server_field(obj: &KObject, field: &str) -> Option<String> {
         FieldValue::Text(s) => Some(s),
         other => other.as_index_key(),
     };
-    let api_version = text("/apiVersion").unwrap_or_default();
-    let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
-    let kind = text("/kind").unwrap_or_default();
+    // The kind as decoded with the object's metadata: no scan of the text.
+    let meta = obj.meta();
+    let group = meta.api_version.rsplit_once('/').map_or("", |(g, _)| g);
     let or =
         |pointer: &str, default: &str| Some(text(pointer).unwrap_or_else(|| default.to_owned()));
-    match (group, kind.as_str(), field) {
+    match (group, &*meta.kind, field) {
         // PodToSelectableFields: a Pod's host network as a boolean, false
         // unless set; its IP the first of `status.podIPs`.
         ("", "Pod", "spec.hostNetwork") => or("/spec/hostNetwork", "false"),
