@@ -145,20 +145,9 @@ pub fn carry(gvk: &Gvk, stored: &Value, next: &mut Value, has_status: bool) {
 
 #[cfg(test)]
 mod tests {
-    use std::time::SystemTime;
-
     use super::*;
     use crate::kind::KindRegistry;
-    use crate::sim::NoValidation;
-
-    fn ctx(kinds: &KindRegistry) -> Context<'_> {
-        Context {
-            kinds,
-            now: SystemTime::UNIX_EPOCH,
-            garbage_collector: false,
-            validator: &NoValidation,
-        }
-    }
+    use crate::sim::tests::ctx;
 
     #[test]
     fn annotating_a_deployment_moves_its_generation_as_the_server_does() {

@@ -10,7 +10,9 @@ use super::*;
 use crate::actions::{Preconditions, Propagation};
 use crate::kind::{KindInfo, KindRef};
 
-fn ctx(kinds: &KindRegistry) -> Context<'_> {
+/// A write path's context with no collector and no validation, at the
+/// epoch: what the rule files' tests share.
+pub(super) fn ctx(kinds: &KindRegistry) -> Context<'_> {
     Context {
         kinds,
         now: SystemTime::UNIX_EPOCH,

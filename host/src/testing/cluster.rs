@@ -359,10 +359,7 @@ impl SimCluster {
     /// echoes ([`Self::take_changes`]).
     fn apply(&self, state: &mut State, action: &Action) -> Result<(), ActionError> {
         let target = action.target();
-        let id = (
-            target.kind.gvk.clone(),
-            ObjectKey::new(target.namespace.as_deref(), &target.name),
-        );
+        let id = target_id(target);
         let current = state.objects.get(&id).cloned();
         let ctx = sim::Context {
             kinds: &self.kinds,
@@ -448,16 +445,20 @@ impl ActionSink for SimCluster {
         };
         Box::pin(async move {
             if let Some(m) = self.mirror().filter(|_| mirrored) {
-                let target = action.target();
-                let id = (
-                    target.kind.gvk.clone(),
-                    ObjectKey::new(target.namespace.as_deref(), &target.name),
-                );
-                m.action(action, &result, self.get(&id)).await;
+                m.action(action, &result, self.get(&target_id(action.target())))
+                    .await;
             }
             result
         })
     }
+}
+
+/// The id of the object an action targets.
+fn target_id(target: &Target) -> Id {
+    (
+        target.kind.gvk.clone(),
+        ObjectKey::new(target.namespace.as_deref(), &target.name),
+    )
 }
 
 /// A uid as the server makes them (a UUID), derived from the object's kind,
