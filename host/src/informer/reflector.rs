@@ -282,10 +282,8 @@ pub(super) struct Listed {
     pub(super) failed: Vec<Undecodable>,
 }
 
-/// True when `new` is another object than `old` under the same key: its
-/// uid differs (objects without a uid, as some tests build, are never
-/// told apart).
+/// True when `new` is another object than `old` under the same key
+/// ([`crate::object::recreated`]).
 pub(super) fn recreated(old: &KObject, new: &KObject) -> bool {
-    let (a, b) = (&old.meta().uid, &new.meta().uid);
-    !a.is_empty() && !b.is_empty() && a != b
+    crate::object::recreated(&old.meta().uid, &new.meta().uid)
 }

@@ -29,6 +29,14 @@ pub use field::FieldValue;
 pub use key::ObjectKey;
 pub use meta::{Meta, OwnerRef, StripOptions};
 
+/// True when an object of uid `new` is another object than one of uid
+/// `old` under the same key (deleted and created again): both carry a uid
+/// and they differ. Objects without a uid, as some tests build, are never
+/// told apart. The informer's test, and a recording's.
+pub fn recreated(old_uid: &str, new_uid: &str) -> bool {
+    !old_uid.is_empty() && !new_uid.is_empty() && old_uid != new_uid
+}
+
 /// The annotation `kubectl apply` keeps a full copy of the object in.
 pub const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 

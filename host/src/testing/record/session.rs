@@ -508,17 +508,13 @@ fn loosen(result: CallResult) -> CallResult {
     }
 }
 
-/// True when `new` is another object than `old` under the same key: both
-/// carry a uid and they differ (the informer's own test, on JSON).
+/// True when `new` is another object than `old` under the same key
+/// ([`crate::object::recreated`], on JSON).
 fn recreated(old: &serde_json::Map<String, Value>, new: &Value) -> bool {
-    let uid = |v: Option<&Value>| {
-        v.and_then(|m| m.get("uid"))
+    fn uid(meta: Option<&Value>) -> &str {
+        meta.and_then(|m| m.get("uid"))
             .and_then(Value::as_str)
-            .filter(|u| !u.is_empty())
-            .map(str::to_owned)
-    };
-    match (uid(old.get("metadata")), uid(new.get("metadata"))) {
-        (Some(a), Some(b)) => a != b,
-        _ => false,
+            .unwrap_or_default()
     }
+    crate::object::recreated(uid(old.get("metadata")), uid(new.get("metadata")))
 }
