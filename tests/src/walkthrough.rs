@@ -11,6 +11,7 @@ use serde_json::json;
 use crate::controlplane::ControlPlane;
 use crate::e2e::kubewasm_bin;
 use crate::incluster::run;
+use crate::markdown;
 use crate::registry::Registry;
 use crate::repo_root;
 use crate::tools::{helm, kubectl};
@@ -62,16 +63,8 @@ impl Workdir {
 
     /// Runs `script` with bash (`set -euxo pipefail`) here; its output.
     pub fn sh(&self, script: &str, what: &str) -> String {
-        self.sh_with(script, what, &[])
-    }
-
-    /// [`Workdir::sh`] with more environment variables.
-    pub fn sh_with(&self, script: &str, what: &str, env: &[(&str, &str)]) -> String {
         let mut cmd = self.command("bash");
         cmd.args(["-c", &format!("set -euxo pipefail\n{script}")]);
-        for (key, value) in env {
-            cmd.env(key, value);
-        }
         run(&mut cmd, what)
     }
 
@@ -96,64 +89,68 @@ pub fn release(dist: &Path, version: &str) -> String {
     )
 }
 
+/// A heading of a page: its line, its level and its line's text.
+type Heading<'a> = (usize, usize, &'a str);
+
+/// The headings of a page's prose (not `#` lines inside code blocks).
+fn headings<'a>(page: &markdown::Page<'a>) -> Vec<Heading<'a>> {
+    page.prose
+        .iter()
+        .filter_map(|&(line, text)| {
+            let level = text.chars().take_while(|c| *c == '#').count();
+            ((1..=6).contains(&level) && text[level..].starts_with(' '))
+                .then(|| (line, level, text.trim_end()))
+        })
+        .collect()
+}
+
+/// The `sh` blocks of `page` under heading `at` (an index of `headings`),
+/// up to the next heading of its level or above, as the book writes them.
+fn blocks_under(page: &markdown::Page<'_>, headings: &[Heading<'_>], at: usize) -> Vec<String> {
+    let (start, level, _) = headings[at];
+    let end = headings[at + 1..]
+        .iter()
+        .find(|(_, l, _)| *l <= level)
+        .map_or(usize::MAX, |(line, _, _)| *line);
+    page.blocks
+        .iter()
+        .filter(|b| b.lang == "sh")
+        .filter(|b| {
+            b.lines
+                .first()
+                .is_some_and(|(l, _)| (start..end).contains(l))
+        })
+        .map(|b| b.lines.iter().map(|(_, l)| format!("{l}\n")).collect())
+        .collect()
+}
+
+/// A page of the book (under docs/book/src).
+fn page_text(page: &str) -> String {
+    std::fs::read_to_string(repo_root().join("docs/book/src").join(page)).unwrap()
+}
+
 /// The ```` ```sh ```` blocks of `page` (under docs/book/src) after the
 /// heading line `heading` and before the next heading of that level or
 /// above, in order, as the book writes them.
 pub fn sh_blocks(page: &str, heading: &str) -> Vec<String> {
-    let text = std::fs::read_to_string(repo_root().join("docs/book/src").join(page)).unwrap();
-    let level = heading.chars().take_while(|c| *c == '#').count();
-    let mut lines = text.lines().skip_while(|l| l.trim_end() != heading);
-    assert!(lines.next().is_some(), "{page} has no heading {heading:?}");
-    let mut blocks = Vec::new();
-    // The sh block being read; `other` inside another fence (yaml, text),
-    // whose `# comment` lines are no headings.
-    let mut current: Option<String> = None;
-    let mut other = false;
-    for line in lines {
-        let hashes = line.chars().take_while(|c| *c == '#').count();
-        if current.is_none()
-            && !other
-            && (1..=level).contains(&hashes)
-            && line[hashes..].starts_with(' ')
-        {
-            break;
-        }
-        match (&mut current, line.trim_end()) {
-            (None, "```sh") if !other => current = Some(String::new()),
-            (None, fence) if fence.starts_with("```") => other = !other,
-            (Some(_), "```") => blocks.extend(current.take()),
-            (Some(block), text) => {
-                block.push_str(text);
-                block.push('\n');
-            }
-            (None, _) => {}
-        }
-    }
-    assert!(
-        current.is_none(),
-        "{page}: a ```sh block under {heading:?} is not closed"
-    );
-    blocks
+    let text = page_text(page);
+    let read = markdown::read(&text);
+    let all = headings(&read);
+    let at = all
+        .iter()
+        .position(|(_, _, h)| *h == heading)
+        .unwrap_or_else(|| panic!("{page} has no heading {heading:?}"));
+    blocks_under(&read, &all, at)
 }
 
 /// Every `## ` section of `page` with its ```` ```sh ```` blocks, in order.
 pub fn sections(page: &str) -> Vec<(String, Vec<String>)> {
-    let text = std::fs::read_to_string(repo_root().join("docs/book/src").join(page)).unwrap();
-    let mut fenced = false;
-    let mut headings = Vec::new();
-    for line in text.lines() {
-        if line.starts_with("```") {
-            fenced = !fenced;
-        } else if !fenced && line.starts_with("## ") {
-            headings.push(line.trim_end().to_owned());
-        }
-    }
-    headings
-        .into_iter()
-        .map(|h| {
-            let blocks = sh_blocks(page, &h);
-            (h, blocks)
-        })
+    let text = page_text(page);
+    let read = markdown::read(&text);
+    let all = headings(&read);
+    (0..all.len())
+        .filter(|&i| all[i].1 == 2)
+        .map(|i| (all[i].2.to_owned(), blocks_under(&read, &all, i)))
         .collect()
 }
 
@@ -169,4 +166,27 @@ pub fn node_values(cp: &ControlPlane, registry: &Registry) -> serde_json::Value 
         "config": {"pluginObjects": {"registryCA": "/etc/kubewasm/registry-ca.crt"}},
         "configFiles": {"registry-ca.crt": String::from_utf8(registry.ca_pem()).unwrap()},
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The pages the node tests run, read as they read them: each step's
+    /// commands under its heading, none lost to a `#` line inside a block.
+    #[test]
+    fn the_walkthroughs_blocks_are_found_under_their_headings() {
+        let steps: Vec<(String, usize)> = sections("tutorial.md")
+            .into_iter()
+            .map(|(h, blocks)| (h, blocks.len()))
+            .collect();
+        let counts: Vec<usize> = steps.iter().map(|(_, n)| *n).collect();
+        assert_eq!(counts, [1, 2, 2, 1, 1, 1, 1, 2, 1, 0], "{steps:?}");
+        assert_eq!(steps[0].0, "## What you need");
+        let quick = sh_blocks("install.md", "## Quick start");
+        assert_eq!(quick.len(), 2, "{quick:?}");
+        assert!(quick[0].contains("helm install kubewasm"), "{quick:?}");
+        // The fixture heredoc's `# yaml-language-server` line is in a block.
+        assert!(sections("tutorial.md")[3].1[0].contains("# yaml-language-server"));
+    }
 }
