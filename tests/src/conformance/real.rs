@@ -16,15 +16,9 @@ async fn resource(
     client: &kube::Client,
     id: &ObjectId,
 ) -> kube::Result<(ApiResource, ApiCapabilities)> {
-    let (group, version) = match id.0.rsplit_once('/') {
-        Some((gv, _kind)) => match gv.split_once('/') {
-            Some((g, v)) => (g.to_owned(), v.to_owned()),
-            None => (String::new(), gv.to_owned()),
-        },
-        None => (String::new(), id.0.clone()),
-    };
-    let kind = id.0.rsplit('/').next().unwrap_or_default();
-    let gvk = GroupVersionKind::gvk(&group, &version, kind);
+    let (api_version, kind) = id.0.rsplit_once('/').unwrap_or(("", &id.0));
+    let parsed = kubewasm::kind::Gvk::from_api_version(api_version, kind);
+    let gvk = GroupVersionKind::gvk(&parsed.group, &parsed.version, &parsed.kind);
     kube::discovery::pinned_kind(client, &gvk).await
 }
 
