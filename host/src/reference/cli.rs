@@ -9,12 +9,10 @@ pub fn markdown(cmd: &clap::Command) -> String {
     let mut cmd = cmd.clone();
     cmd.build();
     let name = cmd.get_name().to_owned();
-    let mut out = String::new();
-    let _ = writeln!(out, "# Command line\n");
-    let _ = writeln!(
-        out,
-        "<!-- Generated from the code (host/src/main.rs): do not edit; \
-         `KUBEWASM_REGENERATE=1 cargo test -p kubewasm --bin kubewasm reference` rewrites it. -->\n"
+    let mut out = super::page_head(
+        "Command line",
+        "the code (host/src/main.rs)",
+        "cargo test -p kubewasm --bin kubewasm reference",
     );
     if let Some(about) = cmd.get_about() {
         let _ = writeln!(out, "{about}.\n");

@@ -96,12 +96,10 @@ pub fn markdown() -> String {
             }
         }
     }
-    let mut out = String::new();
-    let _ = writeln!(out, "# Metrics\n");
-    let _ = writeln!(
-        out,
-        "<!-- Generated from the registry (host/src/telemetry/metrics.rs): do not edit; \
-         `KUBEWASM_REGENERATE=1 cargo test -p kubewasm --lib reference` rewrites it. -->\n"
+    let mut out = super::page_head(
+        "Metrics",
+        "the registry (host/src/telemetry/metrics.rs)",
+        "cargo test -p kubewasm --lib reference",
     );
     let _ = writeln!(
         out,

@@ -34,6 +34,15 @@ pub fn repo_root() -> PathBuf {
         .to_path_buf()
 }
 
+/// A generated page's first lines: its title, and the comment that names
+/// what it is generated from (`source`) and the command (`how`, run with
+/// [`REGENERATE`] set) that rewrites it.
+pub fn page_head(title: &str, source: &str, how: &str) -> String {
+    format!(
+        "# {title}\n\n<!-- Generated from {source}: do not edit; `{REGENERATE}=1 {how}` rewrites it. -->\n\n"
+    )
+}
+
 /// Compares the committed file at `relative` (to the repository's root)
 /// with `generated`, or writes it when [`REGENERATE`] is set. The error
 /// names the file and the command that regenerates it (`how`).

@@ -8,12 +8,10 @@ use crate::objects::reasons::ALL;
 
 /// The page.
 pub fn markdown() -> String {
-    let mut out = String::new();
-    let _ = writeln!(out, "# Status reasons\n");
-    let _ = writeln!(
-        out,
-        "<!-- Generated from the code (host/src/objects/reasons.rs): do not edit; \
-         `KUBEWASM_REGENERATE=1 cargo test -p kubewasm --lib reference` rewrites it. -->\n"
+    let mut out = super::page_head(
+        "Status reasons",
+        "the code (host/src/objects/reasons.rs)",
+        "cargo test -p kubewasm --lib reference",
     );
     let _ = writeln!(
         out,
