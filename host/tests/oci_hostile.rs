@@ -187,11 +187,11 @@ async fn a_manifest_of_gibibytes_costs_at_most_the_cap() {
         );
         if reset && let (Some(before), Some(after)) = (before, after) {
             // Loose (other tests run beside this one): far below 8 GiB.
-            assert!(
-                after - before < 256 << 10,
-                "peak RSS rose {} KiB",
-                after - before
-            );
+            // The kernel's RSS counters are approximate (per-thread
+            // caches), so a peak read just after its reset can exceed
+            // the next reading: a fall counts as no rise.
+            let rose = after.saturating_sub(before);
+            assert!(rose < 256 << 10, "peak RSS rose {rose} KiB");
         }
         println!(
             "8 GiB manifest ({}): registry wrote {:.1} MiB before the pull hung up; host peak RSS {} -> {} KiB{}",
