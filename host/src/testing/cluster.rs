@@ -50,12 +50,24 @@ struct Active {
     left: Option<u32>,
 }
 
-#[derive(Debug, Default)]
-struct State {
+/// What the cluster holds.
+#[derive(Debug, Default, Clone)]
+struct Store {
     objects: BTreeMap<Id, Value>,
     rv: u64,
     /// Deletions per id, mixed into a recreated object's uid.
     incarnations: BTreeMap<Id, u64>,
+    /// What the actions changed, for the watch echoes.
+    changes: Vec<Change>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    store: Store,
+    /// A dry-run call's view: the store as the call's earlier actions
+    /// left it (a server-side dry run of the whole call), dropped when
+    /// the next call begins.
+    scratch: Option<Store>,
     /// The case's rules, spent across its steps.
     case_failures: Vec<Active>,
     /// The current step's rules, matched before the case's.
@@ -67,8 +79,6 @@ struct State {
     /// one executing (the executor runs them in order, retrying in place).
     call: Vec<Action>,
     cursor: usize,
-    /// What the actions changed, for the watch echoes.
-    changes: Vec<Change>,
 }
 
 /// The cluster of one case.
@@ -128,13 +138,14 @@ impl SimCluster {
     }
 
     pub fn get(&self, id: &Id) -> Option<Value> {
-        self.state.lock().objects.get(id).cloned()
+        self.state.lock().store.objects.get(id).cloned()
     }
 
     /// Every object, by kind, namespace and name.
     pub fn objects(&self) -> Vec<(Id, Value)> {
         self.state
             .lock()
+            .store
             .objects
             .iter()
             .map(|(k, v)| (k.clone(), v.clone()))
@@ -147,7 +158,7 @@ impl SimCluster {
     pub fn put(&self, mut object: Value) -> Result<(Id, Value), String> {
         let id = self.id_of(&object)?;
         let mut state = self.state.lock();
-        let existing = state.objects.get(&id).cloned();
+        let existing = state.store.objects.get(&id).cloned();
         if let Some(ns) = &id.1.namespace {
             object["metadata"]["namespace"] = json!(&**ns);
         }
@@ -158,7 +169,7 @@ impl SimCluster {
         if !meta.contains_key("uid") {
             let uid = match old_meta.and_then(|m| m.get("uid")) {
                 Some(u) => u.clone(),
-                None => json!(uid_for(&state, &id)),
+                None => json!(uid_for(&state.store, &id)),
             };
             meta.insert("uid".into(), uid);
         }
@@ -185,13 +196,13 @@ impl SimCluster {
             .and_then(|rv| rv.parse::<u64>().ok());
         match given_rv {
             // Later writes count on from the highest version seen.
-            Some(rv) => state.rv = state.rv.max(rv),
+            Some(rv) => state.store.rv = state.store.rv.max(rv),
             None => {
-                state.rv += 1;
-                object["metadata"]["resourceVersion"] = json!(state.rv.to_string());
+                state.store.rv += 1;
+                object["metadata"]["resourceVersion"] = json!(state.store.rv.to_string());
             }
         }
-        state.objects.insert(id.clone(), object.clone());
+        state.store.objects.insert(id.clone(), object.clone());
         drop(state);
         if let Some(m) = self.mirror() {
             m.put(&object);
@@ -203,8 +214,8 @@ impl SimCluster {
     pub fn remove(&self, id: &Id) -> Option<Value> {
         let gone = {
             let mut state = self.state.lock();
-            let gone = state.objects.remove(id)?;
-            *state.incarnations.entry(id.clone()).or_default() += 1;
+            let gone = state.store.objects.remove(id)?;
+            *state.store.incarnations.entry(id.clone()).or_default() += 1;
             gone
         };
         if let Some(m) = self.mirror() {
@@ -247,6 +258,45 @@ impl SimCluster {
         let mut state = self.state.lock();
         state.call = actions.to_vec();
         state.cursor = 0;
+        state.scratch = None;
+    }
+
+    /// Whether `action` concerns what an earlier action of this call
+    /// changed in its dry run: the same object, or an object in a
+    /// Namespace it created or changed. A real server's dry run of it
+    /// would not see that change, so a recording asks the simulation
+    /// ([`Self::dry_run`]) instead.
+    pub fn follows_the_call(&self, action: &Action) -> bool {
+        let state = self.state.lock();
+        let Some(scratch) = &state.scratch else {
+            return false;
+        };
+        let target = action.target();
+        let id = target_id(target);
+        scratch.changes.iter().any(|c| {
+            c.id == id
+                || (c.id.0.group.is_empty()
+                    && c.id.0.kind == "Namespace"
+                    && target.namespace.as_deref() == Some(&*c.id.1.name))
+        })
+    }
+
+    /// Answers `action` as a server-side dry run of the call so far
+    /// would: against the store as the call's earlier dry-run actions
+    /// left it, which this one then changes in turn (the store itself is
+    /// untouched). Failure rules are not consulted.
+    pub fn dry_run(&self, action: &Action) -> Result<(), ActionError> {
+        let mut state = self.state.lock();
+        self.dry_run_locked(&mut state, action)
+    }
+
+    fn dry_run_locked(&self, state: &mut State, action: &Action) -> Result<(), ActionError> {
+        let State { store, scratch, .. } = state;
+        let scratch = scratch.get_or_insert_with(|| Store {
+            changes: Vec::new(),
+            ..store.clone()
+        });
+        self.apply(scratch, action)
     }
 
     fn timestamp(&self) -> String {
@@ -357,10 +407,10 @@ impl SimCluster {
     /// Carries out an action the server accepted, through the simulated
     /// API server's write path; what it changed is kept for the watch
     /// echoes ([`Self::take_changes`]).
-    fn apply(&self, state: &mut State, action: &Action) -> Result<(), ActionError> {
+    fn apply(&self, store: &mut Store, action: &Action) -> Result<(), ActionError> {
         let target = action.target();
         let id = target_id(target);
-        let current = state.objects.get(&id).cloned();
+        let current = store.objects.get(&id).cloned();
         let ctx = sim::Context {
             kinds: &self.kinds,
             now: self.harness.now(),
@@ -369,24 +419,24 @@ impl SimCluster {
             garbage_collector: false,
             validator: &sim::OpenApi,
         };
-        let uid = uid_for(state, &id);
+        let uid = uid_for(store, &id);
         let outcome = sim::write(&ctx, action, current.as_ref(), &mut || Ok(uid.clone()))?;
         let (mut value, deleted) = match outcome {
             sim::Outcome::Unchanged => return Ok(()),
             sim::Outcome::Put(v) => (v, false),
             sim::Outcome::Gone(v) => (v, true),
         };
-        state.rv += 1;
+        store.rv += 1;
         if let Some(meta) = value.get_mut("metadata").and_then(Value::as_object_mut) {
-            meta.insert("resourceVersion".into(), json!(state.rv.to_string()));
+            meta.insert("resourceVersion".into(), json!(store.rv.to_string()));
         }
         if deleted {
-            state.objects.remove(&id);
-            *state.incarnations.entry(id.clone()).or_default() += 1;
+            store.objects.remove(&id);
+            *store.incarnations.entry(id.clone()).or_default() += 1;
         } else {
-            state.objects.insert(id.clone(), value.clone());
+            store.objects.insert(id.clone(), value.clone());
         }
-        state.changes.push(Change {
+        store.changes.push(Change {
             id,
             old: current,
             new: value,
@@ -398,7 +448,7 @@ impl SimCluster {
     /// The changes the actions made since the last call of this, in the
     /// order the server made them: what its watch would send.
     pub fn take_changes(&self) -> Vec<Change> {
-        std::mem::take(&mut self.state.lock().changes)
+        std::mem::take(&mut self.state.lock().store.changes)
     }
 }
 
@@ -427,17 +477,8 @@ impl ActionSink for SimCluster {
                     injected = true;
                     Err(e)
                 }
-                None if state.dry_run => {
-                    // Checked against a scratch copy, answered, dropped.
-                    let mut scratch = State {
-                        objects: state.objects.clone(),
-                        rv: state.rv,
-                        incarnations: state.incarnations.clone(),
-                        ..State::default()
-                    };
-                    self.apply(&mut scratch, action)
-                }
-                None => self.apply(&mut state, action),
+                None if state.dry_run => self.dry_run_locked(&mut state, action),
+                None => self.apply(&mut state.store, action),
             };
             // A failure the fixture injects never reached a server, and a
             // dry run changed nothing: neither is the mirror's to repeat.
@@ -464,8 +505,8 @@ fn target_id(target: &Target) -> Id {
 /// A uid as the server makes them (a UUID), derived from the object's kind,
 /// name and how often it was deleted: stable across runs, new for a
 /// recreated object.
-fn uid_for(state: &State, id: &Id) -> String {
-    let inc = state.incarnations.get(id).copied().unwrap_or(0);
+fn uid_for(store: &Store, id: &Id) -> String {
+    let inc = store.incarnations.get(id).copied().unwrap_or(0);
     let h = Sha256::digest(format!("{}|{}|{inc}", id.0, id.1).as_bytes());
     let x: String = h.iter().take(16).map(|b| format!("{b:02x}")).collect();
     format!(
@@ -562,8 +603,26 @@ mod tests {
             run(&c, &delete).await,
             Err(ActionError::Conflict(_))
         ));
-        assert_eq!(c.get(&id), Some(stored));
+        assert_eq!(c.get(&id), Some(stored.clone()));
         assert_eq!(c.objects().len(), 1);
+        // Within one call, an action sees the earlier ones (a dry run of
+        // the call); the next call starts from the cluster again.
+        let patch_new = Action::Patch {
+            target: target(&c, "new"),
+            patch_type: PatchType::Merge,
+            patch: json!({"data": {"k": "2"}}),
+        };
+        let call = [apply("new", "1"), patch_new.clone()];
+        c.begin_call(&call);
+        for a in &call {
+            c.execute("p", a).await.unwrap();
+        }
+        assert!(matches!(
+            run(&c, &patch_new).await,
+            Err(ActionError::NotFound(_))
+        ));
+        assert_eq!(c.get(&id), Some(stored));
+        assert!(c.take_changes().is_empty(), "a dry run echoes nothing");
         c.set_dry_run(false);
         run(&c, &apply("new", "1")).await.unwrap();
         assert_eq!(c.objects().len(), 2);

@@ -615,3 +615,87 @@ async fn an_object_recreated_across_a_relist_is_recorded_as_a_delete_then_an_add
     );
     assert_eq!(out.status.code(), Some(0), "{}\n{written}", text(&out));
 }
+
+/// A call's actions are recorded as one dry run of the call: the actor
+/// applies a Namespace and then a ConfigMap in it. The server's dry run
+/// of the ConfigMap alone says the Namespace is not found, which the
+/// call would never meet; the recording keeps no such failure, writes
+/// nothing to the cluster, and replays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_calls_dry_run_actions_see_the_earlier_ones() {
+    use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+    use kube::api::{Api, PostParams};
+    use kubewasm_tests::controlplane::ControlPlane;
+    use kubewasm_tests::e2e::namespace;
+
+    let cp = tokio::task::spawn_blocking(ControlPlane::shared)
+        .await
+        .unwrap();
+    let client = cp.admin_client().await;
+    let id = run_id();
+    let (ns, created) = (format!("rec-call-{id}"), format!("rec-new-{id}"));
+    namespace(&client, &ns, serde_json::json!({})).await;
+    let actions = serde_json::json!([
+        {"apply": {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": &created}}},
+        {"apply": {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "inside", "namespace": &created}, "data": {"k": "v"}}},
+    ]);
+    let script: ConfigMap = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "script", "namespace": &ns, "labels": {"actor": "script"}},
+        "data": {"actions": actions.to_string()},
+    }))
+    .unwrap();
+    Api::<ConfigMap>::namespaced(client.clone(), &ns)
+        .create(&PostParams::default(), &script)
+        .await
+        .unwrap();
+    let plugins = plugin_folder(
+        &plugin_artifacts().join("actor.wasm"),
+        "actor",
+        &format!(
+            "config: {{writes: [configmaps, namespaces]}}\naccess:\n  - {{kinds: [configmaps], verbs: [read, apply], namespaces: [{ns}, {created}]}}\n  - {{kinds: [namespaces], verbs: [read, apply]}}\n"
+        ),
+    );
+    let out_dir = tempfile::tempdir().unwrap();
+    let (out, _) = record(
+        cp.admin_kubeconfig(),
+        plugins.path(),
+        out_dir.path(),
+        &["--until-idle"],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let fixture = out_dir.path().join("actor.yaml");
+    let written = std::fs::read_to_string(&fixture).unwrap();
+    let doc: serde_json::Value = serde_yaml_ng::from_str(&written).unwrap();
+    let steps = doc["cases"][0]["steps"].as_array().unwrap();
+    let call = steps
+        .iter()
+        .flat_map(|s| s["expect"].as_array().into_iter().flatten())
+        .find(|c| c["call"].as_str().is_some_and(|c| c.ends_with("/script")))
+        .unwrap_or_else(|| panic!("no call for the script:\n{written}"));
+    assert_eq!(call["result"], "ok", "{written}");
+    assert_eq!(
+        call["actions"].as_array().map(Vec::len),
+        Some(2),
+        "{written}"
+    );
+    assert!(
+        steps.iter().all(|s| s.get("failures").is_none()),
+        "a failure the call never meets was recorded:\n{written}"
+    );
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    assert!(
+        namespaces.get_opt(&created).await.unwrap().is_none(),
+        "a recording wrote to the cluster"
+    );
+    let (out, _) = kubewasm_test(
+        &shared_cache(),
+        &[
+            &plugins.path().join("actor.wasm").display().to_string(),
+            &fixture.display().to_string(),
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}\n{written}", text(&out));
+}

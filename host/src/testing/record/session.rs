@@ -176,7 +176,7 @@ pub(super) fn record(plugin: &mut PluginUnderTest, ctx: &Context) -> Result<Reco
         })?;
     }
     let sink: Arc<dyn ActionSink> = Arc::new(KubeSink::new(ctx.client.clone()).server_dry_run());
-    let capture = Capture::new(sink);
+    let capture = Capture::new(sink, cluster.clone());
     let run = CaseRun::new(
         instance,
         cluster,
