@@ -24,6 +24,7 @@
 //!   yet).
 
 pub mod deletion;
+pub mod gc;
 pub mod meta;
 pub mod preconditions;
 pub mod status;

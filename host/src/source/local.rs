@@ -39,7 +39,7 @@ pub(crate) mod lifecycle;
 mod scan;
 mod write;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -53,7 +53,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use files::parse_manifests;
 use files::{Fingerprint, Swap};
-use lifecycle::{FOREGROUND, ORPHAN};
+use sim::gc::{Collector, Work};
 
 use crate::actions::executor::{ActionError, ActionSink};
 use crate::actions::{Action, Propagation};
@@ -93,7 +93,7 @@ pub enum LocalError {
     Watch { path: PathBuf, message: String },
 }
 
-type Id = (Gvk, ObjectKey);
+type Id = sim::gc::Id;
 
 #[derive(Debug, Clone)]
 struct Entry {
@@ -125,19 +125,6 @@ impl Watcher {
     }
 }
 
-/// What the garbage collector does after a write.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Work {
-    /// An object is terminating: if it carries the collector's `orphan`
-    /// or `foregroundDeletion` finalizer, orphan or delete its dependents,
-    /// then drop the finalizer.
-    Finalize(Id),
-    /// The object with this uid went: its dependents with no owner left
-    /// are deleted (background cascading deletion), the others lose their
-    /// reference to it.
-    Collect(String),
-}
-
 /// What one write does to an object.
 #[derive(Debug)]
 enum Next {
@@ -150,52 +137,9 @@ enum Next {
     Gone(Value),
 }
 
-/// Objects by uid and by the uids of their owners, for the garbage
-/// collector (kept by [`LocalCluster::store`], the one place objects change).
-#[derive(Default)]
-struct Owners {
-    by_uid: HashMap<String, Id>,
-    dependents: HashMap<String, BTreeSet<Id>>,
-}
-
-impl Owners {
-    fn insert(&mut self, id: &Id, v: &Value) {
-        if let Some(uid) = lifecycle::uid(v) {
-            self.by_uid.insert(uid.to_owned(), id.clone());
-        }
-        for (owner, _) in lifecycle::owners(v) {
-            self.dependents.entry(owner).or_default().insert(id.clone());
-        }
-    }
-
-    fn remove(&mut self, id: &Id, v: &Value) {
-        if let Some(uid) = lifecycle::uid(v)
-            && self.by_uid.get(uid) == Some(id)
-        {
-            self.by_uid.remove(uid);
-        }
-        for (owner, _) in lifecycle::owners(v) {
-            if let Some(deps) = self.dependents.get_mut(&owner) {
-                deps.remove(id);
-                if deps.is_empty() {
-                    self.dependents.remove(&owner);
-                }
-            }
-        }
-    }
-
-    fn dependents(&self, owner_uid: &str) -> Vec<Id> {
-        self.dependents
-            .get(owner_uid)
-            .map(|d| d.iter().cloned().collect())
-            .unwrap_or_default()
-    }
-}
-
 #[derive(Default)]
 struct State {
     objects: BTreeMap<Id, Entry>,
-    owners: Owners,
     rv: u64,
     watchers: Vec<Watcher>,
     /// What each file held when the cluster last read it whole (or wrote
@@ -204,8 +148,9 @@ struct State {
     /// Files the last rescan could not take whole (unreadable, unparsable,
     /// or with a document it skipped): never written over.
     unreadable: BTreeSet<PathBuf>,
-    /// The garbage collector's pending work, run before a write returns.
-    work: VecDeque<Work>,
+    /// The garbage collector's index and pending work, run before a
+    /// write returns.
+    gc: Collector,
     /// Work that failed (a file that cannot be written now), tried again
     /// after the next rescan.
     deferred: Vec<Work>,
@@ -331,8 +276,9 @@ impl LocalCluster {
     pub fn rescan(&self) -> Result<(), LocalError> {
         let mut state = self.state.lock();
         self.rescan_locked(&mut state)?;
-        let deferred = std::mem::take(&mut state.deferred);
-        state.work.extend(deferred);
+        for work in std::mem::take(&mut state.deferred) {
+            state.gc.defer(work);
+        }
         self.run_work(&mut state);
         Ok(())
     }
@@ -357,18 +303,11 @@ impl LocalCluster {
                 state.rv += 1;
                 set_rv(&mut value, state.rv);
                 let old = state.objects.get(id).cloned();
-                if let Some(old) = &old {
-                    state.owners.remove(id, &old.value);
-                }
-                state.owners.insert(id, &value);
+                state.gc.stored(id, old.as_ref().map(|e| &e.value), &value);
                 let (file, detached) = match &old {
                     Some(e) => (e.file.clone(), e.detached),
                     None => (file.map(Path::to_owned).unwrap_or_default(), false),
                 };
-                let gc = lifecycle::is_terminating(&value)
-                    && lifecycle::finalizers(&value)
-                        .iter()
-                        .any(|f| *f == ORPHAN || *f == FOREGROUND);
                 state.objects.insert(
                     id.clone(),
                     Entry {
@@ -378,29 +317,19 @@ impl LocalCluster {
                     },
                 );
                 self.notify(state, &id.0, old.as_ref().map(|e| &e.value), &value, false);
-                if gc {
-                    state.work.push_back(Work::Finalize(id.clone()));
-                }
+                state
+                    .gc
+                    .follow(id, old.as_ref().map(|e| &e.value), &value, false);
             }
             Next::Gone(mut value) => {
                 state.rv += 1;
                 set_rv(&mut value, state.rv);
                 let old = state.objects.remove(id);
-                if let Some(old) = &old {
-                    state.owners.remove(id, &old.value);
-                }
+                state.gc.removed(id, &value);
                 self.notify(state, &id.0, old.as_ref().map(|e| &e.value), &value, true);
-                if let Some(uid) = lifecycle::uid(&value) {
-                    state.work.push_back(Work::Collect(uid.to_owned()));
-                }
-                // An owner deleted in the foreground may be waiting for it.
-                for (owner, _) in lifecycle::owners(&value) {
-                    if let Some(owner) = state.owners.by_uid.get(&owner).cloned()
-                        && !state.work.contains(&Work::Finalize(owner.clone()))
-                    {
-                        state.work.push_back(Work::Finalize(owner));
-                    }
-                }
+                state
+                    .gc
+                    .follow(id, old.as_ref().map(|e| &e.value), &value, true);
             }
         }
     }
@@ -487,101 +416,39 @@ impl LocalCluster {
         Ok(())
     }
 
-    /// Runs the garbage collector's pending work (each item one or more
-    /// writes through [`write_object`](Self::write_object)); an item that
+    /// Runs the garbage collector's pending work ([`sim::gc`]): its
+    /// writes go through the plugins' write path; an item whose write
     /// fails is logged and tried again after the next rescan.
     fn run_work(&self, state: &mut State) {
         let mut budget = WORK_BUDGET;
-        while let Some(work) = state.work.pop_front() {
+        while let Some(work) = state.gc.next_work() {
             if budget == 0 {
                 tracing::error!(dir = %self.dir.display(), "the local cluster's garbage collection did not settle (a cycle of owner references?); the rest is tried after the next change");
                 state.deferred.push(work);
-                state.deferred.extend(state.work.drain(..));
+                while let Some(w) = state.gc.next_work() {
+                    state.deferred.push(w);
+                }
                 return;
             }
             budget -= 1;
-            if let Err(e) = self.collect(state, &work) {
-                tracing::warn!(work = ?work, error = %e, "local cluster garbage collection failed; tried again after the next change");
-                state.deferred.push(work);
-            }
-        }
-    }
-
-    /// One item of the garbage collector's work, as kube-controller-manager's
-    /// garbage collector does it.
-    fn collect(&self, state: &mut State, work: &Work) -> Result<(), ActionError> {
-        match work {
-            Work::Finalize(id) => {
-                let Some(owner) = state.objects.get(id).map(|e| e.value.clone()) else {
-                    return Ok(());
-                };
-                let Some(uid) = lifecycle::uid(&owner).map(str::to_owned) else {
-                    return Ok(());
-                };
-                if !lifecycle::is_terminating(&owner) {
-                    return Ok(());
+            let objects = &state.objects;
+            let actions = state.gc.plan(&self.kinds, &work, &|id| {
+                objects.get(id).map(|e| e.value.clone())
+            });
+            for action in actions {
+                let id = (
+                    action.target().kind.gvk.clone(),
+                    ObjectKey::new(action.target().namespace.as_deref(), &action.target().name),
+                );
+                if let Err(e) = self.apply_locked(state, sim::gc::ACTOR, &action, &id) {
+                    if e.is_conflict() || matches!(e, ActionError::NotFound(_)) {
+                        // The object changed or went meanwhile: what
+                        // followed that queued its own work.
+                        continue;
+                    }
+                    tracing::warn!(work = ?work, error = %e, "local cluster garbage collection failed; tried again after the next change");
+                    state.deferred.push(work.clone());
                 }
-                let finalizers = lifecycle::finalizers(&owner);
-                let gc = if finalizers.contains(&ORPHAN) {
-                    ORPHAN
-                } else if finalizers.contains(&FOREGROUND) {
-                    FOREGROUND
-                } else {
-                    return Ok(());
-                };
-                for dep in state.owners.dependents(&uid) {
-                    self.write_object(state, &dep, None, |cur| {
-                        Ok(match cur {
-                            None => Next::Unchanged,
-                            // Orphaned: the reference to the owner goes.
-                            Some(v) if gc == ORPHAN => {
-                                settle_next(v, lifecycle::without_owner(v, &uid))
-                            }
-                            // Deleted in the foreground too, as the
-                            // collector deletes an owner's dependents.
-                            Some(v) => deletion(v, Propagation::Foreground),
-                        })
-                    })?;
-                }
-                // The owner waits for the dependents that block it.
-                let blocked = gc == FOREGROUND
-                    && state.owners.dependents(&uid).iter().any(|dep| {
-                        state.objects.get(dep).is_some_and(|e| {
-                            lifecycle::owners(&e.value)
-                                .iter()
-                                .any(|(u, block)| *u == uid && *block)
-                        })
-                    });
-                if !blocked {
-                    self.write_object(state, id, None, |cur| {
-                        Ok(match cur {
-                            Some(v) if lifecycle::uid(v) == Some(&uid) => {
-                                settle_next(v, lifecycle::without_finalizer(v, gc))
-                            }
-                            _ => Next::Unchanged,
-                        })
-                    })?;
-                }
-                Ok(())
-            }
-            Work::Collect(owner_uid) => {
-                for dep in state.owners.dependents(owner_uid) {
-                    let live_owner = state.objects.get(&dep).is_some_and(|e| {
-                        lifecycle::owners(&e.value)
-                            .iter()
-                            .any(|(u, _)| u != owner_uid && state.owners.by_uid.contains_key(u))
-                    });
-                    self.write_object(state, &dep, None, |cur| {
-                        Ok(match cur {
-                            None => Next::Unchanged,
-                            Some(v) if live_owner => {
-                                settle_next(v, lifecycle::without_owner(v, owner_uid))
-                            }
-                            Some(v) => deletion(v, Propagation::Background),
-                        })
-                    })?;
-                }
-                Ok(())
             }
         }
     }

@@ -6,10 +6,14 @@
 //! metadata, deletion, unchanged writes. What they changed is kept for
 //! the watch echoes the case delivers back to the plugin.
 //!
+//! The garbage collector ([`crate::sim::gc`]) runs right after each
+//! action that is not a dry run, on the objects the actions change (a
+//! fixture's own `deleted` steps are the world's script: what a collector
+//! did after them is in the fixture's later steps).
+//!
 //! Simplifications, as the embedded local cluster's: server-side apply is
 //! a JSON merge of the applied object (no field ownership: simulate a
-//! conflict with a `failures` entry), no admission, no garbage collection
-//! (a foreground or orphan delete completes at once).
+//! conflict with a `failures` entry), no admission.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -30,7 +34,11 @@ use crate::runtime::harness::Harness;
 use crate::sim;
 
 /// An object's identity in the cluster.
-pub type Id = (Gvk, ObjectKey);
+pub type Id = sim::gc::Id;
+
+/// The garbage collector's work items run after one action, at most
+/// (against a cycle of owner references).
+const GC_BUDGET: usize = 10_000;
 
 fn actives(rules: Vec<Failure>) -> Vec<Active> {
     rules
@@ -59,6 +67,8 @@ struct Store {
     incarnations: BTreeMap<Id, u64>,
     /// What the actions changed, for the watch echoes.
     changes: Vec<Change>,
+    /// The garbage collector's index and work.
+    gc: sim::gc::Collector,
 }
 
 #[derive(Debug, Default)]
@@ -202,6 +212,7 @@ impl SimCluster {
                 object["metadata"]["resourceVersion"] = json!(state.store.rv.to_string());
             }
         }
+        state.store.gc.stored(&id, existing.as_ref(), &object);
         state.store.objects.insert(id.clone(), object.clone());
         drop(state);
         if let Some(m) = self.mirror() {
@@ -215,6 +226,7 @@ impl SimCluster {
         let gone = {
             let mut state = self.state.lock();
             let gone = state.store.objects.remove(id)?;
+            state.store.gc.removed(id, &gone);
             *state.store.incarnations.entry(id.clone()).or_default() += 1;
             gone
         };
@@ -296,7 +308,37 @@ impl SimCluster {
             changes: Vec::new(),
             ..store.clone()
         });
-        self.apply(scratch, action)
+        let result = self.apply(scratch, action);
+        // A server's dry run leaves the collector nothing to do.
+        scratch.gc.clear();
+        result
+    }
+
+    /// Runs the garbage collector's work, as the cluster's collector
+    /// would right after the write: its writes go through the same path
+    /// (stored, versioned, echoed to the plugin) and are not mirrored (a
+    /// real cluster's own collector makes them).
+    fn collect(&self, store: &mut Store) {
+        let mut budget = GC_BUDGET;
+        while let Some(work) = store.gc.next_work() {
+            if budget == 0 {
+                tracing::warn!(
+                    "the simulated garbage collector did not settle (a cycle of owner references?); the rest is dropped"
+                );
+                store.gc.clear();
+                return;
+            }
+            budget -= 1;
+            let objects = &store.objects;
+            let actions = store
+                .gc
+                .plan(&self.kinds, &work, &|id| objects.get(id).cloned());
+            for action in actions {
+                if let Err(e) = self.apply(store, &action) {
+                    tracing::debug!(action = %action.target(), error = %e, "simulated garbage collection write refused");
+                }
+            }
+        }
     }
 
     fn timestamp(&self) -> String {
@@ -414,9 +456,8 @@ impl SimCluster {
         let ctx = sim::Context {
             kinds: &self.kinds,
             now: self.harness.now(),
-            // No collector runs here: a foreground or orphan delete is
-            // finished at once, as a cluster's collector soon would.
-            garbage_collector: false,
+            // The collector runs after each action ([`Self::collect`]).
+            garbage_collector: true,
             validator: &sim::OpenApi,
         };
         let uid = uid_for(store, &id);
@@ -432,10 +473,13 @@ impl SimCluster {
         }
         if deleted {
             store.objects.remove(&id);
+            store.gc.removed(&id, &value);
             *store.incarnations.entry(id.clone()).or_default() += 1;
         } else {
+            store.gc.stored(&id, current.as_ref(), &value);
             store.objects.insert(id.clone(), value.clone());
         }
+        store.gc.follow(&id, current.as_ref(), &value, deleted);
         store.changes.push(Change {
             id,
             old: current,
@@ -478,7 +522,11 @@ impl ActionSink for SimCluster {
                     Err(e)
                 }
                 None if state.dry_run => self.dry_run_locked(&mut state, action),
-                None => self.apply(&mut state.store, action),
+                None => {
+                    let result = self.apply(&mut state.store, action);
+                    self.collect(&mut state.store);
+                    result
+                }
             };
             // A failure the fixture injects never reached a server, and a
             // dry run changed nothing: neither is the mirror's to repeat.
@@ -684,6 +732,106 @@ mod tests {
             .put(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "namespace": "a"}}))
             .unwrap();
         assert_ne!(again["metadata"]["uid"], uid.as_str());
+    }
+
+    /// The collector after an owner's delete: background (dependents with
+    /// no other owner deleted, the others let go of it; an owner the
+    /// cluster never held counts as live), foreground (the owner waits
+    /// for a blocking dependent's own finalizer) and orphan (dependents
+    /// let go). Its writes are echoed as the plugin's own are.
+    #[tokio::test]
+    async fn the_garbage_collector_follows_owner_references() {
+        let c = cluster();
+        let put = |name: &str, owners: &[(&Value, bool)], finalizers: Value| {
+            let refs: Vec<Value> = owners
+                .iter()
+                .map(|(o, block)| {
+                    json!({"apiVersion": "v1", "kind": "ConfigMap",
+                    "name": o["metadata"]["name"], "uid": o["metadata"]["uid"],
+                    "blockOwnerDeletion": block})
+                })
+                .collect();
+            c.put(json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": name, "namespace": "a", "ownerReferences": refs,
+                    "finalizers": finalizers}}))
+                .unwrap()
+        };
+        let none = json!([]);
+        let ghost = json!({"metadata": {"name": "ghost", "uid": "never-held"}});
+        let (_, owner) = put("owner", &[], none.clone());
+        let (_, other) = put("other", &[], none.clone());
+        let (only, _) = put("only", &[(&owner, false)], none.clone());
+        let (shared, _) = put("shared", &[(&owner, false), (&other, false)], none.clone());
+        let (unseen, _) = put("unseen", &[(&owner, false), (&ghost, false)], none.clone());
+        let delete = |name: &str, propagation| Action::Delete {
+            target: target(&c, name),
+            propagation,
+        };
+        use crate::actions::Propagation::{Background, Foreground, Orphan};
+        run(&c, &delete("owner", Background)).await.unwrap();
+        assert!(
+            c.get(&only).is_none(),
+            "a dependent with no owner left goes"
+        );
+        let refs = |id: &Id| -> Vec<String> {
+            c.get(id).unwrap()["metadata"]["ownerReferences"]
+                .as_array()
+                .map(|r| {
+                    r.iter()
+                        .map(|r| r["name"].as_str().unwrap().to_owned())
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        assert_eq!(refs(&shared), ["other"]);
+        assert_eq!(refs(&unseen), ["ghost"]);
+        let echoed: Vec<(String, bool)> = c
+            .take_changes()
+            .into_iter()
+            .map(|ch| (ch.id.1.name.to_string(), ch.deleted))
+            .collect();
+        assert_eq!(
+            echoed,
+            [
+                ("owner".to_owned(), true),
+                ("only".to_owned(), true),
+                ("shared".to_owned(), false),
+                ("unseen".to_owned(), false)
+            ]
+        );
+
+        let (owner_id, owner) = put("fg", &[], none.clone());
+        let (held, _) = put("held", &[(&owner, true)], json!(["example.com/f"]));
+        let (free, _) = put("free", &[(&owner, false)], none.clone());
+        run(&c, &delete("fg", Foreground)).await.unwrap();
+        assert!(c.get(&free).is_none());
+        let waiting = c.get(&owner_id).unwrap();
+        assert_eq!(
+            waiting["metadata"]["finalizers"],
+            json!(["foregroundDeletion"])
+        );
+        assert!(c.get(&held).unwrap()["metadata"]["deletionTimestamp"].is_string());
+        let release = Action::Patch {
+            target: target(&c, "held"),
+            patch_type: PatchType::Merge,
+            patch: json!({"metadata": {"finalizers": null}}),
+        };
+        run(&c, &release).await.unwrap();
+        assert!(c.get(&held).is_none());
+        assert!(
+            c.get(&owner_id).is_none(),
+            "the owner went once nothing blocked it"
+        );
+
+        let (orphaner, owner) = put("orphaner", &[], none.clone());
+        let (kept, _) = put("kept", &[(&owner, true)], none);
+        run(&c, &delete("orphaner", Orphan)).await.unwrap();
+        assert!(c.get(&orphaner).is_none());
+        assert!(
+            c.get(&kept).unwrap()["metadata"]
+                .get("ownerReferences")
+                .is_none()
+        );
     }
 
     #[tokio::test]

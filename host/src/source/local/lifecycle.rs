@@ -1,14 +1,14 @@
 //! The local cluster's own object rules, beside the simulated API
 //! server's write path ([`crate::sim`], which answers the plugins'
-//! actions): manifests read as objects (a manifest's uid kept), the
-//! fields a manifest edit cannot change, and the owner references its
-//! garbage collector follows. Pure functions over JSON values, so every
-//! rule is tested here, apart from the files and the watchers.
+//! actions, and [`crate::sim::gc`], its garbage collector): manifests
+//! read as objects (a manifest's uid kept) and the fields a manifest edit
+//! cannot change. Pure functions over JSON values, so every rule is
+//! tested here, apart from the files and the watchers.
 
 use serde_json::{Value, json};
 
 use crate::kind::Gvk;
-pub(super) use crate::sim::deletion::{FOREGROUND, ORPHAN, finalized, finalizers, is_terminating};
+pub(super) use crate::sim::deletion::finalized;
 
 /// Metadata the cluster owns: a manifest or a plugin cannot change them
 /// on an existing object (they are carried from the stored state, and
@@ -123,60 +123,10 @@ pub(super) fn create(v: &mut Value, uid: impl FnOnce() -> String) {
     }
 }
 
-/// `v` without `finalizer`.
-pub(super) fn without_finalizer(v: &Value, finalizer: &str) -> Value {
-    let mut next = v.clone();
-    if let Some(list) = next
-        .pointer_mut("/metadata/finalizers")
-        .and_then(Value::as_array_mut)
-    {
-        list.retain(|f| f.as_str() != Some(finalizer));
-    }
-    next
-}
-
-/// The uids of `v`'s owners, each with whether it blocks the owner's
-/// foreground deletion (`blockOwnerDeletion`).
-pub(super) fn owners(v: &Value) -> Vec<(String, bool)> {
-    v.pointer("/metadata/ownerReferences")
-        .and_then(Value::as_array)
-        .map(|refs| {
-            refs.iter()
-                .filter_map(|r| {
-                    let uid = r.get("uid")?.as_str()?.to_owned();
-                    let block = r.get("blockOwnerDeletion").and_then(Value::as_bool) == Some(true);
-                    Some((uid, block))
-                })
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-/// `v` without its owner references to `owner_uid` (the field removed when
-/// none is left, as the garbage collector's patch leaves it).
-pub(super) fn without_owner(v: &Value, owner_uid: &str) -> Value {
-    let mut next = v.clone();
-    if let Some(meta) = next.get_mut("metadata").and_then(Value::as_object_mut) {
-        let empty = match meta
-            .get_mut("ownerReferences")
-            .and_then(Value::as_array_mut)
-        {
-            Some(refs) => {
-                refs.retain(|r| r.get("uid").and_then(Value::as_str) != Some(owner_uid));
-                refs.is_empty()
-            }
-            None => false,
-        };
-        if empty {
-            meta.remove("ownerReferences");
-        }
-    }
-    next
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sim::deletion::is_terminating;
 
     fn cm(extra: Value) -> Value {
         let mut v = json!({"apiVersion": "v1", "kind": "ConfigMap",
@@ -258,22 +208,5 @@ mod tests {
         ] {
             assert_eq!(next["metadata"][f], stored["metadata"][f], "{f}");
         }
-    }
-
-    #[test]
-    fn owner_references_are_read_and_dropped_by_uid() {
-        let v = json!({"metadata": {"ownerReferences": [
-            {"uid": "a", "blockOwnerDeletion": true}, {"uid": "b"}]}});
-        assert_eq!(
-            owners(&v),
-            [("a".to_owned(), true), ("b".to_owned(), false)]
-        );
-        let one = without_owner(&v, "a");
-        assert_eq!(owners(&one), [("b".to_owned(), false)]);
-        assert!(
-            without_owner(&one, "b")["metadata"]
-                .get("ownerReferences")
-                .is_none()
-        );
     }
 }

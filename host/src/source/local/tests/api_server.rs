@@ -375,7 +375,7 @@ async fn background_deletion_collects_dependents_with_no_owner_left() {
     );
     // b keeps its other owner and loses the reference to the gone one.
     assert_eq!(
-        lifecycle::owners(&f.get("b").unwrap()),
+        crate::sim::gc::owners(&f.get("b").unwrap()),
         [("owner-2".to_owned(), false)]
     );
     for gone in ["o.yaml", "a.yaml", "grandchild.yaml"] {
@@ -398,23 +398,25 @@ async fn foreground_deletion_waits_for_blocking_dependents() {
         propagation: Propagation::Foreground,
     })
     .unwrap();
-    // The dependents are deleted in the foreground too (the collector's
-    // finalizer added, then dropped once they have no dependents).
+    // The dependents, which have none of their own, are deleted in the
+    // background (as kube-controller-manager's collector does): the one
+    // with a finalizer waits, terminating.
     let mut events = f.events();
     events.sort();
     assert_eq!(
         events,
         [
             "apply blocker terminating",
-            "apply blocker terminating",
-            "apply free terminating",
             "apply o terminating",
             "delete free"
         ]
     );
-    assert_eq!(lifecycle::finalizers(&f.get("o").unwrap()), [FOREGROUND]);
     assert_eq!(
-        lifecycle::finalizers(&f.get("blocker").unwrap()),
+        crate::sim::deletion::finalizers(&f.get("o").unwrap()),
+        [crate::sim::deletion::FOREGROUND]
+    );
+    assert_eq!(
+        crate::sim::deletion::finalizers(&f.get("blocker").unwrap()),
         ["example.com/cleanup"]
     );
     // The owner goes once its blocking dependent has.
