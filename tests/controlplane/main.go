@@ -60,6 +60,7 @@ type options struct {
 	extra              []string
 	node               bool
 	nodeTimeout        time.Duration
+	controllers        string
 }
 
 func main() {
@@ -114,6 +115,8 @@ func parseFlags() options {
 	fs.BoolVar(&o.node, "node", false,
 		"a whole single-node cluster: also kube-controller-manager, kube-scheduler, containerd and a kubelet (root only)")
 	fs.DurationVar(&o.nodeTimeout, "node-timeout", 180*time.Second, "how long to wait for the node to report Ready (--node)")
+	fs.StringVar(&o.controllers, "controllers", "",
+		"without --node: also run kube-controller-manager with only these controllers (its --controllers, e.g. garbagecollector)")
 	fs.Func("apiserver-arg", "extra kube-apiserver flag, repeatable (e.g. --apiserver-arg=--runtime-config=api/all=true)",
 		func(s string) error { o.extra = append(o.extra, s); return nil })
 	_ = fs.Parse(os.Args[1:])
@@ -316,9 +319,25 @@ func serve(o options, hup <-chan struct{}, stopping <-chan struct{}) int {
 		}
 		logf("node %s Ready", nodeName)
 	}
+	var cm *child
+	if !o.node && o.controllers != "" {
+		cm, err = startControllers(nodeEnv{dir: dir, server: server, p: p, caPEM: caPEM, verbosity: o.verbosity}, o.controllers)
+		if err != nil {
+			if cm != nil {
+				cm.stopAndLog(o.stopGrace)
+			}
+			stopAPI()
+			logf("controllers: %v", err)
+			return 1
+		}
+		logf("kube-controller-manager started with controllers %s", o.controllers)
+	}
 	stopAll := func() {
 		if n != nil {
 			n.stop(o.stopGrace)
+		}
+		if cm != nil {
+			cm.stopAndLog(o.stopGrace)
 		}
 		stopAPI()
 	}
@@ -347,6 +366,10 @@ func serve(o options, hup <-chan struct{}, stopping <-chan struct{}) int {
 			return 0
 		case err := <-nodeDone(n):
 			logf("a node component exited unexpectedly (%v)", err)
+			stopAll()
+			return 1
+		case err := <-childDone(cm):
+			logf("kube-controller-manager exited unexpectedly (%v)\n%s", err, cm.logTail(60))
 			stopAll()
 			return 1
 		case err := <-api.done():

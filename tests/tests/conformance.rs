@@ -5,16 +5,15 @@
 //! there through the host's own sink, and every answer (by kind) and
 //! resulting object (without uids, resourceVersions, timestamps, and the
 //! server's defaults) compared with the simulation's. Any difference fails,
-//! naming the fixture, the case, the action and the field. API server only
-//! (`ControlPlane::shared()`).
+//! naming the fixture, the case, the action and the field. The API server
+//! with kube-controller-manager's garbage collector and no node
+//! ([`control_plane`]): the suite waits for the real collector to reach
+//! the simulated one's result.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::PathBuf;
-use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::OnceLock;
 
-use kubewasm::testing::mirror::MirrorHandle;
-use kubewasm_tests::conformance::mirror::RealMirror;
 use kubewasm_tests::controlplane::ControlPlane;
 use kubewasm_tests::{plugin_artifacts, repo_root};
 
@@ -29,57 +28,33 @@ fn fixtures(dir: &str) -> Vec<PathBuf> {
     all
 }
 
-/// Runs `fixtures` with `plugin` through the simulation, mirrored into the
-/// real server; fails on a failing case or on any difference.
+/// [`kubewasm_tests::conformance::conform`] on this binary's control
+/// plane, with a plugin of the repository's builds.
 fn conform(plugin: &str, fixtures: Vec<PathBuf>, at_least: usize) {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    let cp = ControlPlane::shared();
-    let client = rt.block_on(cp.admin_client());
-    let run = format!(
-        "{:x}",
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_secs()
-            % 0xfffff
-    );
-    let mirror = Arc::new(RealMirror::new(client, rt.handle().clone(), &run));
-    let opts = kubewasm::testing::Options {
-        plugin: plugin_artifacts().join(plugin),
+    kubewasm_tests::conformance::conform(
+        control_plane(),
+        &plugin_artifacts().join(plugin),
         fixtures,
-        mirror: Some(MirrorHandle(mirror.clone())),
-        ..Default::default()
-    };
-    let mut out = Vec::new();
-    let summary = kubewasm::testing::run(&opts, &mut out).unwrap();
-    let text = String::from_utf8_lossy(&out);
-    assert_eq!(
-        summary.exit_code(),
-        0,
-        "the fixtures fail on the simulation:\n{text}"
+        at_least,
     );
-    let compared = mirror.compared.load(Ordering::SeqCst);
-    assert!(
-        compared >= at_least,
-        "only {compared} actions compared (at least {at_least} expected):\n{text}"
-    );
-    let findings = mirror.findings();
-    assert!(
-        findings.is_empty(),
-        "the simulation and the API server differ ({} findings, {compared} actions compared):\n{}",
-        findings.len(),
-        findings.join("\n")
-    );
-    eprintln!("{plugin}: {compared} actions compared, no difference");
 }
 
 #[test]
 fn the_conformance_fixtures_agree_with_the_api_server() {
-    conform("actor.wasm", fixtures("tests/conformance/fixtures"), 14);
+    conform("actor.wasm", fixtures("tests/conformance/fixtures"), 18);
+}
+
+/// This binary's control plane: the API server and the garbage collector.
+fn control_plane() -> &'static ControlPlane {
+    static CP: OnceLock<ControlPlane> = OnceLock::new();
+    CP.get_or_init(|| {
+        ControlPlane::builder()
+            .controllers("garbagecollector")
+            .start_blocking()
+            .unwrap_or_else(|e| {
+                panic!("starting the control plane with a garbage collector: {e:#}")
+            })
+    })
 }
 
 /// Files under the repository's root.

@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use kubewasm::scaffold::{self, Lang};
+use kubewasm_tests::controlplane::ControlPlane;
 use kubewasm_tests::e2e::kubewasm_bin;
 use kubewasm_tests::{
     Harness, idle, install_file, language_artifacts, precompile_into, record_until_idle, repo_root,
@@ -249,6 +250,13 @@ async fn builds_loads_and_handles_its_fixture(lang: Lang) {
         ],
         "{lang}"
     );
+    // The fixture agrees with a real API server, action by action.
+    let (wasm, fixture) = (wasm.clone(), root.join("tests/hello.yaml"));
+    tokio::task::spawn_blocking(move || {
+        kubewasm_tests::conformance::conform(ControlPlane::shared(), &wasm, vec![fixture], 2);
+    })
+    .await
+    .unwrap();
     fixture_catches_a_change(lang, &root);
 }
 

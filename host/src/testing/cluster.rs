@@ -25,7 +25,7 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
 use super::fixture::{Failure, SimulatedError, Verb};
-use super::mirror::Mirror;
+use super::mirror::{After, Mirror};
 use crate::actions::executor::{ActionError, ActionSink};
 use crate::actions::{Action, Target};
 use crate::kind::{Gvk, KindRegistry};
@@ -513,8 +513,9 @@ impl ActionSink for SimCluster {
         _plugin: &'a str,
         action: &'a Action,
     ) -> BoxFuture<'a, Result<(), ActionError>> {
-        let (result, mirrored) = {
+        let (result, mirrored, after) = {
             let mut state = self.state.lock();
+            let before = state.store.changes.len();
             let mut injected = false;
             let result = match self.simulated(&mut state, action) {
                 Some(e) => {
@@ -530,12 +531,29 @@ impl ActionSink for SimCluster {
             };
             // A failure the fixture injects never reached a server, and a
             // dry run changed nothing: neither is the mirror's to repeat.
-            (result, !injected && !state.dry_run && !action.is_event())
+            let mirrored = !injected && !state.dry_run && !action.is_event();
+            let mut after = After::default();
+            if mirrored {
+                after.target = state
+                    .store
+                    .objects
+                    .get(&target_id(action.target()))
+                    .cloned();
+                after.changed = state
+                    .store
+                    .changes
+                    .get(before..)
+                    .unwrap_or_default()
+                    .to_vec();
+                if after.changed.iter().any(|c| c.deleted) {
+                    after.world = state.store.objects.values().cloned().collect();
+                }
+            }
+            (result, mirrored, after)
         };
         Box::pin(async move {
             if let Some(m) = self.mirror().filter(|_| mirrored) {
-                m.action(action, &result, self.get(&target_id(action.target())))
-                    .await;
+                m.action(action, &result, after).await;
             }
             result
         })

@@ -13,6 +13,7 @@ use serde_json::Value;
 
 use crate::actions::Action;
 use crate::actions::executor::ActionError;
+pub use crate::testing::cluster::Change;
 
 /// What a mirror is told.
 pub trait Mirror: Send + Sync {
@@ -22,14 +23,28 @@ pub trait Mirror: Send + Sync {
     fn put(&self, object: &Value);
     /// The simulated cluster deleted `object` as the case says.
     fn removed(&self, object: &Value);
-    /// The plugin's `action`, the simulation's `answer`, and the object
-    /// the simulation holds after it (`None`: none).
+    /// The plugin's `action`, the simulation's `answer` and what it holds
+    /// after it.
     fn action<'a>(
         &'a self,
         action: &'a Action,
         answer: &'a Result<(), ActionError>,
-        after: Option<Value>,
+        after: After,
     ) -> BoxFuture<'a, ()>;
+}
+
+/// The simulation after an action.
+#[derive(Debug, Clone, Default)]
+pub struct After {
+    /// The target (`None`: there is none).
+    pub target: Option<Value>,
+    /// What the action and the garbage collector after it changed, in
+    /// order (what a watch would report; empty for a write that changed
+    /// nothing).
+    pub changed: Vec<Change>,
+    /// Every object the cluster holds, when something was deleted (what
+    /// the garbage collector may have acted on); empty otherwise.
+    pub world: Vec<Value>,
 }
 
 /// A mirror as [`super::Options`] carries it.

@@ -6,6 +6,7 @@
 //! suite's findings, naming the fixture, the case, the action and the
 //! field.
 
+use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -14,7 +15,7 @@ use futures::future::BoxFuture;
 use kubewasm::actions::Action;
 use kubewasm::actions::executor::{ActionError, ActionSink};
 use kubewasm::source::kube::KubeSink;
-use kubewasm::testing::mirror::Mirror;
+use kubewasm::testing::mirror::{After, Change, Mirror};
 use serde_json::{Value, json};
 
 use super::compare::{answer, comparable, differences};
@@ -25,6 +26,9 @@ use super::translate::{ObjectId, Translation, id_of};
 struct Case {
     name: String,
     t: Translation,
+    /// Every object the case put or an action touched, as the
+    /// simulation names it.
+    known: BTreeSet<ObjectId>,
 }
 
 pub struct RealMirror {
@@ -53,6 +57,7 @@ impl RealMirror {
             case: Mutex::new(Case {
                 name: String::new(),
                 t: Translation::new(""),
+                known: BTreeSet::new(),
             }),
             findings: Mutex::new(Vec::new()),
             compared: AtomicUsize::new(0),
@@ -86,6 +91,12 @@ impl RealMirror {
             return Ok(());
         };
         let namespace = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}});
+        // Only when missing: applied again by the same manager, the bare
+        // Namespace would take away the labels the case gave it.
+        let id = id_of(&namespace).ok_or("a namespace without a name")?;
+        if real::get(&self.client, &id, t).await?.is_some() {
+            return Ok(());
+        }
         real::put(&self.client, &namespace, t).await.map(|_| ())
     }
 
@@ -148,10 +159,14 @@ impl Mirror for RealMirror {
         *self.case.lock().unwrap() = Case {
             name: format!("{shown} :: {case}"),
             t: Translation::new(format!("-{}-{n}", self.run)),
+            known: BTreeSet::new(),
         };
     }
 
     fn put(&self, object: &Value) {
+        if let Some(id) = id_of(object) {
+            self.case.lock().unwrap().known.insert(id);
+        }
         let mut t = std::mem::take(&mut self.case.lock().unwrap().t);
         t.learn_namespaces(object);
         let put = self.block(async {
@@ -181,22 +196,23 @@ impl Mirror for RealMirror {
         &'a self,
         action: &'a Action,
         sim: &'a Result<(), ActionError>,
-        after: Option<Value>,
+        after: After,
     ) -> BoxFuture<'a, ()> {
         Box::pin(async move {
             let mut t = std::mem::take(&mut self.case.lock().unwrap().t);
             let real_action = self.translated(action, &t);
             let id = target_id(action);
             let work = async {
-                if let Some(after) = &after {
+                if let Some(after) = &after.target {
                     t.learn_namespaces(after);
                 }
+                let before = real::get(&self.client, &id, &t).await;
                 let answer_real = self.sink.execute("conformance", &real_action).await;
                 let real_after = real::get(&self.client, &id, &t).await;
-                (answer_real, real_after)
+                (before, answer_real, real_after)
             };
             // On the mirror's runtime: the runner's has no IO driver.
-            let (answer_real, real_after) = self.block(work);
+            let (real_before, answer_real, real_after) = self.block(work);
             self.compared.fetch_add(1, Ordering::SeqCst);
             let what = format!("{} {}", action.operation(), action.target());
             if answer(sim) != answer(&answer_real) {
@@ -206,7 +222,29 @@ impl Mirror for RealMirror {
                     answer(&answer_real)
                 ));
             }
-            match (&after, real_after) {
+            // A write the simulation echoes must store a new version on
+            // the server (its watch reports it), one it does not must not.
+            let sim_wrote = after.changed.iter().any(|c| change_id(c) == id);
+            let version = |v: &Result<Option<Value>, String>| {
+                v.as_ref()
+                    .ok()
+                    .map(|o| o.as_ref().map(|o| o["metadata"]["resourceVersion"].clone()))
+            };
+            if let (Some(before), Some(now)) = (version(&real_before), version(&real_after))
+                && (before != now) != sim_wrote
+            {
+                self.find(format!(
+                    "{what}: the simulation {} a new version, the server {}",
+                    if sim_wrote { "stores" } else { "stores no" },
+                    if sim_wrote { "none" } else { "one" },
+                ));
+            }
+            // The collector wrote the target again after the action (an
+            // orphan or foreground deletion it finished): compared with
+            // the rest of the world once the real collector has settled.
+            let collected = after.changed.iter().filter(|c| change_id(c) == id).count() > 1;
+            match (&after.target, real_after) {
+                _ if collected => {}
                 (_, Err(e)) => self.find(format!("{what}: cannot read the server's object: {e}")),
                 (Some(sim_obj), Ok(Some(real_obj))) => {
                     let d = differences(
@@ -227,7 +265,144 @@ impl Mirror for RealMirror {
                     "{what}: the server has an object, the simulation none"
                 )),
             }
+            let known: Vec<ObjectId> = {
+                let mut case = self.case.lock().unwrap();
+                case.known.insert(id.clone());
+                case.known.extend(after.changed.iter().map(change_id));
+                case.known.iter().cloned().collect()
+            };
+            if !after.world.is_empty() {
+                // Something was deleted: every object of the case, once
+                // the real collector has nothing left to do, as the
+                // simulated one left it.
+                let real_world = self.block(settled(&self.client, &known, &t));
+                let sim_world: Vec<(ObjectId, &Value)> = after
+                    .world
+                    .iter()
+                    .filter_map(|v| Some((id_of(v)?, v)))
+                    .collect();
+                match real_world {
+                    Err(e) => self.find(format!("{what}: {e}")),
+                    Ok(real_world) => {
+                        for (oid, real_obj) in real_world {
+                            let sim_obj =
+                                sim_world.iter().find(|(i, _)| *i == oid).map(|(_, v)| *v);
+                            let shown = format!("{} {}", oid.0, oid.2);
+                            match (sim_obj, real_obj) {
+                                (None, None) => {}
+                                (Some(_), None) => self.find(format!(
+                                    "{what}: after the garbage collector, the server has no {shown}, the simulation has it"
+                                )),
+                                (None, Some(_)) => self.find(format!(
+                                    "{what}: after the garbage collector, the server has {shown}, the simulation does not"
+                                )),
+                                (Some(s), Some(r)) => {
+                                    let d = differences(&comparable(s, None), &comparable(&r, Some(&t)), &[]);
+                                    if !d.is_empty() {
+                                        self.find(format!(
+                                            "{what}: after the garbage collector, {shown} differs:\n  {}",
+                                            d.join("\n  ")
+                                        ));
+                                    }
+                                    t.pair(s, &r);
+                                }
+                            }
+                        }
+                    }
+                }
+            }
             self.case.lock().unwrap().t = t;
         })
+    }
+}
+
+/// How long the real garbage collector may take to reach the simulated
+/// collector's result.
+const SETTLE: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// The simulation's identity of a changed object.
+fn change_id(c: &Change) -> ObjectId {
+    (
+        format!("{}/{}", c.id.0.api_version(), c.id.0.kind),
+        c.id.1.namespace.as_deref().map(str::to_owned),
+        c.id.1.name.to_string(),
+    )
+}
+
+/// The server's objects `ids` once its garbage collector has nothing
+/// left to do among them (polled until [`SETTLE`]): no live object with
+/// an owner reference to an object that is gone, no `orphan` finalizer, and a
+/// `foregroundDeletion` finalizer only on an owner that a dependent still
+/// blocks.
+async fn settled(
+    client: &kube::Client,
+    ids: &[ObjectId],
+    t: &Translation,
+) -> Result<Vec<(ObjectId, Option<Value>)>, String> {
+    let deadline = tokio::time::Instant::now() + SETTLE;
+    loop {
+        let mut world = Vec::with_capacity(ids.len());
+        for id in ids {
+            world.push((id.clone(), real::get(client, id, t).await?));
+        }
+        let live: Vec<&Value> = world.iter().filter_map(|(_, v)| v.as_ref()).collect();
+        let uids: BTreeSet<&str> = live
+            .iter()
+            .filter_map(|v| v["metadata"]["uid"].as_str())
+            .collect();
+        let refs = |v: &Value| -> Vec<(String, bool)> {
+            v["metadata"]["ownerReferences"]
+                .as_array()
+                .map(|r| {
+                    r.iter()
+                        .map(|r| {
+                            (
+                                r["uid"].as_str().unwrap_or_default().to_owned(),
+                                r["blockOwnerDeletion"] == true,
+                            )
+                        })
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let finalizers = |v: &Value| -> Vec<String> {
+            v["metadata"]["finalizers"]
+                .as_array()
+                .map(|f| {
+                    f.iter()
+                        .filter_map(|f| f.as_str().map(str::to_owned))
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let pending = live.iter().find_map(|v| {
+            let name = v["metadata"]["name"].as_str().unwrap_or_default();
+            // (A dependent being deleted keeps its references.)
+            let terminating = !v["metadata"]["deletionTimestamp"].is_null();
+            if !terminating && refs(v).iter().any(|(u, _)| !uids.contains(u.as_str())) {
+                return Some(format!("{name} still refers to an owner that is gone"));
+            }
+            let fins = finalizers(v);
+            if fins.iter().any(|f| f == "orphan") {
+                return Some(format!("{name} still has the orphan finalizer"));
+            }
+            let uid = v["metadata"]["uid"].as_str().unwrap_or_default();
+            let blocked = live
+                .iter()
+                .any(|d| refs(d).iter().any(|(u, block)| u == uid && *block));
+            if fins.iter().any(|f| f == "foregroundDeletion") && !blocked {
+                return Some(format!("{name} still has the foregroundDeletion finalizer"));
+            }
+            None
+        });
+        match pending {
+            None => return Ok(world),
+            Some(p) if tokio::time::Instant::now() >= deadline => {
+                return Err(format!(
+                    "the server's garbage collector did not settle in {SETTLE:?}: {p}"
+                ));
+            }
+            Some(_) => tokio::time::sleep(std::time::Duration::from_millis(100)).await,
+        }
     }
 }

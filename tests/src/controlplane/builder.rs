@@ -32,6 +32,7 @@ pub struct ControlPlaneBuilder {
     verbosity: u32,
     apiserver_args: Vec<String>,
     node: bool,
+    controllers: Option<String>,
     audit: bool,
     stop_grace: Option<Duration>,
 }
@@ -44,6 +45,7 @@ impl Default for ControlPlaneBuilder {
             verbosity: 0,
             apiserver_args: Vec::new(),
             node: false,
+            controllers: None,
             audit: false,
             stop_grace: None,
         }
@@ -109,6 +111,14 @@ impl ControlPlaneBuilder {
         self
     }
 
+    /// Without [`Self::node`]: also kube-controller-manager running only
+    /// `controllers` (its `--controllers`, e.g. `garbagecollector`), to
+    /// compare with what they do at a fraction of a node's cost.
+    pub fn controllers(mut self, controllers: impl Into<String>) -> Self {
+        self.controllers = Some(controllers.into());
+        self
+    }
+
     /// Builds the binary if needed, starts the control plane in a temp
     /// folder and waits (up to 120 s, not counting the build) until the API
     /// server answers /readyz. The waiting runs on a blocking thread.
@@ -166,6 +176,9 @@ impl ControlPlaneBuilder {
         }
         if self.node {
             cmd.arg("--node");
+        }
+        if let Some(c) = &self.controllers {
+            cmd.arg(format!("--controllers={c}"));
         }
         if let Some(grace) = self.stop_grace {
             cmd.arg(format!("--stop-grace={}ms", grace.as_millis()));
