@@ -437,6 +437,10 @@ pub struct KindRegistry {
     /// The custom resource versions whose CRD enables the status
     /// subresource (the simulated API server routes their status).
     crd_status: Arc<RwLock<std::collections::BTreeSet<Gvk>>>,
+    /// The structural schema (`openAPIV3Schema`) of each custom resource
+    /// version learned from a CRD object (the simulated API server
+    /// validates and prunes with it).
+    crd_schemas: Arc<RwLock<BTreeMap<Gvk, Arc<serde_json::Value>>>>,
 }
 
 impl KindRegistry {
@@ -548,6 +552,16 @@ impl KindRegistry {
             if let Some(v) = version["name"].as_str() {
                 self.insert(KindInfo::new(group, v, kind, plural, namespaced));
                 let gvk = Gvk::new(group, v, kind);
+                match version.pointer("/schema/openAPIV3Schema") {
+                    Some(schema) => {
+                        self.crd_schemas
+                            .write()
+                            .insert(gvk.clone(), Arc::new(schema.clone()));
+                    }
+                    None => {
+                        self.crd_schemas.write().remove(&gvk);
+                    }
+                }
                 if version.pointer("/subresources/status").is_some() {
                     self.crd_status.write().insert(gvk);
                 } else {
@@ -555,6 +569,12 @@ impl KindRegistry {
                 }
             }
         }
+    }
+
+    /// The structural schema of a custom resource version learned from
+    /// its CRD object.
+    pub fn crd_schema(&self, gvk: &Gvk) -> Option<Arc<serde_json::Value>> {
+        self.crd_schemas.read().get(gvk).cloned()
     }
 
     /// Whether a CRD learned here enables the status subresource of `gvk`.

@@ -43,6 +43,7 @@
 //! assert_eq!(refusal.fields(), ["metadata.name"]);
 //! ```
 
+pub mod custom;
 pub mod decode;
 mod defaults;
 mod immutable;

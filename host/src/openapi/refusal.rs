@@ -36,6 +36,9 @@ pub enum CauseType {
     Forbidden,
     NotSupported,
     TooLong,
+    /// A custom resource's value of the wrong type.
+    TypeInvalid,
+    TooMany,
 }
 
 impl CauseType {
@@ -47,6 +50,8 @@ impl CauseType {
             Self::Forbidden => "FieldValueForbidden",
             Self::NotSupported => "FieldValueNotSupported",
             Self::TooLong => "FieldValueTooLong",
+            Self::TypeInvalid => "FieldValueTypeInvalid",
+            Self::TooMany => "FieldValueTooMany",
         }
     }
 }
@@ -96,7 +101,10 @@ impl Cause {
             CauseType::Required => "Required value".to_owned(),
             CauseType::Forbidden => "Forbidden".to_owned(),
             CauseType::TooLong => "Too long".to_owned(),
-            CauseType::Invalid => format!("Invalid value: {}", go_value(self.value.as_ref())),
+            CauseType::Invalid | CauseType::TypeInvalid => {
+                format!("Invalid value: {}", go_value(self.value.as_ref()))
+            }
+            CauseType::TooMany => format!("Too many: {}", go_value(self.value.as_ref())),
             CauseType::NotSupported => {
                 format!("Unsupported value: {}", go_value(self.value.as_ref()))
             }

@@ -20,8 +20,9 @@
 //!   gracefully.
 //! - A write that changes nothing stores nothing ([`Outcome::Unchanged`]):
 //!   no new resourceVersion, no watch event.
-//! - [`validate`]: where validation of the result goes (a hook; none
-//!   yet).
+//! - [`validate`]: the result validated before it is stored (built-in
+//!   kinds from the target release's OpenAPI schemas, custom resources
+//!   from their CRD's schema, which also prunes what it does not declare).
 
 pub mod deletion;
 pub mod gc;
@@ -92,6 +93,9 @@ pub fn write(
     let target = action.target();
     let what = format!("{} {target}", action.verb());
     let has_status = status::has_subresource(ctx.kinds, &target.kind.gvk);
+    if let Action::Apply { object, .. } = action {
+        fits_schema(ctx, &what, target, object)?;
+    }
     match action {
         Action::Event { .. } => Ok(Outcome::Unchanged),
         Action::Delete { propagation, .. } => {
@@ -173,6 +177,7 @@ fn create(
     if has_status && let Some(o) = value.as_object_mut() {
         o.remove("status");
     }
+    prune(ctx, target, &mut value);
     let uid = new_uid()?;
     meta::create(ctx, &target.kind.gvk, &mut value, uid);
     if let Some(ns) = &target.namespace
@@ -180,6 +185,7 @@ fn create(
     {
         m.insert("namespace".into(), json!(ns));
     }
+    let schema = ctx.kinds.crd_schema(&target.kind.gvk);
     ctx.validator.validate(&Check {
         what,
         kind: &target.kind,
@@ -187,6 +193,7 @@ fn create(
         status: false,
         old: None,
         new: &value,
+        schema: schema.as_deref(),
     })?;
     Ok(Outcome::Put(value))
 }
@@ -218,6 +225,7 @@ fn settle(
         status::keep_stored(stored, &mut next);
     }
     deletion::check_no_new_finalizers(what, stored, &next)?;
+    prune(ctx, target, &mut next);
     meta::carry(&target.kind.gvk, stored, &mut next, has_status);
     if next == *stored {
         return Ok(Outcome::Unchanged);
@@ -225,6 +233,7 @@ fn settle(
     if deletion::finalized(&next) {
         return Ok(Outcome::Gone(next));
     }
+    let schema = ctx.kinds.crd_schema(&target.kind.gvk);
     ctx.validator.validate(&Check {
         what,
         kind: &target.kind,
@@ -232,8 +241,44 @@ fn settle(
         status: scope == Scope::Status,
         old: Some(stored),
         new: &next,
+        schema: schema.as_deref(),
     })?;
     Ok(Outcome::Put(next))
+}
+
+/// A custom resource's apply body against its CRD's schema: the server's
+/// structured merge cannot type a body that does not fit (a 500 there,
+/// which the host reads as invalid).
+fn fits_schema(
+    ctx: &Context<'_>,
+    what: &str,
+    target: &Target,
+    body: &Value,
+) -> Result<(), ActionError> {
+    let Some(schema) = ctx.kinds.crd_schema(&target.kind.gvk) else {
+        return Ok(());
+    };
+    crate::openapi::custom::check_apply(&schema, body).map_err(|e| {
+        let gvk = &target.kind.gvk;
+        ActionError::apply_body_untyped(
+            what,
+            &format!(
+                "failed to create typed patch object (/{}; {}, Kind={}): {}",
+                target.name,
+                gvk.api_version(),
+                gvk.kind,
+                e.0
+            ),
+        )
+    })
+}
+
+/// The server's pruning of what a custom resource's schema does not
+/// declare.
+fn prune(ctx: &Context<'_>, target: &Target, value: &mut Value) {
+    if let Some(schema) = ctx.kinds.crd_schema(&target.kind.gvk) {
+        crate::openapi::custom::prune(&schema, value);
+    }
 }
 
 fn not_found(what: &str, target: &Target) -> ActionError {

@@ -24,6 +24,8 @@ pub struct Check<'a> {
     pub old: Option<&'a Value>,
     /// The object the write makes.
     pub new: &'a Value,
+    /// A custom resource's structural schema, from its CRD.
+    pub schema: Option<&'a Value>,
 }
 
 /// Checks an object the simulated server is about to store.
@@ -44,13 +46,24 @@ impl Validate for NoValidation {
 }
 
 /// Built-in kinds validated as kube-apiserver 1.35.8 validates them
-/// ([`crate::openapi`]); custom resources pass.
+/// ([`crate::openapi`]); custom resources against their CRD's schema
+/// where the cluster holds it ([`openapi::custom`]), passing otherwise.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct OpenApi;
 
 impl Validate for OpenApi {
     fn validate(&self, check: &Check<'_>) -> Result<(), ActionError> {
         let gvk = &check.kind.gvk;
+        if let Some(schema) = check.schema {
+            return openapi::custom::validate(gvk, schema, check.new).map_err(|refusal| {
+                let status = refusal.status();
+                ActionError::Invalid(ActionError::server_words(
+                    check.what,
+                    &status.message,
+                    &status.reason,
+                ))
+            });
+        }
         let result = match check.old {
             Some(old) if check.status => {
                 openapi::validate_status_update(gvk, old, check.new, check.write)

@@ -83,7 +83,32 @@ pub async fn put(client: &kube::Client, object: &Value, t: &Translation) -> Resu
             .await
             .map_err(|e| format!("apply the status of {id:?}: {e}"))?;
     }
+    if id.0 == "apiextensions.k8s.io/v1/CustomResourceDefinition" {
+        served(client, object).await?;
+    }
     serde_json::to_value(written).map_err(|e| e.to_string())
+}
+
+/// Waits until the server serves every version of the CRD `crd` (it is
+/// established and in discovery), up to 30 s.
+async fn served(client: &kube::Client, crd: &Value) -> Result<(), String> {
+    let spec = &crd["spec"];
+    let (group, kind) = (
+        spec["group"].as_str().unwrap_or_default(),
+        spec["names"]["kind"].as_str().unwrap_or_default(),
+    );
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+    for version in spec["versions"].as_array().into_iter().flatten() {
+        let v = version["name"].as_str().unwrap_or_default();
+        let gvk = GroupVersionKind::gvk(group, v, kind);
+        while let Err(e) = kube::discovery::pinned_kind(client, &gvk).await {
+            if tokio::time::Instant::now() >= deadline {
+                return Err(format!("{group}/{v} {kind} is not served: {e}"));
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    }
+    Ok(())
 }
 
 /// The server's object `id`, if it has one.
