@@ -8,8 +8,9 @@
 //! does not fit the schema (a wrong type, an undeclared field) is refused
 //! before that, as the server's structured merge refuses it (a 500 there).
 //!
-//! Not checked: CEL rules (`x-kubernetes-validations`), `pattern`,
-//! `format`s, `uniqueItems` and `multipleOf`.
+//! Not checked: CEL rules (`x-kubernetes-validations`: Kubernetes' CEL
+//! environment, its libraries and cost limits, has no Rust
+//! implementation), `format`s, `uniqueItems` and `multipleOf`.
 
 use serde_json::Value;
 
@@ -284,6 +285,18 @@ fn bounds(schema: &Value, value: &Value, path: &str, causes: &mut Vec<Cause>) {
         }
     }
     if let Some(s) = value.as_str() {
+        // Go's regexp and this crate are both RE2: the same syntax and
+        // matches. A pattern neither compiles is the CRD's problem (the
+        // server refuses such a CRD): not checked here.
+        if let Some(pattern) = schema.get("pattern").and_then(Value::as_str)
+            && regex::Regex::new(pattern).is_ok_and(|re| !re.is_match(s))
+        {
+            causes.push(Cause::invalid(
+                path,
+                value.clone(),
+                format!("{path} in body should match '{pattern}'"),
+            ));
+        }
         let len = s.chars().count() as f64;
         if let Some(min) = num("minLength").filter(|m| len < *m) {
             causes.push(Cause::invalid(
@@ -355,6 +368,7 @@ mod tests {
             "spec": {"type": "object", "required": ["size"], "properties": {
                 "size": {"type": "integer", "minimum": 1},
                 "color": {"type": "string", "enum": ["red", "blue"]},
+                "label": {"type": "string", "pattern": "^[a-z]+$"},
                 "free": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}},
             "status": {"type": "object", "properties": {"ready": {"type": "boolean"}}}}})
     }
@@ -394,6 +408,10 @@ mod tests {
             assert!(both.contains(cause), "{both}");
         }
         assert_eq!(message(json!({"size": 2, "bogus": 1})), "");
+        assert_eq!(
+            message(json!({"size": 2, "label": "ABC"})),
+            r#"Widget.example.com "a" is invalid: spec.label: Invalid value: "ABC": spec.label in body should match '^[a-z]+$'"#
+        );
     }
 
     #[test]
