@@ -272,18 +272,15 @@ impl<'s, 'a> Writer<'s, 'a> {
             json::string(&mut self.out, k);
             self.out.push(b':');
             let written = match value {
-                // A nil []byte in a map is `null`.
+                // gogo decodes a map's bytes value as `[]byte{}` even when
+                // the entry has none: `""`, not `null`.
                 Ty::Bytes if v.is_none() => {
-                    self.out.extend_from_slice(b"null");
+                    self.out.extend_from_slice(b"\"\"");
                     Ok(())
                 }
-                Ty::Wrapped(elem) => match v {
-                    Some(v) => self.wrapped(elem, v),
-                    None => {
-                        self.out.extend_from_slice(b"null");
-                        Ok(())
-                    }
-                },
+                // gogo decodes a map entry's value into a fresh `&T{}`:
+                // an empty, not nil, slice when the entry has none.
+                Ty::Wrapped(elem) => self.wrapped(elem, v.unwrap_or(Value::Bytes(&[]))),
                 ty => self.value(ty, v),
             };
             written.map_err(|e| e.within(&format!("[{:?}]", String::from_utf8_lossy(k))))?;
@@ -293,6 +290,7 @@ impl<'s, 'a> Writer<'s, 'a> {
     }
 
     /// A named slice in its wrapper message: the items are field 1.
+    /// The wrapper is there, so the slice is not nil.
     fn wrapped(&mut self, elem: &Ty, value: Value<'a>) -> Result<()> {
         let mut items = self.pool.pop().unwrap_or_default();
         items.clear();
@@ -301,10 +299,7 @@ impl<'s, 'a> Writer<'s, 'a> {
             .and_then(|b| wire::fields(b, &mut items))
             .map_err(wire_err)
             .and_then(|()| {
-                if items.is_empty() {
-                    self.out.extend_from_slice(b"null");
-                    return Ok(());
-                }
+                // Present, the slice is not nil: `[]` even when empty.
                 self.out.push(b'[');
                 let mut index = 0;
                 for (_, v) in items.iter().filter(|(n, _)| *n == 1) {

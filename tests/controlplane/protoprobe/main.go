@@ -14,6 +14,15 @@
 //
 //	protoprobe
 //
+//	protoprobe fuzz SEED N
+//
+// fills N objects of every kind the schema table names with random values
+// (apimachinery's round-trip fuzzer: randfill with meta/v1's fill
+// functions, and a few more so every value has a JSON form) and writes one
+// answer line per object, as below.
+//
+//	protoprobe
+//
 // reads JSON objects on stdin and writes one JSON line per object, in
 // order: its protobuf encoding (runtime/serializer/protobuf, as the API
 // server writes it, base64) and the JSON encoding
@@ -34,6 +43,7 @@ import (
 	"os"
 	"reflect"
 	"sort"
+	"strconv"
 	"strings"
 
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -73,8 +83,17 @@ func main() {
 		writeSchema(s)
 		return
 	}
+	if len(os.Args) == 4 && os.Args[1] == "fuzz" {
+		seed, err1 := strconv.ParseInt(os.Args[2], 10, 64)
+		n, err2 := strconv.Atoi(os.Args[3])
+		if err1 != nil || err2 != nil {
+			fail("usage: protoprobe fuzz SEED N")
+		}
+		fuzz(s, seed, n)
+		return
+	}
 	if len(os.Args) != 1 {
-		fail("usage: protoprobe [schema]")
+		fail("usage: protoprobe [schema | fuzz SEED N]")
 	}
 	probe(s)
 }
@@ -116,25 +135,29 @@ func encode(js *jsonserializer.Serializer, pb *protobuf.Serializer, raw []byte) 
 	if err != nil {
 		return answer{Error: err.Error()}
 	}
-	obj.GetObjectKind().SetGroupVersionKind(*gvk)
+	return encodeObject(js, pb, obj, *gvk)
+}
+
+func encodeObject(js *jsonserializer.Serializer, pb *protobuf.Serializer, obj runtime.Object, gvk schema.GroupVersionKind) answer {
+	obj.GetObjectKind().SetGroupVersionKind(gvk)
 	var p, direct, back bytes.Buffer
 	if err := pb.Encode(obj, &p); err != nil {
 		return answer{Error: "protobuf encoding: " + err.Error()}
 	}
 	if err := js.Encode(obj, &direct); err != nil {
-		return answer{Error: "json encoding: " + err.Error()}
+		return answer{Kind: gvkText(gvk), Error: "json encoding: " + err.Error()}
 	}
 	again, _, err := pb.Decode(p.Bytes(), nil, nil)
 	if err != nil {
 		return answer{Error: "protobuf decoding: " + err.Error()}
 	}
-	again.GetObjectKind().SetGroupVersionKind(*gvk)
+	again.GetObjectKind().SetGroupVersionKind(gvk)
 	if err := js.Encode(again, &back); err != nil {
 		return answer{Error: "json encoding: " + err.Error()}
 	}
 	return answer{
 		OK:     true,
-		Kind:   gvk.GroupVersion().String() + "/" + gvk.Kind,
+		Kind:   gvkText(gvk),
 		Proto:  p.Bytes(),
 		JSON:   strings.TrimSuffix(back.String(), "\n"),
 		Direct: strings.TrimSuffix(direct.String(), "\n"),
@@ -241,9 +264,10 @@ func fields(t reflect.Type, queue *[]reflect.Type) []field {
 	return out
 }
 
-func writeSchema(s *runtime.Scheme) {
-	var kinds []string
-	var queue []reflect.Type
+// protoKinds are the kinds the table holds: every versioned kind with a
+// protobuf encoding, sorted.
+func protoKinds(s *runtime.Scheme) []schema.GroupVersionKind {
+	var out []schema.GroupVersionKind
 	for gvk, t := range s.AllKnownTypes() {
 		// The options, Status and WatchEvent of meta/v1 are registered in
 		// every group; they are not kinds anyone lists or watches.
@@ -251,10 +275,21 @@ func writeSchema(s *runtime.Scheme) {
 			t.PkgPath() == "k8s.io/apimachinery/pkg/apis/meta/v1" {
 			continue
 		}
+		out = append(out, gvk)
+	}
+	sort.Slice(out, func(i, j int) bool { return gvkText(out[i]) < gvkText(out[j]) })
+	return out
+}
+
+func writeSchema(s *runtime.Scheme) {
+	var kinds []string
+	var queue []reflect.Type
+	known := s.AllKnownTypes()
+	for _, gvk := range protoKinds(s) {
+		t := known[gvk]
 		kinds = append(kinds, fmt.Sprintf("K %s %s", gvkText(gvk), messageName(t)))
 		queue = append(queue, t)
 	}
-	sort.Strings(kinds)
 	seen := map[reflect.Type]bool{}
 	var messages []string
 	for len(queue) > 0 {
