@@ -18,17 +18,24 @@ impl<'a> Writer<'_, 'a> {
     /// Writes a custom type from its message bytes (`None`: absent, Go's
     /// zero value).
     pub(crate) fn custom(&mut self, custom: Custom, bytes: Option<&'a [u8]>) -> Result<()> {
-        let mut fields = Vec::new();
-        wire::fields(bytes.unwrap_or_default(), &mut fields).map_err(ProtoError::wire)?;
+        let mut fields = self.spare();
+        let result = wire::fields(bytes.unwrap_or_default(), &mut fields)
+            .map_err(ProtoError::wire)
+            .and_then(|()| self.custom_fields(custom, &fields));
+        self.recycle(fields);
+        result
+    }
+
+    fn custom_fields(&mut self, custom: Custom, fields: &[(u32, Value<'a>)]) -> Result<()> {
         let varint = |n| -> Result<u64> {
-            wire::last(&fields, n)
+            wire::last(fields, n)
                 .map(Value::varint)
                 .transpose()
                 .map_err(ProtoError::wire)
                 .map(Option::unwrap_or_default)
         };
         let bytes_field = |n| -> Result<Option<&'a [u8]>> {
-            wire::last(&fields, n)
+            wire::last(fields, n)
                 .map(Value::bytes)
                 .transpose()
                 .map_err(ProtoError::wire)
@@ -53,9 +60,7 @@ impl<'a> Writer<'_, 'a> {
                 None => self.out.extend_from_slice(b"\"0\""),
             },
             Custom::IntOrString => match varint(1)? {
-                0 => self
-                    .out
-                    .extend_from_slice((varint(2)? as i32).to_string().as_bytes()),
+                0 => json::int(&mut self.out, i64::from(varint(2)? as i32)),
                 1 => json::string(&mut self.out, bytes_field(3)?.unwrap_or_default()),
                 t => return Err(value_err(format!("IntOrString of type {t}"))),
             },

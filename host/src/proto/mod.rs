@@ -23,6 +23,7 @@ mod error;
 mod json;
 mod schema;
 mod transcode;
+mod watch;
 mod wire;
 
 #[cfg(test)]
@@ -30,6 +31,7 @@ mod tests;
 
 pub use envelope::MAGIC;
 pub use error::{ProtoError, Result};
+pub use watch::{WatchEvent, split_frame, watch_event};
 
 use crate::kind::Gvk;
 use schema::{Ty, schema};
@@ -204,6 +206,8 @@ fn transcode_list(
 
 /// The writer only writes UTF-8 (strings are escaped from their valid
 /// parts, embedded JSON was parsed as UTF-8), so this never replaces.
-fn into_text(out: Vec<u8>) -> String {
+/// Spare capacity is given back: the text is what a cache keeps.
+fn into_text(mut out: Vec<u8>) -> String {
+    out.shrink_to_fit();
     String::from_utf8(out).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
 }

@@ -83,6 +83,9 @@ pub(crate) struct Field {
 pub(crate) struct Message {
     pub name: Box<str>,
     pub fields: Vec<Field>,
+    /// Field number to 1 + its index in `fields` (0: not a field), so a
+    /// wire field finds its table field without a search.
+    pub slots: Vec<u16>,
 }
 
 /// Every message of the table and the kinds that name them.
@@ -169,6 +172,7 @@ impl Schema {
                 schema.messages.push(Message {
                     name: name.into(),
                     fields: Vec::new(),
+                    slots: Vec::new(),
                 });
             } else if let Some(rest) = line.strip_prefix("  ") {
                 let mut parts = rest.split(' ');
@@ -200,6 +204,22 @@ impl Schema {
                 });
             } else if !(line.starts_with('#') || line.starts_with("C ") || line.is_empty()) {
                 return Err((n, format!("unreadable line {line:?}")));
+            }
+        }
+        for message in &mut schema.messages {
+            for (i, field) in message.fields.iter().enumerate() {
+                let Some(number) = field.number else { continue };
+                let number = usize::try_from(number).unwrap_or(usize::MAX);
+                if number > 4096 {
+                    return Err((
+                        0,
+                        format!("{}: field number {number} too large", message.name),
+                    ));
+                }
+                if message.slots.len() <= number {
+                    message.slots.resize(number + 1, 0);
+                }
+                message.slots[number] = u16::try_from(i + 1).unwrap_or(0);
             }
         }
         Ok(schema)

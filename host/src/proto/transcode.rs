@@ -4,7 +4,7 @@
 
 use super::error::{ProtoError, Result};
 use super::json;
-use super::schema::{Field, MessageId, Schema, Ty};
+use super::schema::{Field, Message, MessageId, Schema, Ty};
 use super::wire::{self, Value};
 
 /// Fields of one message on the wire.
@@ -17,7 +17,12 @@ pub(crate) struct Writer<'s, 'a> {
     schema: &'s Schema,
     pub(crate) out: Vec<u8>,
     pool: Vec<Fields<'a>>,
+    /// Spare span lists (see [`Writer::fields`]).
+    span_pool: Vec<Vec<(u32, u32)>>,
 }
+
+/// No wire value for a table field.
+const NONE: (u32, u32) = (u32::MAX, 0);
 
 /// The envelope's TypeMeta, written where a top-level object inlines its
 /// own (empty in protobuf).
@@ -37,6 +42,7 @@ impl<'s, 'a> Writer<'s, 'a> {
             schema,
             out: Vec::with_capacity(capacity),
             pool: Vec::new(),
+            span_pool: Vec::new(),
         }
     }
 
@@ -47,8 +53,7 @@ impl<'s, 'a> Writer<'s, 'a> {
         bytes: &'a [u8],
         type_meta: Option<TypeMeta<'_>>,
     ) -> Result<()> {
-        let mut fields = self.pool.pop().unwrap_or_default();
-        fields.clear();
+        let mut fields = self.spare();
         let result = wire::fields(bytes, &mut fields)
             .map_err(wire_err)
             .and_then(|()| {
@@ -58,9 +63,23 @@ impl<'s, 'a> Writer<'s, 'a> {
                 self.out.push(b'}');
                 Ok(())
             });
+        self.recycle(fields);
+        result
+    }
+
+    /// A field list from the pool, empty.
+    pub(crate) fn spare(&mut self) -> Fields<'a> {
+        // Sized for a typical message: growing from empty cost more than
+        // the walk itself on small objects.
+        let mut fields = self.pool.pop().unwrap_or_else(|| Vec::with_capacity(32));
+        fields.clear();
+        fields
+    }
+
+    /// Returns a field list to the pool.
+    pub(crate) fn recycle(&mut self, mut fields: Fields<'a>) {
         fields.clear();
         self.pool.push(fields);
-        result
     }
 
     fn key(&mut self, field: &Field, first: &mut bool) {
@@ -80,7 +99,47 @@ impl<'s, 'a> Writer<'s, 'a> {
         first: &mut bool,
     ) -> Result<()> {
         let schema = self.schema;
-        for field in &schema.messages[id].fields {
+        let message = &schema.messages[id];
+        // Where each table field's values are on the wire: the first and
+        // last entry with its number (repeated fields are contiguous as
+        // Go writes them; the run between is filtered by number anyway).
+        let mut spans = self
+            .span_pool
+            .pop()
+            .unwrap_or_else(|| Vec::with_capacity(64));
+        spans.clear();
+        spans.resize(message.fields.len(), NONE);
+        for (i, (number, _)) in fields.iter().enumerate() {
+            let slot = usize::try_from(*number)
+                .ok()
+                .and_then(|n| message.slots.get(n))
+                .copied()
+                .unwrap_or(0);
+            if let Some(span) = usize::from(slot)
+                .checked_sub(1)
+                .and_then(|s| spans.get_mut(s))
+            {
+                let i = u32::try_from(i).unwrap_or(u32::MAX);
+                if span.0 == u32::MAX {
+                    span.0 = i;
+                }
+                span.1 = i;
+            }
+        }
+        let result = self.fields_in_order(message, fields, &spans, type_meta, first);
+        self.span_pool.push(spans);
+        result
+    }
+
+    fn fields_in_order(
+        &mut self,
+        message: &Message,
+        fields: &Fields<'a>,
+        spans: &[(u32, u32)],
+        type_meta: Option<TypeMeta<'_>>,
+        first: &mut bool,
+    ) -> Result<()> {
+        for (field, &(start, end)) in message.fields.iter().zip(spans) {
             let Some(number) = field.number else {
                 // TypeMeta: `kind` then `apiVersion`, both omitempty.
                 if let Some(tm) = type_meta {
@@ -98,7 +157,11 @@ impl<'s, 'a> Writer<'s, 'a> {
                 }
                 continue;
             };
-            self.field(field, number, fields, first)
+            let run = match fields.get(start as usize..=end as usize) {
+                Some(run) if start != u32::MAX => run,
+                _ => &[],
+            };
+            self.field(field, number, run, first)
                 .map_err(|e| e.within(field.key.trim_matches(|c| c == '"' || c == ':')))?;
         }
         Ok(())
@@ -108,23 +171,22 @@ impl<'s, 'a> Writer<'s, 'a> {
         &mut self,
         field: &Field,
         number: u32,
-        fields: &Fields<'a>,
+        run: &[(u32, Value<'a>)],
         first: &mut bool,
     ) -> Result<()> {
-        let last = wire::last(fields, number);
+        let fields = run;
+        let last = run.last().map(|(_, v)| *v);
         match &field.ty {
             Ty::Message(id) if field.inline => {
                 let bytes = match last {
                     Some(v) => v.bytes().map_err(wire_err)?,
                     None => &[],
                 };
-                let mut nested = self.pool.pop().unwrap_or_default();
-                nested.clear();
+                let mut nested = self.spare();
                 let result = wire::fields(bytes, &mut nested)
                     .map_err(wire_err)
                     .and_then(|()| self.fields(*id, &nested, None, first));
-                nested.clear();
-                self.pool.push(nested);
+                self.recycle(nested);
                 result
             }
             Ty::Slice(elem) => {
@@ -158,6 +220,10 @@ impl<'s, 'a> Writer<'s, 'a> {
                 let Some(value) = last else {
                     return self.nil(field, first);
                 };
+                // An empty wrapper: an empty slice, which omitempty leaves out.
+                if field.omitempty && value.bytes().is_ok_and(<[u8]>::is_empty) {
+                    return Ok(());
+                }
                 self.key(field, first);
                 self.wrapped(elem, value)
             }
@@ -179,7 +245,9 @@ impl<'s, 'a> Writer<'s, 'a> {
             }
             Ty::Message(_) | Ty::Custom(_) => {
                 // Structs: omitempty never leaves them out; omitzero does
-                // when they are zero (absent or empty on the wire).
+                // when they are zero (absent or empty on the wire: only
+                // metav1.Time has omitzero, and its Marshal writes nothing
+                // for the zero time; a unit test keeps it so).
                 if field.omitzero && last.is_none_or(|v| v.bytes().is_ok_and(<[u8]>::is_empty)) {
                     return Ok(());
                 }
@@ -248,7 +316,7 @@ impl<'s, 'a> Writer<'s, 'a> {
             });
         }
         let mut pairs: Vec<(&'a [u8], Option<Value<'a>>)> = Vec::with_capacity(entries.len());
-        let mut entry = self.pool.pop().unwrap_or_default();
+        let mut entry = self.spare();
         for bytes in entries {
             entry.clear();
             wire::fields(bytes, &mut entry).map_err(wire_err)?;
@@ -258,8 +326,7 @@ impl<'s, 'a> Writer<'s, 'a> {
             };
             pairs.push((k, wire::last(&entry, 2)));
         }
-        entry.clear();
-        self.pool.push(entry);
+        self.recycle(entry);
         // encoding/json sorts map keys; a key given twice keeps its last value.
         pairs.reverse();
         pairs.sort_by(|a, b| a.0.cmp(b.0));
@@ -292,8 +359,7 @@ impl<'s, 'a> Writer<'s, 'a> {
     /// A named slice in its wrapper message: the items are field 1.
     /// The wrapper is there, so the slice is not nil.
     fn wrapped(&mut self, elem: &Ty, value: Value<'a>) -> Result<()> {
-        let mut items = self.pool.pop().unwrap_or_default();
-        items.clear();
+        let mut items = self.spare();
         let result = value
             .bytes()
             .and_then(|b| wire::fields(b, &mut items))
@@ -308,8 +374,7 @@ impl<'s, 'a> Writer<'s, 'a> {
                 self.out.push(b']');
                 Ok(())
             });
-        items.clear();
-        self.pool.push(items);
+        self.recycle(items);
         result
     }
 
@@ -340,7 +405,7 @@ impl<'s, 'a> Writer<'s, 'a> {
                     .transpose()
                     .map_err(wire_err)?
                     .unwrap_or(0) as i32;
-                self.out.extend_from_slice(v.to_string().as_bytes());
+                json::int(&mut self.out, i64::from(v));
             }
             Ty::Int64 => {
                 let v = value
@@ -348,7 +413,7 @@ impl<'s, 'a> Writer<'s, 'a> {
                     .transpose()
                     .map_err(wire_err)?
                     .unwrap_or(0) as i64;
-                self.out.extend_from_slice(v.to_string().as_bytes());
+                json::int(&mut self.out, v);
             }
             Ty::Float64 => {
                 let bits = match value {
@@ -417,7 +482,9 @@ impl<'s, 'a> Writer<'s, 'a> {
 fn is_zero_scalar(value: Option<Value<'_>>) -> bool {
     match value {
         None => true,
-        Some(Value::Varint(v) | Value::Fixed64(v)) => v == 0,
+        Some(Value::Varint(v)) => v == 0,
+        // A double: -0 is empty to Go too.
+        Some(Value::Fixed64(v)) => f64::from_bits(v) == 0.0,
         Some(Value::Fixed32(v)) => v == 0,
         Some(Value::Bytes(b)) => b.is_empty(),
     }

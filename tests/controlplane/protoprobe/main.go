@@ -270,9 +270,11 @@ func protoKinds(s *runtime.Scheme) []schema.GroupVersionKind {
 	var out []schema.GroupVersionKind
 	for gvk, t := range s.AllKnownTypes() {
 		// The options, Status and WatchEvent of meta/v1 are registered in
-		// every group; they are not kinds anyone lists or watches.
+		// every group; they are not kinds anyone lists or watches. Status
+		// as v1 stays: the object of a watch's ERROR event.
+		meta := t.PkgPath() == "k8s.io/apimachinery/pkg/apis/meta/v1"
 		if gvk.Version == runtime.APIVersionInternal || !reflect.PointerTo(t).Implements(protoType) ||
-			t.PkgPath() == "k8s.io/apimachinery/pkg/apis/meta/v1" {
+			(meta && (gvk.GroupVersion().String() != "v1" || gvk.Kind != "Status")) {
 			continue
 		}
 		out = append(out, gvk)
