@@ -24,6 +24,7 @@ pub mod openapi;
 pub mod origin;
 pub mod pointer;
 pub mod precompile;
+pub mod proto;
 pub mod rbac;
 pub mod redact;
 pub mod reference;

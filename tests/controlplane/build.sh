@@ -3,8 +3,10 @@
 # (the real kube-apiserver, kube-controller-manager, kube-scheduler and
 # kubelet as subcommands of one binary, plus an embedded etcd), pause (the
 # static sandbox program of the node's pause image), apiprobe (the node
-# tests' in-cluster API client) and fieldselprobe (apimachinery's field
-# selector parser, for tests/tests/field_selectors.rs). A no-op when all are
+# tests' in-cluster API client), fieldselprobe (apimachinery's field
+# selector parser, for tests/tests/field_selectors.rs) and protoprobe
+# (apimachinery's protobuf and JSON serializers, for
+# tests/tests/proto_corpus.rs). A no-op when all are
 # newer than go.mod, go.sum and every .go file.
 #
 # Needs Go (>= the go line in go.mod) and the Go module proxy. A cold build
@@ -17,7 +19,8 @@ out=bin/kubewasm-controlplane
 pause=bin/pause
 probe=bin/apiprobe
 fieldsel=bin/fieldselprobe
-if [[ -x $out && -x $pause && -x $probe && -x $fieldsel && -z $(find go.mod go.sum ./*.go pause/*.go apiprobe/*.go fieldselprobe/*.go -newer "$out" 2>/dev/null) ]]; then
+protoprobe=bin/protoprobe
+if [[ -x $out && -x $pause && -x $probe && -x $fieldsel && -x $protoprobe && -z $(find go.mod go.sum ./*.go pause/*.go apiprobe/*.go fieldselprobe/*.go protoprobe/*.go -newer "$out" 2>/dev/null) ]]; then
   exit 0
 fi
 command -v go >/dev/null || { echo "build.sh: Go is not installed (https://go.dev/dl/)" >&2; exit 1; }
@@ -42,5 +45,8 @@ CGO_ENABLED=0 go build -mod=readonly -trimpath -buildvcs=false -ldflags "-s -w" 
 CGO_ENABLED=0 go build -mod=readonly -trimpath -buildvcs=false -ldflags "-s -w" -o "$probe" ./apiprobe
 # The real fields.ParseSelector, for the field selector differential test.
 go build -mod=readonly -trimpath -buildvcs=false -ldflags "-s -w" -o "$fieldsel" ./fieldselprobe
+# The real protobuf and JSON serializers, for the transcoder's differential
+# test (and its field table: `protoprobe schema`).
+go build -mod=readonly -trimpath -buildvcs=false -ldflags "-s -w" -o "$protoprobe" ./protoprobe
 mv -f "$out.tmp" "$out"
 echo "build.sh: built $out in $((SECONDS - start))s" >&2
