@@ -14,10 +14,16 @@ func startControllers(env nodeEnv, controllers string) (*child, error) {
 	if err := writeKubeconfig(kc, env.server, env.caPEM, "system:kube-controller-manager", env.p.controllerManagerToken); err != nil {
 		return nil, err
 	}
-	c := &child{name: "kube-controller-manager", logPath: filepath.Join(env.dir, "controller-manager.log"), args: []string{
+	c := controllerManager(env, kc, "--controllers="+controllers)
+	return c, c.start()
+}
+
+// controllerManager is the kube-controller-manager child (not started) with
+// the flags every mode uses, then extra.
+func controllerManager(env nodeEnv, kubeconfig string, extra ...string) *child {
+	args := []string{
 		"controller-manager",
-		"--kubeconfig=" + kc,
-		"--controllers=" + controllers,
+		"--kubeconfig=" + kubeconfig,
 		"--secure-port=0",
 		"--leader-elect=false",
 		// Each controller as its own ServiceAccount, with the roles the
@@ -29,8 +35,8 @@ func startControllers(env nodeEnv, controllers string) (*child, error) {
 		"--allocate-node-cidrs=false",
 		"--profiling=false",
 		"--v=" + strconv.Itoa(env.verbosity),
-	}}
-	return c, c.start()
+	}
+	return &child{name: "kube-controller-manager", logPath: filepath.Join(env.dir, "controller-manager.log"), args: append(args, extra...)}
 }
 
 // childDone is c's exit, or nothing when c is not running.

@@ -89,19 +89,7 @@ func startNode(env nodeEnv, api *apiServer, timeout time.Duration, stopping <-ch
 	}
 	v := "--v=" + strconv.Itoa(env.verbosity)
 
-	n.cm = &child{name: "kube-controller-manager", logPath: filepath.Join(env.dir, "controller-manager.log"), args: []string{
-		"controller-manager",
-		"--kubeconfig=" + cmKC,
-		"--secure-port=0",
-		"--leader-elect=false",
-		"--use-service-account-credentials=true",
-		"--service-account-private-key-file=" + env.p.saKey,
-		"--root-ca-file=" + env.p.caCert,
-		"--cluster-name=kubewasm",
-		"--allocate-node-cidrs=false",
-		"--profiling=false",
-		v,
-	}}
+	n.cm = controllerManager(env, cmKC)
 	if err := n.cm.start(); err != nil {
 		return n, err
 	}

@@ -16,6 +16,7 @@ pub mod incluster;
 pub mod manifests;
 pub mod markdown;
 pub mod objects;
+pub mod probe;
 pub mod registry;
 pub mod tools;
 pub mod walkthrough;

@@ -258,48 +258,11 @@ fn agree(ours: &Answer, theirs: &Answer) -> bool {
     }
 }
 
-fn probe_path() -> PathBuf {
-    match std::env::var_os("KUBEWASM_CONTROLPLANE_BIN") {
-        Some(bin) => PathBuf::from(bin).with_file_name("fieldselprobe"),
-        None => kubewasm_tests::repo_root().join("tests/controlplane/bin/fieldselprobe"),
-    }
-}
-
 /// Runs the probe once over `questions` (JSON lines) and returns its
 /// answers, one per question.
 fn ask_apimachinery(questions: &[serde_json::Value]) -> Vec<Answer> {
-    let probe = probe_path();
-    assert!(
-        probe.is_file(),
-        "{} is missing: run tests/controlplane/build.sh (it builds the apimachinery field \
-         selector probe beside the test control plane)",
-        probe.display()
-    );
-    let mut child = Command::new(&probe)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("starting {}: {e}", probe.display()));
-    let mut stdin = child.stdin.take().unwrap();
     let input: String = questions.iter().map(|q| format!("{q}\n")).collect();
-    // Written from a thread: the probe answers while it reads, and a full
-    // stdout pipe would otherwise stop both sides.
-    let writer = std::thread::spawn(move || stdin.write_all(input.as_bytes()));
-    let out = child.wait_with_output().unwrap();
-    writer.join().unwrap().unwrap();
-    assert!(
-        out.status.success(),
-        "{} failed ({}): {}",
-        probe.display(),
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let answers: Vec<Answer> = String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("probe answer {l:?}: {e}")))
-        .collect();
+    let answers: Vec<Answer> = kubewasm_tests::probe::ask("fieldselprobe", &[], input);
     assert_eq!(
         answers.len(),
         questions.len(),

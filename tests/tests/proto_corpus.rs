@@ -28,24 +28,6 @@ use serde_json::value::RawValue;
 /// Disagreements printed in full (the count is always given).
 const SHOWN: usize = 20;
 
-fn probe_path() -> PathBuf {
-    match std::env::var_os("KUBEWASM_CONTROLPLANE_BIN") {
-        Some(bin) => PathBuf::from(bin).with_file_name("protoprobe"),
-        None => kubewasm_tests::repo_root().join("tests/controlplane/bin/protoprobe"),
-    }
-}
-
-fn probe() -> PathBuf {
-    let probe = probe_path();
-    assert!(
-        probe.is_file(),
-        "{} is missing: run tests/controlplane/build.sh (it builds the apimachinery protobuf \
-         probe beside the test control plane)",
-        probe.display()
-    );
-    probe
-}
-
 /// One corpus object: where it came from, and its text.
 struct CorpusObject {
     file: String,
@@ -142,31 +124,7 @@ fn encode_with_apimachinery(objects: &[&Value]) -> Vec<Answer> {
 
 /// Runs the probe with `args`, `input` on its stdin, and reads its answers.
 fn run_probe(args: &[&str], input: String) -> Vec<Answer> {
-    let probe = probe();
-    let mut child = Command::new(&probe)
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("starting {}: {e}", probe.display()));
-    let mut stdin = child.stdin.take().unwrap();
-    // Written from a thread: the probe answers while it reads.
-    let writer = std::thread::spawn(move || stdin.write_all(input.as_bytes()));
-    let out = child.wait_with_output().unwrap();
-    writer.join().unwrap().unwrap();
-    assert!(
-        out.status.success(),
-        "{} failed ({}): {}",
-        probe.display(),
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("probe answer {l:?}: {e}")))
-        .collect()
+    kubewasm_tests::probe::ask("protoprobe", args, input)
 }
 
 /// The JSON text with every object's keys in sorted order; everything else
@@ -476,7 +434,7 @@ fn fuzzed_objects_of_every_kind_transcode_as_apimachinery_writes_them() {
 /// go.mod pins; `KUBEWASM_REGENERATE=1` rewrites it.
 #[test]
 fn schema_is_current() {
-    let out = Command::new(probe()).arg("schema").output().unwrap();
+    let out = Command::new(kubewasm_tests::probe::path("protoprobe")).arg("schema").output().unwrap();
     assert!(
         out.status.success(),
         "protoprobe schema: {}",

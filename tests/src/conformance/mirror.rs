@@ -333,7 +333,7 @@ fn change_id(c: &Change) -> ObjectId {
 /// left to do among them (polled until [`SETTLE`]): no live object with
 /// an owner reference to an object that is gone, no `orphan` finalizer, and a
 /// `foregroundDeletion` finalizer only on an owner that a dependent still
-/// blocks.
+/// blocks and whose dependents are all being deleted.
 async fn settled(
     client: &kube::Client,
     ids: &[ObjectId],
@@ -390,8 +390,19 @@ async fn settled(
             let blocked = live
                 .iter()
                 .any(|d| refs(d).iter().any(|(u, block)| u == uid && *block));
-            if fins.iter().any(|f| f == "foregroundDeletion") && !blocked {
-                return Some(format!("{name} still has the foregroundDeletion finalizer"));
+            if fins.iter().any(|f| f == "foregroundDeletion") {
+                if !blocked {
+                    return Some(format!("{name} still has the foregroundDeletion finalizer"));
+                }
+                // The collector deletes every dependent of an owner
+                // deleted in the foreground.
+                let waiting = live.iter().any(|d| {
+                    d["metadata"]["deletionTimestamp"].is_null()
+                        && refs(d).iter().any(|(u, _)| u == uid)
+                });
+                if waiting {
+                    return Some(format!("{name} still has dependents not being deleted"));
+                }
             }
             None
         });
