@@ -587,3 +587,48 @@ fn a_change_to_another_managers_field_conflicts_unless_forced() {
         )]
     );
 }
+
+#[test]
+fn a_status_apply_owns_only_the_status_and_gives_up_what_it_no_longer_applies() {
+    let kinds = KindRegistry::builtin();
+    let t = || target(&kinds, "deployments", "d");
+    let made = run(
+        &kinds,
+        &apply(t(), json!({"spec": {"replicas": 1}}), false),
+        None,
+        1,
+    )
+    .unwrap()
+    .unwrap();
+    let status = |body: Value| apply(t(), body, true);
+    let first = run(
+        &kinds,
+        &status(json!({"spec": {"replicas": 9}, "status": {"replicas": 1, "readyReplicas": 1}})),
+        Some(&made),
+        2,
+    )
+    .unwrap()
+    .unwrap();
+    assert_eq!(first["status"], json!({"replicas": 1, "readyReplicas": 1}));
+    assert_eq!(first["spec"]["replicas"], 1);
+    let entry = first["metadata"]["managedFields"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["subresource"] == "status")
+        .unwrap();
+    assert_eq!(
+        entry["fieldsV1"],
+        json!({"f:status": {"f:readyReplicas": {}, "f:replicas": {}}})
+    );
+    let next = run(
+        &kinds,
+        &status(json!({"status": {"replicas": 2}})),
+        Some(&first),
+        3,
+    )
+    .unwrap()
+    .unwrap();
+    assert_eq!(next["status"], json!({"replicas": 2}));
+    assert_eq!(next["spec"]["replicas"], 1);
+}
