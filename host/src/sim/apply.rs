@@ -259,37 +259,47 @@ fn take_over(
     Ok(())
 }
 
-/// The server's 409 for an apply that would change others' fields.
+/// A manager as the server's conflict message names it: an applier by
+/// its name, an updater with the apiVersion it wrote, either with its
+/// subresource.
+fn manager_text(e: &Entry) -> String {
+    let mut out = format!("{:?}", e.manager);
+    if let Some(s) = &e.subresource {
+        out.push_str(&format!(" with subresource {s:?}"));
+    }
+    if e.operation == "Update" {
+        out.push_str(&format!(" using {}", e.api_version));
+    }
+    out
+}
+
+/// The server's 409 for an apply that would change others' fields, in its
+/// words (`Apply failed with 1 conflict: conflict with "m": .data.a`).
 fn conflict(what: &str, conflicts: &[(&Entry, Set)]) -> ActionError {
     let count: usize = conflicts.iter().map(|(_, c)| c.len()).sum();
-    let plural = if count == 1 { "" } else { "s" };
-    let parts: Vec<String> = conflicts
-        .iter()
-        .map(|(e, c)| {
-            let paths: Vec<String> = c.iter().map(fields::path_text).collect();
-            if paths.len() == 1 {
-                format!(
-                    "conflict with {:?} using {}: {}",
-                    e.manager, e.api_version, paths[0]
-                )
-            } else {
-                format!(
-                    "conflicts with {:?} using {}:\n- {}",
-                    e.manager,
-                    e.api_version,
-                    paths.join("\n- ")
-                )
-            }
-        })
-        .collect();
-    ActionError::Conflict(ActionError::server_words(
-        what,
-        &format!(
-            "Apply failed with {count} conflict{plural}: {}",
-            parts.join("\n")
+    let message = match conflicts {
+        [(e, paths)] if paths.len() == 1 => format!(
+            "Apply failed with 1 conflict: conflict with {}: {}",
+            manager_text(e),
+            paths.iter().map(fields::path_text).collect::<String>()
         ),
-        "Conflict",
-    ))
+        _ => {
+            let mut by_manager: Vec<(String, &Set)> = conflicts
+                .iter()
+                .map(|(e, paths)| (manager_text(e), paths))
+                .collect();
+            by_manager.sort_by(|a, b| a.0.cmp(&b.0));
+            let lines: Vec<String> = by_manager
+                .iter()
+                .flat_map(|(m, paths)| {
+                    std::iter::once(format!("conflicts with {m}:"))
+                        .chain(paths.iter().map(|p| format!("- {}", fields::path_text(p))))
+                })
+                .collect();
+            format!("Apply failed with {count} conflicts: {}", lines.join("\n"))
+        }
+    };
+    ActionError::Conflict(ActionError::server_words(what, &message, "Conflict"))
 }
 
 /// The index of `writer`'s entry for `operation`, added when it has none.

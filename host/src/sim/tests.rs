@@ -556,6 +556,25 @@ fn a_change_to_another_managers_field_conflicts_unless_forced() {
         matches!(&e, ActionError::Conflict(m) if m.contains("kubewasm/other") && m.contains(".data.a")),
         "{e:?}"
     );
+    // A fixture's field, owned by before-first-apply (an updater).
+    let fixture = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "c", "namespace": "a", "uid": "u-0", "resourceVersion": "1"},
+        "data": {"x": "0"}});
+    let e = apply_by(
+        &kinds,
+        "kubewasm/actor",
+        "configmaps",
+        json!({"data": {"x": "1"}}),
+        false,
+        Some(&fixture),
+    )
+    .unwrap_err();
+    assert_eq!(
+        e,
+        ActionError::Conflict(
+            "patch configmaps a/c: Apply failed with 1 conflict: conflict with \"before-first-apply\" using v1: .data.x (Conflict)".into()
+        )
+    );
     // The same value is no conflict: both own it.
     let shared = apply_by(
         &kinds,
