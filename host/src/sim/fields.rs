@@ -404,3 +404,37 @@ pub fn path_text(path: &Path) -> String {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn a_pods_field_set_reads_its_schema_and_round_trips_through_fields_v1() {
+        let ty = Ty::of(&Gvk::new("", "v1", "Pod"));
+        let pod = json!({"metadata": {"labels": {"a": "b"}, "finalizers": ["x"]},
+            "spec": {"containers": [{"name": "c", "args": ["1"], "ports": [{"containerPort": 80}]}]}});
+        let set: Set = strip(fields(ty, &pod).into_keys().collect());
+        let v1 = to_fields_v1(&set);
+        // The port's protocol is its schema's default; the args an atomic
+        // leaf; the finalizers a set; the labels a map.
+        assert_eq!(
+            v1,
+            json!({"f:metadata": {"f:finalizers": {"v:\"x\"": {}}, "f:labels": {"f:a": {}}},
+                "f:spec": {"f:containers": {"k:{\"name\":\"c\"}": {".": {}, "f:args": {}, "f:name": {},
+                    "f:ports": {"k:{\"containerPort\":80,\"protocol\":\"TCP\"}": {".": {}, "f:containerPort": {}}}}}}})
+        );
+        assert_eq!(from_fields_v1(&v1), set);
+        // An untyped object: every key a member, lists atomic.
+        let untyped = fields(
+            Ty::of(&Gvk::new("example.com", "v1", "Widget")),
+            &json!({"spec": {"a": {"b": 1}, "l": [1]}}),
+        );
+        let keys: Vec<String> = untyped.keys().map(path_text).collect();
+        assert_eq!(keys, [".spec", ".spec.a", ".spec.a.b", ".spec.l"]);
+    }
+}
