@@ -437,6 +437,10 @@ pub struct KindRegistry {
     /// The custom resource versions whose CRD enables the status
     /// subresource (the simulated API server routes their status).
     crd_status: Arc<RwLock<std::collections::BTreeSet<Gvk>>>,
+    /// The schema (`openAPIV3Schema`) of each custom resource version a
+    /// CRD learned here declares: the simulated API server merges applies
+    /// by its list and map types.
+    crd_schemas: Arc<RwLock<BTreeMap<Gvk, Arc<serde_json::Value>>>>,
 }
 
 impl KindRegistry {
@@ -548,6 +552,13 @@ impl KindRegistry {
             if let Some(v) = version["name"].as_str() {
                 self.insert(KindInfo::new(group, v, kind, plural, namespaced));
                 let gvk = Gvk::new(group, v, kind);
+                match version.pointer("/schema/openAPIV3Schema") {
+                    Some(schema) => self
+                        .crd_schemas
+                        .write()
+                        .insert(gvk.clone(), Arc::new(schema.clone())),
+                    None => self.crd_schemas.write().remove(&gvk),
+                };
                 if version.pointer("/subresources/status").is_some() {
                     self.crd_status.write().insert(gvk);
                 } else {
@@ -555,6 +566,11 @@ impl KindRegistry {
                 }
             }
         }
+    }
+
+    /// The `openAPIV3Schema` a CRD learned here declares for `gvk`.
+    pub fn crd_schema(&self, gvk: &Gvk) -> Option<Arc<serde_json::Value>> {
+        self.crd_schemas.read().get(gvk).cloned()
     }
 
     /// Whether a CRD learned here enables the status subresource of `gvk`.

@@ -6,9 +6,11 @@
 //!
 //! Which lists and maps are granular comes from the kind's OpenAPI schema
 //! ([`crate::openapi::schema`]: `x-kubernetes-list-type`,
-//! `x-kubernetes-list-map-keys`, `x-kubernetes-map-type`); a kind without
-//! one (a custom resource) is typed by its values as the server deduces an
-//! untyped object: maps granular, lists atomic.
+//! `x-kubernetes-list-map-keys`, `x-kubernetes-map-type`); a custom
+//! resource's from its CRD's schema when the registry learned the CRD, its
+//! `metadata` always an ObjectMeta; what no schema types (no CRD, or
+//! `x-kubernetes-preserve-unknown-fields`) is typed by its values as the
+//! server deduces an untyped object: maps granular, lists atomic.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -52,32 +54,91 @@ pub enum Shape<'a> {
 pub struct Ty<'a> {
     doc: Option<&'a Document>,
     schema: Option<&'a Schema>,
+    /// A built-in kind's, stored as Go structs: an emptied map or list
+    /// goes (`omitempty`); a custom resource keeps it.
+    go: bool,
+    /// The top of a custom resource: its `metadata` is an ObjectMeta
+    /// whatever its CRD's schema says.
+    crd_root: bool,
 }
 
 impl Ty<'static> {
+    /// The top of built-in `gvk`'s schema; `None` for kinds the release
+    /// does not build in.
+    pub fn builtin(gvk: &Gvk) -> Option<Self> {
+        let (doc, _, s) = schema::lookup(gvk)?;
+        Some(Ty {
+            doc: Some(doc),
+            schema: Some(s),
+            go: true,
+            crd_root: false,
+        })
+    }
+
     /// The top of `gvk`'s schema, untyped for kinds the release does not
     /// build in.
     pub fn of(gvk: &Gvk) -> Self {
-        match schema::lookup(gvk) {
-            Some((doc, _, s)) => Ty {
-                doc: Some(doc),
-                schema: Some(s),
-            },
-            None => Ty::UNTYPED,
-        }
+        Ty::builtin(gvk).unwrap_or(Ty::UNTYPED)
     }
 
     const UNTYPED: Ty<'static> = Ty {
         doc: None,
         schema: None,
+        go: false,
+        crd_root: false,
     };
+
+    /// A custom resource's ObjectMeta, typed as the built-in one.
+    fn object_meta() -> Ty<'static> {
+        let Some(doc) = schema::document("", "v1") else {
+            return Ty::UNTYPED;
+        };
+        Ty {
+            doc: Some(doc),
+            schema: doc.component("io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"),
+            go: false,
+            crd_root: false,
+        }
+    }
+}
+
+/// A CRD's `openAPIV3Schema` as a [`Schema`] (a boolean
+/// `additionalProperties` read as an untyped map or none); `None` when
+/// it does not read.
+pub fn crd_schema(v: &Value) -> Option<Schema> {
+    fn booleans_out(v: &mut Value) {
+        match v {
+            Value::Object(o) => {
+                match o.get("additionalProperties") {
+                    Some(Value::Bool(true)) => {
+                        o.insert("additionalProperties".into(), Value::Object(Map::new()));
+                    }
+                    Some(Value::Bool(false)) => {
+                        o.remove("additionalProperties");
+                    }
+                    _ => {}
+                }
+                o.values_mut().for_each(booleans_out);
+            }
+            Value::Array(a) => a.iter_mut().for_each(booleans_out),
+            _ => {}
+        }
+    }
+    let mut v = v.clone();
+    booleans_out(&mut v);
+    serde_json::from_value(v).ok()
 }
 
 impl<'a> Ty<'a> {
-    /// Whether this is a built-in kind's schema (typed by Go structs,
-    /// whose empty maps and lists are dropped when stored).
-    pub fn typed(&self) -> bool {
-        self.schema.is_some()
+    /// The top of a custom resource whose CRD declares `schema` (`None`:
+    /// untyped): maps and structs granular, lists atomic unless marked.
+    pub fn custom(schema: Option<&'a Schema>) -> Ty<'a> {
+        Ty {
+            doc: None,
+            schema,
+            go: false,
+            crd_root: true,
+        }
     }
 
     fn resolved(&self) -> Option<&'a Schema> {
@@ -93,6 +154,8 @@ impl<'a> Ty<'a> {
             Some(s) => Ty {
                 doc: self.doc,
                 schema: Some(s),
+                go: self.go,
+                crd_root: false,
             },
             None => Ty::UNTYPED,
         }
@@ -102,6 +165,9 @@ impl<'a> Ty<'a> {
     /// of a struct (the server tracks a declared field that has children
     /// by its children only).
     pub fn field(&self, key: &str) -> (Ty<'a>, bool) {
+        if self.crd_root && key == "metadata" {
+            return (Ty::object_meta(), true);
+        }
         let Some(s) = self.resolved() else {
             return (Ty::UNTYPED, false);
         };
@@ -119,7 +185,7 @@ impl<'a> Ty<'a> {
     /// Whether an emptied `value` of this type goes when stored: a typed
     /// list or map (Go's `omitempty` slices and maps), not a struct.
     pub fn drops_when_empty(&self, value: &Value) -> bool {
-        let Some(s) = self.resolved() else {
+        let Some(s) = self.resolved().filter(|_| self.go) else {
             return false;
         };
         match value {
@@ -429,12 +495,44 @@ mod tests {
                     "f:ports": {"k:{\"containerPort\":80,\"protocol\":\"TCP\"}": {".": {}, "f:containerPort": {}}}}}}})
         );
         assert_eq!(from_fields_v1(&v1), set);
-        // An untyped object: every key a member, lists atomic.
+        // An untyped custom resource: every key a member, lists atomic,
+        // its metadata an ObjectMeta all the same.
         let untyped = fields(
-            Ty::of(&Gvk::new("example.com", "v1", "Widget")),
-            &json!({"spec": {"a": {"b": 1}, "l": [1]}}),
+            Ty::custom(None),
+            &json!({"metadata": {"finalizers": ["x"]}, "spec": {"a": {"b": 1}, "l": [1]}}),
         );
         let keys: Vec<String> = untyped.keys().map(path_text).collect();
-        assert_eq!(keys, [".spec", ".spec.a", ".spec.a.b", ".spec.l"]);
+        assert_eq!(
+            keys,
+            [
+                ".metadata.finalizers[=\"x\"]",
+                ".spec",
+                ".spec.a",
+                ".spec.a.b",
+                ".spec.l"
+            ]
+        );
+        // One whose CRD marks a map list: by its keys.
+        let crd = crd_schema(
+            &json!({"type": "object", "properties": {"spec": {"type": "object",
+            "additionalProperties": false,
+            "properties": {"rules": {"type": "array", "x-kubernetes-list-type": "map",
+                "x-kubernetes-list-map-keys": ["id"],
+                "items": {"type": "object", "additionalProperties": true}}}}}}),
+        )
+        .unwrap();
+        let typed = fields(
+            Ty::custom(Some(&crd)),
+            &json!({"spec": {"rules": [{"id": "r", "x": 1}]}}),
+        );
+        let keys: Vec<String> = typed.keys().map(path_text).collect();
+        assert_eq!(
+            keys,
+            [
+                ".spec.rules[id=\"r\"]",
+                ".spec.rules[id=\"r\"].id",
+                ".spec.rules[id=\"r\"].x"
+            ]
+        );
     }
 }

@@ -113,7 +113,16 @@ pub fn write(
     let target = action.target();
     let what = format!("{} {target}", action.verb());
     let has_status = status::has_subresource(ctx.kinds, &target.kind.gvk);
-    let ty = fields::Ty::of(&target.kind.gvk);
+    // A custom resource's schema, from its CRD, outlives the write's Ty.
+    let crd_schema = match fields::Ty::builtin(&target.kind.gvk) {
+        Some(_) => None,
+        None => ctx
+            .kinds
+            .crd_schema(&target.kind.gvk)
+            .and_then(|s| fields::crd_schema(&s)),
+    };
+    let ty = fields::Ty::builtin(&target.kind.gvk)
+        .unwrap_or_else(|| fields::Ty::custom(crd_schema.as_ref()));
     // What the resource's own writes own: all but a subresource's status.
     let main = if has_status {
         apply::Part::Main

@@ -651,3 +651,37 @@ fn a_status_apply_owns_only_the_status_and_gives_up_what_it_no_longer_applies() 
     assert_eq!(next["status"], json!({"replicas": 2}));
     assert_eq!(next["spec"]["replicas"], 1);
 }
+
+#[test]
+fn a_custom_resource_merges_by_its_crds_schema() {
+    let kinds = KindRegistry::builtin();
+    kinds.learn_crd(
+        &json!({"spec": {"group": "example.com", "scope": "Namespaced",
+        "names": {"kind": "Widget", "plural": "widgets"},
+        "versions": [{"name": "v1", "served": true, "storage": true,
+            "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                "spec": {"type": "object", "properties": {
+                    "rules": {"type": "array", "x-kubernetes-list-type": "map",
+                        "x-kubernetes-list-map-keys": ["id"],
+                        "items": {"type": "object", "properties": {"id": {"type": "string"}}}},
+                    "tags": {"type": "array", "items": {"type": "string"}}}}}}}}]}}),
+    );
+    let stored = json!({"apiVersion": "example.com/v1", "kind": "Widget",
+        "metadata": {"name": "c", "namespace": "a", "uid": "u-0", "resourceVersion": "1", "generation": 1},
+        "spec": {"rules": [{"id": "z"}], "tags": ["t"]}});
+    let next = apply_by(
+        &kinds,
+        "kubewasm/actor",
+        "widgets",
+        json!({"spec": {"rules": [{"id": "a"}], "tags": ["u"]}}),
+        true,
+        Some(&stored),
+    )
+    .unwrap();
+    // The map list keeps the fixture's element; the unmarked list is
+    // atomic.
+    assert_eq!(
+        next["spec"],
+        json!({"rules": [{"id": "z"}, {"id": "a"}], "tags": ["u"]})
+    );
+}
