@@ -438,8 +438,8 @@ pub struct KindRegistry {
     /// subresource (the simulated API server routes their status).
     crd_status: Arc<RwLock<std::collections::BTreeSet<Gvk>>>,
     /// The structural schema (`openAPIV3Schema`) of each custom resource
-    /// version learned from a CRD object (the simulated API server
-    /// validates and prunes with it).
+    /// version learned from a CRD object: the simulated API server
+    /// validates, prunes and merges applies with it.
     crd_schemas: Arc<RwLock<BTreeMap<Gvk, Arc<serde_json::Value>>>>,
 }
 
@@ -553,15 +553,12 @@ impl KindRegistry {
                 self.insert(KindInfo::new(group, v, kind, plural, namespaced));
                 let gvk = Gvk::new(group, v, kind);
                 match version.pointer("/schema/openAPIV3Schema") {
-                    Some(schema) => {
-                        self.crd_schemas
-                            .write()
-                            .insert(gvk.clone(), Arc::new(schema.clone()));
-                    }
-                    None => {
-                        self.crd_schemas.write().remove(&gvk);
-                    }
-                }
+                    Some(schema) => self
+                        .crd_schemas
+                        .write()
+                        .insert(gvk.clone(), Arc::new(schema.clone())),
+                    None => self.crd_schemas.write().remove(&gvk),
+                };
                 if version.pointer("/subresources/status").is_some() {
                     self.crd_status.write().insert(gvk);
                 } else {

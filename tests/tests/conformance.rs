@@ -41,7 +41,7 @@ fn conform(plugin: &str, fixtures: Vec<PathBuf>, at_least: usize) {
 
 #[test]
 fn the_conformance_fixtures_agree_with_the_api_server() {
-    conform("actor.wasm", fixtures("tests/conformance/fixtures"), 23);
+    conform("actor.wasm", fixtures("tests/conformance/fixtures"), 39);
 }
 
 /// This binary's control plane: the API server and the garbage collector.

@@ -434,7 +434,10 @@ fn fuzzed_objects_of_every_kind_transcode_as_apimachinery_writes_them() {
 /// go.mod pins; `KUBEWASM_REGENERATE=1` rewrites it.
 #[test]
 fn schema_is_current() {
-    let out = Command::new(kubewasm_tests::probe::path("protoprobe")).arg("schema").output().unwrap();
+    let out = Command::new(kubewasm_tests::probe::path("protoprobe"))
+        .arg("schema")
+        .output()
+        .unwrap();
     assert!(
         out.status.success(),
         "protoprobe schema: {}",

@@ -12,6 +12,12 @@ use serde_json::Value;
 
 use crate::kind::KindInfo;
 
+/// Field manager of a plugin's writes: `kubewasm/<plugin>` (the sink's,
+/// and the simulated server's record of who owns which field).
+pub fn field_manager(plugin: &str) -> String {
+    format!("kubewasm/{plugin}")
+}
+
 /// The object an action targets.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Target {

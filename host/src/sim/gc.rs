@@ -37,6 +37,20 @@ pub type Id = (Gvk, ObjectKey);
 /// Who writes the collector's actions (as a plugin name, in logs).
 pub const ACTOR: &str = "garbage-collector";
 
+/// The field manager of the collector's writes, as a cluster records
+/// kube-controller-manager's.
+pub const MANAGER: &str = "kube-controller-manager";
+
+/// The field manager of `writer`'s writes: a plugin's as the host's sink
+/// names it, the collector's as [`MANAGER`].
+pub fn field_manager(writer: &str) -> String {
+    if writer == ACTOR {
+        MANAGER.into()
+    } else {
+        crate::actions::field_manager(writer)
+    }
+}
+
 /// One item of the collector's work.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Work {

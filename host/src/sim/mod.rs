@@ -20,12 +20,20 @@
 //!   gracefully.
 //! - A write that changes nothing stores nothing ([`Outcome::Unchanged`]):
 //!   no new resourceVersion, no watch event.
+//! - [`apply`]: server-side apply merges by the kind's schema
+//!   ([`merge`], [`fields`]) and keeps who owns which field in
+//!   `metadata.managedFields`: a field its manager no longer applies is
+//!   removed, another manager's is a conflict unless forced; a patch takes
+//!   the fields it changes.
 //! - [`validate`]: the result validated before it is stored (built-in
 //!   kinds from the target release's OpenAPI schemas, custom resources
 //!   from their CRD's schema, which also prunes what it does not declare).
 
+pub mod apply;
 pub mod deletion;
+pub mod fields;
 pub mod gc;
+pub mod merge;
 pub mod meta;
 pub mod preconditions;
 pub mod status;
@@ -67,12 +75,25 @@ pub struct Context<'a> {
     pub garbage_collector: bool,
     /// Checks a write's result before it is stored.
     pub validator: &'a dyn Validate,
+    /// The field manager the write is recorded under in managedFields
+    /// (the sink's `kubewasm/<plugin>` for a plugin's writes).
+    pub manager: &'a str,
 }
 
 impl Context<'_> {
     /// `now` as the server writes timestamps.
     pub fn timestamp(&self) -> String {
         timestamp(self.now)
+    }
+
+    /// The write's manager, as managedFields records it.
+    fn writer(&self, target: &Target, subresource: Option<&'static str>) -> apply::Writer<'_> {
+        apply::Writer {
+            manager: self.manager,
+            subresource,
+            api_version: target.kind.gvk.api_version(),
+            time: self.timestamp(),
+        }
     }
 }
 
@@ -96,6 +117,22 @@ pub fn write(
     if let Action::Apply { object, .. } = action {
         fits_schema(ctx, &what, target, object)?;
     }
+    // A custom resource's schema, from its CRD, outlives the write's Ty.
+    let crd_schema = match fields::Ty::builtin(&target.kind.gvk) {
+        Some(_) => None,
+        None => ctx
+            .kinds
+            .crd_schema(&target.kind.gvk)
+            .and_then(|s| fields::crd_schema(&s)),
+    };
+    let ty = fields::Ty::builtin(&target.kind.gvk)
+        .unwrap_or_else(|| fields::Ty::custom(crd_schema.as_ref()));
+    // What the resource's own writes own: all but a subresource's status.
+    let main = if has_status {
+        apply::Part::Main
+    } else {
+        apply::Part::Whole
+    };
     match action {
         Action::Event { .. } => Ok(Outcome::Unchanged),
         Action::Delete { propagation, .. } => {
@@ -111,6 +148,7 @@ pub fn write(
         Action::Apply {
             object,
             status: true,
+            force,
             ..
         } => {
             if !has_status {
@@ -120,7 +158,16 @@ pub fn write(
             let mut body = object.clone();
             target.preconditions.embed_in(&mut body);
             preconditions::check_body(&what, target, Some(stored), &body)?;
-            let next = status::status_write(stored, &body);
+            let writer = ctx.writer(target, Some("status"));
+            let next = apply::apply(
+                ty,
+                &writer,
+                Some(stored),
+                &body,
+                *force,
+                apply::Part::Status,
+                &what,
+            )?;
             settle(
                 ctx,
                 &what,
@@ -131,24 +178,22 @@ pub fn write(
                 Write::Apply,
             )
         }
-        Action::Apply { object, .. } => {
+        Action::Apply { object, force, .. } => {
             let mut body = object.clone();
             target.preconditions.embed_in(&mut body);
             preconditions::check_body(&what, target, stored, &body)?;
+            let writer = ctx.writer(target, None);
+            let next = apply::apply(ty, &writer, stored, &body, *force, main, &what)?;
             match stored {
-                None => create(ctx, &what, target, body, has_status, new_uid),
-                Some(stored) => {
-                    let mut next = stored.clone();
-                    json_patch::merge(&mut next, &body);
-                    settle(ctx, &what, target, stored, next, Scope::Main, Write::Apply)
-                }
+                None => create(ctx, &what, target, next, has_status, new_uid),
+                Some(stored) => settle(ctx, &what, target, stored, next, Scope::Main, Write::Apply),
             }
         }
         Action::Patch {
             patch_type, patch, ..
         } => {
             let stored = stored.ok_or_else(|| not_found(&what, target))?;
-            let next = match patch_type {
+            let mut next = match patch_type {
                 PatchType::Merge => {
                     let mut body = patch.clone();
                     target.preconditions.embed_in(&mut body);
@@ -159,6 +204,8 @@ pub fn write(
                 PatchType::Json => preconditions::json_patch(&what, target, stored, patch)?,
             };
             preconditions::check_body(&what, target, Some(stored), &next)?;
+            let writer = ctx.writer(target, None);
+            apply::record_update(ty, &writer, stored, &mut next, main);
             settle(ctx, &what, target, stored, next, Scope::Main, Write::Patch)
         }
     }

@@ -2,8 +2,8 @@
 //! writes keep the stored status and status writes change only the
 //! status (observed on a real API server: a Deployment applied or patched
 //! with a status keeps its own; a status apply carrying a spec or labels
-//! changes neither). Kinds without one (ConfigMaps, custom resources
-//! whose CRD does not enable it) store `status` as any other field and
+//! changes neither: [`super::apply`] with its status part). Kinds
+//! without one (ConfigMaps, custom resources whose CRD does not enable it) store `status` as any other field and
 //! have no `/status` to write to (404).
 
 use serde_json::Value;
@@ -72,17 +72,6 @@ pub fn keep_stored(stored: &Value, next: &mut Value) {
     };
 }
 
-/// A status write of `body` over `stored`: the stored object with the
-/// body's status merged in, and the body's uid and resourceVersion (its
-/// preconditions, already checked) set aside; the rest of the body is
-/// ignored.
-pub fn status_write(stored: &Value, body: &Value) -> Value {
-    let mut next = stored.clone();
-    let status = body.get("status").cloned().unwrap_or(Value::Null);
-    json_patch::merge(&mut next, &serde_json::json!({ "status": status }));
-    next
-}
-
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -120,7 +109,7 @@ mod tests {
     }
 
     #[test]
-    fn main_writes_keep_the_status_and_status_writes_only_the_status() {
+    fn main_writes_keep_the_stored_status() {
         let stored = json!({"spec": {"replicas": 1}, "status": {"ready": 1}});
         let mut next = json!({"spec": {"replicas": 2}, "status": {"ready": 9}});
         keep_stored(&stored, &mut next);
@@ -131,13 +120,5 @@ mod tests {
         let mut fresh = json!({"spec": {}, "status": {"ready": 9}});
         keep_stored(&json!({"spec": {}}), &mut fresh);
         assert!(fresh.get("status").is_none());
-        let written = status_write(
-            &stored,
-            &json!({"metadata": {"labels": {"a": "b"}}, "spec": {"replicas": 5}, "status": {"ready": 2}}),
-        );
-        assert_eq!(
-            written,
-            json!({"spec": {"replicas": 1}, "status": {"ready": 2}})
-        );
     }
 }

@@ -18,6 +18,7 @@ pub(super) fn ctx(kinds: &KindRegistry) -> Context<'_> {
         now: SystemTime::UNIX_EPOCH,
         garbage_collector: false,
         validator: &NoValidation,
+        manager: "kubewasm/actor",
     }
 }
 
@@ -317,5 +318,370 @@ fn the_open_api_validator_refuses_what_the_server_refuses() {
     assert!(
         matches!(&e, ActionError::Invalid(m) if m.contains("immutable")),
         "{e:?}"
+    );
+}
+
+/// Server-side apply by `manager` of `body` over `stored` (a Pod or a
+/// ConfigMap `c` in `a`): the stored object after it.
+fn apply_by(
+    kinds: &KindRegistry,
+    manager: &str,
+    resource: &str,
+    body: Value,
+    force: bool,
+    stored: Option<&Value>,
+) -> Result<Value, ActionError> {
+    let mut a = apply(target(kinds, resource, "c"), body, false);
+    if let Action::Apply { force: f, .. } = &mut a {
+        *f = force;
+    }
+    let c = Context {
+        manager,
+        ..ctx(kinds)
+    };
+    Ok(match write(&c, &a, stored, &mut || Ok("u-1".into()))? {
+        Outcome::Put(v) => v,
+        Outcome::Unchanged => stored.cloned().unwrap(),
+        Outcome::Gone(_) => panic!("gone"),
+    })
+}
+
+/// The managers of `v` with their fieldsV1, by name.
+fn owners(v: &Value) -> Vec<(String, String, Value)> {
+    v["metadata"]["managedFields"]
+        .as_array()
+        .map(|l| {
+            l.iter()
+                .map(|e| {
+                    (
+                        e["manager"].as_str().unwrap().to_string(),
+                        e["operation"].as_str().unwrap().to_string(),
+                        e["fieldsV1"].clone(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn an_applied_field_no_longer_applied_is_removed() {
+    let kinds = KindRegistry::builtin();
+    let me = "kubewasm/actor";
+    let made = apply_by(
+        &kinds,
+        me,
+        "configmaps",
+        json!({"data": {"a": "1", "b": "2"}}),
+        true,
+        None,
+    )
+    .unwrap();
+    assert_eq!(made["data"], json!({"a": "1", "b": "2"}));
+    assert_eq!(
+        owners(&made),
+        [(
+            me.into(),
+            "Apply".into(),
+            json!({"f:data": {"f:a": {}, "f:b": {}}})
+        )]
+    );
+    let next = apply_by(
+        &kinds,
+        me,
+        "configmaps",
+        json!({"data": {"a": "1"}}),
+        true,
+        Some(&made),
+    )
+    .unwrap();
+    assert_eq!(next["data"], json!({"a": "1"}));
+    assert_eq!(
+        owners(&next),
+        [(me.into(), "Apply".into(), json!({"f:data": {"f:a": {}}}))]
+    );
+    // Nothing applied: the emptied map goes, as the server's Go type
+    // drops it.
+    let bare = apply_by(&kinds, me, "configmaps", json!({}), true, Some(&next)).unwrap();
+    assert!(bare.get("data").is_none(), "{bare}");
+    assert_eq!(bare["metadata"]["name"], "c");
+}
+
+#[test]
+fn a_field_someone_else_set_stays() {
+    let kinds = KindRegistry::builtin();
+    let me = "kubewasm/actor";
+    // A fixture's object: no managedFields, owned before the first apply.
+    let fixture = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "c", "namespace": "a", "uid": "u-0", "resourceVersion": "1"},
+        "data": {"x": "0"}});
+    let first = apply_by(
+        &kinds,
+        me,
+        "configmaps",
+        json!({"data": {"a": "1"}}),
+        true,
+        Some(&fixture),
+    )
+    .unwrap();
+    assert_eq!(first["data"], json!({"x": "0", "a": "1"}));
+    let managers: Vec<String> = owners(&first).into_iter().map(|o| o.0).collect();
+    assert_eq!(managers, [me, apply::BEFORE_FIRST_APPLY]);
+    let second = apply_by(
+        &kinds,
+        me,
+        "configmaps",
+        json!({"data": {"b": "2"}}),
+        true,
+        Some(&first),
+    )
+    .unwrap();
+    assert_eq!(second["data"], json!({"x": "0", "b": "2"}));
+    // Another plugin's patch takes the field it changes: no longer
+    // applying it leaves it.
+    let patch = merge(
+        target(&kinds, "configmaps", "c"),
+        json!({"data": {"b": "3"}}),
+    );
+    let c = Context {
+        manager: "kubewasm/other",
+        ..ctx(&kinds)
+    };
+    let Outcome::Put(patched) = write(&c, &patch, Some(&second), &mut || Ok("x".into())).unwrap()
+    else {
+        panic!("the patch changes the object")
+    };
+    assert!(owners(&patched).contains(&(
+        "kubewasm/other".into(),
+        "Update".into(),
+        json!({"f:data": {"f:b": {}}})
+    )));
+    let third = apply_by(
+        &kinds,
+        me,
+        "configmaps",
+        json!({"data": {"a": "4"}}),
+        true,
+        Some(&patched),
+    )
+    .unwrap();
+    assert_eq!(third["data"], json!({"x": "0", "a": "4", "b": "3"}));
+    // Another applier's field stays too.
+    let theirs = apply_by(
+        &kinds,
+        "kubewasm/other",
+        "configmaps",
+        json!({"data": {"o": "1"}}),
+        true,
+        Some(&third),
+    )
+    .unwrap();
+    let mine = apply_by(&kinds, me, "configmaps", json!({}), true, Some(&theirs)).unwrap();
+    assert_eq!(mine["data"], json!({"x": "0", "b": "3", "o": "1"}));
+}
+
+#[test]
+fn a_map_list_merges_by_key_and_an_atomic_list_is_replaced() {
+    let kinds = KindRegistry::builtin();
+    let me = "kubewasm/actor";
+    let pod = json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "c", "namespace": "a", "uid": "u-0", "resourceVersion": "1"},
+        "spec": {"containers": [{"name": "side", "image": "s", "args": ["x", "y"]}]}});
+    let body = |image: &str, args: Value| {
+        json!({"spec": {"containers": [
+            {"name": "app", "image": image, "env": [{"name": "A", "value": "1"}]},
+            {"name": "side", "args": args}]}})
+    };
+    let first = apply_by(
+        &kinds,
+        me,
+        "pods",
+        body("a:1", json!(["z"])),
+        true,
+        Some(&pod),
+    )
+    .unwrap();
+    // The applied order where the config orders the elements (the
+    // server's merge), the args list replaced whole.
+    assert_eq!(
+        first["spec"]["containers"],
+        json!([{"name": "app", "image": "a:1", "env": [{"name": "A", "value": "1"}]},
+               {"name": "side", "image": "s", "args": ["z"]}])
+    );
+    let (_, _, mine) = owners(&first).into_iter().find(|o| o.0 == me).unwrap();
+    assert_eq!(
+        mine["f:spec"]["f:containers"]["k:{\"name\":\"app\"}"],
+        json!({".": {}, "f:env": {"k:{\"name\":\"A\"}": {".": {}, "f:name": {}, "f:value": {}}},
+               "f:image": {}, "f:name": {}})
+    );
+    // The env list merges by name; the element no longer applied goes,
+    // the one the fixture had stays (with the args this manager took).
+    let next = apply_by(
+        &kinds,
+        me,
+        "pods",
+        json!({"spec": {"containers": [{"name": "side", "args": ["w"]}]}}),
+        true,
+        Some(&first),
+    )
+    .unwrap();
+    assert_eq!(
+        next["spec"]["containers"],
+        json!([{"name": "side", "image": "s", "args": ["w"]}])
+    );
+}
+
+#[test]
+fn a_change_to_another_managers_field_conflicts_unless_forced() {
+    let kinds = KindRegistry::builtin();
+    let theirs = apply_by(
+        &kinds,
+        "kubewasm/other",
+        "configmaps",
+        json!({"data": {"a": "1"}}),
+        true,
+        None,
+    )
+    .unwrap();
+    let e = apply_by(
+        &kinds,
+        "kubewasm/actor",
+        "configmaps",
+        json!({"data": {"a": "2"}}),
+        false,
+        Some(&theirs),
+    )
+    .unwrap_err();
+    assert!(
+        matches!(&e, ActionError::Conflict(m) if m.contains("kubewasm/other") && m.contains(".data.a")),
+        "{e:?}"
+    );
+    // A fixture's field, owned by before-first-apply (an updater).
+    let fixture = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "c", "namespace": "a", "uid": "u-0", "resourceVersion": "1"},
+        "data": {"x": "0"}});
+    let e = apply_by(
+        &kinds,
+        "kubewasm/actor",
+        "configmaps",
+        json!({"data": {"x": "1"}}),
+        false,
+        Some(&fixture),
+    )
+    .unwrap_err();
+    assert_eq!(
+        e,
+        ActionError::Conflict(
+            "patch configmaps a/c: Apply failed with 1 conflict: conflict with \"before-first-apply\" using v1: .data.x (Conflict)".into()
+        )
+    );
+    // The same value is no conflict: both own it.
+    let shared = apply_by(
+        &kinds,
+        "kubewasm/actor",
+        "configmaps",
+        json!({"data": {"a": "1"}}),
+        false,
+        Some(&theirs),
+    )
+    .unwrap();
+    assert_eq!(owners(&shared).len(), 2);
+    // Forced, the field changes hands.
+    let taken = apply_by(
+        &kinds,
+        "kubewasm/actor",
+        "configmaps",
+        json!({"data": {"a": "2"}}),
+        true,
+        Some(&theirs),
+    )
+    .unwrap();
+    assert_eq!(taken["data"]["a"], "2");
+    assert_eq!(
+        owners(&taken),
+        [(
+            "kubewasm/actor".into(),
+            "Apply".into(),
+            json!({"f:data": {"f:a": {}}})
+        )]
+    );
+}
+
+#[test]
+fn a_status_apply_owns_only_the_status_and_gives_up_what_it_no_longer_applies() {
+    let kinds = KindRegistry::builtin();
+    let t = || target(&kinds, "deployments", "d");
+    let made = run(
+        &kinds,
+        &apply(t(), json!({"spec": {"replicas": 1}}), false),
+        None,
+        1,
+    )
+    .unwrap()
+    .unwrap();
+    let status = |body: Value| apply(t(), body, true);
+    let first = run(
+        &kinds,
+        &status(json!({"spec": {"replicas": 9}, "status": {"replicas": 1, "readyReplicas": 1}})),
+        Some(&made),
+        2,
+    )
+    .unwrap()
+    .unwrap();
+    assert_eq!(first["status"], json!({"replicas": 1, "readyReplicas": 1}));
+    assert_eq!(first["spec"]["replicas"], 1);
+    let entry = first["metadata"]["managedFields"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["subresource"] == "status")
+        .unwrap();
+    assert_eq!(
+        entry["fieldsV1"],
+        json!({"f:status": {"f:readyReplicas": {}, "f:replicas": {}}})
+    );
+    let next = run(
+        &kinds,
+        &status(json!({"status": {"replicas": 2}})),
+        Some(&first),
+        3,
+    )
+    .unwrap()
+    .unwrap();
+    assert_eq!(next["status"], json!({"replicas": 2}));
+    assert_eq!(next["spec"]["replicas"], 1);
+}
+
+#[test]
+fn a_custom_resource_merges_by_its_crds_schema() {
+    let kinds = KindRegistry::builtin();
+    kinds.learn_crd(
+        &json!({"spec": {"group": "example.com", "scope": "Namespaced",
+        "names": {"kind": "Widget", "plural": "widgets"},
+        "versions": [{"name": "v1", "served": true, "storage": true,
+            "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                "spec": {"type": "object", "properties": {
+                    "rules": {"type": "array", "x-kubernetes-list-type": "map",
+                        "x-kubernetes-list-map-keys": ["id"],
+                        "items": {"type": "object", "properties": {"id": {"type": "string"}}}},
+                    "tags": {"type": "array", "items": {"type": "string"}}}}}}}}]}}),
+    );
+    let stored = json!({"apiVersion": "example.com/v1", "kind": "Widget",
+        "metadata": {"name": "c", "namespace": "a", "uid": "u-0", "resourceVersion": "1", "generation": 1},
+        "spec": {"rules": [{"id": "z"}], "tags": ["t"]}});
+    let next = apply_by(
+        &kinds,
+        "kubewasm/actor",
+        "widgets",
+        json!({"spec": {"rules": [{"id": "a"}], "tags": ["u"]}}),
+        true,
+        Some(&stored),
+    )
+    .unwrap();
+    // The map list keeps the fixture's element; the unmarked list is
+    // atomic.
+    assert_eq!(
+        next["spec"],
+        json!({"rules": [{"id": "z"}, {"id": "a"}], "tags": ["u"]})
     );
 }

@@ -490,11 +490,13 @@ impl LocalCluster {
                     Action::Apply { .. } => Some(self.file_for_new(id, &target.kind.plural)?),
                     _ => None,
                 };
+                let manager = sim::gc::field_manager(plugin);
                 let ctx = sim::Context {
                     kinds: &self.kinds,
                     now: std::time::SystemTime::now(),
                     garbage_collector: true,
                     validator: &sim::OpenApi,
+                    manager: &manager,
                 };
                 self.write_object(state, id, new_file.as_deref(), |stored| {
                     let mut uid = || {

@@ -297,18 +297,23 @@ impl SimCluster {
     /// would: against the store as the call's earlier dry-run actions
     /// left it, which this one then changes in turn (the store itself is
     /// untouched). Failure rules are not consulted.
-    pub fn dry_run(&self, action: &Action) -> Result<(), ActionError> {
+    pub fn dry_run(&self, plugin: &str, action: &Action) -> Result<(), ActionError> {
         let mut state = self.state.lock();
-        self.dry_run_locked(&mut state, action)
+        self.dry_run_locked(&mut state, plugin, action)
     }
 
-    fn dry_run_locked(&self, state: &mut State, action: &Action) -> Result<(), ActionError> {
+    fn dry_run_locked(
+        &self,
+        state: &mut State,
+        plugin: &str,
+        action: &Action,
+    ) -> Result<(), ActionError> {
         let State { store, scratch, .. } = state;
         let scratch = scratch.get_or_insert_with(|| Store {
             changes: Vec::new(),
             ..store.clone()
         });
-        let result = self.apply(scratch, action);
+        let result = self.apply(scratch, plugin, action);
         // A server's dry run leaves the collector nothing to do.
         scratch.gc.clear();
         result
@@ -334,7 +339,7 @@ impl SimCluster {
                 .gc
                 .plan(&self.kinds, &work, &|id| objects.get(id).cloned());
             for action in actions {
-                if let Err(e) = self.apply(store, &action) {
+                if let Err(e) = self.apply(store, sim::gc::ACTOR, &action) {
                     tracing::debug!(action = %action.target(), error = %e, "simulated garbage collection write refused");
                 }
             }
@@ -448,17 +453,20 @@ impl SimCluster {
 
     /// Carries out an action the server accepted, through the simulated
     /// API server's write path; what it changed is kept for the watch
-    /// echoes ([`Self::take_changes`]).
-    fn apply(&self, store: &mut Store, action: &Action) -> Result<(), ActionError> {
+    /// echoes ([`Self::take_changes`]). `plugin` is who writes (its field
+    /// manager records what it owns).
+    fn apply(&self, store: &mut Store, plugin: &str, action: &Action) -> Result<(), ActionError> {
         let target = action.target();
         let id = target_id(target);
         let current = store.objects.get(&id).cloned();
+        let manager = sim::gc::field_manager(plugin);
         let ctx = sim::Context {
             kinds: &self.kinds,
             now: self.harness.now(),
             // The collector runs after each action ([`Self::collect`]).
             garbage_collector: true,
             validator: &sim::OpenApi,
+            manager: &manager,
         };
         let uid = uid_for(store, &id);
         let outcome = sim::write(&ctx, action, current.as_ref(), &mut || Ok(uid.clone()))?;
@@ -510,7 +518,7 @@ pub struct Change {
 impl ActionSink for SimCluster {
     fn execute<'a>(
         &'a self,
-        _plugin: &'a str,
+        plugin: &'a str,
         action: &'a Action,
     ) -> BoxFuture<'a, Result<(), ActionError>> {
         let (result, mirrored, after) = {
@@ -522,9 +530,9 @@ impl ActionSink for SimCluster {
                     injected = true;
                     Err(e)
                 }
-                None if state.dry_run => self.dry_run_locked(&mut state, action),
+                None if state.dry_run => self.dry_run_locked(&mut state, plugin, action),
                 None => {
-                    let result = self.apply(&mut state.store, action);
+                    let result = self.apply(&mut state.store, plugin, action);
                     self.collect(&mut state.store);
                     result
                 }

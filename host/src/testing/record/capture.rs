@@ -114,7 +114,7 @@ impl ActionSink for Capture {
         Box::pin(async move {
             let simulated = !action.is_event() && self.cluster.follows_the_call(action);
             let result = if simulated {
-                self.cluster.dry_run(action)
+                self.cluster.dry_run(plugin, action)
             } else {
                 let result = self.inner.execute(plugin, action).await;
                 if result.is_ok() && !action.is_event() {
@@ -122,7 +122,7 @@ impl ActionSink for Capture {
                     // where the simulation would refuse it, the replay's
                     // own dry run refuses it too (and the conformance
                     // suite is where such a difference shows).
-                    if let Err(e) = self.cluster.dry_run(action) {
+                    if let Err(e) = self.cluster.dry_run(plugin, action) {
                         tracing::warn!(plugin, action = %action.target(), error = %e, "the simulated cluster refuses an action the API server accepted in a dry run");
                     }
                 }

@@ -33,10 +33,7 @@ pub use classify::{Failed, classify, classify_failed, classify_request};
 /// The reporting controller of every Event kubewasm records.
 pub const REPORTING_CONTROLLER: &str = "kubewasm";
 
-/// Field manager of a plugin's writes: `kubewasm/<plugin>`.
-pub fn field_manager(plugin: &str) -> String {
-    format!("kubewasm/{plugin}")
-}
+pub use crate::actions::field_manager;
 
 /// One write request, as its trace span names it.
 #[derive(Debug, Clone, Copy)]
