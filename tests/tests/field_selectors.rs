@@ -15,9 +15,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeMap;
-use std::io::Write;
-use std::path::PathBuf;
-use std::process::{Command, Stdio};
 
 use kubewasm::informer::selector::{FieldOp, FieldSelector};
 
