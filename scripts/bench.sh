@@ -4,7 +4,9 @@
 # kube-rs baselines, the Pod loader and the test control plane; starts a
 # real kube-apiserver + etcd; loads 1k, 10k, 30k and 100k Pods of the
 # corpus's shapes in turn and measures the initial sync of client-go,
-# kube-rs and kubewasm on it (both list modes, 3 rounds each); then runs
+# kube-rs and kubewasm on it (both list modes, 3 rounds each; client-go
+# and kube-rs also with managedFields stripped; each program's live heap
+# and the API server's CPU during its sync beside them); then runs
 # the pipeline and runtime benchmarks, the per-delta cost of each guest
 # language (the languages benchmark's per-delta table; its plugins are
 # built by plugins/build-languages.sh bench, which needs the toolchains of
@@ -110,6 +112,7 @@ load_sync="$(cut -d' ' -f1-3 /proc/loadavg)"
   --kubewasm "$out/kubewasm" \
   --noop-plugin plugins/target/wasm32-wasip2/release/noop.wasm \
   --corpus "$corpus" \
+  --controlplane-pid "$cp_pid" \
   --out "$out/sync.jsonl"
 # The micro benchmarks get the machine to themselves.
 cleanup

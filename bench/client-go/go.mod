@@ -3,6 +3,7 @@ module kubewasm.dev/bench/client-go
 go 1.25.0
 
 require (
+	k8s.io/apimachinery v0.35.8
 	k8s.io/client-go v0.35.8
 	k8s.io/klog/v2 v2.130.1
 )
@@ -40,7 +41,6 @@ require (
 	gopkg.in/inf.v0 v0.9.1 // indirect
 	gopkg.in/yaml.v3 v3.0.1 // indirect
 	k8s.io/api v0.35.8 // indirect
-	k8s.io/apimachinery v0.35.8 // indirect
 	k8s.io/kube-openapi v0.0.0-20250910181357-589584f1c912 // indirect
 	k8s.io/utils v0.0.0-20251002143259-bc988d571ff4 // indirect
 	sigs.k8s.io/json v0.0.0-20250730193827-2d320260d730 // indirect

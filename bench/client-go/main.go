@@ -2,6 +2,9 @@
 // initial-sync benchmark: one SharedInformerFactory with the typed Pod
 // informer, a no-op event handler, and one SYNCED line on stdout once the
 // informer (and its handler) has seen the initial state of the cluster.
+// On SIGUSR1 it forces a garbage collection and prints its live heap on one
+// HEAP line; --strip-managed-fields drops managedFields before objects are
+// stored (the transform controller-runtime users set).
 //
 // See README.md for the output format and how --initial-list works.
 package main
@@ -21,6 +24,7 @@ import (
 	"syscall"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -123,6 +127,20 @@ func (t *countingTransport) RoundTrip(req *http.Request) (*http.Response, error)
 }
 
 // ---------------------------------------------------------------------------
+// managedFields
+
+// stripManagedFields is controller-runtime's cache.TransformStripManagedFields
+// (pkg/cache, v0.22): client-go v0.35.8 has no such helper, only
+// SharedIndexInformer.SetTransform, so the same function is written here.
+// The nil check avoids allocating an empty slice on objects that have none.
+func stripManagedFields(in any) (any, error) {
+	if obj, err := meta.Accessor(in); err == nil && obj.GetManagedFields() != nil {
+		obj.SetManagedFields(nil)
+	}
+	return in, nil
+}
+
+// ---------------------------------------------------------------------------
 // Output
 
 type requestCounts struct {
@@ -136,10 +154,34 @@ type syncedReport struct {
 	Program        string        `json:"program"`
 	Version        string        `json:"version"`
 	Mode           string        `json:"mode"`
+	Strip          bool          `json:"strip_managed_fields"`
 	Objects        int           `json:"objects"`
 	HeapAllocBytes uint64        `json:"heap_alloc_bytes"`
 	HeapInuseBytes uint64        `json:"heap_inuse_bytes"`
 	Requests       requestCounts `json:"requests"`
+}
+
+// heapReport is the JSON document of a HEAP line: the heap right after a
+// forced garbage collection.
+type heapReport struct {
+	HeapInuseBytes uint64 `json:"heap_inuse_bytes"`
+	HeapAllocBytes uint64 `json:"heap_alloc_bytes"`
+}
+
+// printLiveHeap forces a collection (runtime.GC returns once marking and
+// sweeping are done) and prints the heap left: HeapInuse counts the spans
+// holding live objects, HeapAlloc the live objects themselves.
+func printLiveHeap() {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	line, err := json.Marshal(heapReport{HeapInuseBytes: ms.HeapInuse, HeapAllocBytes: ms.HeapAlloc})
+	if err != nil {
+		fatalf("encoding the heap report: %v", err)
+	}
+	if _, err := fmt.Fprintf(os.Stdout, "HEAP %s\n", line); err != nil {
+		fatalf("writing to stdout: %v", err)
+	}
 }
 
 // ---------------------------------------------------------------------------
@@ -149,6 +191,7 @@ type options struct {
 	initialList string
 	resource    string
 	contentType string
+	strip       bool
 	exitAfter   bool
 	syncTimeout time.Duration
 	logRequests bool
@@ -162,12 +205,13 @@ func parseFlags() (options, error) {
 	fs.StringVar(&o.initialList, "initial-list", "", "initial list of the informer: streaming (WatchList, sendInitialEvents=true) or paged (LIST limit=500, then WATCH) (required)")
 	fs.StringVar(&o.resource, "resource", "pods", "resource to inform on; only pods is supported")
 	fs.StringVar(&o.contentType, "content-type", "json", "wire format: json (forced, like kube-rs) or protobuf (client-go's own default for built-in types)")
+	fs.BoolVar(&o.strip, "strip-managed-fields", false, "drop metadata.managedFields before objects are stored (SetTransform, as controller-runtime's TransformStripManagedFields)")
 	fs.BoolVar(&o.exitAfter, "exit-after-sync", false, "exit 0 right after printing the SYNCED line")
 	fs.DurationVar(&o.syncTimeout, "sync-timeout", 0, "give up (exit 1) if not synced within this time; 0 waits forever")
 	fs.BoolVar(&o.logRequests, "log-requests", false, "log every API request (method, URL, Accept header) to stderr")
 	fs.IntVar(&o.verbosity, "v", 0, "client-go (klog) log verbosity, to stderr")
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: client-go-informer --kubeconfig PATH --initial-list streaming|paged [--resource pods] [--content-type json|protobuf] [--exit-after-sync]\n")
+		fmt.Fprintf(fs.Output(), "usage: client-go-informer --kubeconfig PATH --initial-list streaming|paged [--resource pods] [--content-type json|protobuf] [--strip-managed-fields] [--exit-after-sync]\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(os.Args[1:]); err != nil {
@@ -243,9 +287,18 @@ func main() {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	// Installed before anything else runs, so that a SIGUSR1 never kills
+	// the program; answered only after the SYNCED line.
+	heapReq := make(chan os.Signal, 1)
+	signal.Notify(heapReq, syscall.SIGUSR1)
 
 	factory := informers.NewSharedInformerFactory(client, 0)
 	informer := factory.Core().V1().Pods().Informer()
+	if o.strip {
+		if err := informer.SetTransform(stripManagedFields); err != nil {
+			fatalf("setting the transform: %v", err)
+		}
+	}
 
 	var adds atomic.Int64
 	reg, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -297,6 +350,7 @@ func main() {
 		Program:        "client-go",
 		Version:        clientGoVersion,
 		Mode:           o.initialList,
+		Strip:          o.strip,
 		Objects:        len(informer.GetIndexer().ListKeys()),
 		HeapAllocBytes: ms.HeapAlloc,
 		HeapInuseBytes: ms.HeapInuse,
@@ -320,7 +374,13 @@ func main() {
 	if o.exitAfter {
 		os.Exit(0)
 	}
-	<-ctx.Done()
+	for ctx.Err() == nil {
+		select {
+		case <-heapReq:
+			printLiveHeap()
+		case <-ctx.Done():
+		}
+	}
 	stop()
 	// Stop the informer, but do not let a slow shutdown change the exit code.
 	done := make(chan struct{})

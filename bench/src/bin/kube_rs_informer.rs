@@ -14,9 +14,16 @@
 //! i.e. no resourceVersion: a consistent read; then a WATCH).
 //!
 //! Once `store.wait_until_ready()` resolves it prints exactly one stdout line
-//! `SYNCED {"program":"kube-rs","version":"5.0.0","mode":"streaming","objects":N}`
+//! `SYNCED {"program":"kube-rs","version":"5.0.0","mode":"streaming","strip_managed_fields":false,"objects":N}`
 //! and keeps watching until SIGTERM/SIGINT (exit 0), or exits at once with
 //! `--exit-after-sync`. The default allocator (glibc malloc) is used.
+//!
+//! `--strip-managed-fields` drops `metadata.managedFields` in the watcher
+//! stream (`WatchStreamExt::modify`) before the reflector stores a Pod: what
+//! a kube-rs user who does not read them writes. On SIGUSR1 it prints one
+//! `HEAP {"allocated_bytes":N}` line: glibc's `mallinfo2()`, bytes in use in
+//! all arenas (`uordblks`) plus mmapped chunks (`hblkhd`): the live heap,
+//! without the free memory malloc keeps.
 
 use std::{path::PathBuf, pin::pin, process::ExitCode};
 
@@ -62,6 +69,9 @@ struct Args {
     /// How the initial state is fetched.
     #[arg(long, value_enum, default_value = "streaming")]
     initial_list: InitialList,
+    /// Drop managedFields before storing (`.modify()` on the watcher stream).
+    #[arg(long)]
+    strip_managed_fields: bool,
     /// Exit right after printing the SYNCED line.
     #[arg(long)]
     exit_after_sync: bool,
@@ -89,7 +99,16 @@ async fn run(args: Args) -> anyhow::Result<()> {
     };
     let api: Api<Pod> = Api::all(client);
     let (store, writer) = reflector::store::<Pod>();
-    let mut events = pin!(reflector(writer, watcher(api, config)).default_backoff());
+    let strip = args.strip_managed_fields;
+    let stream = watcher(api, config).modify(move |pod: &mut Pod| {
+        if strip {
+            pod.metadata.managed_fields = None;
+        }
+    });
+    let mut events = pin!(reflector(writer, stream).default_backoff());
+    let mut heap_requests =
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::user_defined1())
+            .context("installing the SIGUSR1 handler")?;
 
     let mut ready = pin!(store.wait_until_ready());
     let mut synced = false;
@@ -111,7 +130,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 result.context("the reflector writer was dropped before the store became ready")?;
                 synced = true;
                 println!(
-                    "SYNCED {{\"program\":\"kube-rs\",\"version\":\"{KUBE_VERSION}\",\"mode\":\"{}\",\"objects\":{}}}",
+                    "SYNCED {{\"program\":\"kube-rs\",\"version\":\"{KUBE_VERSION}\",\"mode\":\"{}\",\"strip_managed_fields\":{strip},\"objects\":{}}}",
                     args.initial_list.as_str(),
                     store.len()
                 );
@@ -119,7 +138,17 @@ async fn run(args: Args) -> anyhow::Result<()> {
                     return Ok(());
                 }
             }
+            Some(()) = heap_requests.recv(), if synced => {
+                println!("HEAP {{\"allocated_bytes\":{}}}", malloc_in_use());
+            }
             () = shutdown.wait() => return Ok(()),
         }
     }
+}
+
+/// Bytes glibc malloc has handed out and not had back, over all arenas.
+fn malloc_in_use() -> u64 {
+    // SAFETY: mallinfo2 takes no arguments and only reads malloc's state.
+    let info = unsafe { libc::mallinfo2() };
+    (info.uordblks + info.hblkhd) as u64
 }

@@ -522,6 +522,16 @@ impl std::fmt::Debug for HostCollector {
     }
 }
 
+/// jemalloc's `stats.allocated` after advancing its epoch (the statistics
+/// are cached until then); `None` if jemalloc refuses either call.
+#[cfg(feature = "jemalloc")]
+fn allocated_bytes() -> Option<u64> {
+    tikv_jemalloc_ctl::epoch::advance().ok()?;
+    tikv_jemalloc_ctl::stats::allocated::read()
+        .ok()
+        .and_then(|b| u64::try_from(b).ok())
+}
+
 /// Per-bucket counts for [`DURATION_BUCKETS`] plus `+Inf`, with the total
 /// and the sum in seconds. A sample counts under the first bound at or
 /// above the upper edge of its internal bucket (about 9 % wide), so a
@@ -565,6 +575,16 @@ impl Collector for HostCollector {
                 MetricType::Gauge,
             )?;
             m.encode_gauge(&i64::from(self.leader.is_leader()))?;
+        }
+        #[cfg(feature = "jemalloc")]
+        if let Some(bytes) = allocated_bytes() {
+            let mut m = enc.encode_descriptor(
+                "kubewasm_allocator_allocated",
+                "Bytes the allocator (jemalloc) has handed out and not had back: the live heap, without freed pages it still holds (stats.allocated, read after an epoch advance)",
+                Some(&Unit::Bytes),
+                MetricType::Gauge,
+            )?;
+            m.encode_gauge(&bytes)?;
         }
         let Some(view) = self.view.read().clone() else {
             return Ok(());
