@@ -522,6 +522,14 @@ impl std::fmt::Debug for HostCollector {
     }
 }
 
+/// The allocator's live-heap gauge (name without its `_bytes` unit, help):
+/// served only by builds with the `jemalloc` feature, listed by the
+/// metrics reference whatever the build.
+pub const ALLOCATOR_ALLOCATED: (&str, &str) = (
+    "kubewasm_allocator_allocated",
+    "Bytes the allocator (jemalloc) has handed out and not had back: the live heap, without freed pages it still holds (stats.allocated, read after an epoch advance; builds with the jemalloc feature only)",
+);
+
 /// jemalloc's `stats.allocated` after advancing its epoch (the statistics
 /// are cached until then); `None` if jemalloc refuses either call.
 #[cfg(feature = "jemalloc")]
@@ -579,8 +587,8 @@ impl Collector for HostCollector {
         #[cfg(feature = "jemalloc")]
         if let Some(bytes) = allocated_bytes() {
             let mut m = enc.encode_descriptor(
-                "kubewasm_allocator_allocated",
-                "Bytes the allocator (jemalloc) has handed out and not had back: the live heap, without freed pages it still holds (stats.allocated, read after an epoch advance)",
+                ALLOCATOR_ALLOCATED.0,
+                ALLOCATOR_ALLOCATED.1,
                 Some(&Unit::Bytes),
                 MetricType::Gauge,
             )?;
