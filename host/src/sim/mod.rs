@@ -114,16 +114,21 @@ pub fn write(
     let target = action.target();
     let what = format!("{} {target}", action.verb());
     let has_status = status::has_subresource(ctx.kinds, &target.kind.gvk);
+    // A custom resource's schema, from its CRD: read once for the request.
+    let schema = ctx.kinds.crd_schema(&target.kind.gvk);
+    let req = Request {
+        what: &what,
+        target,
+        has_status,
+        schema: schema.as_deref(),
+    };
     if let Action::Apply { object, .. } = action {
-        fits_schema(ctx, &what, target, object)?;
+        fits_schema(&req, object)?;
     }
-    // A custom resource's schema, from its CRD, outlives the write's Ty.
+    // Its merge types, which outlive the write's Ty.
     let crd_schema = match fields::Ty::builtin(&target.kind.gvk) {
         Some(_) => None,
-        None => ctx
-            .kinds
-            .crd_schema(&target.kind.gvk)
-            .and_then(|s| fields::crd_schema(&s)),
+        None => req.schema.and_then(fields::crd_schema),
     };
     let ty = fields::Ty::builtin(&target.kind.gvk)
         .unwrap_or_else(|| fields::Ty::custom(crd_schema.as_ref()));
@@ -168,15 +173,7 @@ pub fn write(
                 apply::Part::Status,
                 &what,
             )?;
-            settle(
-                ctx,
-                &what,
-                target,
-                stored,
-                next,
-                Scope::Status,
-                Write::Apply,
-            )
+            settle(ctx, &req, stored, next, Scope::Status, Write::Apply)
         }
         Action::Apply { object, force, .. } => {
             let mut body = object.clone();
@@ -185,8 +182,8 @@ pub fn write(
             let writer = ctx.writer(target, None);
             let next = apply::apply(ty, &writer, stored, &body, *force, main, &what)?;
             match stored {
-                None => create(ctx, &what, target, next, has_status, new_uid),
-                Some(stored) => settle(ctx, &what, target, stored, next, Scope::Main, Write::Apply),
+                None => create(ctx, &req, next, new_uid),
+                Some(stored) => settle(ctx, &req, stored, next, Scope::Main, Write::Apply),
             }
         }
         Action::Patch {
@@ -206,25 +203,37 @@ pub fn write(
             preconditions::check_body(&what, target, Some(stored), &next)?;
             let writer = ctx.writer(target, None);
             apply::record_update(ty, &writer, stored, &mut next, main);
-            settle(ctx, &what, target, stored, next, Scope::Main, Write::Patch)
+            settle(ctx, &req, stored, next, Scope::Main, Write::Patch)
         }
     }
+}
+
+/// One request as the write path's steps share it.
+struct Request<'a> {
+    /// As errors name it (`patch configmaps a/b`).
+    what: &'a str,
+    target: &'a Target,
+    /// The kind has a status subresource.
+    has_status: bool,
+    /// A custom resource's schema, from its CRD.
+    schema: Option<&'a Value>,
 }
 
 /// A new object from an applied body: the server's fields set, its status
 /// dropped where a status subresource owns it.
 fn create(
     ctx: &Context<'_>,
-    what: &str,
-    target: &Target,
+    req: &Request<'_>,
     mut value: Value,
-    has_status: bool,
     new_uid: &mut dyn FnMut() -> Result<String, ActionError>,
 ) -> Result<Outcome, ActionError> {
-    if has_status && let Some(o) = value.as_object_mut() {
+    let Request { what, target, .. } = *req;
+    if req.has_status
+        && let Some(o) = value.as_object_mut()
+    {
         o.remove("status");
     }
-    prune(ctx, target, &mut value);
+    prune(req, &mut value);
     let uid = new_uid()?;
     meta::create(ctx, &target.kind.gvk, &mut value, uid);
     if let Some(ns) = &target.namespace
@@ -232,7 +241,6 @@ fn create(
     {
         m.insert("namespace".into(), json!(ns));
     }
-    let schema = ctx.kinds.crd_schema(&target.kind.gvk);
     ctx.validator.validate(&Check {
         what,
         kind: &target.kind,
@@ -240,7 +248,7 @@ fn create(
         status: false,
         old: None,
         new: &value,
-        schema: schema.as_deref(),
+        schema: req.schema,
     })?;
     Ok(Outcome::Put(value))
 }
@@ -260,27 +268,25 @@ enum Scope {
 /// object gone when its last finalizer went.
 fn settle(
     ctx: &Context<'_>,
-    what: &str,
-    target: &Target,
+    req: &Request<'_>,
     stored: &Value,
     mut next: Value,
     scope: Scope,
     write: Write,
 ) -> Result<Outcome, ActionError> {
-    let has_status = status::has_subresource(ctx.kinds, &target.kind.gvk);
-    if has_status && scope == Scope::Main {
+    let Request { what, target, .. } = *req;
+    if req.has_status && scope == Scope::Main {
         status::keep_stored(stored, &mut next);
     }
     deletion::check_no_new_finalizers(what, stored, &next)?;
-    prune(ctx, target, &mut next);
-    meta::carry(&target.kind.gvk, stored, &mut next, has_status);
+    prune(req, &mut next);
+    meta::carry(&target.kind.gvk, stored, &mut next, req.has_status);
     if next == *stored {
         return Ok(Outcome::Unchanged);
     }
     if deletion::finalized(&next) {
         return Ok(Outcome::Gone(next));
     }
-    let schema = ctx.kinds.crd_schema(&target.kind.gvk);
     ctx.validator.validate(&Check {
         what,
         kind: &target.kind,
@@ -288,7 +294,7 @@ fn settle(
         status: scope == Scope::Status,
         old: Some(stored),
         new: &next,
-        schema: schema.as_deref(),
+        schema: req.schema,
     })?;
     Ok(Outcome::Put(next))
 }
@@ -296,19 +302,15 @@ fn settle(
 /// A custom resource's apply body against its CRD's schema: the server's
 /// structured merge cannot type a body that does not fit (a 500 there,
 /// which the host reads as invalid).
-fn fits_schema(
-    ctx: &Context<'_>,
-    what: &str,
-    target: &Target,
-    body: &Value,
-) -> Result<(), ActionError> {
-    let Some(schema) = ctx.kinds.crd_schema(&target.kind.gvk) else {
+fn fits_schema(req: &Request<'_>, body: &Value) -> Result<(), ActionError> {
+    let Some(schema) = req.schema else {
         return Ok(());
     };
-    crate::openapi::custom::check_apply(&schema, body).map_err(|e| {
+    crate::openapi::custom::check_apply(schema, body).map_err(|e| {
+        let target = req.target;
         let gvk = &target.kind.gvk;
         ActionError::apply_body_untyped(
-            what,
+            req.what,
             &format!(
                 "failed to create typed patch object (/{}; {}, Kind={}): {}",
                 target.name,
@@ -322,9 +324,9 @@ fn fits_schema(
 
 /// The server's pruning of what a custom resource's schema does not
 /// declare.
-fn prune(ctx: &Context<'_>, target: &Target, value: &mut Value) {
-    if let Some(schema) = ctx.kinds.crd_schema(&target.kind.gvk) {
-        crate::openapi::custom::prune(&schema, value);
+fn prune(req: &Request<'_>, value: &mut Value) {
+    if let Some(schema) = req.schema {
+        crate::openapi::custom::prune(schema, value);
     }
 }
 
