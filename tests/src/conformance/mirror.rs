@@ -77,6 +77,30 @@ impl RealMirror {
             .push(format!("{case}: {what}"));
     }
 
+    /// One object in both worlds (`None`: none there): what differs is a
+    /// finding about `about`; a pair is learned for the translation.
+    fn compare(&self, t: &mut Translation, about: &str, sim: Option<&Value>, real: Option<Value>) {
+        match (sim, real) {
+            (None, None) => {}
+            (Some(_), None) => self.find(format!(
+                "{about}: the server has no object, the simulation has one"
+            )),
+            (None, Some(_)) => self.find(format!(
+                "{about}: the server has an object, the simulation none"
+            )),
+            (Some(s), Some(r)) => {
+                let d = differences(&comparable(s, None), &comparable(&r, Some(t)), &[]);
+                if !d.is_empty() {
+                    self.find(format!(
+                        "{about}: the objects differ:\n  {}",
+                        d.join("\n  ")
+                    ));
+                }
+                t.pair(s, &r);
+            }
+        }
+    }
+
     /// Runs `fut` on the mirror's runtime from any thread, async or not.
     fn block<T: Send>(&self, fut: impl std::future::Future<Output = T> + Send) -> T {
         std::thread::scope(|s| s.spawn(|| self.rt.block_on(fut)).join())
@@ -243,27 +267,10 @@ impl Mirror for RealMirror {
             // orphan or foreground deletion it finished): compared with
             // the rest of the world once the real collector has settled.
             let collected = after.changed.iter().filter(|c| change_id(c) == id).count() > 1;
-            match (&after.target, real_after) {
+            match real_after {
                 _ if collected => {}
-                (_, Err(e)) => self.find(format!("{what}: cannot read the server's object: {e}")),
-                (Some(sim_obj), Ok(Some(real_obj))) => {
-                    let d = differences(
-                        &comparable(sim_obj, None),
-                        &comparable(&real_obj, Some(&t)),
-                        &[],
-                    );
-                    if !d.is_empty() {
-                        self.find(format!("{what}: the objects differ:\n  {}", d.join("\n  ")));
-                    }
-                    t.pair(sim_obj, &real_obj);
-                }
-                (None, Ok(None)) => {}
-                (Some(_), Ok(None)) => self.find(format!(
-                    "{what}: the server has no object, the simulation has one"
-                )),
-                (None, Ok(Some(_))) => self.find(format!(
-                    "{what}: the server has an object, the simulation none"
-                )),
+                Err(e) => self.find(format!("{what}: cannot read the server's object: {e}")),
+                Ok(real_obj) => self.compare(&mut t, &what, after.target.as_ref(), real_obj),
             }
             let known: Vec<ObjectId> = {
                 let mut case = self.case.lock().unwrap();
@@ -287,26 +294,9 @@ impl Mirror for RealMirror {
                         for (oid, real_obj) in real_world {
                             let sim_obj =
                                 sim_world.iter().find(|(i, _)| *i == oid).map(|(_, v)| *v);
-                            let shown = format!("{} {}", oid.0, oid.2);
-                            match (sim_obj, real_obj) {
-                                (None, None) => {}
-                                (Some(_), None) => self.find(format!(
-                                    "{what}: after the garbage collector, the server has no {shown}, the simulation has it"
-                                )),
-                                (None, Some(_)) => self.find(format!(
-                                    "{what}: after the garbage collector, the server has {shown}, the simulation does not"
-                                )),
-                                (Some(s), Some(r)) => {
-                                    let d = differences(&comparable(s, None), &comparable(&r, Some(&t)), &[]);
-                                    if !d.is_empty() {
-                                        self.find(format!(
-                                            "{what}: after the garbage collector, {shown} differs:\n  {}",
-                                            d.join("\n  ")
-                                        ));
-                                    }
-                                    t.pair(s, &r);
-                                }
-                            }
+                            let about =
+                                format!("{what}: after the garbage collector, {} {}", oid.0, oid.2);
+                            self.compare(&mut t, &about, sim_obj, real_obj);
                         }
                     }
                 }
