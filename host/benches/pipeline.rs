@@ -271,7 +271,8 @@ fn decode(pods: &[Value]) {
 fn row(stats: &PluginStats, plugin: &str, instances: usize, mut phase: Value) {
     let label = match phase["rate"].as_f64() {
         Some(rate) => format!("updates paced at {rate:.0}/s"),
-        None => "initial list".to_owned(),
+        None if phase["phase"] == "initial-list" => "initial list".to_owned(),
+        None => "initial list, one delta per queue lock".to_owned(),
     };
     let throughput = phase["throughput"]
         .as_f64()
@@ -320,7 +321,16 @@ fn fmt(d: Option<Duration>) -> String {
 /// The initial list of `N` Pods through the whole pipeline, then updates
 /// paced at 5k/s (or half the measured rate when that is lower) and, with
 /// `sweep`, at each rate of [`SWEEP`] below 80 % of the measured rate.
-async fn pipeline(pods: &[Value], plugin_name: &str, concurrency: usize, sweep: bool) {
+/// One pipeline run. `intake_batch` other than the default measures only
+/// the initial list's throughput, as phase `initial-list-batch-N` (the
+/// comparison of batched and per-delta queueing in one run).
+async fn pipeline(
+    pods: &[Value],
+    plugin_name: &str,
+    concurrency: usize,
+    sweep: bool,
+    intake_batch: usize,
+) {
     const N: usize = 20_000;
     let pod_gvk = Gvk::new("", "v1", "Pod");
     let node_gvk = Gvk::new("", "v1", "Node");
@@ -391,7 +401,10 @@ async fn pipeline(pods: &[Value], plugin_name: &str, concurrency: usize, sweep: 
         KindRegistry::builtin(),
         executor,
         activity.clone(),
-        DispatchOptions::default(),
+        DispatchOptions {
+            intake_batch,
+            ..DispatchOptions::default()
+        },
         telemetry.clone(),
     ));
     // What the bench plugins do: read pods and nodes, write pods.
@@ -420,12 +433,24 @@ async fn pipeline(pods: &[Value], plugin_name: &str, concurrency: usize, sweep: 
     wait_delivered(&host, "bench", N as u64).await;
     let elapsed = start.elapsed();
     let rate = N as f64 / elapsed.as_secs_f64();
+    let default_batch = intake_batch == kubewasm::dispatch::INTAKE_BATCH;
+    let phase = if default_batch {
+        "initial-list".to_owned()
+    } else {
+        format!("initial-list-batch-{intake_batch}")
+    };
     row(
         &stats,
         plugin_name,
         concurrency,
-        serde_json::json!({"phase": "initial-list", "throughput": rate}),
+        serde_json::json!({"phase": phase, "throughput": rate}),
     );
+    if !default_batch {
+        host.shutdown().await;
+        informers.shutdown().await;
+        cancel.cancel();
+        return;
+    }
 
     let mut rates = vec![(rate / 2.0).clamp(100.0, 5_000.0)];
     if sweep {
@@ -533,6 +558,17 @@ fn main() {
         .build()
         .unwrap();
     for (name, conc) in [("noop", 1), ("noop", 2), ("realistic", 1), ("realistic", 2)] {
-        rt.block_on(pipeline(&pods, name, conc, conc == 1));
+        if conc == 1 {
+            // Per-delta queueing (what the dispatcher did before batches),
+            // beside the default, in the same run.
+            rt.block_on(pipeline(&pods, name, conc, false, 1));
+        }
+        rt.block_on(pipeline(
+            &pods,
+            name,
+            conc,
+            conc == 1,
+            kubewasm::dispatch::INTAKE_BATCH,
+        ));
     }
 }

@@ -21,20 +21,46 @@ pub(super) fn in_term(shared: &Shared, term: u64) -> bool {
 }
 
 pub(super) fn push(shared: &Shared, key: Key, item: Item) {
-    let pushed = shared.queue.lock().push(key, item);
-    match pushed {
-        Pushed::Queued => shared.wake.notify_one(),
-        Pushed::Coalesced | Pushed::Dropped => {
-            shared.stats.coalesced.fetch_add(1, Ordering::Relaxed);
-            // A coalesced live delta may have ended a backoff.
-            shared.wake.notify_one();
-        }
-        Pushed::Cancelled(w) | Pushed::Stale(w) => {
-            shared.stats.coalesced.fetch_add(1, Ordering::Relaxed);
-            shared.activity.settle(w);
-            if shared.queue.lock().is_idle() {
-                shared.idle.notify_waiters();
+    push_all(shared, &mut vec![(key, item)]);
+}
+
+/// Queues `items` (emptied) under one lock of the queue, then wakes the
+/// workers once.
+pub(super) fn push_all(shared: &Shared, items: &mut Vec<(Key, Item)>) {
+    if items.is_empty() {
+        return;
+    }
+    let (mut wake, mut coalesced, mut settled) = (false, 0u64, 0u64);
+    {
+        let mut queue = shared.queue.lock();
+        for (key, item) in items.drain(..) {
+            match queue.push(key, item) {
+                Pushed::Queued => wake = true,
+                // A coalesced live delta may have ended a backoff.
+                Pushed::Coalesced | Pushed::Dropped => {
+                    coalesced += 1;
+                    wake = true;
+                }
+                Pushed::Cancelled(w) | Pushed::Stale(w) => {
+                    coalesced += 1;
+                    settled += w;
+                }
             }
+        }
+    }
+    if coalesced > 0 {
+        shared
+            .stats
+            .coalesced
+            .fetch_add(coalesced, Ordering::Relaxed);
+    }
+    if wake {
+        shared.wake.notify_one();
+    }
+    if settled > 0 {
+        shared.activity.settle(settled);
+        if shared.queue.lock().is_idle() {
+            shared.idle.notify_waiters();
         }
     }
 }
@@ -65,25 +91,34 @@ pub(super) async fn run(
         t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         t
     });
+    // One queue lock and one wake-up of the workers per batch taken from
+    // the channel (DispatchOptions::intake_batch).
+    let batch = shared.options.intake_batch.max(1);
+    let mut deltas = Vec::with_capacity(batch);
+    let mut queued = Vec::with_capacity(batch);
     loop {
-        let delta = tokio::select! {
+        tokio::select! {
             () = cancel.cancelled() => break,
-            d = rx.recv() => match d { Some(d) => d, None => break },
+            n = rx.recv_many(&mut deltas, batch) => if n == 0 { break },
             _ = async { match resync.as_mut() { Some(t) => t.tick().await, None => std::future::pending().await } } => {
                 if filter.deltas.contains(&DeltaType::Resync) && in_term(&shared, term) {
                     resync_all(&shared, id, &filter, &informer, term);
                 }
                 continue;
             }
-        };
-        accept(&shared, id, &filter, term, delta);
+        }
+        for delta in deltas.drain(..) {
+            accept(&shared, id, &filter, term, delta, &mut queued);
+        }
+        push_all(&shared, &mut queued);
     }
     // What is still in the channel is queued too: a stopping version hands
     // what it did not handle to its successor.
     rx.close();
     while let Ok(delta) = rx.try_recv() {
-        accept(&shared, id, &filter, term, delta);
+        accept(&shared, id, &filter, term, delta, &mut queued);
     }
+    push_all(&shared, &mut queued);
 }
 
 /// Queues every cached object as a resync delta (folded into any delta
@@ -98,17 +133,31 @@ fn resync_all(
     let seq = informer.seq();
     let snap = informer.store().snapshot();
     shared.activity.emit(snap.len() as u64);
+    let batch = shared.options.intake_batch.max(1);
+    let mut queued = Vec::with_capacity(batch);
     for obj in snap.iter() {
         let d = CallDelta {
             object: Some(obj.clone()),
             ..CallDelta::new(DeltaType::Resync, filter.index, filter.kind.clone())
         };
-        push(shared, (id, obj.key()), Item::new(d).seq(seq).term(term));
+        queued.push(((id, obj.key()), Item::new(d).seq(seq).term(term)));
+        if queued.len() >= batch {
+            push_all(shared, &mut queued);
+        }
     }
+    push_all(shared, &mut queued);
 }
 
-/// Filters one informer delta and queues it.
-fn accept(shared: &Shared, id: SubId, filter: &SubscriptionFilter, term: u64, delta: Delta) {
+/// Filters one informer delta and adds it to `queued`, the batch its
+/// caller queues.
+fn accept(
+    shared: &Shared,
+    id: SubId,
+    filter: &SubscriptionFilter,
+    term: u64,
+    delta: Delta,
+    queued: &mut Vec<(Key, Item)>,
+) {
     let wanted = in_term(shared, term) && filter.deltas.contains(&delta.dtype) && {
         let m = filter.wants(delta.dtype, delta.old.as_deref(), delta.object.as_deref());
         if !m {
@@ -124,7 +173,9 @@ fn accept(shared: &Shared, id: SubId, filter: &SubscriptionFilter, term: u64, de
             && let Some(o) = &delta.object
         {
             // Not delivered, but the object is gone: its requeue timer, its
-            // last handled state and its dead letter go with it.
+            // last handled state and its dead letter go with it, after what
+            // the batch holds of it before the deletion.
+            push_all(shared, queued);
             shared.object_gone(&(id, o.key()));
         }
         return;
@@ -141,12 +192,11 @@ fn accept(shared: &Shared, id: SubId, filter: &SubscriptionFilter, term: u64, de
         final_state_unknown: delta.final_state_unknown,
         ..CallDelta::new(delta.dtype, filter.index, filter.kind.clone())
     };
-    push(
-        shared,
+    queued.push((
         key,
         Item::new(call)
             .received_at(delta.received)
             .seq(delta.seq)
             .term(term),
-    );
+    ));
 }

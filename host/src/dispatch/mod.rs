@@ -161,7 +161,16 @@ pub struct DispatchOptions {
     /// The resync period of subscriptions that ask for the host's default
     /// (`dispatch.defaultResync`); `None` turns those resyncs off.
     pub default_resync: Option<Duration>,
+    /// The most deltas a subscription's intake queues under one lock of
+    /// the queue and one wake-up of the workers ([`INTAKE_BATCH`]); 1
+    /// queues each delta alone.
+    pub intake_batch: usize,
 }
+
+/// Deltas queued at once by default: a relist or a busy watch hands
+/// hundreds at a time, and a batch this size holds the queue's lock for
+/// microseconds.
+pub const INTAKE_BATCH: usize = 256;
 
 /// The longest wait between attempts of one key by default; a key whose
 /// backoff reaches it is parked (the 13th failed attempt from the 100 ms
@@ -183,6 +192,7 @@ impl Default for DispatchOptions {
             actions_per_second: 0,
             shared_rate: None,
             default_resync: Some(crate::runtime::DEFAULT_RESYNC),
+            intake_batch: INTAKE_BATCH,
         }
     }
 }

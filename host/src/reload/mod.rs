@@ -215,8 +215,11 @@ impl PluginDir {
         let mut changed = Vec::new();
         for (name, path) in &found {
             // Reading through the path follows symlinks (ConfigMap volumes).
-            let bytes = match std::fs::read(path) {
-                Ok(b) => b,
+            // Read and hashed in one pass: the content digest (the compile
+            // cache's key) is computed once here and passed down; the
+            // folder's digest adds the sidecar to it.
+            let content = match Content::read_hashed(path) {
+                Ok(c) => c,
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
                 Err(e) => {
                     tracing::error!(plugin = %name, file = %path.display(), error = %e, "cannot read plugin file");
@@ -233,10 +236,6 @@ impl PluginDir {
                     source,
                 })
             });
-            // The content digest (the compile cache's key) is computed
-            // once here and passed down; the folder's digest adds the
-            // sidecar to it.
-            let content = Content::hashed(bytes);
             let mut h = Sha256::new();
             h.update(content.digest().unwrap_or_default().as_bytes());
             h.update([0xff]);
