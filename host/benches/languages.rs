@@ -392,7 +392,7 @@ fn native_realistic(bench: &PodBench) -> Duration {
     best_of_five(200_000, |count| {
         for _ in 0..count {
             let pod = std::hint::black_box(&pod);
-            let app = pod.meta().label("app");
+            let app = pod.label("app");
             let mut fields = pod.fields(&pointers).into_iter();
             let mut text = || match fields.next().flatten() {
                 Some(FieldValue::Text(s)) => Some(s),
@@ -401,11 +401,7 @@ fn native_realistic(bench: &PodBench) -> Duration {
             let (node, phase) = (text(), text());
             let zone = node
                 .and_then(|n| nodes.snapshot().get(&ObjectKey::new(None, &n)))
-                .and_then(|n| {
-                    n.meta()
-                        .label("topology.kubernetes.io/zone")
-                        .map(str::to_owned)
-                });
+                .and_then(|n| n.label("topology.kubernetes.io/zone").map(str::to_owned));
             let patch = serde_json::json!({"metadata": {"annotations":
                 {"kubewasm.io/zone": zone.as_deref().unwrap_or("unknown")}}})
             .to_string();

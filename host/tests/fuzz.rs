@@ -195,7 +195,7 @@ fn fuzz_label_selector() {
             if let Ok(sel) = LabelSelector::parse(&s) {
                 let obj = KObject::from_json(POD, StripOptions::default()).unwrap();
                 // Evaluating a parsed selector never fails.
-                let _ = sel.matches(obj.meta());
+                let _ = sel.matches(&obj);
                 let _ = sel.is_empty();
             }
         }

@@ -204,8 +204,11 @@ mod tests {
         }
         let took = start.elapsed();
         assert!(took >= Duration::from_millis(400), "{took:?}");
-        assert_eq!(throttled.get(), 10);
-        assert!(waited.get() >= 0.4, "{}", waited.get());
+        // 10 wait on an idle machine; on a loaded one the burst itself can
+        // take long enough for a token or two to come back.
+        let n = throttled.get();
+        assert!((7..=10).contains(&n), "{n} acquisitions throttled");
+        assert!(waited.get() >= 0.04 * n as f64, "{}", waited.get());
     }
 
     #[tokio::test]

@@ -239,10 +239,9 @@ impl SubscriptionFilter {
         if self.fields.is_empty() {
             return true;
         }
-        let (o, n) = (old.meta(), new.meta());
-        if o.labels != n.labels
-            || o.annotations != n.annotations
-            || o.deletion_timestamp != n.deletion_timestamp
+        if !old.labels().eq(new.labels())
+            || !old.annotations().eq(new.annotations())
+            || old.meta().deletion_timestamp != new.meta().deletion_timestamp
         {
             return true;
         }

@@ -42,7 +42,7 @@ impl Snapshot {
     /// Objects in `namespace` (all when `None`) matching `selector`, sorted
     /// by namespace then name.
     pub fn list(&self, namespace: Option<&str>, selector: &LabelSelector) -> Vec<ObjectHandle> {
-        let matches = |o: &&ObjectHandle| selector.is_empty() || selector.matches(o.meta());
+        let matches = |o: &&ObjectHandle| selector.is_empty() || selector.matches(o);
         match namespace {
             None => self.objects.values().filter(matches).cloned().collect(),
             Some(ns) => {

@@ -34,8 +34,8 @@ impl KObject {
             }
         }
         let raw: RawMeta = serde_json::from_value(Value::Object(metadata.clone()))?;
-        let meta = raw.into_meta(&api_version, &kind)?;
         let json = serde_json::to_string(&value)?.into_boxed_str();
+        let meta = raw.into_meta(&api_version, &kind, &json)?;
         Ok(Self { json, meta })
     }
 
@@ -104,11 +104,9 @@ impl KObject {
         let kind = kind.ok_or(ObjectError::Missing("kind"))?;
         let meta_text = meta_text.ok_or(ObjectError::Missing("metadata"))?;
         let raw: RawMeta = serde_json::from_str(&meta_text)?;
-        let meta = raw.into_meta(&api_version, &kind)?;
-        Ok(Self {
-            json: json.into_boxed_str(),
-            meta,
-        })
+        let json = json.into_boxed_str();
+        let meta = raw.into_meta(&api_version, &kind, &json)?;
+        Ok(Self { json, meta })
     }
 
     pub fn from_json(text: &str, strip: StripOptions) -> Result<Self, ObjectError> {

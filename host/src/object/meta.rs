@@ -3,6 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::pairs::Pairs;
 use super::{LAST_APPLIED, ObjectError};
 
 /// One `metadata.ownerReferences` entry.
@@ -29,27 +30,13 @@ pub struct Meta {
     pub uid: Box<str>,
     pub resource_version: Box<str>,
     pub generation: Option<i64>,
-    pub labels: Vec<(Box<str>, Box<str>)>,
-    pub annotations: Vec<(Box<str>, Box<str>)>,
+    /// Spans of the object's text: read through `KObject::labels`.
+    pub labels: Pairs,
+    /// Spans of the object's text: read through `KObject::annotations`.
+    pub annotations: Pairs,
     pub owner_references: Vec<OwnerRef>,
     pub creation_timestamp: Option<Box<str>>,
     pub deletion_timestamp: Option<Box<str>>,
-}
-
-impl Meta {
-    pub fn label(&self, key: &str) -> Option<&str> {
-        self.labels
-            .iter()
-            .find(|(k, _)| &**k == key)
-            .map(|(_, v)| &**v)
-    }
-
-    pub fn annotation(&self, key: &str) -> Option<&str> {
-        self.annotations
-            .iter()
-            .find(|(k, _)| &**k == key)
-            .map(|(_, v)| &**v)
-    }
 }
 
 /// Which bulky, rarely read parts of an object the cache drops.
@@ -83,10 +70,6 @@ pub(super) struct RawMeta {
     #[serde(default)]
     pub(super) generation: Option<i64>,
     #[serde(default)]
-    pub(super) labels: Option<std::collections::BTreeMap<String, String>>,
-    #[serde(default)]
-    pub(super) annotations: Option<std::collections::BTreeMap<String, String>>,
-    #[serde(default)]
     pub(super) owner_references: Option<Vec<OwnerRef>>,
     #[serde(default)]
     pub(super) creation_timestamp: Option<String>,
@@ -94,17 +77,25 @@ pub(super) struct RawMeta {
     pub(super) deletion_timestamp: Option<String>,
 }
 
-pub(super) fn boxed_pairs(
-    map: Option<std::collections::BTreeMap<String, String>>,
-) -> Vec<(Box<str>, Box<str>)> {
-    map.unwrap_or_default()
-        .into_iter()
-        .map(|(k, v)| (k.into_boxed_str(), v.into_boxed_str()))
-        .collect()
-}
-
 impl RawMeta {
-    pub(super) fn into_meta(self, api_version: &str, kind: &str) -> Result<Meta, ObjectError> {
+    /// The metadata of the object whose whole text is `text`: labels and
+    /// annotations are located in it (spans, not copies).
+    pub(super) fn into_meta(
+        self,
+        api_version: &str,
+        kind: &str,
+        text: &str,
+    ) -> Result<Meta, ObjectError> {
+        let map = |field: &'static str, what: &'static str| -> Result<Pairs, ObjectError> {
+            let raw = match sonic_rs::get_from_str(text, ["metadata", field]) {
+                Ok(v) => Some(v),
+                Err(e) if e.is_not_found() => None,
+                Err(e) => return Err(e.into()),
+            };
+            // `get_from_str` hands back a copy for some inputs; a span needs
+            // the text itself, found at the same place.
+            Pairs::locate(text, raw.as_ref().map(|v| v.as_raw_str()), what)
+        };
         let name = self.name.ok_or(ObjectError::Missing("metadata.name"))?;
         Ok(Meta {
             api_version: api_version.into(),
@@ -114,8 +105,8 @@ impl RawMeta {
             uid: self.uid.unwrap_or_default().into(),
             resource_version: self.resource_version.unwrap_or_default().into(),
             generation: self.generation,
-            labels: boxed_pairs(self.labels),
-            annotations: boxed_pairs(self.annotations),
+            labels: map("labels", "metadata.labels")?,
+            annotations: map("annotations", "metadata.annotations")?,
             owner_references: self.owner_references.unwrap_or_default(),
             creation_timestamp: self.creation_timestamp.map(Into::into),
             deletion_timestamp: self.deletion_timestamp.map(Into::into),

@@ -22,12 +22,14 @@ mod decode;
 mod field;
 mod key;
 mod meta;
+mod pairs;
 #[cfg(test)]
 mod tests;
 
 pub use field::FieldValue;
 pub use key::ObjectKey;
 pub use meta::{Meta, OwnerRef, StripOptions};
+pub use pairs::Pairs;
 
 /// True when an object of uid `new` is another object than one of uid
 /// `old` under the same key (deleted and created again): both carry a uid
@@ -71,6 +73,24 @@ impl KObject {
         &self.json
     }
 
+    /// `metadata.labels`, in the text's order.
+    pub fn labels(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.meta.labels.iter(&self.json)
+    }
+
+    pub fn label(&self, key: &str) -> Option<&str> {
+        self.meta.labels.get(&self.json, key)
+    }
+
+    /// `metadata.annotations`, in the text's order.
+    pub fn annotations(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.meta.annotations.iter(&self.json)
+    }
+
+    pub fn annotation(&self, key: &str) -> Option<&str> {
+        self.meta.annotations.get(&self.json, key)
+    }
+
     pub fn to_value(&self) -> Result<Value, ObjectError> {
         Ok(serde_json::from_str(&self.json)?)
     }
@@ -96,10 +116,6 @@ impl KObject {
     /// bytes-per-object figure).
     pub fn heap_bytes(&self) -> usize {
         let m = &self.meta;
-        let pairs = |v: &Vec<(Box<str>, Box<str>)>| {
-            v.capacity() * std::mem::size_of::<(Box<str>, Box<str>)>()
-                + v.iter().map(|(a, b)| a.len() + b.len()).sum::<usize>()
-        };
         std::mem::size_of::<Self>()
             + self.json.len()
             + m.api_version.len()
@@ -108,8 +124,8 @@ impl KObject {
             + m.name.len()
             + m.uid.len()
             + m.resource_version.len()
-            + pairs(&m.labels)
-            + pairs(&m.annotations)
+            + m.labels.heap_bytes()
+            + m.annotations.heap_bytes()
             + m.owner_references.capacity() * std::mem::size_of::<OwnerRef>()
             + m.owner_references
                 .iter()

@@ -188,8 +188,8 @@ fn strips_and_decodes_metadata() {
     let p = pod();
     assert!(!p.json().contains("managedFields"));
     assert!(!p.json().contains(LAST_APPLIED));
-    assert_eq!(p.meta().annotation("keep"), Some("yes"));
-    assert_eq!(p.meta().label("app"), Some("web"));
+    assert_eq!(p.annotation("keep"), Some("yes"));
+    assert_eq!(p.label("app"), Some("web"));
     assert_eq!(p.meta().owner_references[0].uid, "rs1");
     assert_eq!(p.key().to_string(), "shop/web-1");
     assert_eq!(p.gvk(), Gvk::new("", "v1", "Pod"));

@@ -230,10 +230,7 @@ fn delta_v0_1(
             version: delta.kind.version.clone(),
             kind: delta.kind.kind.clone(),
         },
-        meta: delta
-            .object
-            .as_ref()
-            .map(|o| super::v0_1::wit_meta(o.meta())),
+        meta: delta.object.as_ref().map(|o| super::v0_1::wit_meta(o)),
         object,
         old_object,
         initial: delta.initial,

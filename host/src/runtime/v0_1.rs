@@ -8,7 +8,7 @@ use super::host::{HostState, ObjRef, ReadError, WriteError};
 use crate::actions::{EventType, PatchType, Preconditions, Propagation};
 use crate::informer::DeltaType;
 use crate::kind::{Gvk, KindRef};
-use crate::object::{FieldValue, Meta, ObjectHandle};
+use crate::object::{FieldValue, KObject, Meta, ObjectHandle};
 
 pub fn delta_type(t: DeltaType) -> types::DeltaType {
     match t {
@@ -30,11 +30,10 @@ pub fn from_delta_type(t: types::DeltaType) -> DeltaType {
     }
 }
 
-pub fn wit_meta(m: &Meta) -> types::ObjectMeta {
-    let pairs = |v: &Vec<(Box<str>, Box<str>)>| {
-        v.iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
+pub fn wit_meta(o: &KObject) -> types::ObjectMeta {
+    let m: &Meta = o.meta();
+    let pairs = |v: &mut dyn Iterator<Item = (&str, &str)>| {
+        v.map(|(k, v)| (k.to_owned(), v.to_owned())).collect()
     };
     types::ObjectMeta {
         api_version: m.api_version.to_string(),
@@ -44,8 +43,8 @@ pub fn wit_meta(m: &Meta) -> types::ObjectMeta {
         uid: m.uid.to_string(),
         resource_version: m.resource_version.to_string(),
         generation: m.generation,
-        labels: pairs(&m.labels),
-        annotations: pairs(&m.annotations),
+        labels: pairs(&mut o.labels()),
+        annotations: pairs(&mut o.annotations()),
         owner_references: m
             .owner_references
             .iter()
@@ -100,7 +99,7 @@ impl types::Host for HostState {}
 
 impl types::HostObject for HostState {
     fn meta(&mut self, obj: Resource<ObjectHandle>) -> wasmtime::Result<types::ObjectMeta> {
-        Ok(wit_meta(self.object(&obj)?.meta()))
+        Ok(wit_meta(self.object(&obj)?))
     }
 
     fn field(

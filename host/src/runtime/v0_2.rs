@@ -35,10 +35,8 @@ fn owner(o: &OwnerRef) -> types::OwnerReference {
     }
 }
 
-fn pairs(v: &[(Box<str>, Box<str>)]) -> Vec<(String, String)> {
-    v.iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
+fn pairs<'a>(v: impl Iterator<Item = (&'a str, &'a str)>) -> Vec<(String, String)> {
+    v.map(|(k, v)| (k.to_owned(), v.to_owned())).collect()
 }
 
 /// `metadata.finalizers`, read from the object's JSON (rarely asked for, so
@@ -60,8 +58,8 @@ fn wit_meta(o: &ObjectHandle) -> types::ObjectMeta {
         uid: m.uid.to_string(),
         resource_version: m.resource_version.to_string(),
         generation: m.generation,
-        labels: pairs(&m.labels),
-        annotations: pairs(&m.annotations),
+        labels: pairs(o.labels()),
+        annotations: pairs(o.annotations()),
         owner_references: m.owner_references.iter().map(owner).collect(),
         finalizers: finalizers(o),
         creation_timestamp: m.creation_timestamp.as_ref().map(|s| s.to_string()),
@@ -140,11 +138,11 @@ impl types::HostObject for HostState {
         obj: Resource<ObjectHandle>,
         key: String,
     ) -> wasmtime::Result<Option<String>> {
-        Ok(self.object(&obj)?.meta().label(&key).map(str::to_owned))
+        Ok(self.object(&obj)?.label(&key).map(str::to_owned))
     }
 
     fn labels(&mut self, obj: Resource<ObjectHandle>) -> wasmtime::Result<Vec<(String, String)>> {
-        Ok(pairs(&self.object(&obj)?.meta().labels))
+        Ok(pairs(self.object(&obj)?.labels()))
     }
 
     fn annotation(
@@ -152,18 +150,14 @@ impl types::HostObject for HostState {
         obj: Resource<ObjectHandle>,
         key: String,
     ) -> wasmtime::Result<Option<String>> {
-        Ok(self
-            .object(&obj)?
-            .meta()
-            .annotation(&key)
-            .map(str::to_owned))
+        Ok(self.object(&obj)?.annotation(&key).map(str::to_owned))
     }
 
     fn annotations(
         &mut self,
         obj: Resource<ObjectHandle>,
     ) -> wasmtime::Result<Vec<(String, String)>> {
-        Ok(pairs(&self.object(&obj)?.meta().annotations))
+        Ok(pairs(self.object(&obj)?.annotations()))
     }
 
     fn owner_references(
@@ -278,7 +272,7 @@ impl selectors::HostLabelSelector for HostState {
     ) -> wasmtime::Result<bool> {
         let o = self.object(&obj)?;
         let s = self.handle_value(&selector)?;
-        Ok(s.matches(o.meta()))
+        Ok(s.matches(o))
     }
 
     fn to_string(&mut self, selector: Resource<LabelSelector>) -> wasmtime::Result<String> {

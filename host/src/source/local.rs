@@ -120,7 +120,7 @@ impl Watcher {
                 .namespace
                 .as_deref()
                 .is_none_or(|ns| obj.namespace() == Some(ns))
-            && self.labels.matches(obj.meta())
+            && self.labels.matches(obj)
             && self.fields.matches(obj)
     }
 }

@@ -104,7 +104,7 @@ impl Cache {
                 .namespace
                 .as_deref()
                 .is_none_or(|ns| obj.namespace() == Some(ns))
-            && self.labels.matches(obj.meta())
+            && self.labels.matches(obj)
             && self.fields.matches(obj)
     }
 }

@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-use crate::object::Meta;
+use crate::object::KObject;
 
 use super::MAX_SELECTOR_BYTES;
 use super::parser::Parser;
@@ -206,8 +206,8 @@ impl LabelSelector {
         self.reqs.is_empty()
     }
 
-    pub fn matches(&self, meta: &Meta) -> bool {
-        self.matches_labels(|k| meta.label(k))
+    pub fn matches(&self, object: &KObject) -> bool {
+        self.matches_labels(|k| object.label(k))
     }
 
     /// Whether a label set matches, the set given as a lookup (`Meta`'s

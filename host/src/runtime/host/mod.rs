@@ -255,7 +255,7 @@ impl HostState {
                 namespaces
                     .iter()
                     .find_map(|s| s.get(&key))
-                    .is_some_and(|o| sel.matches(o.meta())),
+                    .is_some_and(|o| sel.matches(&o)),
             )
         };
         scope

@@ -6,7 +6,7 @@ use super::*;
 #[test]
 fn label_selector_grammar() {
     let o = obj(serde_json::json!({"app": "web", "env": "prod"}));
-    let m = o.meta();
+    let m = &o;
     for (sel, want) in [
         ("", true),
         ("app=web", true),

@@ -28,10 +28,10 @@ async fn an_object_that_stops_matching_a_selector_is_deleted_from_that_watch() {
         WatchEvent::Init => "init".to_owned(),
         WatchEvent::InitDone => "init-done".to_owned(),
         WatchEvent::InitApply(o) => {
-            format!("init-apply {}", o.meta().label("app").unwrap_or(""))
+            format!("init-apply {}", o.label("app").unwrap_or(""))
         }
-        WatchEvent::Apply(o) => format!("apply {}", o.meta().label("app").unwrap_or("")),
-        WatchEvent::Delete(o) => format!("delete {}", o.meta().label("app").unwrap_or("")),
+        WatchEvent::Apply(o) => format!("apply {}", o.label("app").unwrap_or("")),
+        WatchEvent::Delete(o) => format!("delete {}", o.label("app").unwrap_or("")),
         WatchEvent::Undecodable(u) => format!("undecodable {:?}", u.key),
         WatchEvent::Progress => "progress".to_owned(),
     };
@@ -90,7 +90,7 @@ async fn a_file_that_cannot_be_read_keeps_its_objects_as_they_were() {
         Some(Ok(WatchEvent::Init)) => "init".to_owned(),
         Some(Ok(WatchEvent::InitDone)) => "init-done".to_owned(),
         Some(Ok(WatchEvent::InitApply(o) | WatchEvent::Apply(o))) => {
-            format!("apply {} {}", o.name(), o.meta().label("app").unwrap_or(""))
+            format!("apply {} {}", o.name(), o.label("app").unwrap_or(""))
         }
         Some(Ok(WatchEvent::Delete(o))) => format!("delete {}", o.name()),
         Some(other) => format!("{other:?}"),
