@@ -281,11 +281,11 @@ where
                 Ok(Transcoded::Object(object)) => object.text,
                 Err(source) => {
                     let error = WireError::Transcode {
-                        resource,
+                        resource: resource.clone(),
                         what: "response",
                         source,
                     };
-                    state.fall_back(error_resource(&error), &error);
+                    state.fall_back(&resource, &error);
                     return Err(error.into());
                 }
             };
@@ -315,19 +315,14 @@ where
     }
 }
 
-fn error_resource(error: &WireError) -> &str {
-    match error {
-        WireError::Transcode { resource, .. }
-        | WireError::FrameTooLarge { resource, .. }
-        | WireError::Body { resource, .. } => resource,
-    }
-}
-
 /// A response body as kube reads it: untouched, transcoded whole, or a
 /// watch transcoded frame by frame.
 pub enum WireBody<B> {
+    /// Not asked for, or not protobuf.
     Plain(B),
+    /// A list, an object or an error Status, transcoded (taken once read).
     Full(Option<Bytes>),
+    /// A watch stream.
     Watch(Box<Frames<B>>),
 }
 
