@@ -289,3 +289,46 @@ async fn protobuf_and_json_informers_cache_the_same_text() {
     // The watch itself was protobuf (counted when it started).
     assert!(watches > 0);
 }
+
+/// By hand, against a cluster of many Pods (e.g. bench's loader's):
+/// `KUBEWASM_WIRE_KUBECONFIG=K cargo test -p kubewasm-tests --test wire
+/// -- --ignored`. Every Pod's cached text, read in protobuf and in JSON
+/// (paged lists of every namespace), must be the same.
+#[tokio::test]
+#[ignore = "needs KUBEWASM_WIRE_KUBECONFIG: a cluster to compare on"]
+async fn protobuf_and_json_agree_on_every_pod_of_a_cluster() {
+    let kubeconfig = std::path::PathBuf::from(
+        std::env::var_os("KUBEWASM_WIRE_KUBECONFIG").expect("KUBEWASM_WIRE_KUBECONFIG"),
+    );
+    let mut cached = Vec::new();
+    for wire in [Wire::Auto, Wire::Json] {
+        let mut target = KubeTarget::new(Some(kubeconfig.clone()), None);
+        target.wire = wire;
+        let counters = WireCounters::default();
+        let client = target.client_counted(counters.clone()).await.unwrap();
+        let kinds = KindRegistry::default();
+        Discovery::new(client.clone(), kinds.clone())
+            .run()
+            .await
+            .unwrap();
+        let strip = StripOptions {
+            managed_fields: false,
+            last_applied: false,
+        };
+        let source = KubeSource::new(client, strip, InitialList::Paged, 500);
+        let mut pods = spec(&kinds, "", "v1", "Pod");
+        pods.namespace = None;
+        let (_, texts) = sync(&source, &pods).await;
+        eprintln!(
+            "{wire:?}: {} Pods, responses protobuf {} json {}",
+            texts.len(),
+            counters.protobuf.get(),
+            counters.json.get()
+        );
+        cached.push(texts);
+    }
+    assert_eq!(cached[0].len(), cached[1].len());
+    for (key, text) in &cached[0] {
+        assert_eq!(Some(text), cached[1].get(key), "{key}");
+    }
+}
