@@ -278,7 +278,9 @@ impl App {
                 }
             }
             ClusterTarget::Kube(target) => {
-                let client = target.client().await?;
+                let client = target
+                    .client_counted(telemetry.metrics().wire_counters())
+                    .await?;
                 let kinds = KindRegistry::default();
                 let discovery = Arc::new(Discovery::new(client.clone(), kinds.clone()));
                 discovery.run().await?;

@@ -12,7 +12,7 @@ use kubewasm::admin::server::{MetricsAddr, MetricsServer, UiServer};
 use kubewasm::admin::ui::{AllowedHosts, UiAddr};
 use kubewasm::app::{App, ClusterTarget};
 use kubewasm::config::{CompilerKind, RunSettings};
-use kubewasm::source::kube::InitialList;
+use kubewasm::source::kube::{InitialList, Wire};
 use kubewasm::telemetry::{Identity, Telemetry};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -41,6 +41,9 @@ pub(crate) struct RunArgs {
     /// Initial list strategy: streaming watch-list with paged fallback, always streaming, or always paged.
     #[arg(long, value_enum)]
     initial_list: Option<InitialListArg>,
+    /// Encoding of informers' lists and watches: protobuf for built-in kinds (JSON for custom resources), or JSON for everything [default: auto].
+    #[arg(long, value_enum)]
+    wire: Option<WireArg>,
     /// Log every action instead of executing it.
     #[arg(long)]
     dry_run: bool,
@@ -150,6 +153,12 @@ enum CompilerArg {
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
+enum WireArg {
+    Auto,
+    Json,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
 enum InitialListArg {
     Auto,
     Stream,
@@ -191,6 +200,10 @@ impl RunArgs {
                 InitialListArg::Auto => InitialList::Auto,
                 InitialListArg::Stream => InitialList::Stream,
                 InitialListArg::Paged => InitialList::Paged,
+            }),
+            wire: self.wire.map(|w| match w {
+                WireArg::Auto => Wire::Auto,
+                WireArg::Json => Wire::Json,
             }),
             leader_elect: self.election.leader_elect,
             leader_elect_lease_duration: self.election.leader_elect_lease_duration,

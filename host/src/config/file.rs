@@ -100,6 +100,7 @@ impl RunSettings {
             keep_managed_fields: self.keep_managed_fields.or(file.keep_managed_fields),
             initial_list: self.initial_list.or(file.initial_list),
             page_size: self.page_size.or(file.page_size),
+            wire: self.wire.or(file.wire),
             poll: self.poll.or(file.poll),
             dispatch,
             leader_elect: self.leader_elect.or(file.leader_elect),

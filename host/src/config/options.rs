@@ -345,6 +345,9 @@ impl RunSettings {
         if let Some(p) = self.page_size {
             t.page_size = p;
         }
+        if let Some(w) = self.wire {
+            t.wire = w;
+        }
         t
     }
 }

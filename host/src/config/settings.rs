@@ -11,7 +11,7 @@ use crate::admin::ui::UiAddr;
 use crate::redact::SensitiveFields;
 use crate::runtime::grants::GrantCeiling;
 use crate::runtime::limits::Ceiling;
-use crate::source::kube::InitialList;
+use crate::source::kube::{InitialList, Wire};
 
 /// Every `run` setting, each optional so that flags and file can merge.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
@@ -45,6 +45,10 @@ pub struct RunSettings {
     pub keep_managed_fields: Option<bool>,
     pub initial_list: Option<InitialList>,
     pub page_size: Option<u32>,
+    /// `auto` (default): informers read built-in kinds as protobuf, which
+    /// the API server encodes faster and sends smaller, and see the JSON
+    /// it would have sent; `json`: JSON for everything.
+    pub wire: Option<Wire>,
     #[serde(default, with = "humantime_serde")]
     #[schemars(schema_with = "crate::runtime::manifest::duration_schema")]
     pub poll: Option<Duration>,

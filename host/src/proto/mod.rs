@@ -105,6 +105,24 @@ pub fn supports(gvk: &Gvk) -> bool {
     schema().is_ok_and(|s| s.kind(&gvk.api_version(), &gvk.kind).is_some())
 }
 
+/// Whether the table holds kinds of `api_version` (`v1`, `apps/v1`): a
+/// built-in group version, whose lists and watches can be asked for in
+/// protobuf (a kind of it newer than the table fails to transcode).
+pub fn knows_api_version(api_version: &str) -> bool {
+    static VERSIONS: std::sync::OnceLock<std::collections::HashSet<String>> =
+        std::sync::OnceLock::new();
+    VERSIONS
+        .get_or_init(|| match schema() {
+            Ok(s) => s
+                .kinds
+                .keys()
+                .filter_map(|k| k.rsplit_once('/').map(|(v, _)| v.to_owned()))
+                .collect(),
+            Err(_) => std::collections::HashSet::new(),
+        })
+        .contains(api_version)
+}
+
 /// Reads an enveloped protobuf object (`k8s\0` + `runtime.Unknown`) and
 /// writes the JSON the API server would have served for it.
 pub fn transcode(bytes: &[u8]) -> Result<Transcoded> {

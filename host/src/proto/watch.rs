@@ -2,8 +2,8 @@
 //! stream=watch`): frames of a 4-byte big-endian length and a
 //! `metav1.WatchEvent` message (no envelope of its own), whose `object` is
 //! a RawExtension holding one enveloped object, as [`super::transcode`]
-//! reads it. Not yet used by the informer: the reading side of a future
-//! protobuf watch.
+//! reads it. The informers' wire layer (source/kube/wire) reads watches
+//! with it.
 
 use super::error::{ProtoError, Result};
 use super::wire;

@@ -41,6 +41,7 @@ fn encoded() -> String {
     m.plugin_load_failed("p");
     m.plugin_fast_tier("p", Some(true));
     m.plugin_tiered_up("p");
+    let _ = m.wire_counters();
     *view.write() = Some(Arc::new(OnePlugin(Arc::default())));
     let text = m.encode().unwrap_or_default();
     // The families only some builds serve, as those builds encode them.

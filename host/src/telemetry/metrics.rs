@@ -192,6 +192,15 @@ impl InformerCounters {
     }
 }
 
+/// Pre-resolved counters of the API server's list and watch responses,
+/// by the encoding they came in. The default is unregistered: counts
+/// nobody reads (a client built outside a running host).
+#[derive(Debug, Clone, Default)]
+pub struct WireCounters {
+    pub protobuf: Counter,
+    pub json: Counter,
+}
+
 /// Pre-resolved action counters of one plugin: `[verb][outcome]`.
 #[derive(Debug, Clone)]
 pub struct ActionCounters {
@@ -253,6 +262,7 @@ pub struct Metrics {
     throttle_seconds: Family<L1, Counter<f64>>,
     fast_tier: Family<L1, Gauge>,
     tier_ups: Family<L1, Counter>,
+    wire_responses: Family<L1, Counter>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -366,6 +376,12 @@ impl Metrics {
             "Fast-tier plugin versions replaced by their optimized code, by plugin",
             tier_ups.clone(),
         );
+        let wire_responses = Family::<L1, Counter>::default();
+        registry.register(
+            "kubewasm_source_wire_responses",
+            "List and watch responses of the API server the informers read, by encoding on the wire (protobuf, json)",
+            wire_responses.clone(),
+        );
         registry.register(
             "kubewasm_build",
             "Build of this kubewasm binary",
@@ -391,6 +407,20 @@ impl Metrics {
             throttle_seconds,
             fast_tier,
             tier_ups,
+            wire_responses,
+        }
+    }
+
+    /// Handles for the list and watch responses of the API-server source,
+    /// by encoding.
+    pub fn wire_counters(&self) -> WireCounters {
+        let of = |encoding: &str| {
+            self.wire_responses
+                .get_or_create_owned(&[("encoding", encoding.to_owned())])
+        };
+        WireCounters {
+            protobuf: of("protobuf"),
+            json: of("json"),
         }
     }
 

@@ -30,6 +30,7 @@ pub use lease::LeaseView;
 use crate::redact::Redactor;
 pub use metrics::{
     ActionCounters, CacheSample, HostView, InformerCounters, LeaderFlag, Metrics, PluginCounters,
+    WireCounters,
 };
 
 struct Inner {

@@ -5,17 +5,22 @@ pub mod discovery;
 pub mod impersonate;
 pub mod raw;
 pub mod watch;
+pub mod wire;
 pub mod write;
 
 use std::path::PathBuf;
 
+use kube::client::ClientBuilder;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 use serde::{Deserialize, Serialize};
 
+use crate::telemetry::WireCounters;
+
 pub use discovery::Discovery;
 pub use impersonate::{Impersonations, ServiceAccountRef};
 pub use watch::{InitialList, KubeSource};
+pub use wire::{Wire, WireLayer};
 pub use write::KubeSink;
 
 #[derive(Debug, thiserror::Error)]
@@ -51,6 +56,9 @@ pub struct KubeTarget {
     /// Page size of paged initial lists.
     #[serde(default = "default_page_size")]
     pub page_size: u32,
+    /// Encoding of informers' lists and watches.
+    #[serde(default)]
+    pub wire: Wire,
 }
 
 fn default_page_size() -> u32 {
@@ -64,12 +72,21 @@ impl KubeTarget {
             context,
             initial_list: InitialList::default(),
             page_size: default_page_size(),
+            wire: Wire::default(),
         }
     }
 
     /// Builds the client: an explicit kubeconfig file, else the usual
     /// inference (KUBECONFIG, ~/.kube/config, the pod's service account).
+    /// Its responses are counted nowhere; a running host counts them with
+    /// [`KubeTarget::client_counted`].
     pub async fn client(&self) -> Result<Client, KubeError> {
+        self.client_counted(WireCounters::default()).await
+    }
+
+    /// [`KubeTarget::client`], its list and watch responses counted by
+    /// encoding in `counters`.
+    pub async fn client_counted(&self, counters: WireCounters) -> Result<Client, KubeError> {
         let options = KubeConfigOptions {
             context: self.context.clone(),
             ..KubeConfigOptions::default()
@@ -103,7 +120,10 @@ impl KubeTarget {
                 .map_err(|e| KubeError::Infer(e.to_string()))?,
         };
         let server = config.cluster_url.to_string();
-        Client::try_from(config).map_err(|source| KubeError::Client { server, source })
+        let layer = WireLayer::new(self.wire, counters);
+        ClientBuilder::try_from(config)
+            .map(|builder| builder.with_layer(&layer).build())
+            .map_err(|source| KubeError::Client { server, source })
     }
 }
 
