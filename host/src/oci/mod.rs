@@ -55,6 +55,9 @@ pub const DEFAULT_MAX_MODULE_BYTES: u64 = 64 << 20;
 /// The default time a whole pull may take: a 64 MiB module at about
 /// 560 KB/s, while a registry that trickles a byte a minute is given up on.
 pub const DEFAULT_PULL_DEADLINE: Duration = Duration::from_secs(120);
+/// The default largest precompiled layer a pull accepts: the Python
+/// plugin's optimized artifact is about 46 MB.
+pub const DEFAULT_MAX_PRECOMPILED_BYTES: u64 = 128 << 20;
 /// The default most signatures read for one module: cosign appends one
 /// per `sign`, and each is a request.
 pub const DEFAULT_MAX_SIGNATURES: usize = 16;
@@ -223,6 +226,90 @@ pub struct PullOptions {
     /// The most signatures read for one module; a signature manifest with
     /// more is refused, none of them read.
     pub max_signatures: usize,
+    /// The precompiled layer a pull also takes, when the artifact has one
+    /// for this host; `None` (the CLI) takes none.
+    pub precompiled: Option<PrecompiledWanted>,
+}
+
+/// Which precompiled layer a host can use: the one for its engine key,
+/// under its artifact key's id. Any other is not downloaded.
+#[derive(Clone)]
+pub struct PrecompiledWanted {
+    pub engine_key: String,
+    pub key_id: String,
+    /// Largest layer downloaded: refused from the manifest's size, and cut
+    /// off if the registry sends more.
+    pub max_bytes: u64,
+    /// Whether the compile cache already holds the artifact of a module
+    /// (content digest, hex): then the layer is not downloaded.
+    pub cached: std::sync::Arc<dyn Fn(&str) -> bool + Send + Sync>,
+}
+
+impl std::fmt::Debug for PrecompiledWanted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PrecompiledWanted")
+            .field("engine_key", &self.engine_key)
+            .field("key_id", &self.key_id)
+            .field("max_bytes", &self.max_bytes)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What became of an artifact's precompiled layers in a pull. Only
+/// [`PrecompiledPull::Fetched`] carries bytes, and those are not yet
+/// trusted: their MAC is the compile cache's to verify.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PrecompiledPull {
+    /// The pull did not ask for one, or was served from the cache.
+    NotAsked,
+    /// The artifact has no precompiled layer.
+    Absent,
+    /// The compile cache holds the module's artifact already.
+    AlreadyCompiled,
+    /// Its precompiled layers are for other engines.
+    OtherEngine { found: Vec<String> },
+    /// The one for this engine is under another artifact key.
+    OtherKey { found: String },
+    /// The one for this engine names another module layer.
+    OtherModule { found: String },
+    /// The one for this engine is over the size limit.
+    TooLarge { size: u64, limit: u64 },
+    /// Its download failed (the registry, or bytes that do not hash to
+    /// its digest): an excerpt of why.
+    Failed { reason: String },
+    /// Downloaded, its digest checked.
+    Fetched { engine_key: String, bytes: Vec<u8> },
+}
+
+impl std::fmt::Display for PrecompiledPull {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::NotAsked => f.write_str("not asked for"),
+            Self::Absent => f.write_str("the artifact has no precompiled layer"),
+            Self::AlreadyCompiled => f.write_str("the compile cache holds its artifact already"),
+            Self::OtherEngine { found } => write!(
+                f,
+                "its precompiled layers are for other engine keys ({}): push it with `kubewasm push --precompiled` from this release, on a machine with this host's CPU features",
+                found.join(", ")
+            ),
+            Self::OtherKey { found } => write!(
+                f,
+                "its precompiled layer is signed with another artifact key (key id {found}): push it with the --artifact-key this host runs with"
+            ),
+            Self::OtherModule { found } => write!(
+                f,
+                "its precompiled layer was compiled from another module ({found}), not from this artifact's"
+            ),
+            Self::TooLarge { size, limit } => write!(
+                f,
+                "its precompiled layer is {size} bytes, over the limit of {limit}; not downloaded"
+            ),
+            Self::Failed { reason } => {
+                write!(f, "its precompiled layer was not downloaded: {reason}")
+            }
+            Self::Fetched { bytes, .. } => write!(f, "downloaded ({} bytes)", bytes.len()),
+        }
+    }
 }
 
 impl Default for PullOptions {
@@ -233,6 +320,7 @@ impl Default for PullOptions {
             signatures: SignaturePolicy::default(),
             deadline: DEFAULT_PULL_DEADLINE,
             max_signatures: DEFAULT_MAX_SIGNATURES,
+            precompiled: None,
         }
     }
 }
@@ -256,6 +344,8 @@ pub struct Pulled {
     pub path: Option<PathBuf>,
     /// Served from the cache with no registry request.
     pub from_cache: bool,
+    /// The precompiled layer for this host's engine, or why there is none.
+    pub precompiled: PrecompiledPull,
 }
 
 /// A pushed module.
@@ -371,7 +461,7 @@ impl OciClient {
                 actual: digest,
             });
         }
-        let layer = self.wasm_layer(reference, &body)?;
+        let (layer, precompiled) = self.layers(reference, &body)?;
         // A layer the cache holds is used only under a grant for this
         // manifest: a registry naming a cached layer in a manifest of its
         // own must still serve the layer's bytes ([`access`]).
@@ -396,10 +486,16 @@ impl OciClient {
             bytes,
             path: None,
             from_cache: false,
+            precompiled: PrecompiledPull::NotAsked,
         };
         // Verified before anything is stored: a module that fails never
         // takes cache space nor evicts another.
         let verified = self.verify_all(&mut session, &pulled, &key_sets).await?;
+        // After the signatures: a module refused costs no precompiled
+        // download.
+        pulled.precompiled = self
+            .precompiled(&mut session, reference, &pulled.layer_digest, &precompiled)
+            .await;
         let stored = Stored {
             manifest: &body,
             module_cached,
@@ -470,12 +566,26 @@ impl OciClient {
             verified: None,
             bytes,
             from_cache: true,
+            precompiled: PrecompiledPull::NotAsked,
         }))
     }
 
     fn wasm_layer(&self, reference: &str, body: &[u8]) -> Result<artifact::Descriptor> {
+        self.layers(reference, body).map(|(layer, _)| layer)
+    }
+
+    /// The module layer of the manifest `body` (checked) and its
+    /// precompiled layers (checked when one is downloaded).
+    fn layers(
+        &self,
+        reference: &str,
+        body: &[u8],
+    ) -> Result<(artifact::Descriptor, Vec<artifact::Precompiled>)> {
         // The reason quotes the registry's media types and JSON errors.
-        let layer = artifact::wasm_layer(body).map_err(|reason| Error::NotWasm {
+        let artifact::Layers {
+            wasm: layer,
+            precompiled,
+        } = artifact::layers(body).map_err(|reason| Error::NotWasm {
             reference: reference.to_owned(),
             reason: crate::names::excerpt(&reason),
         })?;
@@ -495,18 +605,71 @@ impl OciClient {
                 limit: self.options.max_module_bytes,
             });
         }
-        Ok(layer)
+        Ok((layer, precompiled))
     }
 
-    /// Streams the layer, refusing more bytes than the limit (whatever the
-    /// manifest said) and bytes that do not hash to the layer's digest.
+    /// The precompiled layer this host asked for, downloaded, or why not:
+    /// one for another engine, under another key, of another module, too
+    /// large, or whose module the compile cache holds already is never
+    /// downloaded. Its failures fail nothing: the module is compiled.
+    async fn precompiled(
+        &self,
+        session: &mut Session<'_>,
+        reference: &str,
+        wasm_digest: &str,
+        layers: &[artifact::Precompiled],
+    ) -> PrecompiledPull {
+        let Some(wanted) = &self.options.precompiled else {
+            return PrecompiledPull::NotAsked;
+        };
+        let layer = match choose_precompiled(wanted, wasm_digest, layers) {
+            PrecompiledChoice::Download(layer) => layer,
+            PrecompiledChoice::Skip(why) => return why,
+        };
+        if cache::sha256_hex(&layer.layer.digest).is_none() {
+            return PrecompiledPull::Failed {
+                reason: format!(
+                    "its digest {:?} is not sha256",
+                    crate::names::excerpt(&layer.layer.digest)
+                ),
+            };
+        }
+        match self
+            .download_capped(session, reference, &layer.layer, wanted.max_bytes)
+            .await
+        {
+            Ok(bytes) => PrecompiledPull::Fetched {
+                engine_key: layer.engine_key.clone(),
+                bytes,
+            },
+            Err(Error::TooLarge { size, limit, .. }) => PrecompiledPull::TooLarge { size, limit },
+            Err(e) => PrecompiledPull::Failed {
+                reason: crate::names::excerpt(&e.to_string()),
+            },
+        }
+    }
+
+    /// Streams the module layer under the module limit; see
+    /// [`Self::download_capped`].
     async fn download(
         &self,
         session: &mut Session<'_>,
         reference: &str,
         layer: &artifact::Descriptor,
     ) -> Result<Vec<u8>> {
-        let limit = self.options.max_module_bytes;
+        self.download_capped(session, reference, layer, self.options.max_module_bytes)
+            .await
+    }
+
+    /// Streams the layer, refusing more bytes than `limit` (whatever the
+    /// manifest said) and bytes that do not hash to the layer's digest.
+    async fn download_capped(
+        &self,
+        session: &mut Session<'_>,
+        reference: &str,
+        layer: &artifact::Descriptor,
+        limit: u64,
+    ) -> Result<Vec<u8>> {
         let too_large = |size: u64| Error::TooLarge {
             reference: reference.to_owned(),
             size,
@@ -589,6 +752,19 @@ impl OciClient {
         reference: &str,
         credentials: &Credentials,
     ) -> Result<Pushed> {
+        self.push_with(module, None, reference, credentials).await
+    }
+
+    /// [`OciClient::push`], with `precompiled` (the module compiled for an
+    /// engine) as a second layer: one manifest, so a signature of it covers
+    /// both layers.
+    pub async fn push_with(
+        &self,
+        module: &[u8],
+        precompiled: Option<&PrecompiledLayer>,
+        reference: &str,
+        credentials: &Credentials,
+    ) -> Result<Pushed> {
         let parsed = parse(reference)?;
         let Some(os) = artifact::wasm_os(module) else {
             return Err(Error::NotWasm {
@@ -599,7 +775,19 @@ impl OciClient {
         let registry = parsed.resolve_registry().to_owned();
         let layer_digest = sha256_digest(module);
         let created = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
-        let (config, manifest) = artifact::build(module.len() as u64, &layer_digest, os, created);
+        let (config, mut manifest) =
+            artifact::build(module.len() as u64, &layer_digest, os, created);
+        let precompiled = precompiled.map(|p| {
+            let digest = sha256_digest(&p.bytes);
+            manifest.layers.push(artifact::precompiled_layer(
+                p.bytes.len() as u64,
+                &digest,
+                &p.engine_key,
+                &layer_digest,
+                &p.key_id,
+            ));
+            (p, digest)
+        });
         // Serializing a struct of strings cannot fail.
         let body = serde_json::to_vec(&manifest).unwrap_or_default();
         let digest = sha256_digest(&body);
@@ -620,6 +808,12 @@ impl OciClient {
             .push_blob(&parsed, module.to_vec(), &layer_digest)
             .await
             .map_err(fail)?;
+        if let Some((p, digest)) = &precompiled {
+            client
+                .push_blob(&parsed, p.bytes.clone(), digest)
+                .await
+                .map_err(fail)?;
+        }
         client
             .push_blob(&parsed, config, &config_digest)
             .await
@@ -632,7 +826,13 @@ impl OciClient {
             )
             .await
             .map_err(fail)?;
-        tracing::info!(reference, digest = %digest, layer_digest = %layer_digest, "OCI module pushed");
+        tracing::info!(
+            reference,
+            digest = %digest,
+            layer_digest = %layer_digest,
+            precompiled = precompiled.as_ref().map(|(p, _)| p.engine_key.as_str()),
+            "OCI module pushed"
+        );
         Ok(Pushed {
             pinned: format!(
                 "{}@{digest}",
@@ -658,6 +858,64 @@ impl OciClient {
     }
 }
 
+/// A precompiled layer to push: a compile cache artifact of the module.
+#[derive(Debug, Clone)]
+pub struct PrecompiledLayer {
+    /// The artifact, MAC header included.
+    pub bytes: Vec<u8>,
+    /// The engine key it was compiled for.
+    pub engine_key: String,
+    /// The id of the artifact key its MAC is under.
+    pub key_id: String,
+}
+
+/// Which of an artifact's precompiled layers a host takes.
+#[derive(Debug, PartialEq, Eq)]
+enum PrecompiledChoice<'a> {
+    Download(&'a artifact::Precompiled),
+    Skip(PrecompiledPull),
+}
+
+/// The layer of `layers` for `wanted`'s engine and key, compiled from
+/// `wasm_digest`, unless the compile cache holds that module's artifact;
+/// else why none is taken.
+fn choose_precompiled<'a>(
+    wanted: &PrecompiledWanted,
+    wasm_digest: &str,
+    layers: &'a [artifact::Precompiled],
+) -> PrecompiledChoice<'a> {
+    use PrecompiledChoice::Skip;
+    if layers.is_empty() {
+        return Skip(PrecompiledPull::Absent);
+    }
+    let Some(layer) = layers.iter().find(|l| l.engine_key == wanted.engine_key) else {
+        return Skip(PrecompiledPull::OtherEngine {
+            found: layers.iter().map(|l| l.engine_key.clone()).collect(),
+        });
+    };
+    if layer.key_id != wanted.key_id {
+        return Skip(PrecompiledPull::OtherKey {
+            found: crate::names::excerpt(&layer.key_id),
+        });
+    }
+    if layer.wasm_digest != wasm_digest {
+        return Skip(PrecompiledPull::OtherModule {
+            found: crate::names::excerpt(&layer.wasm_digest),
+        });
+    }
+    if layer.layer.size > wanted.max_bytes {
+        return Skip(PrecompiledPull::TooLarge {
+            size: layer.layer.size,
+            limit: wanted.max_bytes,
+        });
+    }
+    let hex = wasm_digest.strip_prefix("sha256:").unwrap_or(wasm_digest);
+    if (wanted.cached)(hex) {
+        return Skip(PrecompiledPull::AlreadyCompiled);
+    }
+    PrecompiledChoice::Download(layer)
+}
+
 /// What [`OciClient::store`] writes besides the module.
 struct Stored<'a> {
     manifest: &'a [u8],
@@ -669,4 +927,99 @@ struct Stored<'a> {
 
 fn pinned(parsed: &Reference, digest: &str) -> String {
     format!("{}/{}@{digest}", parsed.registry(), parsed.repository())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn wanted(cached: bool) -> PrecompiledWanted {
+        PrecompiledWanted {
+            engine_key: "e1".into(),
+            key_id: "k1".into(),
+            max_bytes: 1000,
+            cached: std::sync::Arc::new(move |_| cached),
+        }
+    }
+
+    fn layer(
+        engine_key: &str,
+        key_id: &str,
+        wasm_digest: &str,
+        size: u64,
+    ) -> artifact::Precompiled {
+        artifact::Precompiled::from_layer(&artifact::precompiled_layer(
+            size,
+            "sha256:cd",
+            engine_key,
+            wasm_digest,
+            key_id,
+        ))
+        .unwrap()
+    }
+
+    /// Only the layer for this engine, under this key, of this module,
+    /// within the cap and not compiled already is downloaded; each other
+    /// case says why (the host then compiles).
+    #[test]
+    fn only_the_precompiled_layer_for_this_engine_and_key_is_downloaded() {
+        use PrecompiledChoice::{Download, Skip};
+        let ours = layer("e1", "k1", "sha256:ab", 500);
+        let other = layer("e2", "k1", "sha256:ab", 500);
+        let layers = [other.clone(), ours.clone()];
+        assert_eq!(
+            choose_precompiled(&wanted(false), "sha256:ab", &layers),
+            Download(&ours)
+        );
+        assert_eq!(
+            choose_precompiled(&wanted(false), "sha256:ab", &[]),
+            Skip(PrecompiledPull::Absent)
+        );
+        assert_eq!(
+            choose_precompiled(&wanted(false), "sha256:ab", &[other]),
+            Skip(PrecompiledPull::OtherEngine {
+                found: vec!["e2".into()]
+            })
+        );
+        assert_eq!(
+            choose_precompiled(
+                &wanted(false),
+                "sha256:ab",
+                &[layer("e1", "k2", "sha256:ab", 5)]
+            ),
+            Skip(PrecompiledPull::OtherKey { found: "k2".into() })
+        );
+        assert_eq!(
+            choose_precompiled(
+                &wanted(false),
+                "sha256:ab",
+                &[layer("e1", "k1", "sha256:ff", 5)]
+            ),
+            Skip(PrecompiledPull::OtherModule {
+                found: "sha256:ff".into()
+            })
+        );
+        assert_eq!(
+            choose_precompiled(
+                &wanted(false),
+                "sha256:ab",
+                &[layer("e1", "k1", "sha256:ab", 1001)]
+            ),
+            Skip(PrecompiledPull::TooLarge {
+                size: 1001,
+                limit: 1000
+            })
+        );
+        assert_eq!(
+            choose_precompiled(&wanted(true), "sha256:ab", &layers),
+            Skip(PrecompiledPull::AlreadyCompiled)
+        );
+        // Each reason reads as a sentence naming the fix.
+        let text = PrecompiledPull::OtherKey { found: "k2".into() }.to_string();
+        assert!(
+            text.contains("k2") && text.contains("--artifact-key"),
+            "{text}"
+        );
+    }
 }
