@@ -229,7 +229,7 @@ async fn python_time_to_ready_with_and_without_a_precompiled_layer() {
         &format!("{}/python/precompiled:v1", registry.host()),
         &key,
     );
-    println!(
+    eprintln!(
         "push --precompiled took {:.1} s",
         started.elapsed().as_secs_f64()
     );
@@ -268,7 +268,7 @@ async fn python_time_to_ready_with_and_without_a_precompiled_layer() {
             .await
             .unwrap();
         let (_, logs) = host.stop_with_logs();
-        println!(
+        eprintln!(
             "{what}: Plugin created -> Ready=True in {:.2} s; compiles: {}",
             ready.as_secs_f64(),
             lines(&logs, &name, &["component compiled"]).len()
@@ -286,7 +286,7 @@ async fn python_time_to_ready_with_and_without_a_precompiled_layer() {
             steps.iter().any(|s| l.contains(s))
                 && (l.contains(&name) || l.contains(&format!("python/{what}")))
         }) {
-            println!("  {}", &l[..l.len().min(300)]);
+            eprintln!("  {}", &l[..l.floor_char_boundary(300)]);
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
