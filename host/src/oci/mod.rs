@@ -325,8 +325,9 @@ impl OciClient {
     ) -> Result<Pulled> {
         let parsed = parse(reference)?;
         let deadline = self.options.deadline;
-        let pull = self.pull_within_deadline(reference, &parsed, credentials, keys);
-        match tokio::time::timeout(deadline, pull).await {
+        let until = tokio::time::Instant::now() + deadline;
+        let pull = self.pull_within_deadline(reference, &parsed, credentials, keys, until);
+        match tokio::time::timeout_at(until, pull).await {
             Ok(result) => result,
             Err(_) => {
                 let registry = parsed.resolve_registry().to_owned();
@@ -346,6 +347,7 @@ impl OciClient {
         parsed: &Reference,
         credentials: &Credentials,
         keys: &[PublicKey],
+        until: tokio::time::Instant,
     ) -> Result<Pulled> {
         let mut key_sets: Vec<&[PublicKey]> = Vec::new();
         key_sets.extend(self.options.signatures.required_keys(reference));
@@ -415,7 +417,13 @@ impl OciClient {
         // After the signatures: a module refused costs no precompiled
         // download.
         pulled.precompiled = self
-            .precompiled(&mut session, reference, &pulled.layer_digest, &precompiled)
+            .precompiled(
+                &mut session,
+                reference,
+                &pulled.layer_digest,
+                &precompiled,
+                until,
+            )
             .await;
         let stored = Stored {
             manifest: &body,

@@ -159,6 +159,7 @@ impl OciClient {
         reference: &str,
         wasm_digest: &str,
         layers: &[artifact::Precompiled],
+        until: tokio::time::Instant,
     ) -> PrecompiledPull {
         let Some(wanted) = &self.options.precompiled else {
             return PrecompiledPull::NotAsked;
@@ -175,17 +176,25 @@ impl OciClient {
                 ),
             };
         }
-        match self
-            .download_capped(session, reference, &layer.layer, wanted.max_bytes)
-            .await
-        {
-            Ok(bytes) => PrecompiledPull::Fetched {
+        // At most half of what remains of the pull's deadline: a registry
+        // slow to serve the layer costs a compile, never the module's pull.
+        let now = tokio::time::Instant::now();
+        let by = now + until.saturating_duration_since(now) / 2;
+        let download = self.download_capped(session, reference, &layer.layer, wanted.max_bytes);
+        match tokio::time::timeout_at(by, download).await {
+            Ok(Ok(bytes)) => PrecompiledPull::Fetched {
                 engine_key: layer.engine_key.clone(),
                 bytes,
             },
-            Err(Error::TooLarge { size, limit, .. }) => PrecompiledPull::TooLarge { size, limit },
-            Err(e) => PrecompiledPull::Failed {
+            Ok(Err(Error::TooLarge { size, limit, .. })) => {
+                PrecompiledPull::TooLarge { size, limit }
+            }
+            Ok(Err(e)) => PrecompiledPull::Failed {
                 reason: crate::names::excerpt(&e.to_string()),
+            },
+            Err(_) => PrecompiledPull::Failed {
+                reason: "not downloaded within half of what remained of the pull's deadline"
+                    .to_owned(),
             },
         }
     }
