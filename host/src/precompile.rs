@@ -129,6 +129,80 @@ fn compile_file(
     path: &Path,
 ) -> Result<(Compiled, Option<crate::runtime::cache::Pin>), FileError> {
     let bytes = std::fs::read(path).map_err(FileError::Read)?;
+    compile_bytes(runtime, name, &bytes)
+}
+
+/// A module compiled for `kubewasm push --precompiled`: the artifact as
+/// the compile cache holds it (MAC header included), for a precompiled
+/// layer.
+#[derive(Debug, Clone)]
+pub struct Artifact {
+    pub bytes: Vec<u8>,
+    /// The engine key it was compiled for.
+    pub engine_key: String,
+    /// The id of the artifact key its MAC is under.
+    pub key_id: String,
+    pub elapsed: Duration,
+}
+
+/// Why `kubewasm push --precompiled` has no artifact.
+#[derive(Debug, thiserror::Error)]
+pub enum ArtifactError {
+    #[error(
+        "--precompiled needs --artifact-key: the layer is signed with the key the hosts verify with (a key of this run only would verify nowhere)"
+    )]
+    NoKey,
+    #[error("cannot make a scratch compile cache: {0}")]
+    Scratch(std::io::Error),
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+    #[error(transparent)]
+    File(#[from] FileError),
+}
+
+/// Compiles `bytes` (plugin `name`) as the host would for `engine`'s
+/// optimized tier (checked as `kubewasm compile` checks a file) and returns
+/// its artifact signed with `engine.artifact_key`, which is required. The
+/// compile goes through a scratch cache folder, removed after.
+pub fn compile_artifact(
+    name: &str,
+    bytes: &[u8],
+    mut engine: EngineOptions,
+) -> Result<Artifact, ArtifactError> {
+    if engine.artifact_key.is_none() {
+        return Err(ArtifactError::NoKey);
+    }
+    let scratch = crate::runtime::engine::private_temp_dir().map_err(ArtifactError::Scratch)?;
+    engine.cache_dir = Some(scratch.clone());
+    let compiled = (|| {
+        let runtime = Runtime::new(engine)?;
+        let started = Instant::now();
+        let (compiled, pin) = compile_bytes(&runtime, name, bytes)?;
+        drop(pin);
+        let artifact = std::fs::read(&compiled.artifact).map_err(FileError::Read)?;
+        let (engine_key, key_id) = match runtime.engine().cache() {
+            Some(c) => (c.engine_key().to_owned(), c.key().id()),
+            None => (runtime.engine().engine_key().to_owned(), String::new()),
+        };
+        Ok(Artifact {
+            bytes: artifact,
+            engine_key,
+            key_id,
+            elapsed: started.elapsed(),
+        })
+    })();
+    if let Err(e) = std::fs::remove_dir_all(&scratch) {
+        tracing::warn!(path = %scratch.display(), error = %e, "cannot remove the scratch compile cache");
+    }
+    compiled
+}
+
+fn compile_bytes(
+    runtime: &Runtime,
+    name: &str,
+    bytes: &[u8],
+) -> Result<(Compiled, Option<crate::runtime::cache::Pin>), FileError> {
+    let bytes = bytes.to_vec();
     runtime
         .check_file(&bytes, &Manifest::default())
         .map_err(FileError::Load)?;

@@ -763,3 +763,100 @@ async fn a_module_enters_the_cache_only_once_its_signatures_verify() {
         .unwrap();
     assert!(pinned.from_cache);
 }
+
+/// A module whose precompiled layer the registry serves a byte a second,
+/// declares at gibibytes, or made for another engine: the module is pulled
+/// all the same, within its deadline, and the layer says why it is not
+/// there (the host then compiles); a layer over the cap or for another
+/// engine is never requested.
+#[tokio::test]
+async fn a_precompiled_layer_that_is_slow_huge_or_foreign_never_fails_the_module() {
+    let module = module(4096, 3);
+    let layer_digest = oci::sha256_digest(&module);
+    let precompiled = vec![9u8; 256];
+    let precompiled_digest = oci::sha256_digest(&precompiled);
+    let wanted = oci::PrecompiledWanted {
+        engine_key: "e1".into(),
+        key_id: "k1".into(),
+        max_bytes: 64 * MIB,
+        cached: Arc::new(|_| false),
+    };
+    for (case, engine_key, size) in [
+        ("slow", "e1", precompiled.len() as u64),
+        ("huge", "e1", 8 * GIB),
+        ("foreign", "e2", precompiled.len() as u64),
+    ] {
+        let (_, mut manifest) = oci::artifact::build(
+            module.len() as u64,
+            &layer_digest,
+            "wasip1",
+            "2026-01-01T00:00:00Z".into(),
+        );
+        manifest.layers.push(oci::artifact::precompiled_layer(
+            size,
+            &precompiled_digest,
+            engine_key,
+            &layer_digest,
+            "k1",
+        ));
+        let manifest = serde_json::to_vec(&manifest).unwrap();
+        let (module, precompiled) = (module.clone(), precompiled.clone());
+        let (module_path, layer_path) = (
+            format!("/v2/plugins/p/blobs/{layer_digest}"),
+            format!("/v2/plugins/p/blobs/{precompiled_digest}"),
+        );
+        let layer_requested = layer_path.clone();
+        let server = Server::start(move |r, _| {
+            if r.path.contains("/manifests/") {
+                Reply::ok(manifest.clone())
+            } else if r.path == module_path {
+                Reply::ok(module.clone())
+            } else if r.path == layer_path {
+                Reply {
+                    status: 200,
+                    headers: Vec::new(),
+                    body: Body::Trickle {
+                        bytes: precompiled.clone(),
+                        every: Duration::from_secs(1),
+                    },
+                }
+            } else {
+                Reply::not_found()
+            }
+        })
+        .await;
+        let oci = client(
+            &server,
+            PullOptions {
+                deadline: Duration::from_secs(4),
+                precompiled: Some(wanted.clone()),
+                ..PullOptions::default()
+            },
+        );
+        let reference = format!("{}/plugins/p:v1", server.host());
+        let pulled = tokio::time::timeout(
+            Duration::from_secs(60),
+            oci.pull(&reference, &Credentials::Anonymous),
+        )
+        .await
+        .expect("the pull outlived its deadline")
+        .unwrap_or_else(|e| panic!("{case}: {e}"));
+        assert_eq!(pulled.layer_digest, layer_digest, "{case}");
+        let requested = server.requests().iter().any(|r| r.path == layer_requested);
+        match (case, &pulled.precompiled) {
+            ("slow", oci::PrecompiledPull::Failed { reason }) => {
+                assert!(reason.contains("deadline"), "{reason}");
+                assert!(requested);
+            }
+            ("huge", oci::PrecompiledPull::TooLarge { size, limit }) => {
+                assert_eq!((*size, *limit), (8 * GIB, 64 * MIB));
+                assert!(!requested, "a layer over the cap was requested");
+            }
+            ("foreign", oci::PrecompiledPull::OtherEngine { found }) => {
+                assert_eq!(found, &["e2".to_owned()]);
+                assert!(!requested, "another engine's layer was requested");
+            }
+            (case, other) => panic!("{case}: {other:?}"),
+        }
+    }
+}

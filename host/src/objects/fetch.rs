@@ -1,5 +1,8 @@
 //! A Plugin's module bytes, from where its spec says: a file of the plugin
-//! folder, a ConfigMap's `binaryData` key, or an OCI registry.
+//! folder, a ConfigMap's `binaryData` key, or an OCI registry. An OCI
+//! artifact's precompiled layer for this host's engine, when its MAC
+//! verifies under the host's artifact key, goes into the compile cache, so
+//! the install maps it instead of compiling.
 
 use std::path::{Path, PathBuf};
 
@@ -7,7 +10,8 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 
 use crate::crd::{ModuleSource, OciModule};
 use crate::lru_files::Pin;
-use crate::oci::{self, Credentials, OciClient, Reference};
+use crate::oci::{self, Credentials, OciClient, PrecompiledPull, Reference};
+use crate::runtime::cache::CompileCache;
 use crate::source::kube::ServiceAccountRef;
 
 use super::reasons::{self, Reason};
@@ -102,6 +106,9 @@ pub struct Fetcher {
     pub client: Option<kube::Client>,
     /// Pulls OCI modules (a digest cache under the host's cache folder).
     pub oci: Option<OciClient>,
+    /// The optimized engine's compile cache: where a pulled precompiled
+    /// layer goes once its MAC verifies.
+    pub compiled: Option<CompileCache>,
 }
 
 impl Fetcher {
@@ -109,9 +116,11 @@ impl Fetcher {
     /// ConfigMap or Secret it names (the host's, or a NamespacedPlugin's
     /// own, which its CEL rules and [`super::tenant::check_references`]
     /// keep it to). With `account` (a tenant's), every object is read as
-    /// that ServiceAccount, never with the host's credentials.
+    /// that ServiceAccount, never with the host's credentials. `plugin`
+    /// names the plugin in logs.
     pub async fn fetch(
         &self,
+        plugin: &str,
         source: &ModuleSource,
         namespace: &str,
         account: Option<&ServiceAccountRef>,
@@ -153,7 +162,7 @@ impl Fetcher {
             });
         }
         if let Some(module) = &source.oci {
-            return self.pull(module, namespace, account).await;
+            return self.pull(plugin, module, namespace, account).await;
         }
         Err(FetchError::NoSource)
     }
@@ -163,6 +172,7 @@ impl Fetcher {
     /// Secret's credentials; every byte is checked against its digest.
     async fn pull(
         &self,
+        plugin: &str,
         module: &OciModule,
         namespace: &str,
         account: Option<&ServiceAccountRef>,
@@ -207,9 +217,12 @@ impl Fetcher {
         } else {
             self.verify_keys(module, namespace, account).await?
         };
-        let pulled = client
+        let mut pulled = client
             .pull_with_keys(&module.reference, &credentials, &keys)
             .await?;
+        let precompiled = std::mem::replace(&mut pulled.precompiled, PrecompiledPull::NotAsked);
+        self.adopt(plugin, &pulled.reference, &pulled.layer_digest, precompiled)
+            .await;
         let pins = client
             .options()
             .cache
@@ -222,6 +235,70 @@ impl Fetcher {
             resolved_reference: Some(pulled.pinned),
             pins,
         })
+    }
+
+    /// Puts a pulled precompiled layer into the compile cache if its MAC
+    /// verifies for module `layer_digest` and this engine under the host's
+    /// key; logs why not otherwise (the install then compiles).
+    async fn adopt(
+        &self,
+        plugin: &str,
+        reference: &str,
+        layer_digest: &str,
+        precompiled: PrecompiledPull,
+    ) {
+        let (engine_key, bytes) = match precompiled {
+            PrecompiledPull::Fetched { engine_key, bytes } => (engine_key, bytes),
+            PrecompiledPull::NotAsked | PrecompiledPull::Absent => return,
+            PrecompiledPull::AlreadyCompiled => {
+                tracing::debug!(
+                    plugin,
+                    reference,
+                    "precompiled layer not pulled: the compile cache holds the module's artifact"
+                );
+                return;
+            }
+            why @ (PrecompiledPull::OtherEngine { .. }
+            | PrecompiledPull::OtherKey { .. }
+            | PrecompiledPull::OtherModule { .. }) => {
+                tracing::info!(plugin, reference, reason = %why, "precompiled layer not for this host; compiling the module");
+                return;
+            }
+            why @ (PrecompiledPull::TooLarge { .. } | PrecompiledPull::Failed { .. }) => {
+                tracing::warn!(plugin, reference, reason = %why, "precompiled layer refused; compiling the module");
+                return;
+            }
+        };
+        let Some(cache) = self.compiled.clone() else {
+            return;
+        };
+        let digest = layer_digest
+            .strip_prefix("sha256:")
+            .unwrap_or(layer_digest)
+            .to_owned();
+        let size = bytes.len();
+        // A MAC over tens of MB, and a file write: off the async threads.
+        let adopted = tokio::task::spawn_blocking(move || cache.adopt(&digest, &bytes)).await;
+        match adopted {
+            Ok(Ok(path)) => tracing::info!(
+                plugin,
+                reference,
+                engine_key = %engine_key,
+                bytes = size,
+                path = %path.display(),
+                "precompiled layer verified with the artifact key; the module is mapped, not compiled"
+            ),
+            Ok(Err(e)) => tracing::warn!(
+                plugin,
+                reference,
+                engine_key = %engine_key,
+                reason = %e,
+                "precompiled layer not used; compiling the module (native code is mapped only when its MAC verifies under this host's artifact key)"
+            ),
+            Err(e) => {
+                tracing::warn!(plugin, reference, error = %e, "precompiled layer check failed; compiling the module")
+            }
+        }
     }
 
     /// The public keys a Plugin names, read from their ConfigMaps.

@@ -198,7 +198,19 @@ impl PluginObjects {
         // Pulled modules are kept by digest beside the compiled artifacts
         // (`<cache>/oci`), under the compile cache's cap: one budget, one
         // eviction pass over both.
-        let oci = host.runtime().engine().cache().map(|compiled| {
+        let compiled = host.runtime().engine().cache().cloned();
+        let oci = compiled.as_ref().map(|compiled| {
+            // A precompiled layer is taken for the optimized engine, under
+            // this host's artifact key, unless its artifact is here.
+            let precompiled = crate::oci::PrecompiledWanted {
+                engine_key: compiled.engine_key().to_owned(),
+                key_id: compiled.key().id(),
+                max_bytes: crate::oci::DEFAULT_MAX_PRECOMPILED_BYTES,
+                cached: Arc::new({
+                    let compiled = compiled.clone();
+                    move |digest: &str| compiled.contains(digest)
+                }),
+            };
             OciClient::new(
                 transport.clone(),
                 PullOptions {
@@ -207,6 +219,7 @@ impl PluginObjects {
                     deadline: options
                         .pull_timeout
                         .unwrap_or(PullOptions::default().deadline),
+                    precompiled: Some(precompiled),
                     ..PullOptions::default()
                 },
             )
@@ -216,6 +229,7 @@ impl PluginObjects {
                 folder,
                 client: Some(client.clone()),
                 oci,
+                compiled,
             },
             host,
             client,
@@ -733,7 +747,7 @@ impl PluginObjects {
         let _slot = self.registry_slot(&parts.module).await;
         let fetched = self
             .fetcher
-            .fetch(&parts.module, namespace, account.as_ref())
+            .fetch(&name, &parts.module, namespace, account.as_ref())
             .await
             .map_err(|e| (e.reason(), e.to_string()))?;
         Ok((manifest, fetched, account))

@@ -28,6 +28,7 @@ pub mod artifact;
 pub mod auth;
 pub mod cache;
 pub mod canonical;
+pub mod precompiled;
 pub mod registry;
 pub mod sig_store;
 pub mod signature;
@@ -44,6 +45,7 @@ use registry::Session;
 pub use auth::{Credentials, DockerConfigError, credentials_from_docker_config};
 pub use cache::ModuleCache;
 pub use oci_client::Reference;
+pub use precompiled::{PrecompiledLayer, PrecompiledPull, PrecompiledWanted};
 pub use signature::{
     KeyError, PublicKey, SignatureError, SignaturePolicy, SignatureRule, SignatureRuleSettings,
     SigningKey, Verified,
@@ -55,6 +57,9 @@ pub const DEFAULT_MAX_MODULE_BYTES: u64 = 64 << 20;
 /// The default time a whole pull may take: a 64 MiB module at about
 /// 560 KB/s, while a registry that trickles a byte a minute is given up on.
 pub const DEFAULT_PULL_DEADLINE: Duration = Duration::from_secs(120);
+/// The default largest precompiled layer a pull accepts: the Python
+/// plugin's optimized artifact is about 46 MB.
+pub const DEFAULT_MAX_PRECOMPILED_BYTES: u64 = 128 << 20;
 /// The default most signatures read for one module: cosign appends one
 /// per `sign`, and each is a request.
 pub const DEFAULT_MAX_SIGNATURES: usize = 16;
@@ -223,6 +228,9 @@ pub struct PullOptions {
     /// The most signatures read for one module; a signature manifest with
     /// more is refused, none of them read.
     pub max_signatures: usize,
+    /// The precompiled layer a pull also takes, when the artifact has one
+    /// for this host; `None` (the CLI) takes none.
+    pub precompiled: Option<PrecompiledWanted>,
 }
 
 impl Default for PullOptions {
@@ -233,6 +241,7 @@ impl Default for PullOptions {
             signatures: SignaturePolicy::default(),
             deadline: DEFAULT_PULL_DEADLINE,
             max_signatures: DEFAULT_MAX_SIGNATURES,
+            precompiled: None,
         }
     }
 }
@@ -256,6 +265,8 @@ pub struct Pulled {
     pub path: Option<PathBuf>,
     /// Served from the cache with no registry request.
     pub from_cache: bool,
+    /// The precompiled layer for this host's engine, or why there is none.
+    pub precompiled: PrecompiledPull,
 }
 
 /// A pushed module.
@@ -314,8 +325,9 @@ impl OciClient {
     ) -> Result<Pulled> {
         let parsed = parse(reference)?;
         let deadline = self.options.deadline;
-        let pull = self.pull_within_deadline(reference, &parsed, credentials, keys);
-        match tokio::time::timeout(deadline, pull).await {
+        let until = tokio::time::Instant::now() + deadline;
+        let pull = self.pull_within_deadline(reference, &parsed, credentials, keys, until);
+        match tokio::time::timeout_at(until, pull).await {
             Ok(result) => result,
             Err(_) => {
                 let registry = parsed.resolve_registry().to_owned();
@@ -335,6 +347,7 @@ impl OciClient {
         parsed: &Reference,
         credentials: &Credentials,
         keys: &[PublicKey],
+        until: tokio::time::Instant,
     ) -> Result<Pulled> {
         let mut key_sets: Vec<&[PublicKey]> = Vec::new();
         key_sets.extend(self.options.signatures.required_keys(reference));
@@ -371,7 +384,7 @@ impl OciClient {
                 actual: digest,
             });
         }
-        let layer = self.wasm_layer(reference, &body)?;
+        let (layer, precompiled) = self.layers(reference, &body)?;
         // A layer the cache holds is used only under a grant for this
         // manifest: a registry naming a cached layer in a manifest of its
         // own must still serve the layer's bytes ([`access`]).
@@ -396,10 +409,22 @@ impl OciClient {
             bytes,
             path: None,
             from_cache: false,
+            precompiled: PrecompiledPull::NotAsked,
         };
         // Verified before anything is stored: a module that fails never
         // takes cache space nor evicts another.
         let verified = self.verify_all(&mut session, &pulled, &key_sets).await?;
+        // After the signatures: a module refused costs no precompiled
+        // download.
+        pulled.precompiled = self
+            .precompiled(
+                &mut session,
+                reference,
+                &pulled.layer_digest,
+                &precompiled,
+                until,
+            )
+            .await;
         let stored = Stored {
             manifest: &body,
             module_cached,
@@ -470,12 +495,26 @@ impl OciClient {
             verified: None,
             bytes,
             from_cache: true,
+            precompiled: PrecompiledPull::NotAsked,
         }))
     }
 
     fn wasm_layer(&self, reference: &str, body: &[u8]) -> Result<artifact::Descriptor> {
+        self.layers(reference, body).map(|(layer, _)| layer)
+    }
+
+    /// The module layer of the manifest `body` (checked) and its
+    /// precompiled layers (checked when one is downloaded).
+    fn layers(
+        &self,
+        reference: &str,
+        body: &[u8],
+    ) -> Result<(artifact::Descriptor, Vec<artifact::Precompiled>)> {
         // The reason quotes the registry's media types and JSON errors.
-        let layer = artifact::wasm_layer(body).map_err(|reason| Error::NotWasm {
+        let artifact::Layers {
+            wasm: layer,
+            precompiled,
+        } = artifact::layers(body).map_err(|reason| Error::NotWasm {
             reference: reference.to_owned(),
             reason: crate::names::excerpt(&reason),
         })?;
@@ -495,18 +534,30 @@ impl OciClient {
                 limit: self.options.max_module_bytes,
             });
         }
-        Ok(layer)
+        Ok((layer, precompiled))
     }
 
-    /// Streams the layer, refusing more bytes than the limit (whatever the
-    /// manifest said) and bytes that do not hash to the layer's digest.
+    /// Streams the module layer under the module limit; see
+    /// [`Self::download_capped`].
     async fn download(
         &self,
         session: &mut Session<'_>,
         reference: &str,
         layer: &artifact::Descriptor,
     ) -> Result<Vec<u8>> {
-        let limit = self.options.max_module_bytes;
+        self.download_capped(session, reference, layer, self.options.max_module_bytes)
+            .await
+    }
+
+    /// Streams the layer, refusing more bytes than `limit` (whatever the
+    /// manifest said) and bytes that do not hash to the layer's digest.
+    async fn download_capped(
+        &self,
+        session: &mut Session<'_>,
+        reference: &str,
+        layer: &artifact::Descriptor,
+        limit: u64,
+    ) -> Result<Vec<u8>> {
         let too_large = |size: u64| Error::TooLarge {
             reference: reference.to_owned(),
             size,
@@ -589,6 +640,19 @@ impl OciClient {
         reference: &str,
         credentials: &Credentials,
     ) -> Result<Pushed> {
+        self.push_with(module, None, reference, credentials).await
+    }
+
+    /// [`OciClient::push`], with `precompiled` (the module compiled for an
+    /// engine) as a second layer: one manifest, so a signature of it covers
+    /// both layers.
+    pub async fn push_with(
+        &self,
+        module: &[u8],
+        precompiled: Option<&PrecompiledLayer>,
+        reference: &str,
+        credentials: &Credentials,
+    ) -> Result<Pushed> {
         let parsed = parse(reference)?;
         let Some(os) = artifact::wasm_os(module) else {
             return Err(Error::NotWasm {
@@ -599,7 +663,19 @@ impl OciClient {
         let registry = parsed.resolve_registry().to_owned();
         let layer_digest = sha256_digest(module);
         let created = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
-        let (config, manifest) = artifact::build(module.len() as u64, &layer_digest, os, created);
+        let (config, mut manifest) =
+            artifact::build(module.len() as u64, &layer_digest, os, created);
+        let precompiled = precompiled.map(|p| {
+            let digest = sha256_digest(&p.bytes);
+            manifest.layers.push(artifact::precompiled_layer(
+                p.bytes.len() as u64,
+                &digest,
+                &p.engine_key,
+                &layer_digest,
+                &p.key_id,
+            ));
+            (p, digest)
+        });
         // Serializing a struct of strings cannot fail.
         let body = serde_json::to_vec(&manifest).unwrap_or_default();
         let digest = sha256_digest(&body);
@@ -620,6 +696,12 @@ impl OciClient {
             .push_blob(&parsed, module.to_vec(), &layer_digest)
             .await
             .map_err(fail)?;
+        if let Some((p, digest)) = &precompiled {
+            client
+                .push_blob(&parsed, p.bytes.clone(), digest)
+                .await
+                .map_err(fail)?;
+        }
         client
             .push_blob(&parsed, config, &config_digest)
             .await
@@ -632,7 +714,13 @@ impl OciClient {
             )
             .await
             .map_err(fail)?;
-        tracing::info!(reference, digest = %digest, layer_digest = %layer_digest, "OCI module pushed");
+        tracing::info!(
+            reference,
+            digest = %digest,
+            layer_digest = %layer_digest,
+            precompiled = precompiled.as_ref().map(|(p, _)| p.engine_key.as_str()),
+            "OCI module pushed"
+        );
         Ok(Pushed {
             pinned: format!(
                 "{}@{digest}",

@@ -168,6 +168,31 @@ impl CompileCache {
         Ok(path)
     }
 
+    /// The engine key its artifacts are named and signed for.
+    pub fn engine_key(&self) -> &str {
+        &self.compat
+    }
+
+    /// Takes `artifact` (a precompiled layer pulled with a plugin's module:
+    /// MAC header and serialized component) as the artifact of content
+    /// `digest` once its MAC verifies under this cache's key for that
+    /// digest and this engine; anything else is refused unwritten, so the
+    /// plugin is compiled. The load maps it (verifying it again).
+    pub fn adopt(&self, digest: &str, artifact: &[u8]) -> Result<PathBuf, AdoptError> {
+        self.key
+            .verify(digest, &self.compat, artifact)
+            .map_err(AdoptError::Refused)?;
+        let path = self.artifact(digest);
+        write_atomically(&path, &[artifact]).map_err(|source| {
+            AdoptError::Write(CacheError::Write {
+                path: path.clone(),
+                source,
+            })
+        })?;
+        self.evict(&[path.as_path()]);
+        Ok(path)
+    }
+
     /// Keeps `path` from eviction until the returned guard drops.
     pub fn pin(&self, path: &Path) -> Pin {
         self.budget.pin(path)
@@ -181,6 +206,16 @@ impl CompileCache {
     pub fn evict(&self, fresh: &[&Path]) -> Eviction {
         self.budget.evict(fresh)
     }
+}
+
+/// Why a pulled precompiled artifact was not taken into the cache.
+#[derive(Debug, thiserror::Error)]
+pub enum AdoptError {
+    /// Its MAC does not verify under this host's key: never written.
+    #[error("refused: {0}")]
+    Refused(Refusal),
+    #[error(transparent)]
+    Write(CacheError),
 }
 
 /// The files of the folder that are artifacts.
@@ -458,5 +493,55 @@ mod tests {
         let e = load_signed(&engine, cache.key(), "c", "d3", &path).unwrap_err();
         assert!(matches!(e, Refused::Load(_)), "{e}");
         assert!(cache.load(&engine, "d3").is_none() && !path.exists());
+    }
+
+    /// A pulled precompiled artifact enters the cache only when its MAC
+    /// verifies for this module and engine under this host's key; then
+    /// the load maps it instead of compiling.
+    #[test]
+    fn a_pulled_artifact_is_adopted_only_when_its_mac_verifies() {
+        let engine = Engine::new(&crate::runtime::engine::engine_config(
+            false,
+            crate::runtime::tier::Tier::Optimized,
+        ))
+        .unwrap();
+        let body = Component::new(&engine, b"\0asm\x0d\0\x01\0")
+            .unwrap()
+            .serialize()
+            .unwrap();
+        let pushed = {
+            let mut a = key(1).header("d1", "c", &body).to_vec();
+            a.extend_from_slice(&body);
+            a
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let cache = cache(dir.path(), DEFAULT_MAX_BYTES);
+        // Another key's, another engine's, another module's, tampered:
+        // refused, nothing written.
+        let foreign =
+            CompileCache::new(dir.path().to_owned(), DEFAULT_MAX_BYTES, "c".into(), key(2));
+        let mut tampered = pushed.clone();
+        let last = tampered.len() - 1;
+        tampered[last] ^= 1;
+        for (what, cache, digest, bytes) in [
+            ("another key's", &foreign, "d1", &pushed),
+            ("another module's", &cache, "d2", &pushed),
+            ("tampered", &cache, "d1", &tampered),
+            ("unsigned", &cache, "d1", &body),
+        ] {
+            let e = cache.adopt(digest, bytes).unwrap_err();
+            assert!(matches!(e, AdoptError::Refused(_)), "{what}: {e}");
+            assert!(!cache.contains(digest), "{what} was written");
+        }
+        let other_engine = cache.for_engine("x".into());
+        assert!(matches!(
+            other_engine.adopt("d1", &pushed),
+            Err(AdoptError::Refused(Refusal::Mismatch))
+        ));
+        assert!(!other_engine.contains("d1"));
+        // Ours: written, and mapped.
+        let path = cache.adopt("d1", &pushed).unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), pushed);
+        assert!(cache.load(&engine, "d1").is_some());
     }
 }

@@ -300,6 +300,11 @@ impl WasmEngine {
         self.options.epoch_deadlines
     }
 
+    /// The engine key: what names its artifacts (see [`compat_key`]).
+    pub fn engine_key(&self) -> &str {
+        &self.compat
+    }
+
     /// The compile tier of this engine.
     pub fn tier(&self) -> Tier {
         self.tier
@@ -630,7 +635,7 @@ fn spawn_ticker(engine: &Engine, epoch_deadlines: bool) -> Result<Arc<AtomicBool
 }
 
 /// A fresh folder only this user can enter, for a compile without a cache.
-fn private_temp_dir() -> std::io::Result<PathBuf> {
+pub(crate) fn private_temp_dir() -> std::io::Result<PathBuf> {
     let dir = std::env::temp_dir().join(format!(
         "kubewasm-compile-{}-{:016x}",
         std::process::id(),
@@ -802,6 +807,57 @@ mod tests {
             dead.is_ok(),
             "the compiler child {pid} outlived the shutdown"
         );
+    }
+
+    /// What a pulled precompiled layer comes to: adopted (its MAC verifies
+    /// under this host's key), the plugin is mapped, not compiled; refused
+    /// (another key's, or modified), it is compiled as if there were none.
+    #[tokio::test]
+    async fn an_adopted_precompiled_artifact_is_mapped_and_a_refused_one_compiled() {
+        use crate::runtime::artifact_key::KeySource;
+        let (pusher_dir, host_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let key_file = pusher_dir.path().join("key");
+        std::fs::write(&key_file, [7u8; 32]).unwrap();
+        let with_key = |cache: &std::path::Path| {
+            WasmEngine::new(EngineOptions {
+                epoch_deadlines: false,
+                cache_dir: Some(cache.to_owned()),
+                artifact_key: Some(key_file.clone()),
+                fast_first: FastFirst::Off,
+                ..EngineOptions::default()
+            })
+            .unwrap()
+        };
+        // What `kubewasm push --precompiled` puts in the layer.
+        let pusher = with_key(pusher_dir.path());
+        let compiled = pusher.obtain_blocking("x", EMPTY_COMPONENT).unwrap();
+        let layer = std::fs::read(pusher.cache().unwrap().artifact(&compiled.digest)).unwrap();
+        let digest = compiled.digest.clone();
+
+        // A host with another key (its own per-host key): refused, compiled.
+        let foreign = engine_with(Compiler::InProcess, host_dir.path());
+        assert_eq!(foreign.engine_key(), pusher.engine_key());
+        let e = foreign.cache().unwrap().adopt(&digest, &layer).unwrap_err();
+        assert!(e.to_string().contains("another key"), "{e}");
+        let got = foreign.obtain("x", EMPTY_COMPONENT.to_vec()).await.unwrap();
+        assert_eq!(got.source, CompileSource::Compiled);
+
+        // The operator's key, but the layer modified: refused, compiled.
+        let host_dir = tempfile::tempdir().unwrap();
+        let host = with_key(host_dir.path());
+        let mut tampered = layer.clone();
+        let last = tampered.len() - 1;
+        tampered[last] ^= 1;
+        assert!(host.cache().unwrap().adopt(&digest, &tampered).is_err());
+        assert!(!host.cache().unwrap().contains(&digest));
+        // As pushed: mapped without compiling.
+        host.cache().unwrap().adopt(&digest, &layer).unwrap();
+        let got = host.obtain("x", EMPTY_COMPONENT.to_vec()).await.unwrap();
+        assert_eq!(got.source, CompileSource::Cached);
+        assert!(matches!(
+            host.cache().unwrap().key().source(),
+            KeySource::Operator(_)
+        ));
     }
 
     #[tokio::test]
