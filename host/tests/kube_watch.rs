@@ -427,6 +427,7 @@ async fn a_paged_list_with_an_undecodable_item_names_it_and_ends() {
     };
     let shown = u.error.to_string();
     assert!(shown.contains("invalid type: integer"), "{shown}");
+    assert!(shown.contains("metadata.labels"), "{shown}");
     // Polled on, the source watches from the list's version (no event yet).
     let (_none, script) = tokio::join!(
         tokio::time::timeout(Duration::from_secs(2), stream.next()),

@@ -52,6 +52,12 @@ pub enum ObjectError {
     Scan(#[from] sonic_rs::Error),
     #[error("object's {0} is not a JSON object")]
     NotAnObject(&'static str),
+    #[error("object's {what} maps {key:?} to a value that is not a string (invalid type: {found})")]
+    NotAString {
+        what: &'static str,
+        key: String,
+        found: &'static str,
+    },
 }
 
 /// An immutable object version, shared between the cache, queues and plugins.

@@ -64,6 +64,21 @@ impl Pairs {
                     return Err(ObjectError::NotAnObject(what));
                 }
                 p.ws();
+                if p.bytes.get(p.at) != Some(&b'"') {
+                    let found = match p.bytes.get(p.at) {
+                        Some(b'{') => "map",
+                        Some(b'[') => "sequence",
+                        Some(b't' | b'f') => "boolean",
+                        Some(b'n') => "null",
+                        Some(b'-' | b'0'..=b'9') => "integer or float",
+                        _ => "not JSON",
+                    };
+                    return Err(ObjectError::NotAString {
+                        what,
+                        key: p.resolve_key(key, &decoded, raw),
+                        found,
+                    });
+                }
                 let value = p.string(&mut decoded, what)?;
                 spans.push((key, value));
                 p.ws();
@@ -125,6 +140,19 @@ struct Parser<'a> {
 }
 
 impl Parser<'_> {
+    /// A key's text, for an error message.
+    fn resolve_key(&self, key: Span, decoded: &str, raw: &str) -> String {
+        let (source, start) = if key.start & DECODED == 0 {
+            (raw, (key.start as usize).saturating_sub(self.base))
+        } else {
+            (decoded, (key.start & !DECODED) as usize)
+        };
+        source
+            .get(start..start + key.len as usize)
+            .unwrap_or_default()
+            .to_owned()
+    }
+
     fn ws(&mut self) {
         while self
             .bytes
