@@ -58,13 +58,15 @@ struct RunArgs {
     #[arg(long, default_value_t = 3)]
     rounds: usize,
     /// `client-go` speaks its default, protobuf; `client-go-json` the JSON
-    /// that kube-rs and kubewasm speak; `client-go-strip` is `client-go`
-    /// with managedFields stripped by the informer's transform,
-    /// `kube-rs-strip` kube-rs with them stripped by `.modify()`.
+    /// that kube-rs speaks; `client-go-strip` is `client-go` with
+    /// managedFields stripped by the informer's transform, `kube-rs-strip`
+    /// kube-rs with them stripped by `.modify()`; `kubewasm` reads
+    /// built-in kinds in protobuf (its default), `kubewasm-json` in JSON
+    /// (`--wire json`).
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "client-go,client-go-json,client-go-strip,kube-rs,kube-rs-strip,kubewasm"
+        default_value = "client-go,client-go-json,client-go-strip,kube-rs,kube-rs-strip,kubewasm,kubewasm-json"
     )]
     programs: Vec<String>,
     #[arg(long, value_delimiter = ',', default_value = "streaming,paged")]
@@ -307,11 +309,14 @@ fn measure(
                 .arg("--metrics-addr-file")
                 .arg(&addr_file)
                 .env("RUST_LOG", "info");
+            if program == "kubewasm-json" {
+                c.args(["--wire", "json"]);
+            }
             c
         }
     };
     // kubewasm spells the streaming mode `stream` (`--initial-list`).
-    let mode_arg = if program == "kubewasm" && mode == "streaming" {
+    let mode_arg = if program.starts_with("kubewasm") && mode == "streaming" {
         "stream"
     } else {
         mode
@@ -389,7 +394,7 @@ fn measure(
     };
     let (settled, last) = settle(pid)?;
     // After CPU and RSS are read: the forced GC is not counted in them.
-    let live_heap_bytes = if program == "kubewasm" {
+    let live_heap_bytes = if program.starts_with("kubewasm") {
         scrape_allocated(&addr_file)
     } else {
         request_heap(pid, &rx)
@@ -652,13 +657,14 @@ impl Groups {
     }
 }
 
-const PROGRAMS: [&str; 6] = [
+const PROGRAMS: [&str; 7] = [
     "client-go",
     "client-go-json",
     "client-go-strip",
     "kube-rs",
     "kube-rs-strip",
     "kubewasm",
+    "kubewasm-json",
 ];
 /// client-go's variants: the cheapest of them is the CPU goal's baseline.
 const CLIENT_GO: [&str; 3] = ["client-go", "client-go-json", "client-go-strip"];
@@ -842,8 +848,9 @@ fn goals(g: &Groups, pipeline: &[Value], runtime: &[Value], loading: &[Value]) -
                                         .map_or(f64::NAN, |s| s.median)
                                 };
                                 format!(
-                                    "{v:.2}x: kubewasm {:.2} s, client-go {:.2} s, client-go-json {:.2} s, kube-rs {:.2} s",
+                                    "{v:.2}x: kubewasm {:.2} s (JSON {:.2} s), client-go {:.2} s, client-go-json {:.2} s, kube-rs {:.2} s",
                                     med("kubewasm"),
+                                    med("kubewasm-json"),
                                     med("client-go"),
                                     med("client-go-json"),
                                     med("kube-rs"),
@@ -854,9 +861,11 @@ fn goals(g: &Groups, pipeline: &[Value], runtime: &[Value], loading: &[Value]) -
                                     g.stat(count, p, m, f).map_or(f64::NAN, |s| s.median)
                                 };
                                 format!(
-                                    "{v:.2}x: kubewasm {:.2} s, of which {:.2} s of CPU; kube-rs (JSON too) {:.2} s; client-go {:.2} s, client-go-json {:.2} s",
+                                    "{v:.2}x: kubewasm {:.2} s, of which {:.2} s of CPU (JSON: {:.2} s, {:.2} s of CPU); kube-rs (JSON) {:.2} s; client-go {:.2} s, client-go-json {:.2} s",
                                     med("kubewasm", synced),
                                     med("kubewasm", |r| r.cpu_at_sync_s),
+                                    med("kubewasm-json", synced),
+                                    med("kubewasm-json", |r| r.cpu_at_sync_s),
                                     med("kube-rs", synced),
                                     med("client-go", synced),
                                     med("client-go-json", synced),
@@ -1263,7 +1272,7 @@ fn report(a: &ReportArgs) -> Result<()> {
     writeln!(w)?;
     writeln!(
         w,
-        "Written by `bash scripts/bench.sh` (do not edit by hand; rerun it). Initial sync of Pods of real-world shapes (from the corpus, server fields stripped, status set through the subresource, 50 namespaces) on one real kube-apiserver, measured for a client-go SharedInformer (`client-go`: its default wire format, protobuf; `client-go-json`: JSON, what kube-rs and kubewasm speak), a kube-rs reflector and kubewasm with a no-op plugin subscribed to every Pod, in both initial-list modes (`streaming`: one watch with `sendInitialEvents=true`; `paged`: LIST, then WATCH. The informers' first LIST asks for `resourceVersion=0`, which the API server's watch cache answers in one response whatever the page size, so `paged` is one LIST here, as on a real cluster)."
+        "Written by `bash scripts/bench.sh` (do not edit by hand; rerun it). Initial sync of Pods of real-world shapes (from the corpus, server fields stripped, status set through the subresource, 50 namespaces) on one real kube-apiserver, measured for a client-go SharedInformer (`client-go`: its default wire format, protobuf; `client-go-json`: JSON, what kube-rs speaks), a kube-rs reflector and kubewasm with a no-op plugin subscribed to every Pod (`kubewasm`: protobuf for built-in kinds, its default; `kubewasm-json`: `--wire json`), in both initial-list modes (`streaming`: one watch with `sendInitialEvents=true`; `paged`: LIST, then WATCH. The informers' first LIST asks for `resourceVersion=0`, which the API server's watch cache answers in one response whatever the page size, so `paged` is one LIST here, as on a real cluster)."
     )?;
     writeln!(w)?;
     writeln!(w, "## Machine and versions")?;
