@@ -119,11 +119,46 @@ impl KubeTarget {
                 .await
                 .map_err(|e| KubeError::Infer(e.to_string()))?,
         };
+        let mut config = config;
+        if !config.disable_compression && is_loopback(&config.cluster_url) {
+            // Compressing a list costs the API server and the host CPU and
+            // saves nothing on a loopback connection.
+            tracing::debug!(server = %config.cluster_url, "loopback API server: responses asked uncompressed");
+            config.disable_compression = true;
+        }
         let server = config.cluster_url.to_string();
         let layer = WireLayer::new(self.wire, counters);
         ClientBuilder::try_from(config)
             .map(|builder| builder.with_layer(&layer).build())
             .map_err(|source| KubeError::Client { server, source })
+    }
+}
+
+/// Whether `url` names this machine (`localhost`, 127.0.0.0/8, `::1`).
+fn is_loopback(url: &http::Uri) -> bool {
+    match url.host().map(|h| h.trim_start_matches('[').trim_end_matches(']')) {
+        Some("localhost") => true,
+        Some(h) => h.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback()),
+        None => false,
+    }
+}
+
+#[cfg(test)]
+mod loopback_tests {
+    #[test]
+    fn loopback_servers_are_told_from_others() {
+        for (url, want) in [
+            ("https://127.0.0.1:6443", true),
+            ("https://127.3.4.5", true),
+            ("https://localhost:443", true),
+            ("https://[::1]:6443", true),
+            ("https://10.0.0.1:443", false),
+            ("https://kubernetes.default.svc", false),
+            ("https://localhost.example.com", false),
+        ] {
+            let uri: http::Uri = url.parse().unwrap();
+            assert_eq!(super::is_loopback(&uri), want, "{url}");
+        }
     }
 }
 
