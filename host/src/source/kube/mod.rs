@@ -143,25 +143,6 @@ fn is_loopback(url: &http::Uri) -> bool {
     }
 }
 
-#[cfg(test)]
-mod loopback_tests {
-    #[test]
-    fn loopback_servers_are_told_from_others() {
-        for (url, want) in [
-            ("https://127.0.0.1:6443", true),
-            ("https://127.3.4.5", true),
-            ("https://localhost:443", true),
-            ("https://[::1]:6443", true),
-            ("https://10.0.0.1:443", false),
-            ("https://kubernetes.default.svc", false),
-            ("https://localhost.example.com", false),
-        ] {
-            let uri: http::Uri = url.parse().unwrap();
-            assert_eq!(super::is_loopback(&uri), want, "{url}");
-        }
-    }
-}
-
 /// `~/.kube/config`, where kubectl looks when nothing else names a cluster.
 pub fn home_kubeconfig() -> Option<PathBuf> {
     std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".kube").join("config"))
@@ -195,5 +176,24 @@ where
     match namespace {
         Some(ns) if kind.namespaced => kube::Api::namespaced_with(client.clone(), ns, &ar),
         _ => kube::Api::all_with(client.clone(), &ar),
+    }
+}
+
+#[cfg(test)]
+mod loopback_tests {
+    #[test]
+    fn loopback_servers_are_told_from_others() {
+        for (url, want) in [
+            ("https://127.0.0.1:6443", true),
+            ("https://127.3.4.5", true),
+            ("https://localhost:443", true),
+            ("https://[::1]:6443", true),
+            ("https://10.0.0.1:443", false),
+            ("https://kubernetes.default.svc", false),
+            ("https://localhost.example.com", false),
+        ] {
+            let uri: http::Uri = url.parse().unwrap();
+            assert_eq!(super::is_loopback(&uri), want, "{url}");
+        }
     }
 }
