@@ -27,6 +27,8 @@ mod watch;
 mod wire;
 
 #[cfg(test)]
+pub(crate) mod test_msg;
+#[cfg(test)]
 mod tests;
 
 pub use envelope::MAGIC;

@@ -2,46 +2,7 @@
 
 use super::*;
 
-/// A tiny protobuf writer for hand-built messages.
-#[derive(Default)]
-struct Msg(Vec<u8>);
-
-impl Msg {
-    fn varint(mut self, n: u32, v: u64) -> Self {
-        put_varint(&mut self.0, u64::from(n) << 3);
-        put_varint(&mut self.0, v);
-        self
-    }
-    fn bytes(mut self, n: u32, b: &[u8]) -> Self {
-        put_varint(&mut self.0, (u64::from(n) << 3) | 2);
-        put_varint(&mut self.0, b.len() as u64);
-        self.0.extend_from_slice(b);
-        self
-    }
-    fn msg(self, n: u32, m: Msg) -> Self {
-        self.bytes(n, &m.0)
-    }
-    fn str(self, n: u32, s: &str) -> Self {
-        self.bytes(n, s.as_bytes())
-    }
-}
-
-fn put_varint(out: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        out.push((v as u8) | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
-}
-
-fn envelope(api_version: &str, kind: &str, raw: Msg) -> Vec<u8> {
-    let mut out = MAGIC.to_vec();
-    let unknown = Msg::default()
-        .msg(1, Msg::default().str(1, api_version).str(2, kind))
-        .msg(2, raw);
-    out.extend_from_slice(&unknown.0);
-    out
-}
+use super::test_msg::{Msg, envelope};
 
 fn object(bytes: &[u8]) -> String {
     match transcode(bytes).unwrap() {

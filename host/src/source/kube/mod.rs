@@ -136,9 +136,14 @@ impl KubeTarget {
 
 /// Whether `url` names this machine (`localhost`, 127.0.0.0/8, `::1`).
 fn is_loopback(url: &http::Uri) -> bool {
-    match url.host().map(|h| h.trim_start_matches('[').trim_end_matches(']')) {
+    match url
+        .host()
+        .map(|h| h.trim_start_matches('[').trim_end_matches(']'))
+    {
         Some("localhost") => true,
-        Some(h) => h.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback()),
+        Some(h) => h
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback()),
         None => false,
     }
 }

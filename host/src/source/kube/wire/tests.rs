@@ -11,46 +11,7 @@ use kube::core::WatchEvent;
 
 use super::*;
 
-/// A tiny protobuf writer for hand-built messages.
-#[derive(Default, Clone)]
-struct Msg(Vec<u8>);
-
-impl Msg {
-    fn varint(mut self, n: u32, v: u64) -> Self {
-        put_varint(&mut self.0, u64::from(n) << 3);
-        put_varint(&mut self.0, v);
-        self
-    }
-    fn bytes(mut self, n: u32, b: &[u8]) -> Self {
-        put_varint(&mut self.0, (u64::from(n) << 3) | 2);
-        put_varint(&mut self.0, b.len() as u64);
-        self.0.extend_from_slice(b);
-        self
-    }
-    fn msg(self, n: u32, m: &Msg) -> Self {
-        self.bytes(n, &m.0)
-    }
-    fn str(self, n: u32, s: &str) -> Self {
-        self.bytes(n, s.as_bytes())
-    }
-}
-
-fn put_varint(out: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        out.push((v as u8) | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
-}
-
-fn envelope(api_version: &str, kind: &str, raw: &Msg) -> Vec<u8> {
-    let mut out = proto::MAGIC.to_vec();
-    let unknown = Msg::default()
-        .msg(1, &Msg::default().str(1, api_version).str(2, kind))
-        .msg(2, raw);
-    out.extend_from_slice(&unknown.0);
-    out
-}
+use crate::proto::test_msg::{Msg, envelope};
 
 /// A ConfigMap `name` in `ns` at resourceVersion `rv`, with binary data.
 fn config_map(name: &str, rv: &str) -> Msg {
@@ -61,7 +22,7 @@ fn config_map(name: &str, rv: &str) -> Msg {
 }
 
 fn list(items: &[Msg], rv: &str) -> Vec<u8> {
-    let mut list = Msg::default().msg(1, &Msg::default().str(2, rv));
+    let mut list = Msg::default().msg(1, Msg::default().str(2, rv));
     for item in items {
         list = list.msg(2, item);
     }
@@ -70,7 +31,7 @@ fn list(items: &[Msg], rv: &str) -> Vec<u8> {
 
 fn status_gone() -> Vec<u8> {
     let status = Msg::default()
-        .msg(1, &Msg::default())
+        .msg(1, Msg::default())
         .str(2, "Failure")
         .str(3, "too old resource version: 1 (5)")
         .str(4, "Expired")
@@ -244,8 +205,8 @@ fn json_lines(events: &[(&str, &[u8])]) -> String {
 
 #[tokio::test]
 async fn a_watch_split_anywhere_is_transcoded_frame_by_frame() {
-    let a = envelope("v1", "ConfigMap", &config_map("a", "8"));
-    let b = envelope("v1", "ConfigMap", &config_map("b", "9"));
+    let a = envelope("v1", "ConfigMap", config_map("a", "8"));
+    let b = envelope("v1", "ConfigMap", config_map("b", "9"));
     let gone = status_gone();
     let events: [(&str, &[u8]); 3] = [("ADDED", &a), ("MODIFIED", &b), ("ERROR", &gone)];
     let stream: Vec<u8> = events.iter().flat_map(|(t, o)| frame(t, o)).collect();
@@ -272,7 +233,7 @@ async fn a_watch_split_anywhere_is_transcoded_frame_by_frame() {
 
 #[tokio::test]
 async fn kube_reads_the_transcoded_watch_events_and_its_410() {
-    let a = envelope("v1", "ConfigMap", &config_map("a", "8"));
+    let a = envelope("v1", "ConfigMap", config_map("a", "8"));
     let mut stream = frame("ADDED", &a);
     stream.extend(frame("ERROR", &status_gone()));
     let chunks = stream.chunks(7).map(<[u8]>::to_vec).collect();
@@ -366,7 +327,7 @@ fn unknown_kind() -> Vec<u8> {
     envelope(
         "v1",
         "Frobnicator",
-        &Msg::default().msg(1, &Msg::default().str(1, "f")),
+        Msg::default().msg(1, Msg::default().str(1, "f")),
     )
 }
 
@@ -402,7 +363,7 @@ async fn a_list_that_does_not_transcode_fails_and_falls_back_to_json() {
 
 #[tokio::test]
 async fn a_watch_frame_that_does_not_transcode_ends_the_stream_after_the_good_ones() {
-    let a = envelope("v1", "ConfigMap", &config_map("a", "8"));
+    let a = envelope("v1", "ConfigMap", config_map("a", "8"));
     let mut stream = frame("ADDED", &a);
     stream.extend(frame("ADDED", &unknown_kind()));
     stream.extend(frame("ADDED", &a));
