@@ -333,6 +333,20 @@ mod tests {
         ArtifactKey::from_bytes(&[byte; 32], KeySource::Ephemeral)
     }
 
+    /// An engine and the serialized artifact of the smallest component.
+    fn empty_component() -> (Engine, Vec<u8>) {
+        let engine = Engine::new(&crate::runtime::engine::engine_config(
+            false,
+            crate::runtime::tier::Tier::Optimized,
+        ))
+        .unwrap();
+        let body = Component::new(&engine, b"\0asm\x0d\0\x01\0")
+            .unwrap()
+            .serialize()
+            .unwrap();
+        (engine, body)
+    }
+
     fn cache(dir: &Path, max_bytes: u64) -> CompileCache {
         CompileCache::new(dir.to_owned(), max_bytes, "c".into(), key(1))
     }
@@ -444,15 +458,7 @@ mod tests {
     /// artifact it did not sign is refused (deleted, nothing mapped).
     #[test]
     fn only_artifacts_whose_mac_verifies_are_mapped() {
-        let engine = Engine::new(&crate::runtime::engine::engine_config(
-            false,
-            crate::runtime::tier::Tier::Optimized,
-        ))
-        .unwrap();
-        let body = Component::new(&engine, b"\0asm\x0d\0\x01\0")
-            .unwrap()
-            .serialize()
-            .unwrap();
+        let (engine, body) = empty_component();
         let dir = tempfile::tempdir().unwrap();
         let cache = cache(dir.path(), DEFAULT_MAX_BYTES);
         let path = cache.store("d1", &body).unwrap();
@@ -500,15 +506,7 @@ mod tests {
     /// the load maps it instead of compiling.
     #[test]
     fn a_pulled_artifact_is_adopted_only_when_its_mac_verifies() {
-        let engine = Engine::new(&crate::runtime::engine::engine_config(
-            false,
-            crate::runtime::tier::Tier::Optimized,
-        ))
-        .unwrap();
-        let body = Component::new(&engine, b"\0asm\x0d\0\x01\0")
-            .unwrap()
-            .serialize()
-            .unwrap();
+        let (engine, body) = empty_component();
         let pushed = {
             let mut a = key(1).header("d1", "c", &body).to_vec();
             a.extend_from_slice(&body);
