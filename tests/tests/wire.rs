@@ -179,8 +179,15 @@ struct Run {
     counters: WireCounters,
 }
 
-async fn source(cp: &ControlPlane, wire: Wire, initial_list: InitialList) -> (Run, KindRegistry) {
-    let mut target = KubeTarget::new(Some(cp.admin_kubeconfig().to_owned()), None);
+/// The host's API-server source over `kubeconfig`'s cluster, reading in
+/// `wire`, with discovery's kinds; lists paged by `page_size`.
+async fn source(
+    kubeconfig: &std::path::Path,
+    wire: Wire,
+    initial_list: InitialList,
+    page_size: u32,
+) -> (Run, KindRegistry) {
+    let mut target = KubeTarget::new(Some(kubeconfig.to_owned()), None);
     target.wire = wire;
     let counters = WireCounters::default();
     let client = target.client_counted(counters.clone()).await.unwrap();
@@ -194,7 +201,7 @@ async fn source(cp: &ControlPlane, wire: Wire, initial_list: InitialList) -> (Ru
         managed_fields: false,
         last_applied: false,
     };
-    let source = KubeSource::new(client, strip, initial_list, 2);
+    let source = KubeSource::new(client, strip, initial_list, page_size);
     (Run { source, counters }, kinds)
 }
 
@@ -244,8 +251,8 @@ async fn protobuf_and_json_informers_cache_the_same_text() {
     );
 
     for initial_list in [InitialList::Stream, InitialList::Paged] {
-        let (auto, kinds) = source(&cp, Wire::Auto, initial_list).await;
-        let (json, _) = source(&cp, Wire::Json, initial_list).await;
+        let (auto, kinds) = source(cp.admin_kubeconfig(), Wire::Auto, initial_list, 2).await;
+        let (json, _) = source(cp.admin_kubeconfig(), Wire::Json, initial_list, 2).await;
         for (group, version, kind) in KINDS {
             let spec = spec(&kinds, group, version, kind);
             let before = auto.counters.protobuf.get();
@@ -268,8 +275,8 @@ async fn protobuf_and_json_informers_cache_the_same_text() {
     }
 
     // A watch update after the sync arrives transcoded, as JSON has it.
-    let (auto, kinds) = source(&cp, Wire::Auto, InitialList::Auto).await;
-    let (json, _) = source(&cp, Wire::Json, InitialList::Auto).await;
+    let (auto, kinds) = source(cp.admin_kubeconfig(), Wire::Auto, InitialList::Auto, 2).await;
+    let (json, _) = source(cp.admin_kubeconfig(), Wire::Json, InitialList::Auto, 2).await;
     let pods = spec(&kinds, "", "v1", "Pod");
     let (mut from_protobuf, _) = sync(&auto.source, &pods).await;
     let (mut from_json, _) = sync(&json.source, &pods).await;
@@ -302,20 +309,8 @@ async fn protobuf_and_json_agree_on_every_pod_of_a_cluster() {
     );
     let mut cached = Vec::new();
     for wire in [Wire::Auto, Wire::Json] {
-        let mut target = KubeTarget::new(Some(kubeconfig.clone()), None);
-        target.wire = wire;
-        let counters = WireCounters::default();
-        let client = target.client_counted(counters.clone()).await.unwrap();
-        let kinds = KindRegistry::default();
-        Discovery::new(client.clone(), kinds.clone())
-            .run()
-            .await
-            .unwrap();
-        let strip = StripOptions {
-            managed_fields: false,
-            last_applied: false,
-        };
-        let source = KubeSource::new(client, strip, InitialList::Paged, 500);
+        let (Run { source, counters }, kinds) =
+            source(&kubeconfig, wire, InitialList::Paged, 500).await;
         let mut pods = spec(&kinds, "", "v1", "Pod");
         pods.namespace = None;
         let (_, texts) = sync(&source, &pods).await;
