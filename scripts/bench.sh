@@ -15,7 +15,7 @@
 # cache: the loading benchmark, with the JS and Python config-replicators);
 # and writes the book's Performance chapter, docs/book/src/contributing/performance.md,
 # with plots under docs/book/src/contributing/performance/,
-# opening with every goal of issue 13 (and 12's per-call goals): met, or
+# opening with every goal: met, or
 # missed by how much, why and what would close it.
 #
 #   bash scripts/bench.sh                         # everything (about 1-2 h on 2 cores)
@@ -144,9 +144,8 @@ def sh(*c):
 cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "unknown")
 mem = next((l.split()[1] for l in open("/proc/meminfo") if l.startswith("MemTotal")), "0")
 meta = {
-    "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
     "machine": f"{os.cpu_count()} CPUs ({cpu}), {int(mem) / 1048576:.1f} GiB, Linux {platform.release()}",
-    "kubewasm": sh("git", "describe", "--always", "--dirty"),
+    "kubewasm": "$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1) (release, jemalloc)",
     "kube-apiserver": "v1.35.8 and etcd v3.6.5 (tests/controlplane)",
     "client-go": "$client_go",
     "kube-rs": "kube $(sed -n '/^name = "kube"$/{n;s/version = "\(.*\)"/\1/p}' bench/Cargo.lock)",

@@ -168,7 +168,7 @@ pub fn write_section(w: &mut String, goals: &[Goal]) -> std::fmt::Result {
     let unmeasured = goals.len() - met - missed;
     writeln!(
         w,
-        "Every goal of issue 13, and issue 12's per-call goals, against this run: {met} met, {missed} missed, {unmeasured} not measured. Each missed goal says by how much; the notes below the table say why and what would close it."
+        "Every goal, against this run: {met} met, {missed} missed, {unmeasured} not measured. Each missed goal says by how much; the notes below the table say why and what would close it."
     )?;
     writeln!(w)?;
     writeln!(w, "| measure | goal | measured | met |")?;

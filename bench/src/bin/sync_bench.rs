@@ -1,4 +1,4 @@
-//! sync-bench: the side-by-side initial-sync benchmark of issue 13 and the
+//! sync-bench: the side-by-side initial-sync benchmark and the
 //! report it writes (docs/book/src/contributing/performance.md). `scripts/bench.sh` drives it.
 //!
 //! `run`: for each Pod count, has `load-pods` make the server hold that
@@ -1297,7 +1297,7 @@ fn report(a: &ReportArgs) -> Result<()> {
     )?;
     writeln!(
         w,
-        "- Ratios compare kubewasm's CPU with client-go's cheapest variant and mode at that count, its time to synced and the API server's CPU with client-go (protobuf) in the same mode, and its RSS with client-go-strip in the same mode (the plain ratios beside it); the goals are issue 13's, with the baselines of \"Performance, round two\"."
+        "- Ratios compare kubewasm's CPU with client-go's cheapest variant and mode at that count, its time to synced and the API server's CPU with client-go (protobuf) in the same mode, and its RSS with client-go-strip in the same mode (the plain ratios beside it); the goals are the project's, with client-go stripping managedFields as the RSS baseline."
     )?;
     writeln!(
         w,
@@ -1494,7 +1494,7 @@ fn report(a: &ReportArgs) -> Result<()> {
         writeln!(w)?;
         writeln!(
             w,
-            "Per delta, one plugin instance: calls made inline on the instance's thread (the dispatcher's worker runs there: the hot path), and, for comparison, with a thread round trip per delta (how every delta was handed over before). Goals (issue 12): no-op host overhead <= 1 us, realistic >= 100k/s, whole-object parse within 1.2x of native, epoch deadlines <= 10 %."
+            "Per delta, one plugin instance: calls made inline on the instance's thread (the dispatcher's worker runs there: the hot path), and, for comparison, with a thread round trip per delta (how every delta was handed over before). Goals: no-op host overhead <= 1 us, realistic >= 100k/s, whole-object parse within 1.2x of native, epoch deadlines <= 10 %."
         )?;
         writeln!(w)?;
         writeln!(
@@ -1600,9 +1600,7 @@ fn languages_section(w: &mut String, lines: &[Value]) -> Result<()> {
     writeln!(w)?;
     writeln!(
         w,
-        "Measured {} at {}; load average (1, 5, 15 min) {} at the start, {} at the end. This section may come from another run than the sections above (it is said so in the table of versions when it does); compare within its table.",
-        text(run, "date"),
-        text(run, "commit"),
+        "Load average (1, 5, 15 min) {} at the start, {} at the end. This section may come from another run than the sections above; compare within its table.",
         text(run, "load_start"),
         text(run, "load_end"),
     )?;
