@@ -251,7 +251,7 @@ fn decode(pods: &[Value]) {
         let KubeEvent::Added(o) = serde_json::from_str::<KubeEvent<RawObject>>(l).unwrap() else {
             unreachable!()
         };
-        KObject::from_json_text(o.text(), Some(("v1", "Pod")), strip).unwrap()
+        KObject::from_parts(o.parts(), Some(("v1", "Pod")), strip).unwrap()
     });
     println!(
         "## Decode: a watch event of a served Pod (avg {} B) into the cache's form",

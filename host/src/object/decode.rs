@@ -1,10 +1,12 @@
 //! Building an object from a decoded value or from JSON text.
 
-use sonic_rs::JsonValueTrait;
+use std::borrow::Cow;
 
 use serde_json::Value;
 
-use super::meta::{RawMeta, push_member, strip_metadata};
+use super::meta::{Meta, OwnerRef, RawMeta, push_member, without_last_applied};
+use super::pairs::Pairs;
+use super::parts::{Field, ObjectParts, Top, decode_str};
 use super::{KObject, LAST_APPLIED, ObjectError, StripOptions};
 
 impl KObject {
@@ -40,51 +42,47 @@ impl KObject {
     }
 
     /// Builds an object from the JSON text of one object as a server sent
-    /// it, in one lazy scan and without a tree: the top-level members are
-    /// copied as text, metadata's `managedFields` (and the last-applied
-    /// annotation, as `strip` says) dropped on the way, and only what is
-    /// left of the metadata is decoded. `types` (apiVersion, kind) fills in
-    /// what list items leave out.
+    /// it: split into members in serde_json's one pass, then put together
+    /// as [`Self::from_parts`] does.
     pub fn from_json_text(
         text: &str,
         types: Option<(&str, &str)>,
         strip: StripOptions,
     ) -> Result<Self, ObjectError> {
-        // The members, comma-separated, without the braces.
-        let mut body = String::with_capacity(text.len());
-        let mut api_version: Option<String> = None;
-        let mut kind: Option<String> = None;
-        let mut meta_text: Option<String> = None;
-        for entry in sonic_rs::to_object_iter(text) {
-            let (key, value) = entry?;
-            match &*key {
-                // Present but not a string: malformed, whatever `types` says
-                // (filling it in would write the member twice).
-                "apiVersion" => {
-                    let v = value.as_str().ok_or(ObjectError::Missing("apiVersion"))?;
-                    api_version = Some(v.to_owned());
-                }
-                "kind" => {
-                    kind = Some(
-                        value
-                            .as_str()
-                            .ok_or(ObjectError::Missing("kind"))?
-                            .to_owned(),
-                    )
-                }
-                "metadata" => {
-                    let m = strip_metadata(value.as_raw_str(), strip)?;
-                    push_member(&mut body, "metadata", &m)?;
-                    meta_text = Some(m);
-                    continue;
-                }
-                _ => {}
+        let parts: ObjectParts = serde_json::from_str(text)?;
+        Self::from_parts(&parts, types, strip)
+    }
+
+    /// Builds an object from its members as the watch event's or list's
+    /// one deserialisation split them, without a tree and without another
+    /// scan of the text: the members are copied in order, metadata's
+    /// `managedFields` (and the last-applied annotation, as `strip` says)
+    /// left out, and only the metadata scalars the cache keeps decoded.
+    /// `types` (apiVersion, kind) fills in what list items leave out.
+    pub fn from_parts(
+        parts: &ObjectParts,
+        types: Option<(&str, &str)>,
+        strip: StripOptions,
+    ) -> Result<Self, ObjectError> {
+        // Present but not a string: malformed, whatever `types` says
+        // (filling it in would write the member twice).
+        let type_field = |which, what| -> Result<Option<String>, ObjectError> {
+            match parts.top_value(which) {
+                None => Ok(None),
+                Some(raw) => match decode_str(raw) {
+                    Ok(Some(v)) => Ok(Some(v)),
+                    _ => Err(ObjectError::Missing(what)),
+                },
             }
-            push_member(&mut body, &key, value.as_raw_str())?;
+        };
+        let mut api_version = type_field(Top::ApiVersion, "apiVersion")?;
+        let mut kind = type_field(Top::Kind, "kind")?;
+        if !parts.has_metadata() {
+            return Err(ObjectError::Missing("metadata"));
         }
-        // List items carry no apiVersion and kind: the list's type is theirs.
-        let mut json = String::with_capacity(body.len() + 64);
+        let mut json = String::with_capacity(parts.text_len() + 64);
         json.push('{');
+        // List items carry no apiVersion and kind: the list's type is theirs.
         if let Some((v, k)) = types {
             if api_version.is_none() {
                 push_member(&mut json, "apiVersion", &serde_json::to_string(v)?)?;
@@ -95,17 +93,73 @@ impl KObject {
                 kind = Some(k.to_owned());
             }
         }
-        if json.len() > 1 && !body.is_empty() {
-            json.push(',');
+        let mut labels = None;
+        let mut annotations = None;
+        for (key, value, tag) in parts.top() {
+            if json.len() > 1 {
+                json.push(',');
+            }
+            json.push_str(key);
+            json.push(':');
+            if tag != Some(Top::Metadata) {
+                json.push_str(value);
+                continue;
+            }
+            json.push('{');
+            let mut first = true;
+            for (key, value, field) in parts.meta() {
+                let value = match field {
+                    Some(Field::ManagedFields) if strip.managed_fields => continue,
+                    Some(Field::Annotations) if strip.last_applied => {
+                        match without_last_applied(value)? {
+                            Some(kept) => kept,
+                            None => continue,
+                        }
+                    }
+                    _ => Cow::Borrowed(value),
+                };
+                if !first {
+                    json.push(',');
+                }
+                first = false;
+                json.push_str(key);
+                json.push(':');
+                let at = json.len()..json.len() + value.len();
+                json.push_str(&value);
+                match field {
+                    Some(Field::Labels) => labels = Some(at),
+                    Some(Field::Annotations) => annotations = Some(at),
+                    _ => {}
+                }
+            }
+            json.push('}');
         }
-        json.push_str(&body);
         json.push('}');
         let api_version = api_version.ok_or(ObjectError::Missing("apiVersion"))?;
         let kind = kind.ok_or(ObjectError::Missing("kind"))?;
-        let meta_text = meta_text.ok_or(ObjectError::Missing("metadata"))?;
-        let raw: RawMeta = serde_json::from_str(&meta_text)?;
         let json = json.into_boxed_str();
-        let meta = raw.into_meta(&api_version, &kind, &json)?;
+        let span = |at: Option<std::ops::Range<usize>>| at.and_then(|r| json.get(r));
+        let text =
+            |f| -> Result<Option<Box<str>>, ObjectError> { Ok(parts.meta_str(f)?.map(Into::into)) };
+        let name = text(Field::Name)?.ok_or(ObjectError::Missing("metadata.name"))?;
+        let decode = |f| parts.meta_value(f).unwrap_or("null");
+        let meta = Meta {
+            api_version: api_version.into(),
+            kind: kind.into(),
+            namespace: text(Field::Namespace)?.filter(|n| !n.is_empty()),
+            name,
+            uid: text(Field::Uid)?.unwrap_or_default(),
+            resource_version: text(Field::ResourceVersion)?.unwrap_or_default(),
+            generation: serde_json::from_str(decode(Field::Generation))?,
+            labels: Pairs::locate(&json, span(labels), "metadata.labels")?,
+            annotations: Pairs::locate(&json, span(annotations), "metadata.annotations")?,
+            owner_references: serde_json::from_str::<Option<Vec<OwnerRef>>>(decode(
+                Field::OwnerReferences,
+            ))?
+            .unwrap_or_default(),
+            creation_timestamp: text(Field::CreationTimestamp)?,
+            deletion_timestamp: text(Field::DeletionTimestamp)?,
+        };
         Ok(Self { json, meta })
     }
 

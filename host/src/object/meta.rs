@@ -1,6 +1,8 @@
 //! An object's metadata, decoded once per version, and what the cache
 //! strips from it.
 
+use std::borrow::Cow;
+
 use serde::{Deserialize, Serialize};
 
 use super::pairs::Pairs;
@@ -133,40 +135,22 @@ pub(super) fn push_member(out: &mut String, key: &str, raw: &str) -> Result<(), 
     Ok(())
 }
 
-/// The metadata object's text without what `strip` drops: its members
-/// copied as text, `managedFields` left out, the last-applied annotation
-/// left out of the annotations (and the annotations with it when that was
-/// the only one).
-pub(super) fn strip_metadata(text: &str, strip: StripOptions) -> Result<String, ObjectError> {
-    if !text.starts_with('{') {
-        return Err(ObjectError::NotAnObject("metadata"));
+/// The annotations' text without the last-applied annotation, or `None`
+/// when nothing is left (an empty annotations object goes too, as
+/// `from_value` drops it).
+pub(super) fn without_last_applied(raw: &str) -> Result<Option<Cow<'_, str>>, ObjectError> {
+    let empty = raw
+        .get(1..)
+        .is_some_and(|r| r.trim_start().starts_with('}'));
+    if !raw.contains(LAST_APPLIED) && !empty {
+        return Ok(Some(Cow::Borrowed(raw)));
     }
-    let mut body = String::with_capacity(text.len());
-    for entry in sonic_rs::to_object_iter(text) {
-        let (key, value) = entry?;
-        match &*key {
-            "managedFields" if strip.managed_fields => {}
-            "annotations" if strip.last_applied => {
-                let raw = value.as_raw_str();
-                // An empty annotations object goes too (as from_value drops it).
-                let empty = raw[1..].trim_start().starts_with('}');
-                if !raw.contains(LAST_APPLIED) && !empty {
-                    push_member(&mut body, &key, raw)?;
-                    continue;
-                }
-                let mut ann = String::with_capacity(raw.len());
-                for a in sonic_rs::to_object_iter(raw) {
-                    let (k, v) = a?;
-                    if k != LAST_APPLIED {
-                        push_member(&mut ann, &k, v.as_raw_str())?;
-                    }
-                }
-                if !ann.is_empty() {
-                    push_member(&mut body, &key, &format!("{{{ann}}}"))?;
-                }
-            }
-            _ => push_member(&mut body, &key, value.as_raw_str())?,
+    let mut ann = String::with_capacity(raw.len());
+    for a in sonic_rs::to_object_iter(raw) {
+        let (k, v) = a?;
+        if k != LAST_APPLIED {
+            push_member(&mut ann, &k, v.as_raw_str())?;
         }
     }
-    Ok(format!("{{{body}}}"))
+    Ok((!ann.is_empty()).then(|| Cow::Owned(format!("{{{ann}}}"))))
 }

@@ -9,8 +9,10 @@
 //! on the path.
 //!
 //! The metadata and what the cache strips are `meta.rs`'s; building an
-//! object from a value or text `decode.rs`'s; field reads `field.rs`'s; an
-//! object's identity within its kind `key.rs`'s.
+//! object from a value or text `decode.rs`'s; splitting the text into
+//! members within the watch event's one deserialisation `parts.rs`'s;
+//! field reads `field.rs`'s; an object's identity within its kind
+//! `key.rs`'s.
 
 use std::sync::Arc;
 
@@ -23,6 +25,7 @@ mod field;
 mod key;
 mod meta;
 mod pairs;
+mod parts;
 #[cfg(test)]
 mod tests;
 
@@ -30,6 +33,7 @@ pub use field::FieldValue;
 pub use key::ObjectKey;
 pub use meta::{Meta, OwnerRef, StripOptions};
 pub use pairs::Pairs;
+pub use parts::{Field, ObjectParts};
 
 /// True when an object of uid `new` is another object than one of uid
 /// `old` under the same key (deleted and created again): both carry a uid

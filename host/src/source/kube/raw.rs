@@ -1,33 +1,35 @@
-//! The watched object as kube's watcher carries it: the server's JSON text,
-//! kept as text, and the four metadata fields the watcher itself reads.
-//! Decoding a watch event into a `DynamicObject` built a tree of the whole
-//! object (managedFields included) that the informer then turned back into
-//! text; this decodes each object once, into the cache's compact form.
+//! The watched object as kube's watcher carries it: the object's members
+//! as serde_json's one pass over the event split them, and the four
+//! metadata fields the watcher itself reads. Decoding a watch event into a
+//! `DynamicObject` built a tree of the whole object (managedFields
+//! included) that the informer then turned back into text; this reads each
+//! object once, and the cache's form is put together from its members
+//! ([`KObject::from_parts`](crate::object::KObject::from_parts)).
 
 use std::borrow::Cow;
 
 use kube::core::{ApiResource, DynamicResourceScope, ObjectMeta, Resource};
-use serde::de::{Error as _, MapAccess, Visitor};
+use serde::de::Error as _;
 use serde::{Deserialize, Deserializer};
 
-use crate::object::ObjectKey;
+use crate::object::{Field, ObjectKey, ObjectParts};
 
-/// One object of a watch event or list, as text.
+/// One object of a watch event or list, split into its members.
 #[derive(Debug, Clone)]
 pub struct RawObject {
     /// name, namespace, uid and resourceVersion only: what kube's watcher
     /// and its error messages use.
     meta: ObjectMeta,
-    text: String,
+    parts: ObjectParts,
     /// `metadata.namespace` is there but not a string: the object's key
     /// is unknown, not namespace-less.
     namespace_unreadable: bool,
 }
 
 impl RawObject {
-    /// The object's JSON text as the server sent it.
-    pub fn text(&self) -> &str {
-        &self.text
+    /// The object's members, as the server sent them.
+    pub fn parts(&self) -> &ObjectParts {
+        &self.parts
     }
 
     /// Namespace and name, read from the metadata alone: what still names
@@ -42,83 +44,27 @@ impl RawObject {
     }
 }
 
-/// serde_json's (stable, if unexported) name for raw values: asked for a
-/// newtype struct of this name, its deserializer hands over the value's
-/// text, checked but not decoded.
-const RAW_TOKEN: &str = "$serde_json::private::RawValue";
-
-/// The object's text: straight from serde_json's raw-value support, or,
-/// when serde has buffered the object (a watch event whose `object` comes
-/// before its `type`; the API server writes `type` first), re-encoded from
-/// the buffered value.
-struct TextVisitor;
-
-impl<'de> Visitor<'de> for TextVisitor {
-    type Value = String;
-
-    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("a JSON object")
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<String, A::Error> {
-        match map.next_key::<String>()? {
-            Some(key) if key == RAW_TOKEN => map.next_value::<String>(),
-            _ => Err(A::Error::custom(
-                "expected serde_json's raw value (serde_json changed how it passes raw values?)",
-            )),
-        }
-    }
-
-    fn visit_newtype_struct<D: Deserializer<'de>>(self, d: D) -> Result<String, D::Error> {
-        let value = serde_json::Value::deserialize(d)?;
-        serde_json::to_string(&value).map_err(D::Error::custom)
-    }
-}
-
-/// The metadata fields kube's watcher reads, as pointers into the metadata.
-static HEAD: std::sync::LazyLock<sonic_rs::PointerTree> = std::sync::LazyLock::new(|| {
-    let mut fields = sonic_rs::PointerTree::new();
-    for key in ["name", "namespace", "uid", "resourceVersion"] {
-        fields.add_path([key]);
-    }
-    fields
-});
-
 impl<'de> Deserialize<'de> for RawObject {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let text = d.deserialize_newtype_struct(RAW_TOKEN, TextVisitor)?;
-        let mut meta = ObjectMeta::default();
-        let mut namespace_unreadable = false;
-        match sonic_rs::get_from_str(&text, ["metadata"]) {
-            Ok(m) => {
-                // Only these four are decoded, from the metadata alone.
-                let found = sonic_rs::get_many(m.as_raw_str(), &HEAD)
-                    .map_err(|e| D::Error::custom(format!("object metadata: {e}")))?;
-                let field = |i: usize| -> Result<Option<String>, serde_json::Error> {
-                    match found.get(i).and_then(Option::as_ref) {
-                        None => Ok(None),
-                        Some(v) => serde_json::from_str::<Option<String>>(v.as_raw_str()),
-                    }
-                };
-                // The watcher needs the resourceVersion. The rest only names
-                // the object: one that is unreadable is left out, so that a
-                // malformed list item still arrives and the informer loses
-                // that object alone, instead of a whole page failing to decode.
-                meta.resource_version =
-                    field(3).map_err(|e| D::Error::custom(format!("object metadata: {e}")))?;
-                meta.name = field(0).ok().flatten();
-                let namespace = field(1);
-                namespace_unreadable = namespace.is_err();
-                meta.namespace = namespace.ok().flatten();
-                meta.uid = field(2).ok().flatten();
-            }
-            // No metadata (a malformed object): the informer reports it.
-            Err(e) if e.is_not_found() => {}
-            Err(e) => return Err(D::Error::custom(format!("object: {e}"))),
-        }
+        let parts = ObjectParts::deserialize(d)?;
+        // The watcher needs the resourceVersion. The rest only names the
+        // object: one that is unreadable is left out, so that a malformed
+        // list item still arrives and the informer loses that object alone,
+        // instead of a whole page failing to decode. No metadata (a
+        // malformed object): the informer reports it.
+        let field = |f| parts.meta_str(f);
+        let meta = ObjectMeta {
+            resource_version: field(Field::ResourceVersion)
+                .map_err(|e| D::Error::custom(format!("object metadata: {e}")))?,
+            name: field(Field::Name).ok().flatten(),
+            namespace: field(Field::Namespace).ok().flatten(),
+            uid: field(Field::Uid).ok().flatten(),
+            ..ObjectMeta::default()
+        };
+        let namespace_unreadable = field(Field::Namespace).is_err();
         Ok(Self {
             meta,
-            text,
+            parts,
             namespace_unreadable,
         })
     }
@@ -160,12 +106,21 @@ impl Resource for RawObject {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::object::KObject;
 
     #[test]
     fn keeps_the_text_and_reads_the_watchers_fields() {
         let text = r#"{"metadata":{"managedFields":[{"manager":"m"}],"name":"a","namespace":"ns","resourceVersion":"42","uid":"u"},"spec":{"x":1}}"#;
         let o: RawObject = serde_json::from_str(text).unwrap();
-        assert_eq!(o.text(), text);
+        let keep = crate::object::StripOptions {
+            managed_fields: false,
+            last_applied: false,
+        };
+        let kept = KObject::from_parts(o.parts(), Some(("v1", "ConfigMap")), keep).unwrap();
+        assert_eq!(
+            kept.json(),
+            format!(r#"{{"apiVersion":"v1","kind":"ConfigMap",{}"#, &text[1..])
+        );
         assert_eq!(o.meta().name.as_deref(), Some("a"));
         assert_eq!(o.meta().namespace.as_deref(), Some("ns"));
         assert_eq!(o.meta().resource_version.as_deref(), Some("42"));
@@ -192,10 +147,15 @@ mod tests {
             panic!("not a Modified event")
         };
         assert_eq!(o.meta().name.as_deref(), Some("q"));
+        let cached =
+            KObject::from_parts(o.parts(), None, crate::object::StripOptions::default()).unwrap();
+        assert_eq!(cached.meta().resource_version.as_ref(), "8");
         assert!(
-            o.text().contains(r#""resourceVersion":"8""#),
+            cached
+                .json()
+                .starts_with(r#"{"apiVersion":"v1","kind":"Pod","#),
             "{}",
-            o.text()
+            cached.json()
         );
         let list: kube::core::ObjectList<RawObject> = serde_json::from_str(
             r#"{"apiVersion":"v1","kind":"PodList","metadata":{"resourceVersion":"9"},"items":[{"metadata":{"name":"a"}},{"metadata":{"name":"b"}}]}"#,
@@ -254,11 +214,10 @@ mod tests {
         assert_eq!(o.meta().name, None);
         assert_eq!(o.meta().namespace.as_deref(), Some("ns"));
         assert_eq!(o.meta().resource_version.as_deref(), Some("3"));
-        assert_eq!(o.text(), text);
         // What the source decodes refuses it, so it cannot slip into a list.
         assert!(
-            crate::object::KObject::from_json_text(
-                o.text(),
+            KObject::from_parts(
+                o.parts(),
                 Some(("v1", "ConfigMap")),
                 crate::object::StripOptions::default()
             )

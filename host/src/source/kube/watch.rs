@@ -194,7 +194,7 @@ impl Run {
     fn decode(&self, obj: &RawObject) -> Result<KObject, ObjectError> {
         // List items usually carry no apiVersion/kind; the informer knows them.
         let types = (self.types.0.as_str(), self.types.1.as_str());
-        KObject::from_json_text(obj.text(), Some(types), self.strip)
+        KObject::from_parts(obj.parts(), Some(types), self.strip)
     }
 
     /// `obj` decoded, or what the informer needs of one that is not.
