@@ -31,6 +31,14 @@ struct Rule {
 
 const RULES: &[Rule] = &[
     Rule {
+        from: "shard",
+        never: &[
+            "informer", "dispatch", "runtime", "actions", "source", "manager", "reload", "leader",
+            "admin", "app",
+        ],
+        why: "shard placement is rules over an object only: the leader and the dispatcher use it, never the reverse",
+    },
+    Rule {
         from: "telemetry",
         never: &[
             "informer", "dispatch", "runtime", "actions", "source", "manager", "reload", "admin",

@@ -31,6 +31,7 @@ pub mod reference;
 pub mod reload;
 pub mod runtime;
 pub mod scaffold;
+pub mod shard;
 pub mod sim;
 pub mod source;
 pub mod telemetry;

@@ -20,6 +20,12 @@ pub(super) fn in_term(shared: &Shared, term: u64) -> bool {
     s.leading && s.term == term
 }
 
+/// Whether `obj` is in a shard this replica holds (always, unsharded;
+/// a synced marker, without an object, always).
+fn owned(shared: &Shared, obj: Option<&crate::object::KObject>) -> bool {
+    obj.is_none_or(|o| shared.leadership.state().shards.owns_object(o))
+}
+
 pub(super) fn push(shared: &Shared, key: Key, item: Item) {
     push_all(shared, &mut vec![(key, item)]);
 }
@@ -135,7 +141,12 @@ fn resync_all(
     shared.activity.emit(snap.len() as u64);
     let batch = shared.options.intake_batch.max(1);
     let mut queued = Vec::with_capacity(batch);
+    let shards = shared.leadership.state().shards;
     for obj in snap.iter() {
+        if !shards.owns_object(obj) {
+            shared.activity.settle(1);
+            continue;
+        }
         let d = CallDelta {
             object: Some(obj.clone()),
             ..CallDelta::new(DeltaType::Resync, filter.index, filter.kind.clone())
@@ -158,14 +169,17 @@ fn accept(
     delta: Delta,
     queued: &mut Vec<(Key, Item)>,
 ) {
-    let wanted = in_term(shared, term) && filter.deltas.contains(&delta.dtype) && {
-        let m = filter.wants(delta.dtype, delta.old.as_deref(), delta.object.as_deref());
-        if !m {
-            // The type is wanted: an update that changed nothing that matters.
-            shared.stats.filtered.fetch_add(1, Ordering::Relaxed);
-        }
-        m
-    };
+    let wanted = in_term(shared, term)
+        && filter.deltas.contains(&delta.dtype)
+        && owned(shared, delta.object.as_deref())
+        && {
+            let m = filter.wants(delta.dtype, delta.old.as_deref(), delta.object.as_deref());
+            if !m {
+                // The type is wanted: an update that changed nothing that matters.
+                shared.stats.filtered.fetch_add(1, Ordering::Relaxed);
+            }
+            m
+        };
     if !wanted {
         shared.activity.settle(1);
         if delta.dtype == DeltaType::Deleted

@@ -158,6 +158,8 @@ enum Ended {
     Shutdown,
     DeadlinePassed,
     TakenOver,
+    /// A shard handed over to balance the replicas' shares.
+    GaveUp,
 }
 
 /// Campaigns for the Lease and moves the [`Leadership`] gate.
@@ -171,6 +173,19 @@ pub struct Elector {
     holder: Option<String>,
     /// Where the Lease as last read goes (`/readyz`, the web view).
     view: Option<crate::telemetry::LeaderFlag>,
+    /// The shard this Lease fences, and when to take or give it up; `None`
+    /// for the one Lease of an unsharded deployment.
+    shard: Option<(u32, Arc<dyn ShardBalance>)>,
+}
+
+/// When a replica of a sharded deployment takes one more shard or gives
+/// one up, so that the shards spread over the replicas.
+pub trait ShardBalance: Send + Sync {
+    /// Whether this replica may take one more shard now.
+    fn may_take(&self) -> bool;
+    /// Whether this replica should give up shard `index` now (it holds more
+    /// than its share, and this is the one to go).
+    fn should_give_up(&self, index: u32) -> bool;
 }
 
 impl std::fmt::Debug for Elector {
@@ -194,7 +209,43 @@ impl Elector {
             observed: None,
             holder: None,
             view: None,
+            shard: None,
         }
+    }
+
+    /// Fences shard `index`: gaining and losing the Lease takes and gives
+    /// up that shard in the [`Leadership`] gate, and `balance` says when to
+    /// campaign and when to hand the shard over.
+    #[must_use]
+    pub fn for_shard(mut self, index: u32, balance: Arc<dyn ShardBalance>) -> Self {
+        self.shard = Some((index, balance));
+        self
+    }
+
+    fn gain(&self) -> u64 {
+        match &self.shard {
+            Some((i, _)) => self.leadership.hold(*i, true),
+            None => self.leadership.gain(),
+        }
+    }
+
+    fn lose(&self) {
+        match &self.shard {
+            Some((i, _)) => {
+                self.leadership.hold(*i, false);
+            }
+            None => self.leadership.lose(),
+        }
+    }
+
+    fn may_take(&self) -> bool {
+        self.shard.as_ref().is_none_or(|(_, b)| b.may_take())
+    }
+
+    fn should_give_up(&self) -> bool {
+        self.shard
+            .as_ref()
+            .is_some_and(|(i, b)| b.should_give_up(*i))
     }
 
     /// Records every reading of the Lease in `flag`, for `/readyz` and the
@@ -237,7 +288,8 @@ impl Elector {
         loop {
             let acquired = loop {
                 let sent = Instant::now();
-                match self.try_acquire_or_renew().await {
+                let may_take = self.may_take();
+                match self.try_acquire_or_renew(may_take).await {
                     Ok(true) => break sent,
                     Ok(false) => {}
                     Err(e) => {
@@ -249,13 +301,24 @@ impl Elector {
                     () = tokio::time::sleep(self.opts.retry_period) => {}
                 }
             };
-            let term = self.leadership.gain();
+            let term = self.gain();
             tracing::info!(identity, lease, term, "became leader");
             let ended = self.lead(acquired, &cancel).await;
             // Fencing by time: the gate closes before anyone else may hold
             // the lease (renew deadline < lease duration).
-            self.leadership.lose();
+            self.lose();
             match ended {
+                Ended::GaveUp => {
+                    tracing::info!(
+                        identity,
+                        lease,
+                        term,
+                        "gave up the shard: another replica holds fewer than its share"
+                    );
+                    // Closed above before the release, so the next holder
+                    // never acts beside this replica.
+                    self.release().await;
+                }
                 Ended::Shutdown => {
                     tracing::info!(identity, lease, term, "stopped leading: shutting down");
                     self.release().await;
@@ -289,13 +352,14 @@ impl Elector {
             let attempt = async {
                 tokio::time::sleep(retry).await;
                 let sent = Instant::now();
-                (sent, self.try_acquire_or_renew().await)
+                (sent, self.try_acquire_or_renew(true).await)
             };
             tokio::select! {
                 biased;
                 () = cancel.cancelled() => return Ended::Shutdown,
                 () = tokio::time::sleep_until(renewed + deadline) => return Ended::DeadlinePassed,
                 (sent, result) = attempt => match result {
+                    Ok(true) if self.should_give_up() => return Ended::GaveUp,
                     Ok(true) => renewed = sent,
                     Ok(false) => return Ended::TakenOver,
                     Err(e) => tracing::warn!(identity, lease, error = %e, "cannot renew the lease; retrying until the renew deadline"),
@@ -306,12 +370,17 @@ impl Elector {
 
     /// One round of client-go's `tryAcquireOrRenew`: take the lease if it
     /// is free, expired or ours; `Ok(false)` if another replica holds it
-    /// or won the race.
-    async fn try_acquire_or_renew(&mut self) -> Result<bool, LeaseError> {
+    /// or won the race. Without `may_take`, the lease is only read (a
+    /// replica that holds its share of the shards leaves a free one to
+    /// others).
+    async fn try_acquire_or_renew(&mut self, may_take: bool) -> Result<bool, LeaseError> {
         let now = MicroTime(k8s_openapi::jiff::Timestamp::now());
         let me = self.opts.identity.clone();
         let seconds = self.opts.lease_seconds();
         let Some(mut lease) = self.backend.get().await? else {
+            if !may_take {
+                return Ok(false);
+            }
             let acquired = now.clone();
             let lease = Lease {
                 metadata: ObjectMeta {
@@ -359,6 +428,10 @@ impl Elector {
                 );
                 return Ok(false);
             }
+        }
+        if !mine && !may_take {
+            self.holder = holder;
+            return Ok(false);
         }
         let transitions = spec.lease_transitions.unwrap_or(0);
         lease.spec = Some(LeaseSpec {

@@ -11,20 +11,26 @@
 //! to another replica (the renew deadline is shorter than the lease).
 
 pub mod elector;
+pub mod members;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::watch;
 
-pub use elector::{Elector, KubeLeases, LeaseBackend, LeaseError};
+use crate::shard::ShardSet;
 
-/// One moment of leadership: whether this replica may act, and in which
-/// term (incremented on every gain).
+pub use elector::{Elector, KubeLeases, LeaseBackend, LeaseError, ShardBalance};
+
+/// One moment of leadership: whether this replica may act, in which term
+/// (incremented on every gain, and on every change of the shards held
+/// while acting), and for which shards' objects.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct LeaderState {
     pub leading: bool,
     pub term: u64,
+    /// Unsharded (the default): every object is the leader's.
+    pub shards: ShardSet,
 }
 
 /// The leadership gate, shared by the elector (which moves it) and the
@@ -40,12 +46,21 @@ impl Leadership {
         Self::with(LeaderState {
             leading: true,
             term: 0,
+            shards: ShardSet::unsharded(),
         })
     }
 
     /// A follower until an elector makes it lead.
     pub fn follower() -> Self {
         Self::with(LeaderState::default())
+    }
+
+    /// A replica of a sharded deployment, holding no shard yet.
+    pub fn sharded(shards: ShardSet) -> Self {
+        Self::with(LeaderState {
+            shards: ShardSet { held: 0, ..shards },
+            ..LeaderState::default()
+        })
     }
 
     fn with(state: LeaderState) -> Self {
@@ -83,6 +98,30 @@ impl Leadership {
     pub fn lose(&self) {
         self.tx
             .send_if_modified(|s| std::mem::replace(&mut s.leading, false));
+    }
+
+    /// Takes or gives up shard `index`. Any change while this replica still
+    /// holds a shard starts a new term: what was queued under the old set
+    /// is dropped, actions of the old term are refused, and the cache is
+    /// replayed under the new set (the gain path). Giving up the last shard
+    /// closes the gate. Returns the term after the change.
+    pub fn hold(&self, index: u32, held: bool) -> u64 {
+        let mut term = 0;
+        self.tx.send_if_modified(|s| {
+            term = s.term;
+            let next = s.shards.with(index, held);
+            if next == s.shards {
+                return false;
+            }
+            s.shards = next;
+            s.leading = next.held != 0;
+            if s.leading {
+                s.term += 1;
+                term = s.term;
+            }
+            true
+        });
+        term
     }
 }
 
@@ -213,5 +252,24 @@ mod tests {
             "a regained lease starts a new term (a new replay)"
         );
         assert_eq!(Leadership::always().state().term, 0);
+    }
+
+    #[test]
+    fn every_change_of_the_shards_held_while_acting_is_a_new_term() {
+        use crate::shard::ShardKey;
+        let l = Leadership::sharded(ShardSet::sharded(3, ShardKey::Uid, false));
+        assert!(!l.is_leader());
+        assert_eq!(l.hold(1, true), 1);
+        assert!(l.is_leader());
+        assert_eq!(l.hold(1, true), 1, "holding it again changes nothing");
+        assert_eq!(l.hold(2, true), 2, "a second shard: a replay under both");
+        assert_eq!(l.state().shards.indexes().collect::<Vec<_>>(), [1, 2]);
+        assert_eq!(l.hold(1, false), 3, "one given up, one kept: a new term");
+        assert!(l.is_leader());
+        let term = l.hold(2, false);
+        assert!(!l.is_leader(), "the last one given up closes the gate");
+        assert_eq!(term, 3);
+        assert_eq!(l.hold(0, true), 4);
+        assert_eq!(l.hold(5, true), 4, "past the count: ignored");
     }
 }
