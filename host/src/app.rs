@@ -18,7 +18,9 @@ use crate::dispatch::{Activity, DispatchOptions};
 use crate::informer::InformerSet;
 use crate::informer::Source;
 use crate::kind::KindRegistry;
-use crate::leader::{ElectionOptions, Elector, KubeLeases, Leadership};
+use crate::leader::{
+    ElectionOptions, Elector, FairShare, KubeLeases, KubeMembers, Leadership, Members, ShardBalance,
+};
 use crate::manager::PluginHost;
 use crate::object::StripOptions;
 use crate::objects::PluginObjects;
@@ -317,6 +319,9 @@ impl App {
         ));
         let sink = sink.unwrap_or(default_sink);
         let leadership = match &opts.election {
+            Some(ElectionOptions {
+                shards: Some(s), ..
+            }) => Leadership::sharded(s.set()),
             Some(_) => Leadership::follower(),
             None => Leadership::always(),
         };
@@ -600,8 +605,9 @@ impl App {
     }
 }
 
-/// Starts the elector and the task that replays the cache to every plugin
-/// each time this replica becomes leader.
+/// Starts the elector (one per shard, and the member count, when sharded)
+/// and the task that replays the cache to every plugin each time this
+/// replica becomes leader or its shards change.
 fn start_election(
     opts: &ElectionOptions,
     client: kube::Client,
@@ -611,13 +617,48 @@ fn start_election(
 ) -> (CancellationToken, TaskTracker) {
     let cancel = CancellationToken::new();
     let tasks = TaskTracker::new();
-    let leases = Arc::new(
-        KubeLeases::new(client, &opts.namespace, &opts.lease_name)
-            .owned_by_service_account(std::env::var("POD_SERVICE_ACCOUNT").ok()),
-    );
-    let elector =
-        Elector::new(leases, opts.clone(), leadership.clone()).with_view(leader_gauge.clone());
-    tasks.spawn(elector.run(cancel.clone()));
+    let service_account = std::env::var("POD_SERVICE_ACCOUNT").ok();
+    match &opts.shards {
+        None => {
+            let leases = Arc::new(
+                KubeLeases::new(client, &opts.namespace, &opts.lease_name)
+                    .owned_by_service_account(service_account),
+            );
+            let elector = Elector::new(leases, opts.clone(), leadership.clone())
+                .with_view(leader_gauge.clone());
+            tasks.spawn(elector.run(cancel.clone()));
+        }
+        Some(shards) => {
+            let members = Members::new(
+                Arc::new(KubeMembers::new(
+                    client.clone(),
+                    &opts.namespace,
+                    &opts.lease_name,
+                )),
+                opts.clone(),
+            );
+            let balance: Arc<dyn ShardBalance> = Arc::new(FairShare::new(
+                leadership.clone(),
+                members.live(),
+                opts.lease_duration,
+            ));
+            tasks.spawn(members.run(cancel.clone()));
+            for index in 0..shards.count {
+                let lease_name = opts.shard_lease_name(index);
+                let leases = Arc::new(
+                    KubeLeases::new(client.clone(), &opts.namespace, &lease_name)
+                        .owned_by_service_account(service_account.clone()),
+                );
+                let shard_opts = ElectionOptions {
+                    lease_name,
+                    ..opts.clone()
+                };
+                let elector = Elector::new(leases, shard_opts, leadership.clone())
+                    .for_shard(index, balance.clone());
+                tasks.spawn(elector.run(cancel.clone()));
+            }
+        }
+    }
     let stop = cancel.clone();
     tasks.spawn(async move {
         let mut gate = leadership.subscribe();

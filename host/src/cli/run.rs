@@ -138,6 +138,25 @@ pub(crate) struct ElectionArgs {
     /// Namespace of the Lease [default: POD_NAMESPACE, else the service account's namespace, else default].
     #[arg(long)]
     leader_elect_namespace: Option<String>,
+    /// Split the objects into N shards (1-64), each fenced by its own Lease
+    /// (<lease name>-shard-<i>), so that N replicas act at once; each replica
+    /// holds its fair share. Turns leader election on.
+    #[arg(long, value_name = "N")]
+    shards: Option<u32>,
+    /// What places an object in a shard: its uid, or its namespace (a
+    /// namespace's objects stay together) [default: uid].
+    #[arg(long, value_enum)]
+    shard_key: Option<ShardKeyArg>,
+    /// Place an object that has a controller owner by its owner's uid, so a
+    /// ReplicaSet and its Pods are handled by one replica.
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    shard_follow_owner: Option<bool>,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum ShardKeyArg {
+    Uid,
+    Namespace,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -211,6 +230,12 @@ impl RunArgs {
             leader_elect_retry_period: self.election.leader_elect_retry_period,
             leader_elect_lease_name: self.election.leader_elect_lease_name,
             leader_elect_namespace: self.election.leader_elect_namespace,
+            shards: self.election.shards,
+            shard_key: self.election.shard_key.map(|k| match k {
+                ShardKeyArg::Uid => kubewasm::shard::ShardKey::Uid,
+                ShardKeyArg::Namespace => kubewasm::shard::ShardKey::Namespace,
+            }),
+            shard_follow_owner: self.election.shard_follow_owner,
             shutdown_grace: self.shutdown_grace,
             ..RunSettings::default()
         };

@@ -117,6 +117,9 @@ impl RunSettings {
                 .leader_elect_lease_name
                 .or(file.leader_elect_lease_name),
             leader_elect_namespace: self.leader_elect_namespace.or(file.leader_elect_namespace),
+            shards: self.shards.or(file.shards),
+            shard_key: self.shard_key.or(file.shard_key),
+            shard_follow_owner: self.shard_follow_owner.or(file.shard_follow_owner),
             shutdown_grace: self.shutdown_grace.or(file.shutdown_grace),
             metrics_addr: self.metrics_addr.or(file.metrics_addr),
             metrics_auth: self.metrics_auth.or(file.metrics_auth),

@@ -300,14 +300,25 @@ impl RunSettings {
         let local = matches!(cluster, ClusterTarget::Local(_));
         let explicit_config =
             self.kubeconfig.is_some() || self.context.is_some() || env.kubeconfig_env;
+        let sharded = self.shards.is_some();
         let enabled = match self.leader_elect {
             Some(true) if local => {
                 return Err(ConfigError::Conflict(
                     "--leader-elect needs a real cluster: the embedded local cluster (--local) has no Lease to elect on".into(),
                 ));
             }
+            Some(false) if sharded => {
+                return Err(ConfigError::Conflict(
+                    "--shards needs leader election: each shard is fenced by its own Lease (drop --leader-elect=false)".into(),
+                ));
+            }
+            None if sharded && local => {
+                return Err(ConfigError::Conflict(
+                    "--shards needs a real cluster: the embedded local cluster (--local) has no Lease to elect on".into(),
+                ));
+            }
             Some(on) => on,
-            None => env.in_cluster && !explicit_config && !local,
+            None => sharded || (env.in_cluster && !explicit_config && !local),
         };
         if !enabled {
             return Ok(None);
@@ -332,6 +343,11 @@ impl RunSettings {
             retry_period: self
                 .leader_elect_retry_period
                 .unwrap_or(leader::DEFAULT_RETRY_PERIOD),
+            shards: self.shards.map(|count| leader::ShardOptions {
+                count,
+                key: self.shard_key.unwrap_or_default(),
+                follow_owner: self.shard_follow_owner.unwrap_or(false),
+            }),
         };
         opts.validate()?;
         Ok(Some(opts))

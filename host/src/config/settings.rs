@@ -66,6 +66,14 @@ pub struct RunSettings {
     pub leader_elect_retry_period: Option<Duration>,
     pub leader_elect_lease_name: Option<String>,
     pub leader_elect_namespace: Option<String>,
+    /// Split the objects into this many shards, each fenced by its own
+    /// Lease, so that several replicas act at once (1 to 64; needs leader
+    /// election, and turns it on).
+    pub shards: Option<u32>,
+    /// What places an object in a shard: `uid` (default) or `namespace`.
+    pub shard_key: Option<crate::shard::ShardKey>,
+    /// Place an object with a controller owner by its owner's uid.
+    pub shard_follow_owner: Option<bool>,
     /// How long SIGTERM waits for in-flight calls and actions.
     #[serde(default, with = "humantime_serde")]
     #[schemars(schema_with = "crate::runtime::manifest::duration_schema")]

@@ -186,6 +186,8 @@ pub trait ShardBalance: Send + Sync {
     /// Whether this replica should give up shard `index` now (it holds more
     /// than its share, and this is the one to go).
     fn should_give_up(&self, index: u32) -> bool;
+    /// Held by a shard elector from its share check until its gate moved.
+    fn turn(&self) -> Arc<tokio::sync::Mutex<()>>;
 }
 
 impl std::fmt::Debug for Elector {
@@ -286,22 +288,30 @@ impl Elector {
         let lease = self.lease();
         tracing::info!(identity, lease, "campaigning for the lease");
         loop {
-            let acquired = loop {
+            let (acquired, term) = loop {
+                // A replica's shard electors take turns from the share
+                // check to the gate: two free shards are never both taken
+                // on one look at the share.
+                let turn = self.shard.as_ref().map(|(_, b)| b.turn());
+                let turn_guard = match &turn {
+                    Some(t) => Some(t.lock().await),
+                    None => None,
+                };
                 let sent = Instant::now();
                 let may_take = self.may_take();
                 match self.try_acquire_or_renew(may_take).await {
-                    Ok(true) => break sent,
+                    Ok(true) => break (sent, self.gain()),
                     Ok(false) => {}
                     Err(e) => {
                         tracing::warn!(identity, lease, error = %e, "cannot read or update the lease; retrying");
                     }
                 }
+                drop(turn_guard);
                 tokio::select! {
                     () = cancel.cancelled() => return,
                     () = tokio::time::sleep(self.opts.retry_period) => {}
                 }
             };
-            let term = self.gain();
             tracing::info!(identity, lease, term, "became leader");
             let ended = self.lead(acquired, &cancel).await;
             // Fencing by time: the gate closes before anyone else may hold
@@ -568,6 +578,9 @@ pub(crate) mod memory {
         fn get(&self) -> BoxFuture<'_, Result<Option<Lease>, LeaseError>> {
             Box::pin(async move {
                 self.check()?;
+                // A round trip: other electors run meanwhile, as they do
+                // against an API server.
+                tokio::task::yield_now().await;
                 Ok(self.store.lease.lock().clone())
             })
         }
@@ -617,6 +630,7 @@ mod tests {
             lease_duration: Duration::from_secs(4),
             renew_deadline: Duration::from_secs(3),
             retry_period: Duration::from_millis(500),
+            shards: None,
         }
     }
 

@@ -11,6 +11,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures::future::BoxFuture;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
@@ -233,25 +234,45 @@ impl Members {
 
 /// Each replica holds at most `ceil(shards / live replicas)` shards: it
 /// campaigns for a free one only below that, and gives up its highest
-/// one above it (one per renewal, so shards move one at a time).
+/// one above it (one per renewal, so shards move one at a time). For its
+/// first lease duration a replica takes one shard at most: replicas that
+/// start together see each other's member Leases before any takes more,
+/// instead of one taking every shard and handing them on.
 pub struct FairShare {
     leadership: Leadership,
     live: watch::Receiver<u32>,
+    settled_at: Instant,
+    turn: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl FairShare {
-    pub fn new(leadership: Leadership, live: watch::Receiver<u32>) -> Self {
-        Self { leadership, live }
+    pub fn new(leadership: Leadership, live: watch::Receiver<u32>, settle: Duration) -> Self {
+        Self {
+            leadership,
+            live,
+            settled_at: Instant::now() + settle,
+            turn: Arc::default(),
+        }
     }
 
     fn share(&self) -> (u32, u32) {
         let shards = self.leadership.state().shards;
         let live = (*self.live.borrow()).max(1);
-        (shards.held_count(), shards.count.div_ceil(live))
+        let share = shards.count.div_ceil(live);
+        let share = if Instant::now() < self.settled_at {
+            share.min(1)
+        } else {
+            share
+        };
+        (shards.held_count(), share)
     }
 }
 
 impl ShardBalance for FairShare {
+    fn turn(&self) -> Arc<tokio::sync::Mutex<()>> {
+        self.turn.clone()
+    }
+
     fn may_take(&self) -> bool {
         let (held, share) = self.share();
         held < share
@@ -273,7 +294,6 @@ impl ShardBalance for FairShare {
 #[cfg(test)]
 mod tests {
     use std::sync::atomic::Ordering;
-    use std::time::Duration;
 
     use parking_lot::Mutex;
 
@@ -290,6 +310,7 @@ mod tests {
             lease_duration: Duration::from_secs(4),
             renew_deadline: Duration::from_secs(3),
             retry_period: Duration::from_millis(500),
+            shards: None,
         }
     }
 
@@ -365,8 +386,11 @@ mod tests {
     fn replica(stores: &[Arc<Store>], identity: &str, live: &watch::Receiver<u32>) -> Replica {
         let count = stores.len() as u32;
         let leadership = Leadership::sharded(ShardSet::sharded(count, ShardKey::Uid, false));
-        let balance: Arc<dyn ShardBalance> =
-            Arc::new(FairShare::new(leadership.clone(), live.clone()));
+        let balance: Arc<dyn ShardBalance> = Arc::new(FairShare::new(
+            leadership.clone(),
+            live.clone(),
+            Duration::from_secs(4),
+        ));
         let cancel = CancellationToken::new();
         let mut conns = Vec::new();
         for (i, store) in stores.iter().enumerate() {
@@ -423,6 +447,22 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn a_replica_alone_takes_one_shard_at_once_and_the_rest_after_settling() {
+        let stores: Vec<Arc<Store>> = (0..3).map(|_| Arc::new(Store::default())).collect();
+        let (_live_tx, live) = watch::channel(1u32);
+        let a = replica(&stores, "a", &live);
+        until("a holds one", &[&a], || held(&a) == 1).await;
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        assert_eq!(
+            held(&a),
+            1,
+            "no second shard within the first lease duration"
+        );
+        until("a holds all", &[&a], || held(&a) == 3).await;
+        a.cancel.cancel();
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn shards_spread_over_the_replicas_move_when_one_dies_and_come_back_when_it_returns() {
         let stores: Vec<Arc<Store>> = (0..3).map(|_| Arc::new(Store::default())).collect();
         let (live_tx, live) = watch::channel(3u32);
@@ -458,6 +498,7 @@ mod tests {
         })
         .await;
         // Scale down to one: it ends up with every shard.
+        // (A replica's first lease duration: one shard at most.)
         a.cancel.cancel();
         d.cancel.cancel();
         live_tx.send(1).unwrap();

@@ -21,6 +21,7 @@ use tokio::sync::watch;
 use crate::shard::ShardSet;
 
 pub use elector::{Elector, KubeLeases, LeaseBackend, LeaseError, ShardBalance};
+pub use members::{FairShare, KubeMembers, Members};
 
 /// One moment of leadership: whether this replica may act, in which term
 /// (incremented on every gain, and on every change of the shards held
@@ -138,6 +139,24 @@ pub struct ElectionOptions {
     pub renew_deadline: Duration,
     /// How often the leader renews and a follower tries to acquire.
     pub retry_period: Duration,
+    /// Sharded: one Lease per shard (`<lease_name>-shard-<i>`) instead of
+    /// one for everything.
+    pub shards: Option<ShardOptions>,
+}
+
+/// How many shards and how objects are placed in them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ShardOptions {
+    pub count: u32,
+    pub key: crate::shard::ShardKey,
+    pub follow_owner: bool,
+}
+
+impl ShardOptions {
+    /// The set of a replica holding none of them yet.
+    pub fn set(&self) -> ShardSet {
+        ShardSet::sharded(self.count, self.key, self.follow_owner)
+    }
 }
 
 pub const DEFAULT_LEASE_DURATION: Duration = Duration::from_secs(15);
@@ -164,6 +183,8 @@ pub enum ElectionConfigError {
     ZeroRetry,
     #[error("--leader-elect-lease-name and --leader-elect-namespace must not be empty")]
     EmptyName,
+    #[error("--shards must be between 1 and {max} (found {0})", max = crate::shard::MAX_SHARDS)]
+    ShardCount(u32),
 }
 
 impl ElectionOptions {
@@ -191,7 +212,17 @@ impl ElectionOptions {
         if self.lease_name.is_empty() || self.namespace.is_empty() {
             return Err(ElectionConfigError::EmptyName);
         }
+        if let Some(s) = &self.shards
+            && !(1..=crate::shard::MAX_SHARDS).contains(&s.count)
+        {
+            return Err(ElectionConfigError::ShardCount(s.count));
+        }
         Ok(())
+    }
+
+    /// The Lease of shard `index`.
+    pub fn shard_lease_name(&self, index: u32) -> String {
+        format!("{}-shard-{index}", self.lease_name)
     }
 
     /// `lease_duration` as the Lease's whole seconds, rounded up.
@@ -213,6 +244,7 @@ mod tests {
             lease_duration: Duration::from_millis(lease),
             renew_deadline: Duration::from_millis(renew),
             retry_period: Duration::from_millis(retry),
+            shards: None,
         }
     }
 

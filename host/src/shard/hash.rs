@@ -16,7 +16,17 @@ pub fn fnv1a64(bytes: &[u8]) -> u64 {
 }
 
 /// What an object's shard is decided by.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Default,
+    serde::Serialize,
+    serde::Deserialize,
+    schemars::JsonSchema,
+)]
 #[serde(rename_all = "camelCase")]
 pub enum ShardKey {
     /// `metadata.uid`: objects spread evenly (the KEP's first key).

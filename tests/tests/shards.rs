@@ -1,0 +1,249 @@
+//! Shards end to end on the real API server (tests/controlplane): two real
+//! `kubewasm` processes with `--shards 2`, each with its own identity. The
+//! recorder plugin writes every delta it is handed as an Event naming the
+//! replica, so the Events show which replica handled which object, and
+//! when. The placement is checked against the shard each object's uid
+//! hashes into (FNV-1a, as the API server's sharded watch computes it).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::str::FromStr;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kubewasm::shard::{fnv1a64, shard_of};
+use kubewasm_tests::controlplane::ControlPlane;
+use kubewasm_tests::e2e::*;
+use kubewasm_tests::install;
+use serde_json::{Value, json};
+
+const WAIT: Duration = Duration::from_secs(90);
+const LEASE: Duration = Duration::from_secs(4);
+const RETRY: Duration = Duration::from_millis(500);
+const OBJECTS: usize = 40;
+
+fn replica(cp: &ControlPlane, ns: &str, name: &str) -> HostProcess {
+    let sidecar = recorder_sidecar(ns, &["configmaps"]);
+    let args = [
+        "--shards",
+        "2",
+        "--leader-elect-namespace",
+        ns,
+        "--leader-elect-lease-duration",
+        "4s",
+        "--leader-elect-renew-deadline",
+        "3s",
+        "--leader-elect-retry-period",
+        "500ms",
+    ];
+    HostProcess::start_args(cp.admin_kubeconfig(), &args, &[("POD_NAME", name)], |dir| {
+        install(dir, "recorder", "recorder", Some(&sidecar))
+    })
+}
+
+#[derive(Debug, Clone)]
+struct Written {
+    instance: String,
+    at: Timestamp,
+    version: String,
+    seq: u64,
+    delta: String,
+    name: String,
+    rv: String,
+}
+
+async fn written(client: &kube::Client, ns: &str) -> Vec<Written> {
+    let mut out: Vec<Written> = recorder_events(client, ns)
+        .await
+        .iter()
+        .map(|e| {
+            let note: Value = serde_json::from_str(e.data["note"].as_str().unwrap()).unwrap();
+            Written {
+                instance: e.data["reportingInstance"].as_str().unwrap().to_owned(),
+                at: Timestamp::from_str(e.data["eventTime"].as_str().unwrap()).unwrap(),
+                version: note["version"].as_str().unwrap().to_owned(),
+                seq: note["seq"].as_u64().unwrap(),
+                delta: note["type"].as_str().unwrap().to_owned(),
+                name: note["name"].as_str().unwrap().to_owned(),
+                rv: note["rv"].as_str().unwrap().to_owned(),
+            }
+        })
+        .collect();
+    out.sort_by(|a, b| (&a.version, a.seq).cmp(&(&b.version, b.seq)));
+    out
+}
+
+/// The holder of shard `i`'s Lease (its replica name), and since when.
+async fn holder(leases: &Api<Lease>, i: u32) -> Option<(String, Timestamp)> {
+    let spec = leases
+        .get_opt(&format!("kubewasm-shard-{i}"))
+        .await
+        .unwrap()?
+        .spec?;
+    let h = spec.holder_identity.filter(|h| !h.is_empty())?;
+    let name = h
+        .rsplit_once('_')
+        .map_or(h.clone(), |(pod, _)| pod.to_owned());
+    Some((name, spec.acquire_time?.0))
+}
+
+/// Each ConfigMap's shard of 2, from its uid.
+async fn shards_of(api: &Api<ConfigMap>) -> BTreeMap<String, u32> {
+    api.list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|c| {
+            let uid = c.metadata.uid?;
+            Some((c.metadata.name?, shard_of(fnv1a64(uid.as_bytes()), 2)))
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn two_replicas_split_the_objects_by_uid_and_the_survivor_takes_a_killed_ones_shard() {
+    let cp = ControlPlane::shared();
+    let client = cp.admin_client().await;
+    let ns = "e2e-shards";
+    namespace(&client, ns, json!({})).await;
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    let leases: Api<Lease> = Api::namespaced(client.clone(), ns);
+    for i in 0..OBJECTS {
+        let cm: ConfigMap = serde_json::from_value(json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": format!("c{i}"), "namespace": ns}, "data": {"v": "0"}}))
+        .unwrap();
+        api.create(&PostParams::default(), &cm).await.unwrap();
+    }
+    let placed = shards_of(&api).await;
+    let in_shard = |s: u32| placed.values().filter(|p| **p == s).count();
+    assert!(
+        in_shard(0) > 0 && in_shard(1) > 0,
+        "40 uids all in one shard: {placed:?}"
+    );
+
+    let a = replica(cp, ns, "shards-a");
+    let b = replica(cp, ns, "shards-b");
+    // One shard each: the fair share of two shards over two replicas.
+    let holders = eventually("each replica holds one shard", WAIT, || async {
+        let h0 = holder(&leases, 0).await?;
+        let h1 = holder(&leases, 1).await?;
+        (h0.0 != h1.0).then_some([h0.0, h1.0])
+    })
+    .await;
+    // Every object handed (initial list) to the holder of its shard alone.
+    let ws = eventually(
+        "every object handed to its shard's holder",
+        WAIT,
+        || async {
+            let ws = written(&client, ns).await;
+            let names: BTreeSet<&str> = ws
+                .iter()
+                .filter(|w| w.delta == "added")
+                .map(|w| w.name.as_str())
+                .collect();
+            (names.len() == OBJECTS).then_some(ws)
+        },
+    )
+    .await;
+    for w in ws.iter().filter(|w| w.delta != "synced") {
+        let shard = placed[&w.name];
+        assert!(
+            w.instance.starts_with(&holders[shard as usize]),
+            "{} (shard {shard}) handled by {}, not its shard's holder {}",
+            w.name,
+            w.instance,
+            holders[shard as usize]
+        );
+    }
+    // Both replicas acted, each on its own part only.
+    for h in &holders {
+        assert!(
+            ws.iter()
+                .any(|w| w.instance.starts_with(h.as_str()) && w.delta == "added")
+        );
+    }
+
+    // Churn, and kill shard 1's holder in the middle of it.
+    let (victim, survivor) = if holders[1] == "shards-a" {
+        (a, b)
+    } else {
+        (b, a)
+    };
+    let survivor_id = holders[0].clone();
+    let churn = {
+        let api = api.clone();
+        tokio::spawn(async move {
+            for round in 1..=5 {
+                for i in 0..OBJECTS / 2 {
+                    api.patch(
+                        &format!("c{i}"),
+                        &PatchParams::default(),
+                        &Patch::Merge(json!({"data": {"v": round.to_string()}})),
+                    )
+                    .await
+                    .unwrap();
+                }
+                if round == 2 {
+                    for i in 30..34 {
+                        api.delete(&format!("c{i}"), &DeleteParams::default())
+                            .await
+                            .unwrap();
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(400)).await;
+            }
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let killed = Instant::now();
+    victim.kill();
+    let killed_at = Timestamp::now();
+    let (took, acquired) = eventually("the survivor holds both shards", WAIT, || async {
+        let (h1, since) = holder(&leases, 1).await?;
+        let (h0, _) = holder(&leases, 0).await?;
+        (h1 == survivor_id && h0 == survivor_id).then(|| (killed.elapsed(), since))
+    })
+    .await;
+    eprintln!(
+        "shard takeover: the survivor held the killed replica's shard {took:?} after SIGKILL"
+    );
+    assert!(
+        took <= LEASE + RETRY * 4,
+        "takeover took {took:?} (lease {LEASE:?})"
+    );
+    churn.await.unwrap();
+
+    // The survivor's view, from its replay and live deltas, is the
+    // server's for every object, whichever shard it began in.
+    let server = configmap_versions(&api).await;
+    let ws = eventually("the survivor's view equals the server", WAIT, || async {
+        let ws = written(&client, ns).await;
+        let mine = ws.iter().filter(|w| w.instance.starts_with(&survivor_id));
+        let view = replay_view(mine.map(|w| (w.delta.as_str(), w.name.as_str(), w.rv.as_str())));
+        (view == server).then_some(ws)
+    })
+    .await;
+    // Nothing of shard 1 acted on by both at once: the victim's writes all
+    // precede its death, the survivor's on shard 1 follow its acquisition.
+    for w in &ws {
+        if w.delta == "synced" {
+            continue;
+        }
+        if !w.instance.starts_with(&survivor_id) {
+            assert!(
+                w.at <= killed_at,
+                "the killed replica wrote after its death: {w:?}"
+            );
+        } else if placed.get(&w.name) == Some(&1) && w.at > killed_at {
+            assert!(
+                w.at >= acquired,
+                "the survivor acted on shard 1 before holding it ({acquired}): {w:?}"
+            );
+        }
+    }
+    assert!(survivor.stop().success());
+}
