@@ -44,6 +44,10 @@ pub(crate) struct RbacArgs {
     /// Name of the leader-election Lease.
     #[arg(long, default_value = "kubewasm")]
     lease_name: String,
+    /// The host runs with `--shards N`: grant its shard Leases and member
+    /// Leases too [default: the config file's `shards`].
+    #[arg(long, value_name = "N")]
+    shards: Option<u32>,
     /// Leave out the ClusterRole of --metrics-auth (create TokenReviews and
     /// SubjectAccessReviews), for a host run with metrics authentication off.
     #[arg(long)]
@@ -71,10 +75,12 @@ pub(crate) async fn rbac(args: RbacArgs) -> anyhow::Result<()> {
     opts.host_role = !args.plugins_only;
     opts.host_only = args.host_only;
     opts.lease_name = args.lease_name;
+    opts.shards = args.shards;
     opts.metrics_auth = !args.no_metrics_auth;
     opts.crds = args.crds;
     if let Some(file) = &args.config {
         let settings = kubewasm::config::RunSettings::from_file(file)?;
+        opts.shards = opts.shards.or(settings.shards);
         if let Some(tenants) = settings
             .plugin_objects
             .as_ref()

@@ -103,6 +103,8 @@ pub struct RbacOptions {
     pub host_only: bool,
     /// Name of the leader-election Lease.
     pub lease_name: String,
+    /// `run --shards N`: the shard and member Leases too.
+    pub shards: Option<u32>,
     /// With the host's own roles, also the ClusterRole `--metrics-auth`
     /// needs (create TokenReviews and SubjectAccessReviews).
     pub metrics_auth: bool,
@@ -145,6 +147,7 @@ impl Default for RbacOptions {
             host_role: true,
             host_only: false,
             lease_name: "kubewasm".into(),
+            shards: None,
             metrics_auth: true,
             crds: Vec::new(),
             cache_dir: crate::runtime::engine::default_cache_dir(),
@@ -278,6 +281,11 @@ pub async fn derive(opts: &RbacOptions) -> Result<Derived, RbacError> {
     policy
         .host
         .push(policy::lease_owner_rule(&opts.service_account));
+    if let Some(shards) = opts.shards {
+        policy
+            .host
+            .extend(policy::shard_rules(&opts.lease_name, shards));
+    }
     Ok(Derived {
         folder,
         objects: from_objects,

@@ -347,6 +347,24 @@ fn rules_of(accesses: &[Access]) -> (Vec<Rule>, BTreeMap<String, Vec<Rule>>) {
     (cluster.into_values().collect(), namespaced)
 }
 
+/// A sharded host's Leases (`run --shards N`): its shard Leases by name,
+/// and its member Leases, whose names (a hash of each replica's identity)
+/// are not known in advance, so list, patch and delete cannot be limited
+/// to names (the Role is in the host's namespace only).
+pub fn shard_rules(lease: &str, shards: u32) -> Vec<Rule> {
+    let mut renew = Rule::new("coordination.k8s.io", "leases".into());
+    renew.verbs.extend(LEASE_VERBS.iter().copied());
+    renew.resource_names = (0..shards).map(|i| format!("{lease}-shard-{i}")).collect();
+    renew.host = Some("shards: reads, renews and takes over its shard Leases".into());
+    let mut members = Rule::new("coordination.k8s.io", "leases".into());
+    members.verbs.extend(["list", "patch", "delete"]);
+    members.host = Some(
+        "shards: counts the replicas from their member Leases, renews its own (server-side apply) and deletes those of replicas long gone"
+            .into(),
+    );
+    vec![renew, members]
+}
+
 /// The host reads its own ServiceAccount (by name) to create its Lease
 /// owned by it, so that uninstalling takes the Lease along.
 pub fn lease_owner_rule(service_account: &str) -> Rule {
@@ -491,6 +509,35 @@ mod tests {
                 )
             })
             .collect()
+    }
+
+    #[test]
+    fn a_sharded_host_may_renew_its_shard_leases_by_name_and_keep_member_leases() {
+        let rules = shard_rules("kw", 3);
+        assert_eq!(
+            rules[0].resource_names,
+            ["kw-shard-0", "kw-shard-1", "kw-shard-2"]
+        );
+        assert_eq!(
+            rules[0].verbs.iter().copied().collect::<Vec<_>>(),
+            ["get", "patch", "update"]
+        );
+        assert!(rules[1].resource_names.is_empty());
+        assert_eq!(
+            rules[1].verbs.iter().copied().collect::<Vec<_>>(),
+            ["delete", "list", "patch"]
+        );
+        // The names the host uses are the ones granted.
+        let opts = crate::leader::ElectionOptions {
+            identity: "x".into(),
+            lease_name: "kw".into(),
+            namespace: "ns".into(),
+            lease_duration: std::time::Duration::from_secs(15),
+            renew_deadline: std::time::Duration::from_secs(10),
+            retry_period: std::time::Duration::from_secs(2),
+            shards: None,
+        };
+        assert_eq!(opts.shard_lease_name(2), rules[0].resource_names[2]);
     }
 
     #[test]

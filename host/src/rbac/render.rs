@@ -167,8 +167,11 @@ pub fn render(opts: &RbacOptions, derived: &Derived) -> String {
             opts.service_account,
             if opts.host_role {
                 format!(
-                    " --lease-name {}{}",
+                    " --lease-name {}{}{}",
                     opts.lease_name,
+                    opts.shards
+                        .map(|n| format!(" --shards {n}"))
+                        .unwrap_or_default(),
                     if opts.metrics_auth {
                         ""
                     } else {
