@@ -12,7 +12,9 @@
 # built by plugins/build-languages.sh bench, which needs the toolchains of
 # plugins/install-toolchains.sh: a language that does not build is reported
 # missing) and plugin loading (swaps, RSS after compiling, the compile
-# cache: the loading benchmark, with the JS and Python config-replicators);
+# cache: the loading benchmark, with the JS and Python config-replicators),
+# and a Python Plugin applied from a registry with and without its
+# precompiled layer (an e2e measurement on the test control plane);
 # and writes the book's Performance chapter, docs/book/src/contributing/performance.md,
 # with plots under docs/book/src/contributing/performance/,
 # opening with every goal: met, or
@@ -130,7 +132,13 @@ if [ "$micro" = 1 ]; then
   # are reported as not measured.
   cargo bench -p kubewasm --bench loading | tee "$out/loading.txt" ||
     echo "bench.sh: the loading benchmark failed (see above); the report says its goals were not measured" >&2
-  micro_args=(--pipeline "$out/pipeline.txt" --runtime "$out/runtime.txt" --languages "$out/languages.txt" --loading "$out/loading.txt")
+  # A Python Plugin applied with and without a precompiled layer, on the
+  # test control plane with Debian's docker-registry (the release host).
+  KUBEWASM_BIN="$out/kubewasm" KUBEWASM_PLUGIN_ARTIFACTS="$root/plugins/target/wasm32-wasip2/release" \
+    cargo test -p kubewasm-tests --test plugin_precompiled -- --ignored --nocapture python_time_to_ready \
+    2>&1 | tee "$out/precompiled.txt" ||
+    echo "bench.sh: the precompiled-layer measurement failed (see above); the report says its goal was not measured" >&2
+  micro_args=(--pipeline "$out/pipeline.txt" --runtime "$out/runtime.txt" --languages "$out/languages.txt" --loading "$out/loading.txt" --precompiled "$out/precompiled.txt")
 fi
 
 client_go="$(awk '$1 == "k8s.io/client-go" {print $2}' bench/client-go/go.mod)"

@@ -76,6 +76,7 @@ pub enum Topic {
     SwapPython,
     CompileRss,
     CompileCache,
+    Precompiled,
 }
 
 impl Topic {
@@ -97,6 +98,7 @@ impl Topic {
             Self::SwapPython => "Swap of the precompiled Python plugin",
             Self::CompileRss => "RSS after compiling",
             Self::CompileCache => "Compile cache",
+            Self::Precompiled => "Python plugin applied with a precompiled layer",
         }
     }
 
@@ -150,6 +152,9 @@ impl Topic {
             }
             Self::CompileCache => {
                 "the cache exceeded its cap: the eviction after a write removes the oldest entries until the cap holds, so a run above it is a bug."
+            }
+            Self::Precompiled => {
+                "from the Plugin's creation to `Ready`, the host sees the object, pulls the manifest and both layers from the registry (19 MB of wasm and the 46 MB compiled artifact), checks the layers' digests, the signature and the artifact's MAC, writes the artifact into its compile cache, deserializes it and starts the plugin (CPython's start), then writes the status. The host's log lines under the figure say which step took the time. What would close it: pulling the wasm layer only when the precompiled one does not match the engine (both are pulled today), and mapping the artifact instead of reading and copying it (see the swap of the Python plugin)."
             }
         }
     }

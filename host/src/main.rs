@@ -10,7 +10,7 @@ mod cli;
 
 use cli::{
     Cli, Command, child_compile, compile, componentize, crds, dead_letters, migrate, new_project,
-    probe, pull, push, rbac, record, run, status, test,
+    probe, pull, push, rbac, record, run, shards, status, test,
 };
 
 // musl's malloc is slow under many threads: the static image uses jemalloc.
@@ -51,6 +51,7 @@ fn main() -> std::process::ExitCode {
             Command::Componentize(args) => componentize(args),
             Command::Rbac(args) => rt.block_on(rbac(args)),
             Command::Status(args) => rt.block_on(status(args)),
+            Command::Shards(args) => rt.block_on(shards(args)),
             Command::Crds => crds(),
             Command::Migrate(args) => migrate(args),
             Command::Compile(args) => {

@@ -268,10 +268,15 @@ async fn python_time_to_ready_with_and_without_a_precompiled_layer() {
             .await
             .unwrap();
         let (_, logs) = host.stop_with_logs();
+        let compiles = lines(&logs, &name, &["component compiled"]).len();
         eprintln!(
-            "{what}: Plugin created -> Ready=True in {:.2} s; compiles: {}",
+            "{what}: Plugin created -> Ready=True in {:.2} s; compiles: {compiles}",
             ready.as_secs_f64(),
-            lines(&logs, &name, &["component compiled"]).len()
+        );
+        // For scripts/bench.sh's report.
+        println!(
+            "BENCH-JSON {}",
+            json!({"bench": "precompiled", "layer": what, "ready_s": ready.as_secs_f64(), "compiles": compiles})
         );
         // Where the time went, by the host's own timestamps (a pull's line
         // names its reference, not the plugin).

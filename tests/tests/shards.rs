@@ -134,6 +134,37 @@ async fn two_replicas_split_the_objects_by_uid_and_the_survivor_takes_a_killed_o
         (h0.0 != h1.0).then_some([h0.0, h1.0])
     })
     .await;
+    // `kubewasm shards` shows the same split, and both replicas live.
+    let shown = eventually("kubewasm shards counts two live replicas", WAIT, || async {
+        let out = std::process::Command::new(kubewasm_bin())
+            .arg("shards")
+            .arg("--kubeconfig")
+            .arg(cp.admin_kubeconfig())
+            .args(["-n", ns, "-o", "json"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        (v["liveReplicas"] == 2).then_some(v)
+    })
+    .await;
+    let rows = shown["shards"].as_array().unwrap();
+    assert_eq!(rows.len(), 2, "{shown:#}");
+    for (i, row) in rows.iter().enumerate() {
+        assert_eq!(row["index"], i);
+        assert!(
+            row["holder"].as_str().unwrap().starts_with(&holders[i]),
+            "{shown:#}"
+        );
+    }
+    assert_eq!(
+        rows[1]["range"],
+        "[0x8000000000000000, 0x10000000000000000)"
+    );
     // Every object handed (initial list) to the holder of its shard alone.
     let ws = eventually(
         "every object handed to its shard's holder",

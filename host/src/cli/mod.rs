@@ -19,6 +19,7 @@ mod rbac;
 mod record;
 mod registry;
 mod run;
+mod shards;
 mod signal;
 mod status;
 mod test;
@@ -35,6 +36,7 @@ use push::PushArgs;
 use rbac::RbacArgs;
 use record::RecordArgs;
 use run::RunArgs;
+use shards::ShardsArgs;
 use status::StatusArgs;
 use test::TestArgs;
 
@@ -51,6 +53,7 @@ pub(crate) use push::push;
 pub(crate) use rbac::rbac;
 pub(crate) use record::record;
 pub(crate) use run::run;
+pub(crate) use shards::shards;
 pub(crate) use status::status;
 pub(crate) use test::test;
 
@@ -85,6 +88,9 @@ pub(crate) enum Command {
     /// Which replica leads (the Lease) and which plugin versions each replica serves
     /// (the Plugin objects' status), read from the cluster.
     Status(StatusArgs),
+    /// Which replica holds which shard of a sharded host (`run --shards N`),
+    /// read from its shard Leases and member Leases.
+    Shards(ShardsArgs),
     /// GET a path of a running host's listener; exit 0 on 200 (for exec probes).
     Probe(ProbeArgs),
     /// List a running host's dead letters: deltas its plugins gave up on.
