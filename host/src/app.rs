@@ -667,8 +667,13 @@ fn start_election(
                 () = stop.cancelled() => return,
                 changed = gate.changed() => if changed.is_err() { return },
             }
-            let leading = gate.borrow_and_update().leading;
+            let state = *gate.borrow_and_update();
+            let leading = state.leading;
             leader_gauge.set(leading);
+            leader_gauge.set_shards(
+                state.shards.count,
+                if leading { state.shards.held } else { 0 },
+            );
             if leading {
                 host.replay_all().await;
             }

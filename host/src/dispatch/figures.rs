@@ -104,6 +104,18 @@ mod tests {
         // leader gauge and the build info.
         let text = m.encode().unwrap();
         assert!(text.contains("kubewasm_leader 1\n"), "{text}");
+        assert!(!text.contains("kubewasm_shard_held"), "unsharded: {text}");
+        leader.set_shards(3, 0b010);
+        let sharded = m.encode().unwrap();
+        for (shard, held) in [(0, 0), (1, 1), (2, 0)] {
+            assert!(
+                sharded.contains(&format!(
+                    "kubewasm_shard_held{{shard=\"{shard}\"}} {held}\n"
+                )),
+                "{sharded}"
+            );
+        }
+        leader.set_shards(0, 0);
         assert!(
             text.contains(&format!(
                 "kubewasm_build_info{{version=\"{}\"}} 1",

@@ -71,6 +71,8 @@ pub enum Outcome {
 pub struct LeaderFlag {
     leading: Arc<AtomicBool>,
     lease: Arc<parking_lot::RwLock<Option<super::lease::LeaseView>>>,
+    /// Sharded (`run --shards N`): N, and the mask of the shards held.
+    shards: Arc<parking_lot::RwLock<(u32, u64)>>,
 }
 
 impl Default for LeaderFlag {
@@ -78,6 +80,7 @@ impl Default for LeaderFlag {
         Self {
             leading: Arc::new(AtomicBool::new(true)),
             lease: Arc::default(),
+            shards: Arc::default(),
         }
     }
 }
@@ -89,6 +92,17 @@ impl LeaderFlag {
 
     pub fn is_leader(&self) -> bool {
         self.leading.load(Ordering::Relaxed)
+    }
+
+    /// Records the shards this replica acts for: `held` is a mask over
+    /// `count` shards (0 shards: unsharded).
+    pub fn set_shards(&self, count: u32, held: u64) {
+        *self.shards.write() = (count, held);
+    }
+
+    /// `(count, held mask)`; count 0 when unsharded.
+    pub fn shards(&self) -> (u32, u64) {
+        *self.shards.read()
     }
 
     /// Records the Lease as the elector last read or wrote it.
@@ -613,6 +627,20 @@ impl Collector for HostCollector {
                 MetricType::Gauge,
             )?;
             m.encode_gauge(&i64::from(self.leader.is_leader()))?;
+        }
+        let (count, held) = self.leader.shards();
+        if count > 0 {
+            let mut m = enc.encode_descriptor(
+                "kubewasm_shard_held",
+                "1 for each shard this replica acts for (run --shards N), 0 for the others",
+                None,
+                MetricType::Gauge,
+            )?;
+            for i in 0..count.min(64) {
+                let shard = i.to_string();
+                m.encode_family(&[("shard", shard.as_str())])?
+                    .encode_gauge(&i64::from(held & (1 << i) != 0))?;
+            }
         }
         #[cfg(feature = "jemalloc")]
         if let Some(bytes) = allocated_bytes() {
