@@ -273,8 +273,8 @@ async fn python_time_to_ready_with_and_without_a_precompiled_layer() {
             "{what}: Plugin created -> Ready=True in {:.2} s; compiles: {compiles}",
             ready.as_secs_f64(),
         );
-        // For scripts/bench.sh's report.
-        println!(
+        // For scripts/bench.sh's report (which reads stderr too).
+        eprintln!(
             "BENCH-JSON {}",
             json!({"bench": "precompiled", "layer": what, "ready_s": ready.as_secs_f64(), "compiles": compiles})
         );
