@@ -223,6 +223,47 @@ pub async fn recorder_events(client: &kube::Client, ns: &str) -> Vec<kube::core:
     plugin_events(client, ns, "recorder").await
 }
 
+/// One recorder Event: which replica wrote it (`reportingInstance`), when,
+/// and the delta it describes.
+#[derive(Debug, Clone)]
+pub struct Written {
+    pub instance: String,
+    pub at: k8s_openapi::jiff::Timestamp,
+    pub version: String,
+    pub seq: u64,
+    pub delta: String,
+    pub name: String,
+    pub rv: String,
+}
+
+/// The recorder's Events in `ns` as [`Written`], in each plugin version's
+/// order of delivery.
+pub async fn recorder_written(client: &kube::Client, ns: &str) -> Vec<Written> {
+    let text = |v: &Value, what: &str| {
+        v.as_str()
+            .unwrap_or_else(|| panic!("a recorder Event without {what}: {v}"))
+            .to_owned()
+    };
+    let mut out: Vec<Written> = recorder_events(client, ns)
+        .await
+        .iter()
+        .map(|e| {
+            let note: Value = serde_json::from_str(&text(&e.data["note"], "a note")).unwrap();
+            Written {
+                instance: text(&e.data["reportingInstance"], "reportingInstance"),
+                at: text(&e.data["eventTime"], "eventTime").parse().unwrap(),
+                version: text(&note["version"], "version"),
+                seq: note["seq"].as_u64().unwrap(),
+                delta: text(&note["type"], "type"),
+                name: text(&note["name"], "name"),
+                rv: text(&note["rv"], "rv"),
+            }
+        })
+        .collect();
+    out.sort_by(|a, b| (&a.version, a.seq).cmp(&(&b.version, b.seq)));
+    out
+}
+
 /// The Events plugin `plugin` wrote in `ns` (label `kubewasm.io/plugin`).
 pub async fn plugin_events(
     client: &kube::Client,

@@ -6,7 +6,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeMap;
-use std::str::FromStr;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::Lease;
@@ -47,37 +46,8 @@ fn replica_with(cp: &ControlPlane, ns: &str, name: &str, more: &[&str]) -> HostP
     })
 }
 
-/// One recorder Event: who wrote it, when, and the delta it describes.
-#[derive(Debug, Clone)]
-struct Written {
-    instance: String,
-    at: Timestamp,
-    version: String,
-    seq: u64,
-    delta: String,
-    name: String,
-    rv: String,
-}
-
 async fn written(client: &kube::Client, ns: &str) -> Vec<Written> {
-    let mut out: Vec<Written> = recorder_events(client, ns)
-        .await
-        .iter()
-        .map(|e| {
-            let note: Value = serde_json::from_str(e.data["note"].as_str().unwrap()).unwrap();
-            Written {
-                instance: e.data["reportingInstance"].as_str().unwrap().to_owned(),
-                at: Timestamp::from_str(e.data["eventTime"].as_str().unwrap()).unwrap(),
-                version: note["version"].as_str().unwrap().to_owned(),
-                seq: note["seq"].as_u64().unwrap(),
-                delta: note["type"].as_str().unwrap().to_owned(),
-                name: note["name"].as_str().unwrap().to_owned(),
-                rv: note["rv"].as_str().unwrap().to_owned(),
-            }
-        })
-        .collect();
-    out.sort_by(|a, b| (&a.version, a.seq).cmp(&(&b.version, b.seq)));
-    out
+    recorder_written(client, ns).await
 }
 
 /// The plugin's belief (name -> rv) from one replica's deltas, in order.

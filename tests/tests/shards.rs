@@ -7,7 +7,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::str::FromStr;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::Lease;
@@ -44,36 +43,8 @@ fn replica(cp: &ControlPlane, ns: &str, name: &str) -> HostProcess {
     })
 }
 
-#[derive(Debug, Clone)]
-struct Written {
-    instance: String,
-    at: Timestamp,
-    version: String,
-    seq: u64,
-    delta: String,
-    name: String,
-    rv: String,
-}
-
 async fn written(client: &kube::Client, ns: &str) -> Vec<Written> {
-    let mut out: Vec<Written> = recorder_events(client, ns)
-        .await
-        .iter()
-        .map(|e| {
-            let note: Value = serde_json::from_str(e.data["note"].as_str().unwrap()).unwrap();
-            Written {
-                instance: e.data["reportingInstance"].as_str().unwrap().to_owned(),
-                at: Timestamp::from_str(e.data["eventTime"].as_str().unwrap()).unwrap(),
-                version: note["version"].as_str().unwrap().to_owned(),
-                seq: note["seq"].as_u64().unwrap(),
-                delta: note["type"].as_str().unwrap().to_owned(),
-                name: note["name"].as_str().unwrap().to_owned(),
-                rv: note["rv"].as_str().unwrap().to_owned(),
-            }
-        })
-        .collect();
-    out.sort_by(|a, b| (&a.version, a.seq).cmp(&(&b.version, b.seq)));
-    out
+    recorder_written(client, ns).await
 }
 
 /// The holder of shard `i`'s Lease (its replica name), and since when.

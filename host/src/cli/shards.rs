@@ -3,36 +3,21 @@
 //! an operator sees the split without finding each replica's Pod.
 
 use std::io::Write;
-use std::path::PathBuf;
 
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
 use kube::api::ListParams;
 use serde::Serialize;
 
+use super::status::{HostLeaseArgs, Output};
+
 #[derive(clap::Args, Debug)]
 pub(crate) struct ShardsArgs {
-    /// Kubeconfig of the cluster (unset: KUBECONFIG, the pod's service account, ~/.kube/config).
-    #[arg(long)]
-    kubeconfig: Option<PathBuf>,
-    /// Context of the kubeconfig to use (default: its current context).
-    #[arg(long)]
-    context: Option<String>,
-    /// Namespace the host runs in (its Leases).
-    #[arg(long, short = 'n', default_value = "kubewasm")]
-    namespace: String,
-    /// Name of the leader-election Lease (the shard Leases are `<name>-shard-<i>`).
-    #[arg(long, default_value = "kubewasm")]
-    lease_name: String,
+    #[command(flatten)]
+    host: HostLeaseArgs,
     /// Output format.
     #[arg(long, short = 'o', value_enum, default_value = "text")]
     output: Output,
-}
-
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-enum Output {
-    Text,
-    Json,
 }
 
 /// What `kubewasm shards` prints (`-o json` as is).
@@ -58,6 +43,8 @@ struct ShardRow {
 }
 
 pub(crate) async fn shards(args: ShardsArgs) -> anyhow::Result<()> {
+    let output = args.output;
+    let args = args.host;
     let client = kubewasm::source::kube::KubeTarget::new(args.kubeconfig, args.context)
         .client()
         .await?;
@@ -125,7 +112,7 @@ pub(crate) async fn shards(args: ShardsArgs) -> anyhow::Result<()> {
         live_replicas,
     };
     let mut out = std::io::stdout().lock();
-    match args.output {
+    match output {
         Output::Json => writeln!(out, "{}", serde_json::to_string_pretty(&report)?)?,
         Output::Text => write!(out, "{}", text(&report))?,
     }

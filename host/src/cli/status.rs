@@ -15,25 +15,33 @@ use serde::Serialize;
 
 #[derive(clap::Args, Debug)]
 pub(crate) struct StatusArgs {
-    /// Kubeconfig of the cluster (unset: KUBECONFIG, the pod's service account, ~/.kube/config).
-    #[arg(long)]
-    kubeconfig: Option<PathBuf>,
-    /// Context of the kubeconfig to use (default: its current context).
-    #[arg(long)]
-    context: Option<String>,
-    /// Namespace the host runs in (its Lease and Pods).
-    #[arg(long, short = 'n', default_value = "kubewasm")]
-    namespace: String,
-    /// Name of the leader-election Lease.
-    #[arg(long, default_value = "kubewasm")]
-    lease_name: String,
+    #[command(flatten)]
+    pub(crate) host: HostLeaseArgs,
     /// Output format.
     #[arg(long, short = 'o', value_enum, default_value = "text")]
     output: Output,
 }
 
+/// Where a running host is: its cluster, namespace and Lease (`status`,
+/// `shards`).
+#[derive(clap::Args, Debug)]
+pub(crate) struct HostLeaseArgs {
+    /// Kubeconfig of the cluster (unset: KUBECONFIG, the pod's service account, ~/.kube/config).
+    #[arg(long)]
+    pub(crate) kubeconfig: Option<PathBuf>,
+    /// Context of the kubeconfig to use (default: its current context).
+    #[arg(long)]
+    pub(crate) context: Option<String>,
+    /// Namespace the host runs in (its Leases and Pods).
+    #[arg(long, short = 'n', default_value = "kubewasm")]
+    pub(crate) namespace: String,
+    /// Name of the leader-election Lease (a sharded host's are `<name>-shard-<i>`).
+    #[arg(long, default_value = "kubewasm")]
+    pub(crate) lease_name: String,
+}
+
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-enum Output {
+pub(crate) enum Output {
     Text,
     Json,
 }
@@ -79,6 +87,8 @@ struct PluginRow {
 }
 
 pub(crate) async fn status(args: StatusArgs) -> anyhow::Result<()> {
+    let output = args.output;
+    let args = args.host;
     let client = kubewasm::source::kube::KubeTarget::new(args.kubeconfig, args.context)
         .client()
         .await?;
@@ -135,7 +145,7 @@ pub(crate) async fn status(args: StatusArgs) -> anyhow::Result<()> {
         add(&mut report, name, generation, status.unwrap_or_default());
     }
     let mut out = std::io::stdout().lock();
-    match args.output {
+    match output {
         Output::Json => writeln!(out, "{}", serde_json::to_string_pretty(&report)?)?,
         Output::Text => write!(out, "{}", text(&report))?,
     }
