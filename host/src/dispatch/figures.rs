@@ -106,7 +106,17 @@ mod tests {
         assert!(text.contains("kubewasm_leader 1\n"), "{text}");
         assert!(!text.contains("kubewasm_shard_held"), "unsharded: {text}");
         leader.set_shards(3, 0b010);
+        leader.count_shard_delta(1);
+        leader.count_shard_delta(1);
         let sharded = m.encode().unwrap();
+        assert!(
+            sharded.contains("kubewasm_shard_deltas_total{shard=\"1\"} 2\n"),
+            "{sharded}"
+        );
+        assert!(
+            sharded.contains("kubewasm_shard_deltas_total{shard=\"0\"} 0\n"),
+            "{sharded}"
+        );
         for (shard, held) in [(0, 0), (1, 1), (2, 0)] {
             assert!(
                 sharded.contains(&format!(

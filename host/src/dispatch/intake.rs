@@ -21,9 +21,12 @@ pub(super) fn in_term(shared: &Shared, term: u64) -> bool {
 }
 
 /// Whether `obj` is in a shard this replica holds (always, unsharded;
-/// a synced marker, without an object, always).
-fn owned(shared: &Shared, obj: Option<&crate::object::KObject>) -> bool {
-    obj.is_none_or(|o| shared.leadership.state().shards.owns_object(o))
+/// a synced marker, without an object, always), and which shard.
+fn owned(shared: &Shared, obj: Option<&crate::object::KObject>) -> (bool, Option<u32>) {
+    let Some(o) = obj else { return (true, None) };
+    let shards = shared.leadership.state().shards;
+    let shard = shards.shard_of_object(o);
+    (shard.is_none_or(|i| shards.holds(i)), shard)
 }
 
 pub(super) fn push(shared: &Shared, key: Key, item: Item) {
@@ -169,17 +172,15 @@ fn accept(
     delta: Delta,
     queued: &mut Vec<(Key, Item)>,
 ) {
-    let wanted = in_term(shared, term)
-        && filter.deltas.contains(&delta.dtype)
-        && owned(shared, delta.object.as_deref())
-        && {
-            let m = filter.wants(delta.dtype, delta.old.as_deref(), delta.object.as_deref());
-            if !m {
-                // The type is wanted: an update that changed nothing that matters.
-                shared.stats.filtered.fetch_add(1, Ordering::Relaxed);
-            }
-            m
-        };
+    let (mine, shard) = owned(shared, delta.object.as_deref());
+    let wanted = in_term(shared, term) && filter.deltas.contains(&delta.dtype) && mine && {
+        let m = filter.wants(delta.dtype, delta.old.as_deref(), delta.object.as_deref());
+        if !m {
+            // The type is wanted: an update that changed nothing that matters.
+            shared.stats.filtered.fetch_add(1, Ordering::Relaxed);
+        }
+        m
+    };
     if !wanted {
         shared.activity.settle(1);
         if delta.dtype == DeltaType::Deleted
@@ -193,6 +194,9 @@ fn accept(
             shared.object_gone(&(id, o.key()));
         }
         return;
+    }
+    if let Some(i) = shard {
+        shared.telemetry.leader().count_shard_delta(i);
     }
     let key = match &delta.object {
         Some(o) => (id, o.key()),

@@ -68,7 +68,13 @@ impl ShardSet {
 
     /// Whether `obj` is this replica's to handle.
     pub fn owns_object(&self, obj: &crate::object::KObject) -> bool {
-        !self.is_sharded() || self.owns(self.key.hash(obj, self.follow_owner))
+        self.shard_of_object(obj).is_none_or(|i| self.holds(i))
+    }
+
+    /// The shard `obj` is in; `None` unsharded.
+    pub fn shard_of_object(&self, obj: &crate::object::KObject) -> Option<u32> {
+        self.is_sharded()
+            .then(|| shard_of(self.key.hash(obj, self.follow_owner), self.count))
     }
 
     /// How many shards this replica holds.

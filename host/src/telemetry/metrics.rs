@@ -8,7 +8,7 @@
 //!   `/metrics` is scraped, by a collector over the running host.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use parking_lot::RwLock;
 use prometheus_client::collector::Collector;
@@ -73,6 +73,8 @@ pub struct LeaderFlag {
     lease: Arc<parking_lot::RwLock<Option<super::lease::LeaseView>>>,
     /// Sharded (`run --shards N`): N, and the mask of the shards held.
     shards: Arc<parking_lot::RwLock<(u32, u64)>>,
+    /// Deltas queued for plugins, per shard.
+    shard_deltas: Arc<[AtomicU64; 64]>,
 }
 
 impl Default for LeaderFlag {
@@ -81,6 +83,7 @@ impl Default for LeaderFlag {
             leading: Arc::new(AtomicBool::new(true)),
             lease: Arc::default(),
             shards: Arc::default(),
+            shard_deltas: Arc::new(std::array::from_fn(|_| AtomicU64::new(0))),
         }
     }
 }
@@ -103,6 +106,19 @@ impl LeaderFlag {
     /// `(count, held mask)`; count 0 when unsharded.
     pub fn shards(&self) -> (u32, u64) {
         *self.shards.read()
+    }
+
+    /// One delta of shard `shard` queued for a plugin.
+    pub fn count_shard_delta(&self, shard: u32) {
+        if let Some(c) = self.shard_deltas.get(shard as usize) {
+            c.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    pub fn shard_deltas(&self, shard: u32) -> u64 {
+        self.shard_deltas
+            .get(shard as usize)
+            .map_or(0, |c| c.load(Ordering::Relaxed))
     }
 
     /// Records the Lease as the elector last read or wrote it.
@@ -640,6 +656,18 @@ impl Collector for HostCollector {
                 let shard = i.to_string();
                 m.encode_family(&[("shard", shard.as_str())])?
                     .encode_gauge(&i64::from(held & (1 << i) != 0))?;
+            }
+            drop(m);
+            let mut m = enc.encode_descriptor(
+                "kubewasm_shard_deltas",
+                "Deltas this replica queued for its plugins, per shard (run --shards N); their rate is the shard's deltas/s here",
+                None,
+                MetricType::Counter,
+            )?;
+            for i in 0..count.min(64) {
+                let shard = i.to_string();
+                m.encode_family(&[("shard", shard.as_str())])?
+                    .encode_counter::<NoLabelSet, _, u64>(&self.leader.shard_deltas(i), None)?;
             }
         }
         #[cfg(feature = "jemalloc")]

@@ -25,6 +25,7 @@ mod fenced;
 mod model;
 mod once;
 mod retry;
+mod shards;
 mod swap;
 
 type Events = mpsc::UnboundedSender<Result<WatchEvent, SourceError>>;
@@ -139,6 +140,17 @@ fn rig_with(
     decide: Decide,
     instances: usize,
 ) -> Rig {
+    rig_led(options, filter, decide, instances, Leadership::always())
+}
+
+/// [`rig_with`] gated by `leadership`, its intake in the current term.
+fn rig_led(
+    options: DispatchOptions,
+    filter: SubscriptionFilter,
+    decide: Decide,
+    instances: usize,
+    leadership: Leadership,
+) -> Rig {
     let (events, rx) = mpsc::unbounded_channel();
     let activity = Arc::new(Activity::default());
     let telemetry = Telemetry::new(Identity::from_env());
@@ -157,7 +169,6 @@ fn rig_with(
     };
     let handle = set.subscribe(spec, tx);
     let sink = Arc::new(Sink::default());
-    let leadership = Leadership::always();
     let executor = Arc::new(
         Executor::new(
             sink.clone(),
@@ -196,7 +207,8 @@ fn rig_with(
                 .collect()
         },
     );
-    dispatcher.add_intake(0, filter, handle.informer.clone(), deltas, 0);
+    let term = leadership.state().term;
+    dispatcher.add_intake(0, filter, handle.informer.clone(), deltas, term);
     dispatcher.start_when_synced(vec![handle.informer.clone()]);
     Rig {
         dispatcher,
