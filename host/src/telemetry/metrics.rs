@@ -646,18 +646,19 @@ impl Collector for HostCollector {
         }
         let (count, held) = self.leader.shards();
         if count > 0 {
-            let mut m = enc.encode_descriptor(
-                "kubewasm_shard_held",
-                "1 for each shard this replica acts for (run --shards N), 0 for the others",
-                None,
-                MetricType::Gauge,
-            )?;
-            for i in 0..count.min(64) {
-                let shard = i.to_string();
-                m.encode_family(&[("shard", shard.as_str())])?
-                    .encode_gauge(&i64::from(held & (1 << i) != 0))?;
+            {
+                let mut m = enc.encode_descriptor(
+                    "kubewasm_shard_held",
+                    "1 for each shard this replica acts for (run --shards N), 0 for the others",
+                    None,
+                    MetricType::Gauge,
+                )?;
+                for i in 0..count.min(64) {
+                    let shard = i.to_string();
+                    m.encode_family(&[("shard", shard.as_str())])?
+                        .encode_gauge(&i64::from(held & (1 << i) != 0))?;
+                }
             }
-            drop(m);
             let mut m = enc.encode_descriptor(
                 "kubewasm_shard_deltas",
                 "Deltas this replica queued for its plugins, per shard (run --shards N); their rate is the shard's deltas/s here",
