@@ -202,11 +202,32 @@ pub struct UiState {
     /// Which replica leads (absent without leader election): a follower's
     /// page says it is one and names the leader.
     pub leadership: Option<crate::telemetry::LeaseView>,
+    /// A sharded replica's shards (absent unsharded): which of how many it
+    /// acts for.
+    pub shards: Option<ShardsView>,
     /// What `/readyz` notes besides readiness (Plugin objects this replica
     /// cannot serve).
     pub notes: Vec<String>,
     /// Pages open now.
     pub pages: usize,
+}
+
+/// The shards a replica of a sharded host acts for.
+#[derive(Debug, Clone, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ShardsView {
+    pub count: u32,
+    pub held: Vec<u32>,
+}
+
+fn shards(t: &Telemetry) -> Option<ShardsView> {
+    let (count, held) = t.leader().shards();
+    (count > 0).then(|| ShardsView {
+        count,
+        held: (0..count.min(64))
+            .filter(|i| held & (1 << i) != 0)
+            .collect(),
+    })
 }
 
 /// Builds the `state` event; `last` holds the plugins' delivered counts
@@ -216,6 +237,7 @@ async fn state(t: &Telemetry, last: &mut Option<(Instant, HashMap<String, u64>)>
         dead_letters: dead_letters(t),
         not_ready: t.readiness().err().unwrap_or_default(),
         leadership: t.leader().lease(),
+        shards: shards(t),
         notes: t.notes(),
         pages: t.feed().watchers(),
         ..UiState::default()
@@ -539,5 +561,21 @@ async fn object(State(ui): State<Ui>, RawQuery(q): RawQuery) -> Response {
             StatusCode::NOT_FOUND,
             &serde_json::json!({ "error": format!("{} is not in the cache", cursor(&key)) }),
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sharded_replicas_page_names_the_shards_it_acts_for() {
+        let t = Telemetry::new(crate::telemetry::Identity::from_env());
+        assert!(shards(&t).is_none(), "unsharded: no shards on the page");
+        t.leader().set_shards(3, 0b101);
+        let view = shards(&t).unwrap();
+        assert_eq!((view.count, view.held), (3, vec![0, 2]));
+        let json = serde_json::to_value(shards(&t)).unwrap();
+        assert_eq!(json, serde_json::json!({"count": 3, "held": [0, 2]}));
     }
 }

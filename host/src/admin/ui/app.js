@@ -126,6 +126,18 @@ function renderDead(letters) {
 
 // Which replica leads: a follower delivers nothing, so its page says so
 // and names the leader (a port-forward may land on either replica).
+function renderShards(sh) {
+  const role = $('role');
+  const banner = $('follower');
+  const held = sh.held || [];
+  role.hidden = false;
+  role.textContent = held.length ? 'shards ' + held.join(', ') + ' of ' + sh.count : 'no shard';
+  role.className = 'badge ' + (held.length ? 'ok' : 'off');
+  role.title = 'This replica acts for the objects of ' + (held.length ? 'shards ' + held.join(', ') : 'no shard') + ' of ' + sh.count + ' (kubewasm shards shows every holder)';
+  banner.hidden = held.length > 0;
+  banner.textContent = held.length ? '' : 'This replica holds no shard: it delivers nothing and executes nothing until it takes one (kubewasm shards shows which replica holds each).';
+}
+
 function renderLeadership(l) {
   const role = $('role');
   const banner = $('follower');
@@ -153,7 +165,11 @@ function renderState(s) {
   ready.textContent = notReady.length ? 'not ready' : 'ready';
   ready.className = 'badge ' + (notReady.length ? 'off' : 'ok');
   ready.title = notReady.join('\n');
-  renderLeadership(s.leadership);
+  if (s.shards) {
+    renderShards(s.shards);
+  } else {
+    renderLeadership(s.leadership);
+  }
   const notes = s.notes || [];
   $('notes').hidden = notes.length === 0;
   $('notes').textContent = notes.join('\n');
