@@ -25,10 +25,15 @@ const RETRY: Duration = Duration::from_millis(500);
 const OBJECTS: usize = 40;
 
 fn replica(cp: &ControlPlane, ns: &str, name: &str) -> HostProcess {
+    replica_of(cp, ns, name, 2)
+}
+
+fn replica_of(cp: &ControlPlane, ns: &str, name: &str, shards: u32) -> HostProcess {
     let sidecar = recorder_sidecar(ns, &["configmaps"]);
+    let shards = shards.to_string();
     let args = [
         "--shards",
-        "2",
+        &shards,
         "--leader-elect-namespace",
         ns,
         "--leader-elect-lease-duration",
@@ -63,6 +68,11 @@ async fn holder(leases: &Api<Lease>, i: u32) -> Option<(String, Timestamp)> {
 
 /// Each ConfigMap's shard of 2, from its uid.
 async fn shards_of(api: &Api<ConfigMap>) -> BTreeMap<String, u32> {
+    shards_of_n(api, 2).await
+}
+
+/// Each ConfigMap's shard of `n`, from its uid.
+async fn shards_of_n(api: &Api<ConfigMap>, n: u32) -> BTreeMap<String, u32> {
     api.list(&ListParams::default())
         .await
         .unwrap()
@@ -70,7 +80,7 @@ async fn shards_of(api: &Api<ConfigMap>) -> BTreeMap<String, u32> {
         .into_iter()
         .filter_map(|c| {
             let uid = c.metadata.uid?;
-            Some((c.metadata.name?, shard_of(fnv1a64(uid.as_bytes()), 2)))
+            Some((c.metadata.name?, shard_of(fnv1a64(uid.as_bytes()), n)))
         })
         .collect()
 }
@@ -248,4 +258,129 @@ async fn two_replicas_split_the_objects_by_uid_and_the_survivor_takes_a_killed_o
         }
     }
     assert!(survivor.stop().success());
+}
+
+/// Every shard's holder's view (its recorder's deltas, replayed) of the
+/// objects of the shards it holds equals the server's: nothing lost, and a
+/// deleted object gone from it too. `placed` is each object's shard, taken
+/// while all existed (a uid never changes).
+async fn every_shard_holder_sees_the_server(
+    client: &kube::Client,
+    api: &Api<ConfigMap>,
+    leases: &Api<Lease>,
+    ns: &str,
+    placed: &BTreeMap<String, u32>,
+) -> bool {
+    let server = configmap_versions(api).await;
+    let ws = written(client, ns).await;
+    for i in 0..3 {
+        let Some((h, _)) = holder(leases, i).await else {
+            return false;
+        };
+        let mine = ws.iter().filter(|w| w.instance.starts_with(&h));
+        let view = replay_view(mine.map(|w| (w.delta.as_str(), w.name.as_str(), w.rv.as_str())));
+        let of = |m: &BTreeMap<String, String>| -> BTreeMap<String, String> {
+            m.iter()
+                .filter(|(name, _)| placed.get(*name) == Some(&i))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect()
+        };
+        if of(&view) != of(&server) {
+            return false;
+        }
+    }
+    true
+}
+
+#[tokio::test]
+async fn three_replicas_scale_down_to_one_and_back_and_every_shard_holder_sees_every_object() {
+    let cp = ControlPlane::shared();
+    let client = cp.admin_client().await;
+    let ns = "e2e-shards-scale";
+    namespace(&client, ns, json!({})).await;
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    let leases: Api<Lease> = Api::namespaced(client.clone(), ns);
+    for i in 0..60 {
+        let cm: ConfigMap = serde_json::from_value(json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": format!("s{i}"), "namespace": ns}, "data": {"v": "0"}}))
+        .unwrap();
+        api.create(&PostParams::default(), &cm).await.unwrap();
+    }
+    let placed = shards_of_n(&api, 3).await;
+    let churn = |round: u32| {
+        let api = api.clone();
+        async move {
+            for i in (round as usize % 3..60).step_by(3) {
+                api.patch(
+                    &format!("s{i}"),
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"data": {"v": round.to_string()}})),
+                )
+                .await
+                .unwrap();
+            }
+        }
+    };
+    let names = ["scale-a", "scale-b", "scale-c"];
+    let mut replicas: Vec<HostProcess> = names.iter().map(|n| replica_of(cp, ns, n, 3)).collect();
+    let distinct_holders = |want: usize| {
+        let leases = leases.clone();
+        async move {
+            let mut hs = BTreeSet::new();
+            for i in 0..3 {
+                hs.insert(holder(&leases, i).await?.0);
+            }
+            (hs.len() == want).then_some(())
+        }
+    };
+    eventually("three replicas, one shard each", WAIT, || {
+        distinct_holders(3)
+    })
+    .await;
+    churn(1).await;
+    eventually(
+        "every holder sees the server (3 replicas)",
+        WAIT,
+        || async {
+            every_shard_holder_sees_the_server(&client, &api, &leases, ns, &placed)
+                .await
+                .then_some(())
+        },
+    )
+    .await;
+
+    // Scale to one: two replicas stop (SIGTERM: they release their
+    // shards and their member Leases), while objects change.
+    let last = replicas.remove(0);
+    for r in replicas.drain(..) {
+        assert!(r.stop().success());
+    }
+    churn(2).await;
+    api.delete("s59", &DeleteParams::default()).await.unwrap();
+    eventually("one replica holds all three", WAIT, || distinct_holders(1)).await;
+    eventually("the one replica sees the server", WAIT, || async {
+        every_shard_holder_sees_the_server(&client, &api, &leases, ns, &placed)
+            .await
+            .then_some(())
+    })
+    .await;
+
+    // Back to three: the lone replica hands shards over until each
+    // holds one.
+    replicas.push(last);
+    for n in ["scale-d", "scale-e"] {
+        replicas.push(replica_of(cp, ns, n, 3));
+    }
+    churn(3).await;
+    eventually("three holders again", WAIT, || distinct_holders(3)).await;
+    churn(4).await;
+    eventually("every holder sees the server (back to 3)", WAIT, || async {
+        every_shard_holder_sees_the_server(&client, &api, &leases, ns, &placed)
+            .await
+            .then_some(())
+    })
+    .await;
+    for r in replicas {
+        assert!(r.stop().success());
+    }
 }
