@@ -34,6 +34,15 @@ pub struct LeaderState {
     pub shards: ShardSet,
 }
 
+impl LeaderState {
+    /// Whether this replica writes what is the host's as a whole (the
+    /// Plugin objects' status and Events): the leader, or, sharded, the
+    /// holder of shard 0, so that one replica writes it, never several.
+    pub fn coordinates(&self) -> bool {
+        self.leading && (!self.shards.is_sharded() || self.shards.holds(0))
+    }
+}
+
 /// The leadership gate, shared by the elector (which moves it) and the
 /// dispatcher, the executor and metrics (which read it).
 #[derive(Debug, Clone)]
@@ -303,5 +312,13 @@ mod tests {
         assert_eq!(term, 3);
         assert_eq!(l.hold(0, true), 4);
         assert_eq!(l.hold(5, true), 4, "past the count: ignored");
+        assert!(
+            l.state().coordinates(),
+            "shard 0's holder writes the host's status"
+        );
+        l.hold(1, true);
+        l.hold(0, false);
+        assert!(l.is_leader() && !l.state().coordinates());
+        assert!(Leadership::always().state().coordinates());
     }
 }

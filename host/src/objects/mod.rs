@@ -386,7 +386,7 @@ impl PluginObjects {
                     None => break,
                 },
                 Ok(()) = leader.changed() => {
-                    if leader.borrow_and_update().leading {
+                    if leader.borrow_and_update().coordinates() {
                         self.check_replicas(Write::All).await;
                     }
                 }
@@ -527,7 +527,7 @@ impl PluginObjects {
                     };
                     k.others = entries;
                     drop(known);
-                    if unknown && self.leadership.state().leading {
+                    if unknown && self.leadership.state().coordinates() {
                         self.list_pods().await;
                     }
                     self.refresh(&obj.source, Write::Changed).await;
@@ -555,7 +555,7 @@ impl PluginObjects {
         // leading, unless the object already speaks of this generation (a
         // replica starting, or taking over, finds it so).
         if !retrying
-            && self.leadership.state().leading
+            && self.leadership.state().coordinates()
             && previous_status
                 .as_ref()
                 .is_none_or(|p| p.observed_generation != obj.generation)
@@ -673,7 +673,7 @@ impl PluginObjects {
             },
         );
         drop(known);
-        if changed_status && self.leadership.state().leading {
+        if changed_status && self.leadership.state().coordinates() {
             self.write_status(&obj.source, &status).await;
         }
         if changed_replica {

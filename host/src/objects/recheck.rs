@@ -84,7 +84,7 @@ impl PluginObjects {
             k.status = Some(status.clone());
             (status, k.replica.clone())
         };
-        if self.leadership.state().leading {
+        if self.leadership.state().coordinates() {
             self.write_status(source, &status.0).await;
         }
         if let Some(replica) = status.1 {

@@ -58,7 +58,7 @@ impl PluginObjects {
     /// outcome, the other replicas' entries as last seen) and writes it if
     /// it changed, while leading.
     pub(super) async fn refresh(&self, source: &Source, write: Write) {
-        if !self.leadership.state().leading {
+        if !self.leadership.state().coordinates() {
             return;
         }
         let status = {
@@ -138,7 +138,7 @@ impl PluginObjects {
     /// cannot tell a replica that is gone from one elsewhere, and prunes
     /// nothing.
     pub(super) async fn check_replicas(&self, write: Write) {
-        if !self.leadership.state().leading {
+        if !self.leadership.state().coordinates() {
             return;
         }
         if let Some(pods) = self.list_pods().await {
