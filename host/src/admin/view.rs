@@ -84,6 +84,25 @@ impl HostView for AppView {
             })
             .collect()
     }
+
+    fn shard_objects(&self) -> Vec<u64> {
+        let shards = self.host.leadership().state().shards;
+        if !shards.is_sharded() {
+            return Vec::new();
+        }
+        let mut counts = vec![0u64; shards.count as usize];
+        for informer in self.host.informers().informers() {
+            for obj in informer.store().snapshot().iter() {
+                if let Some(n) = shards
+                    .shard_of_object(obj)
+                    .and_then(|i| counts.get_mut(i as usize))
+                {
+                    *n += 1;
+                }
+            }
+        }
+        counts
+    }
 }
 
 /// One informer's row of the web view.

@@ -71,6 +71,7 @@ mod tests {
 
     struct Fake {
         stats: Arc<PluginStats>,
+        shard_objects: Vec<u64>,
     }
 
     impl HostView for Fake {
@@ -86,6 +87,9 @@ mod tests {
                 objects: 3,
                 bytes: 4096,
             }]
+        }
+        fn shard_objects(&self) -> Vec<u64> {
+            self.shard_objects.clone()
         }
     }
 
@@ -167,6 +171,7 @@ mod tests {
         stats.call_time.record(Duration::from_secs(20));
         *view.write() = Some(Arc::new(Fake {
             stats: stats.clone(),
+            shard_objects: vec![2, 1],
         }));
         leader.set(false);
 
@@ -195,6 +200,8 @@ mod tests {
             "kubewasm_plugin_queue_depth{plugin=\"replicator\"} 0",
             "kubewasm_cache_objects{kind=\"configmaps\"} 3",
             "kubewasm_cache_bytes{kind=\"configmaps\"} 4096",
+            "kubewasm_shard_objects{shard=\"0\"} 2",
+            "kubewasm_shard_objects{shard=\"1\"} 1",
             "kubewasm_leader 0",
             "# TYPE kubewasm_plugin_call_duration_seconds histogram",
             "kubewasm_plugin_call_duration_seconds_count{plugin=\"replicator\"} 4",

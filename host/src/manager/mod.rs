@@ -170,6 +170,11 @@ impl PluginHost {
         }
     }
 
+    /// The leadership gate deliveries follow (its shards too).
+    pub fn leadership(&self) -> &Leadership {
+        &self.leadership
+    }
+
     pub fn informers(&self) -> &Arc<InformerSet> {
         &self.informers
     }

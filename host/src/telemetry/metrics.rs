@@ -153,6 +153,11 @@ pub trait HostView: Send + Sync + 'static {
     fn plugins(&self) -> Vec<(String, Arc<dyn PluginFigures>)>;
     /// Cache sizes per kind.
     fn caches(&self) -> Vec<CacheSample>;
+    /// Sharded: the cached objects in each shard (summed over informers);
+    /// empty unsharded.
+    fn shard_objects(&self) -> Vec<u64> {
+        Vec::new()
+    }
 }
 
 /// One plugin's figures that already exist as atomics where they happen
@@ -684,6 +689,20 @@ impl Collector for HostCollector {
         let Some(view) = self.view.read().clone() else {
             return Ok(());
         };
+        let per_shard = view.shard_objects();
+        if !per_shard.is_empty() {
+            let mut m = enc.encode_descriptor(
+                "kubewasm_shard_objects",
+                "Cached objects in each shard (run --shards N), summed over informers: how the objects spread",
+                None,
+                MetricType::Gauge,
+            )?;
+            for (i, n) in per_shard.iter().enumerate() {
+                let shard = i.to_string();
+                m.encode_family(&[("shard", shard.as_str())])?
+                    .encode_gauge(n)?;
+            }
+        }
         let plugins = view.plugins();
         let load = |f: fn(&dyn PluginFigures) -> u64| {
             plugins
