@@ -113,6 +113,7 @@ fn lints_strict_with_every_switch() {
             "--set",
             "cache.persistence.enabled=true,cache.persistence.existingClaim=mine,pluginFolder.configMap=plugins",
         ],
+        &["--set", "leaderElection.shards=3,replicas=3"],
     ] {
         run(
             Command::new(helm())
@@ -240,6 +241,49 @@ fn rendered_config_and_files_are_what_the_host_reads() {
         String::from_utf8_lossy(&out.stderr).contains("limitz"),
         "{}",
         String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// `leaderElection.shards`: the host runs `--shards N`, and its Role grants
+/// the N shard Leases by name and the member Leases; unsharded, neither.
+#[test]
+fn shards_pass_the_flag_and_grant_their_leases() {
+    let role_rules = |d: &[Value]| -> Vec<Value> {
+        d.iter()
+            .find(|doc| {
+                doc["kind"] == "Role" && doc["metadata"]["name"] == "kubewasm-leader-election"
+            })
+            .unwrap()["rules"]
+            .as_array()
+            .unwrap()
+            .clone()
+    };
+    let d = template("kubewasm", &["--set", "leaderElection.shards=3,replicas=3"]);
+    assert!(
+        args(&d).contains(&"--shards=3".to_owned()),
+        "{:?}",
+        args(&d)
+    );
+    let rules = role_rules(&d);
+    assert!(
+        rules.iter().any(|r| r["resourceNames"]
+            == json!(["kubewasm-shard-0", "kubewasm-shard-1", "kubewasm-shard-2"])
+            && r["verbs"] == json!(["get", "patch", "update"])),
+        "{rules:#?}"
+    );
+    assert!(
+        rules.iter().any(|r| r.get("resourceNames").is_none()
+            && r["verbs"] == json!(["delete", "list", "patch"])),
+        "{rules:#?}"
+    );
+    let d = template("kubewasm", &[]);
+    assert!(!args(&d).iter().any(|a| a.starts_with("--shards")));
+    let rules = role_rules(&d);
+    assert!(
+        !rules
+            .iter()
+            .any(|r| r["verbs"] == json!(["delete", "list", "patch"])),
+        "unsharded, no member Leases: {rules:#?}"
     );
 }
 
