@@ -27,12 +27,18 @@ impl HostView for OnePlugin {
             bytes: 1,
         }]
     }
+    fn shard_objects(&self) -> Vec<u64> {
+        vec![1]
+    }
 }
 
 /// The registry's text with a series in every family.
 fn encoded() -> String {
     let view: crate::telemetry::metrics::ViewSlot = Arc::default();
-    let m = Metrics::new(view.clone(), LeaderFlag::default());
+    // Sharded, so the shard families have a series.
+    let leader = LeaderFlag::default();
+    leader.set_shards(1, 1);
+    let m = Metrics::new(view.clone(), leader);
     let _ = m.informer("k");
     let _ = m.plugin("p", &["k".into()]);
     let _ = m.plugin_caps("p");
