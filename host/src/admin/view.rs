@@ -85,6 +85,22 @@ impl HostView for AppView {
             .collect()
     }
 
+    fn shard_queue_depth(&self) -> Vec<u64> {
+        let shards = self.host.leadership().state().shards;
+        let mut out: Vec<u64> = Vec::new();
+        for (_, stats) in self.host.stats() {
+            let per = stats.queue_depth_by_shard(&shards);
+            out.resize(out.len().max(per.len()), 0);
+            for (o, n) in out.iter_mut().zip(per) {
+                *o += n;
+            }
+        }
+        if shards.is_sharded() {
+            out.resize(shards.count as usize, 0);
+        }
+        out
+    }
+
     fn shard_objects(&self) -> Vec<u64> {
         let shards = self.host.leadership().state().shards;
         if !shards.is_sharded() {

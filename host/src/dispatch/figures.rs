@@ -91,6 +91,9 @@ mod tests {
         fn shard_objects(&self) -> Vec<u64> {
             self.shard_objects.clone()
         }
+        fn shard_queue_depth(&self) -> Vec<u64> {
+            self.shard_objects.iter().map(|n| n * 10).collect()
+        }
     }
 
     fn line<'a>(text: &'a str, prefix: &str) -> &'a str {
@@ -202,6 +205,7 @@ mod tests {
             "kubewasm_cache_bytes{kind=\"configmaps\"} 4096",
             "kubewasm_shard_objects{shard=\"0\"} 2",
             "kubewasm_shard_objects{shard=\"1\"} 1",
+            "kubewasm_shard_queue_depth{shard=\"0\"} 20",
             "kubewasm_leader 0",
             "# TYPE kubewasm_plugin_call_duration_seconds histogram",
             "kubewasm_plugin_call_duration_seconds_count{plugin=\"replicator\"} 4",

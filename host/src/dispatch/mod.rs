@@ -114,6 +114,27 @@ impl PluginStats {
         self.sum_queues(KeyedQueue::pending_len)
     }
 
+    /// [`Self::queue_depth`] per shard of `shards` (empty unsharded).
+    pub fn queue_depth_by_shard(&self, shards: &crate::shard::ShardSet) -> Vec<u64> {
+        if !shards.is_sharded() {
+            return Vec::new();
+        }
+        let mut out = vec![0u64; shards.count as usize];
+        let mut queues = self.queues.lock();
+        queues.retain(|q| q.strong_count() > 0);
+        for q in queues.iter().filter_map(std::sync::Weak::upgrade) {
+            for obj in q.queue.lock().pending_objects() {
+                if let Some(n) = shards
+                    .shard_of_object(obj)
+                    .and_then(|i| out.get_mut(i as usize))
+                {
+                    *n += 1;
+                }
+            }
+        }
+        out
+    }
+
     /// Keys waiting on a timer: backing off after a failure, or with a
     /// requeue pending.
     pub fn delayed_depth(&self) -> u64 {

@@ -30,6 +30,9 @@ impl HostView for OnePlugin {
     fn shard_objects(&self) -> Vec<u64> {
         vec![1]
     }
+    fn shard_queue_depth(&self) -> Vec<u64> {
+        vec![0]
+    }
 }
 
 /// The registry's text with a series in every family.

@@ -158,6 +158,11 @@ pub trait HostView: Send + Sync + 'static {
     fn shard_objects(&self) -> Vec<u64> {
         Vec::new()
     }
+    /// Sharded: the deltas waiting in every plugin's queue, per shard;
+    /// empty unsharded.
+    fn shard_queue_depth(&self) -> Vec<u64> {
+        Vec::new()
+    }
 }
 
 /// One plugin's figures that already exist as atomics where they happen
@@ -689,6 +694,20 @@ impl Collector for HostCollector {
         let Some(view) = self.view.read().clone() else {
             return Ok(());
         };
+        let depth = view.shard_queue_depth();
+        if !depth.is_empty() {
+            let mut m = enc.encode_descriptor(
+                "kubewasm_shard_queue_depth",
+                "Deltas waiting in every plugin's queue, per shard (run --shards N)",
+                None,
+                MetricType::Gauge,
+            )?;
+            for (i, n) in depth.iter().enumerate() {
+                let shard = i.to_string();
+                m.encode_family(&[("shard", shard.as_str())])?
+                    .encode_gauge(n)?;
+            }
+        }
         let per_shard = view.shard_objects();
         if !per_shard.is_empty() {
             let mut m = enc.encode_descriptor(

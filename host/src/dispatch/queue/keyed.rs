@@ -512,6 +512,14 @@ impl<K: Clone + Eq + Hash> KeyedQueue<K> {
         self.pending_items
     }
 
+    /// The objects of the pending items (a synced marker has none).
+    pub fn pending_objects(&self) -> impl Iterator<Item = &crate::object::KObject> {
+        self.entries
+            .values()
+            .flat_map(|e| e.pending.iter())
+            .filter_map(|i| i.delta.object.as_deref())
+    }
+
     /// Keys waiting on a timer: backing off, or with a requeue pending.
     pub fn delayed_len(&self) -> usize {
         self.timers.len()

@@ -41,6 +41,24 @@ fn conflict() -> LastFailure {
 }
 
 #[test]
+fn pending_objects_are_the_queued_items_objects_not_the_ones_in_flight() {
+    let mut q: KeyedQueue<&str> = KeyedQueue::default();
+    q.push("a", Item::new(delta(DeltaType::Added, 1)));
+    q.push("b", Item::new(delta(DeltaType::Added, 2)));
+    assert_eq!(q.pending_objects().count(), 2);
+    let (key, _) = q.pop().unwrap();
+    assert_eq!(q.pending_objects().count(), 1, "{key} is in flight");
+    let marker = CallDelta::new(DeltaType::Synced, 0, Gvk::new("", "v1", "Pod"));
+    q.push("synced", Item::new(marker));
+    assert_eq!(q.pending_len(), 2);
+    assert_eq!(
+        q.pending_objects().count(),
+        1,
+        "a synced marker has no object"
+    );
+}
+
+#[test]
 fn coalesces_updates_and_keeps_per_key_order() {
     let mut q = KeyedQueue::default();
     assert_eq!(
