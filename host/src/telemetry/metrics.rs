@@ -643,6 +643,22 @@ fn counter_rows<'a>(
     Ok(())
 }
 
+/// A gauge family with one series per shard (`shard` = its index).
+fn shard_gauge(
+    enc: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    values: impl Iterator<Item = u64>,
+) -> std::fmt::Result {
+    let mut m = enc.encode_descriptor(name, help, None, MetricType::Gauge)?;
+    for (i, v) in values.enumerate() {
+        let shard = i.to_string();
+        m.encode_family(&[("shard", shard.as_str())])?
+            .encode_gauge(&v)?;
+    }
+    Ok(())
+}
+
 impl Collector for HostCollector {
     fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         {
@@ -656,19 +672,12 @@ impl Collector for HostCollector {
         }
         let (count, held) = self.leader.shards();
         if count > 0 {
-            {
-                let mut m = enc.encode_descriptor(
-                    "kubewasm_shard_held",
-                    "1 for each shard this replica acts for (run --shards N), 0 for the others",
-                    None,
-                    MetricType::Gauge,
-                )?;
-                for i in 0..count.min(64) {
-                    let shard = i.to_string();
-                    m.encode_family(&[("shard", shard.as_str())])?
-                        .encode_gauge(&i64::from(held & (1 << i) != 0))?;
-                }
-            }
+            shard_gauge(
+                &mut enc,
+                "kubewasm_shard_held",
+                "1 for each shard this replica acts for (run --shards N), 0 for the others",
+                (0..count.min(64)).map(|i| u64::from(held & (1 << i) != 0)),
+            )?;
             let mut m = enc.encode_descriptor(
                 "kubewasm_shard_deltas",
                 "Deltas this replica queued for its plugins, per shard (run --shards N); their rate is the shard's deltas/s here",
@@ -696,31 +705,21 @@ impl Collector for HostCollector {
         };
         let depth = view.shard_queue_depth();
         if !depth.is_empty() {
-            let mut m = enc.encode_descriptor(
+            shard_gauge(
+                &mut enc,
                 "kubewasm_shard_queue_depth",
                 "Deltas waiting in every plugin's queue, per shard (run --shards N)",
-                None,
-                MetricType::Gauge,
+                depth.into_iter(),
             )?;
-            for (i, n) in depth.iter().enumerate() {
-                let shard = i.to_string();
-                m.encode_family(&[("shard", shard.as_str())])?
-                    .encode_gauge(n)?;
-            }
         }
         let per_shard = view.shard_objects();
         if !per_shard.is_empty() {
-            let mut m = enc.encode_descriptor(
+            shard_gauge(
+                &mut enc,
                 "kubewasm_shard_objects",
                 "Cached objects in each shard (run --shards N), summed over informers: how the objects spread",
-                None,
-                MetricType::Gauge,
+                per_shard.into_iter(),
             )?;
-            for (i, n) in per_shard.iter().enumerate() {
-                let shard = i.to_string();
-                m.encode_family(&[("shard", shard.as_str())])?
-                    .encode_gauge(n)?;
-            }
         }
         let plugins = view.plugins();
         let load = |f: fn(&dyn PluginFigures) -> u64| {
