@@ -87,16 +87,14 @@ impl HostView for AppView {
 
     fn shard_queue_depth(&self) -> Vec<u64> {
         let shards = self.host.leadership().state().shards;
-        let mut out: Vec<u64> = Vec::new();
+        if !shards.is_sharded() {
+            return Vec::new();
+        }
+        let mut out = vec![0u64; shards.count as usize];
         for (_, stats) in self.host.stats() {
-            let per = stats.queue_depth_by_shard(&shards);
-            out.resize(out.len().max(per.len()), 0);
-            for (o, n) in out.iter_mut().zip(per) {
+            for (o, n) in out.iter_mut().zip(stats.queue_depth_by_shard(&shards)) {
                 *o += n;
             }
-        }
-        if shards.is_sharded() {
-            out.resize(shards.count as usize, 0);
         }
         out
     }

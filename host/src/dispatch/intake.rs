@@ -20,15 +20,6 @@ pub(super) fn in_term(shared: &Shared, term: u64) -> bool {
     s.leading && s.term == term
 }
 
-/// Whether `obj` is in a shard this replica holds (always, unsharded;
-/// a synced marker, without an object, always), and which shard.
-fn owned(shared: &Shared, obj: Option<&crate::object::KObject>) -> (bool, Option<u32>) {
-    let Some(o) = obj else { return (true, None) };
-    let shards = shared.leadership.state().shards;
-    let shard = shards.shard_of_object(o);
-    (shard.is_none_or(|i| shards.holds(i)), shard)
-}
-
 pub(super) fn push(shared: &Shared, key: Key, item: Item) {
     push_all(shared, &mut vec![(key, item)]);
 }
@@ -172,8 +163,16 @@ fn accept(
     delta: Delta,
     queued: &mut Vec<(Key, Item)>,
 ) {
-    let (mine, shard) = owned(shared, delta.object.as_deref());
-    let wanted = in_term(shared, term) && filter.deltas.contains(&delta.dtype) && mine && {
+    // One read of the gate: the term, and the shards held (a synced
+    // marker, without an object, is every shard's).
+    let state = shared.leadership.state();
+    let shard = delta
+        .object
+        .as_deref()
+        .and_then(|o| state.shards.shard_of_object(o));
+    let mine = shard.is_none_or(|i| state.shards.holds(i));
+    let current = state.leading && state.term == term;
+    let wanted = current && filter.deltas.contains(&delta.dtype) && mine && {
         let m = filter.wants(delta.dtype, delta.old.as_deref(), delta.object.as_deref());
         if !m {
             // The type is wanted: an update that changed nothing that matters.

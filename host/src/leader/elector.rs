@@ -292,9 +292,8 @@ impl Elector {
                 // A replica's shard electors take turns from the share
                 // check to the gate: two free shards are never both taken
                 // on one look at the share.
-                let turn = self.shard.as_ref().map(|(_, b)| b.turn());
-                let turn_guard = match &turn {
-                    Some(t) => Some(t.lock().await),
+                let turn = match &self.shard {
+                    Some((_, b)) => Some(b.turn().lock_owned().await),
                     None => None,
                 };
                 let sent = Instant::now();
@@ -306,7 +305,7 @@ impl Elector {
                         tracing::warn!(identity, lease, error = %e, "cannot read or update the lease; retrying");
                     }
                 }
-                drop(turn_guard);
+                drop(turn);
                 tokio::select! {
                     () = cancel.cancelled() => return,
                     () = tokio::time::sleep(self.opts.retry_period) => {}
