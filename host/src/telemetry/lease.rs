@@ -1,7 +1,11 @@
 //! Which replica leads, as this replica last read its Lease: what
 //! `/readyz`'s text and the web view say, so an operator who lands on a
 //! follower (a port-forward picks any Pod) sees that it is one and which
-//! replica leads.
+//! replica leads. [`LeaderFlag`] holds it with whether this replica leads
+//! (the `kubewasm_leader` gauge) and, sharded, which shards it holds.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use serde::Serialize;
 
@@ -78,5 +82,76 @@ mod tests {
             view.line()
                 .contains("no replica holds Lease kubewasm/kubewasm")
         );
+    }
+}
+
+/// Whether this replica leads (the `kubewasm_leader` gauge), and the
+/// Lease as last read. True unless leader election says otherwise: without
+/// election every replica acts.
+#[derive(Debug, Clone)]
+pub struct LeaderFlag {
+    leading: Arc<AtomicBool>,
+    lease: Arc<parking_lot::RwLock<Option<LeaseView>>>,
+    /// Sharded (`run --shards N`): N, and the mask of the shards held.
+    shards: Arc<parking_lot::RwLock<(u32, u64)>>,
+    /// Deltas queued for plugins, per shard.
+    shard_deltas: Arc<[AtomicU64; 64]>,
+}
+
+impl Default for LeaderFlag {
+    fn default() -> Self {
+        Self {
+            leading: Arc::new(AtomicBool::new(true)),
+            lease: Arc::default(),
+            shards: Arc::default(),
+            shard_deltas: Arc::new(std::array::from_fn(|_| AtomicU64::new(0))),
+        }
+    }
+}
+
+impl LeaderFlag {
+    pub fn set(&self, leading: bool) {
+        self.leading.store(leading, Ordering::Relaxed);
+    }
+
+    pub fn is_leader(&self) -> bool {
+        self.leading.load(Ordering::Relaxed)
+    }
+
+    /// Records the shards this replica acts for: `held` is a mask over
+    /// `count` shards (0 shards: unsharded).
+    pub fn set_shards(&self, count: u32, held: u64) {
+        *self.shards.write() = (count, held);
+    }
+
+    /// `(count, held mask)`; count 0 when unsharded.
+    pub fn shards(&self) -> (u32, u64) {
+        *self.shards.read()
+    }
+
+    /// One delta of shard `shard` queued for a plugin.
+    pub fn count_shard_delta(&self, shard: u32) {
+        if let Some(c) = self.shard_deltas.get(shard as usize) {
+            c.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    pub fn shard_deltas(&self, shard: u32) -> u64 {
+        self.shard_deltas
+            .get(shard as usize)
+            .map_or(0, |c| c.load(Ordering::Relaxed))
+    }
+
+    /// Records the Lease as the elector last read or wrote it.
+    pub fn observe(&self, view: LeaseView) {
+        *self.lease.write() = Some(view);
+    }
+
+    /// The Lease as last observed, with `leading` as of now; `None`
+    /// without leader election.
+    pub fn lease(&self) -> Option<LeaseView> {
+        let mut view = self.lease.read().clone()?;
+        view.leading = self.is_leader();
+        Some(view)
     }
 }
