@@ -52,6 +52,17 @@ async fn written(client: &kube::Client, ns: &str) -> Vec<Written> {
     recorder_written(client, ns).await
 }
 
+/// Sets ConfigMap `name`'s `data.v` to `v` (one change to deliver).
+async fn set_value(api: &Api<ConfigMap>, name: &str, v: impl ToString) {
+    api.patch(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"data": {"v": v.to_string()}})),
+    )
+    .await
+    .unwrap();
+}
+
 /// The holder of shard `i`'s Lease (its replica name), and since when.
 async fn holder(leases: &Api<Lease>, i: u32) -> Option<(String, Timestamp)> {
     let spec = leases
@@ -191,13 +202,7 @@ async fn two_replicas_split_the_objects_by_uid_and_the_survivor_takes_a_killed_o
         tokio::spawn(async move {
             for round in 1..=5 {
                 for i in 0..OBJECTS / 2 {
-                    api.patch(
-                        &format!("c{i}"),
-                        &PatchParams::default(),
-                        &Patch::Merge(json!({"data": {"v": round.to_string()}})),
-                    )
-                    .await
-                    .unwrap();
+                    set_value(&api, &format!("c{i}"), round).await;
                 }
                 if round == 2 {
                     for i in 30..34 {
@@ -311,13 +316,7 @@ async fn three_replicas_scale_down_to_one_and_back_and_every_shard_holder_sees_e
         let api = api.clone();
         async move {
             for i in (round as usize % 3..60).step_by(3) {
-                api.patch(
-                    &format!("s{i}"),
-                    &PatchParams::default(),
-                    &Patch::Merge(json!({"data": {"v": round.to_string()}})),
-                )
-                .await
-                .unwrap();
+                set_value(&api, &format!("s{i}"), round).await;
             }
         }
     };
