@@ -74,6 +74,8 @@ pub struct RunOptions {
     pub election: Option<ElectionOptions>,
     /// How long shutdown waits for in-flight calls and actions.
     pub shutdown_grace: Duration,
+    /// Events waiting to be recorded at most (see `ExecutorOptions::event_queue`).
+    pub event_queue: usize,
     /// Listen address of `/healthz`, `/readyz` and `/metrics` (`main`
     /// serves it; an `App` alone never binds).
     pub metrics_addr: MetricsAddr,
@@ -330,6 +332,7 @@ impl App {
                 sink,
                 ExecutorOptions {
                     dry_run: opts.dry_run,
+                    event_queue: opts.event_queue,
                     ..ExecutorOptions::default()
                 },
                 telemetry.clone(),

@@ -234,34 +234,111 @@ pub struct Written {
     pub delta: String,
     pub name: String,
     pub rv: String,
+    /// A replay of the cache (initial list, or a new leader's or shard
+    /// holder's), not a live change.
+    pub initial: bool,
+}
+
+impl Written {
+    /// One recorder Event, read.
+    pub fn of(e: &kube::core::DynamicObject) -> Self {
+        let text = |v: &Value, what: &str| {
+            v.as_str()
+                .unwrap_or_else(|| panic!("a recorder Event without {what}: {v}"))
+                .to_owned()
+        };
+        let note: Value = serde_json::from_str(&text(&e.data["note"], "a note")).unwrap();
+        Written {
+            instance: text(&e.data["reportingInstance"], "reportingInstance"),
+            at: text(&e.data["eventTime"], "eventTime").parse().unwrap(),
+            version: text(&note["version"], "version"),
+            seq: note["seq"].as_u64().unwrap(),
+            delta: text(&note["type"], "type"),
+            name: text(&note["name"], "name"),
+            rv: text(&note["rv"], "rv"),
+            initial: note["initial"].as_bool().unwrap_or(false),
+        }
+    }
 }
 
 /// The recorder's Events in `ns` as [`Written`], in each plugin version's
 /// order of delivery.
 pub async fn recorder_written(client: &kube::Client, ns: &str) -> Vec<Written> {
-    let text = |v: &Value, what: &str| {
-        v.as_str()
-            .unwrap_or_else(|| panic!("a recorder Event without {what}: {v}"))
-            .to_owned()
-    };
     let mut out: Vec<Written> = recorder_events(client, ns)
         .await
         .iter()
-        .map(|e| {
-            let note: Value = serde_json::from_str(&text(&e.data["note"], "a note")).unwrap();
-            Written {
-                instance: text(&e.data["reportingInstance"], "reportingInstance"),
-                at: text(&e.data["eventTime"], "eventTime").parse().unwrap(),
-                version: text(&note["version"], "version"),
-                seq: note["seq"].as_u64().unwrap(),
-                delta: text(&note["type"], "type"),
-                name: text(&note["name"], "name"),
-                rv: text(&note["rv"], "rv"),
-            }
-        })
+        .map(Written::of)
         .collect();
     out.sort_by(|a, b| (&a.version, a.seq).cmp(&(&b.version, b.seq)));
     out
+}
+
+/// The recorder's Events in one namespace as they are written, each read
+/// once (a watch), for suites whose recorders write tens of thousands:
+/// listing them all again at every look would cost more than the hosts
+/// under test. Stops when dropped.
+pub struct WrittenFeed {
+    seen: std::sync::Arc<std::sync::Mutex<(std::collections::HashSet<String>, Vec<Written>)>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl WrittenFeed {
+    pub fn start(client: &kube::Client, ns: &str) -> Self {
+        use futures::StreamExt as _;
+        let api: Api<kube::core::DynamicObject> =
+            Api::namespaced_with(client.clone(), ns, &events_resource());
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Default::default()));
+        let task = tokio::spawn({
+            let seen = std::sync::Arc::clone(&seen);
+            async move {
+                let config =
+                    kube::runtime::watcher::Config::default().labels("kubewasm.io/plugin=recorder");
+                let mut events = std::pin::pin!(kube::runtime::watcher(api, config));
+                while let Some(e) = events.next().await {
+                    let (kube::runtime::watcher::Event::Apply(e)
+                    | kube::runtime::watcher::Event::InitApply(e)) = (match e {
+                        Ok(e) => e,
+                        Err(_) => continue,
+                    })
+                    else {
+                        continue;
+                    };
+                    let name = e.metadata.name.clone().unwrap_or_default();
+                    let mut guard = seen.lock().unwrap();
+                    let (names, all): &mut (std::collections::HashSet<String>, Vec<Written>) =
+                        &mut guard;
+                    if names.insert(name) {
+                        all.push(Written::of(&e));
+                    }
+                }
+            }
+        });
+        Self { seen, task }
+    }
+
+    /// Everything written so far, in each plugin version's order of
+    /// delivery.
+    pub fn written(&self) -> Vec<Written> {
+        let mut out = self.seen.lock().unwrap().1.clone();
+        out.sort_by(|a, b| (&a.version, a.seq).cmp(&(&b.version, b.seq)));
+        out
+    }
+}
+
+impl Drop for WrittenFeed {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+fn events_resource() -> kube::core::ApiResource {
+    kube::core::ApiResource {
+        group: "events.k8s.io".into(),
+        version: "v1".into(),
+        api_version: "events.k8s.io/v1".into(),
+        kind: "Event".into(),
+        plural: "events".into(),
+    }
 }
 
 /// The Events plugin `plugin` wrote in `ns` (label `kubewasm.io/plugin`).
@@ -270,14 +347,8 @@ pub async fn plugin_events(
     ns: &str,
     plugin: &str,
 ) -> Vec<kube::core::DynamicObject> {
-    let ar = kube::core::ApiResource {
-        group: "events.k8s.io".into(),
-        version: "v1".into(),
-        api_version: "events.k8s.io/v1".into(),
-        kind: "Event".into(),
-        plural: "events".into(),
-    };
-    let api: Api<kube::core::DynamicObject> = Api::namespaced_with(client.clone(), ns, &ar);
+    let api: Api<kube::core::DynamicObject> =
+        Api::namespaced_with(client.clone(), ns, &events_resource());
     api.list(&ListParams::default().labels(&format!("kubewasm.io/plugin={plugin}")))
         .await
         .unwrap()

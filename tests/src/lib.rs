@@ -182,6 +182,7 @@ pub fn options(plugins: &Path, local: &Path, cache: &Path) -> RunOptions {
         poll: Duration::from_secs(30),
         election: None,
         shutdown_grace: Duration::from_secs(20),
+        event_queue: kubewasm::actions::executor::DEFAULT_EVENT_QUEUE,
         metrics_addr: kubewasm::admin::server::MetricsAddr::Off,
         ui: false,
         admin: Default::default(),

@@ -121,6 +121,7 @@ impl RunSettings {
             shard_key: self.shard_key.or(file.shard_key),
             shard_follow_owner: self.shard_follow_owner.or(file.shard_follow_owner),
             shutdown_grace: self.shutdown_grace.or(file.shutdown_grace),
+            event_queue: self.event_queue.or(file.event_queue),
             metrics_addr: self.metrics_addr.or(file.metrics_addr),
             metrics_auth: self.metrics_auth.or(file.metrics_auth),
             metrics_cert_dir: self.metrics_cert_dir.or(file.metrics_cert_dir),

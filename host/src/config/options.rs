@@ -179,6 +179,9 @@ impl RunSettings {
             poll: self.poll.unwrap_or(Duration::from_secs(30)),
             election,
             shutdown_grace: self.shutdown_grace.unwrap_or(DEFAULT_SHUTDOWN_GRACE),
+            event_queue: self
+                .event_queue
+                .unwrap_or(crate::actions::executor::DEFAULT_EVENT_QUEUE),
             metrics_addr,
             ui,
             admin,
@@ -269,6 +272,12 @@ impl RunSettings {
         }
         if self.page_size == Some(0) {
             return bad("pageSize must be at least 1".into());
+        }
+        if self.event_queue == Some(0) {
+            return bad(
+                "eventQueue must be at least 1 (it bounds the Events waiting to be recorded; leave it out for 1024)"
+                    .into(),
+            );
         }
         if let Some(d) = &self.dispatch {
             if d.max_attempts == Some(0) {

@@ -78,6 +78,9 @@ pub struct RunSettings {
     #[serde(default, with = "humantime_serde")]
     #[schemars(schema_with = "crate::runtime::manifest::duration_schema")]
     pub shutdown_grace: Option<Duration>,
+    /// Events waiting to be recorded at most (default 1024); past it a
+    /// plugin's Events are dropped and counted, never holding it back.
+    pub event_queue: Option<usize>,
     /// `/healthz`, `/readyz` and `/metrics` listen address (`HOST:PORT`,
     /// `:PORT` or `off`); default `0.0.0.0:9090`, off for `untilIdle` runs.
     #[schemars(with = "Option<String>")]

@@ -356,6 +356,7 @@ fn election_keys_in_the_file() {
         .into_options_in(false, &Environment::default())
         .unwrap();
     assert_eq!(opts.shutdown_grace, Duration::from_secs(5));
+    assert_eq!(opts.event_queue, 1024, "the default Event queue");
     let e = opts.election.unwrap();
     assert_eq!((e.lease_name.as_str(), e.namespace.as_str()), ("ha", "ops"));
     assert_eq!(e.retry_period, Duration::from_millis(500));
@@ -638,4 +639,22 @@ fn out_of_range_values_are_errors_not_panics() {
             "{text}: {e}"
         );
     }
+}
+
+#[test]
+fn the_event_queue_is_read_from_the_file_and_zero_is_refused() {
+    let parse = |q: &str| {
+        RunSettings::default()
+            .over(
+                RunSettings::parse(
+                    &format!("apiVersion: kubewasm.io/v1alpha1\nkind: HostConfig\nplugins: p\nkubeconfig: k\neventQueue: {q}\n"),
+                    Path::new("c.yaml"),
+                )
+                .unwrap(),
+            )
+            .into_options_in(false, &Environment::default())
+    };
+    assert_eq!(parse("50000").unwrap().event_queue, 50_000);
+    let e = parse("0").unwrap_err().to_string();
+    assert!(e.contains("eventQueue must be at least 1"), "{e}");
 }

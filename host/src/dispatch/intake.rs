@@ -8,6 +8,7 @@ use std::sync::atomic::Ordering;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use super::carry;
 use super::queue::{Item, Pushed};
 use super::{Key, Shared, SubId, SubscriptionFilter};
 use crate::informer::{Delta, DeltaType, Informer};
@@ -81,7 +82,10 @@ pub(super) async fn run(
             // What an older term delivered: the replay delivers it anew.
             shared.delivered.lock().clear();
         }
-        q.advance_term(term)
+        // Deletes of shards held throughout go on (see `carry`).
+        q.advance_term(term, |i| {
+            carry::term_for(&shared, i.term, &i.delta).is_some()
+        })
     };
     if stale > 0 {
         shared.activity.settle(stale);
@@ -153,6 +157,44 @@ fn resync_all(
     push_all(shared, &mut queued);
 }
 
+/// A delete of an old term's subscription that goes on into the current
+/// term (see [`carry`]): `Some(Some(item))` to queue now, `Some(None)` kept
+/// until the successor subscribes; `None` when it does not go on.
+fn carried(
+    shared: &Shared,
+    id: SubId,
+    filter: &SubscriptionFilter,
+    term: u64,
+    delta: &Delta,
+) -> Option<Option<(Key, Item)>> {
+    let object = delta.object.as_ref()?;
+    let call = CallDelta {
+        object: Some(object.clone()),
+        old: delta.old.clone(),
+        final_state_unknown: delta.final_state_unknown,
+        ..CallDelta::new(delta.dtype, filter.index, filter.kind.clone())
+    };
+    let now = carry::term_for(shared, term, &call)?;
+    let key = (id, object.key());
+    let item = Item::new(call)
+        .received_at(delta.received)
+        .seq(delta.seq)
+        .term(now);
+    let mut cuts = shared.carried.lock();
+    match cuts.handing(id, term, delta.seq) {
+        carry::Handing::On => Some(Some((key, item))),
+        carry::Handing::Drop => {
+            drop(cuts);
+            shared.activity.settle(1);
+            Some(None)
+        }
+        carry::Handing::Wait => {
+            cuts.wait(id, term, key, item);
+            Some(None)
+        }
+    }
+}
+
 /// Filters one informer delta and adds it to `queued`, the batch its
 /// caller queues.
 fn accept(
@@ -181,6 +223,17 @@ fn accept(
         m
     };
     if !wanted {
+        if !current
+            && state.leading
+            && mine
+            && filter.deltas.contains(&delta.dtype)
+            && let Some(carried) = carried(shared, id, filter, term, &delta)
+        {
+            if let Some(item) = carried {
+                queued.push(item);
+            }
+            return;
+        }
         shared.activity.settle(1);
         if delta.dtype == DeltaType::Deleted
             && in_term(shared, term)

@@ -25,6 +25,7 @@
 //! only while that term lasts (a new term resubscribes, replaying the
 //! cache); losing leadership drops everything queued and every timer.
 
+mod carry;
 pub mod dead;
 mod figures;
 mod intake;
@@ -344,6 +345,9 @@ struct Shared {
     /// term: a delta whose current state it is already is not delivered
     /// again, and an update's `old` is it. Released with the object.
     delivered: Mutex<HashMap<Key, crate::object::ObjectHandle>>,
+    /// Each subscription pair's replay cut per term, and the deletes of an
+    /// old subscription waiting for its successor's (see [`carry`]).
+    carried: Mutex<carry::Cuts>,
 }
 
 impl Shared {
@@ -527,6 +531,7 @@ impl Dispatcher {
             telemetry,
             subs: Mutex::new(HashMap::new()),
             delivered: Mutex::new(HashMap::new()),
+            carried: Mutex::new(carry::Cuts::default()),
         });
         shared.stats.queues.lock().push(Arc::downgrade(&shared));
         let tasks = TaskTracker::new();
@@ -543,8 +548,10 @@ impl Dispatcher {
     }
 
     /// Starts consuming the informer deltas of subscription pair `id`,
-    /// forwarded only while leadership term `term` lasts. A pair added
-    /// again (a new term's replay) replaces its informer.
+    /// forwarded only while leadership term `term` lasts; `cut` is the
+    /// informer's sequence number the subscription's replay was taken at
+    /// (its [`SubscriptionHandle::cut`](crate::informer::SubscriptionHandle)).
+    /// A pair added again (a new term's replay) replaces its informer.
     pub fn add_intake(
         &self,
         id: SubId,
@@ -552,7 +559,20 @@ impl Dispatcher {
         informer: Arc<Informer>,
         rx: mpsc::UnboundedReceiver<Delta>,
         term: u64,
+        cut: u64,
     ) {
+        // Deletes an older subscription of the pair held for this one.
+        let (on, settled) = self.shared.carried.lock().subscribed(id, term, cut);
+        if settled > 0 {
+            self.shared.activity.settle(settled);
+        }
+        if !on.is_empty() {
+            let mut on: Vec<(Key, Item)> = on
+                .into_iter()
+                .map(|(key, item)| (key, item.term(term)))
+                .collect();
+            intake::push_all(&self.shared, &mut on);
+        }
         let guard = self.shared.telemetry.task(format!(
             "dispatcher intake of plugin {} from {}",
             self.shared.plugin,
@@ -677,6 +697,7 @@ impl Dispatcher {
         let mut items = fenced;
         items.append(&mut self.shared.held.lock());
         items.extend(self.shared.queue.lock().take_pending());
+        items.extend(self.shared.carried.lock().take_waiting());
         items
     }
 

@@ -507,6 +507,25 @@ fn to_feed(
     });
 }
 
+/// Ends a call whose term is over: its outcome belongs to that term (the
+/// next one replays the cache), unless it was a delete that goes on into
+/// the current term (see [`carry`](super::carry)), queued again there.
+fn overtaken(shared: &Shared, key: Key, item: Item) {
+    let carried = super::carry::term_for(shared, item.term, &item.delta);
+    finish(shared, item.weight, |q| q.ok(&key));
+    if let Some(term) = carried {
+        shared.activity.emit(1);
+        let again = Item::new(CallDelta {
+            attempt: 1,
+            ..item.delta
+        })
+        .received_at(item.received)
+        .seq(item.seq)
+        .term(term);
+        push(shared, key, again);
+    }
+}
+
 /// Acts on one call's outcome: run its actions, then retry, park or give up.
 async fn settle(
     shared: &Arc<Shared>,
@@ -530,7 +549,7 @@ async fn settle(
             // Leadership was lost (and maybe regained) during the call: its
             // actions belong to a term that is over and are not executed;
             // the next term replays the cache.
-            finish(shared, item.weight, |q| q.ok(&key));
+            overtaken(shared, key, item);
             return;
         }
         Ok(Handled {
@@ -587,7 +606,7 @@ async fn settle(
                 // Leadership lost: the queue is dropped, the next leader
                 // replays the cache.
                 Err(f) if f.error == ActionError::NotLeader => {
-                    finish(shared, item.weight, |q| q.ok(&key));
+                    overtaken(shared, key, item);
                     return;
                 }
                 // Stopping: the delta goes to the next version.
@@ -627,7 +646,7 @@ async fn settle(
     // term that is over, so it is neither retried nor recorded (the next
     // term replays the cache). Checked again under the queue's lock below.
     if !current(shared, &shared.queue.lock(), item.term) {
-        finish(shared, item.weight, |q| q.ok(&key));
+        overtaken(shared, key, item);
         return;
     }
     let obj_key = key.1.to_string();

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use crate::shard::ShardSet;
+use crate::shard::{MAX_SHARDS, ShardSet};
 
 pub use elector::{Elector, KubeLeases, LeaseBackend, LeaseError, ShardBalance};
 pub use members::{FairShare, KubeMembers, Members};
@@ -48,6 +48,10 @@ impl LeaderState {
 #[derive(Debug, Clone)]
 pub struct Leadership {
     tx: Arc<watch::Sender<LeaderState>>,
+    /// Per shard, the term since which this replica has held it without a
+    /// break (meaningful while held): a delete queued in an earlier term of
+    /// a shard held since then still belongs to this replica.
+    since: Arc<parking_lot::Mutex<[u64; MAX_SHARDS as usize]>>,
 }
 
 impl Leadership {
@@ -76,7 +80,20 @@ impl Leadership {
     fn with(state: LeaderState) -> Self {
         Self {
             tx: Arc::new(watch::channel(state).0),
+            since: Arc::new(parking_lot::Mutex::new([0; MAX_SHARDS as usize])),
         }
+    }
+
+    /// The term since which shard `index` has been held without a break;
+    /// `None` when it is not held now (or unsharded).
+    pub fn held_since(&self, index: u32) -> Option<u64> {
+        // The state first, then `since`, never both at once (hold takes
+        // them in the other order).
+        let state = self.state();
+        if !(state.leading && state.shards.is_sharded() && state.shards.holds(index)) {
+            return None;
+        }
+        self.since.lock().get(index as usize).copied()
     }
 
     pub fn state(&self) -> LeaderState {
@@ -123,11 +140,15 @@ impl Leadership {
             if next == s.shards {
                 return false;
             }
+            let gained = held && !s.shards.holds(index);
             s.shards = next;
             s.leading = next.held != 0;
             if s.leading {
                 s.term += 1;
                 term = s.term;
+            }
+            if gained && let Some(t) = self.since.lock().get_mut(index as usize) {
+                *t = s.term;
             }
             true
         });

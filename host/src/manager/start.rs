@@ -93,8 +93,8 @@ impl PluginHost {
         for actor in &actors {
             actor.set_scope(scope.clone());
         }
-        for (id, (filter, informer, rx)) in subscribed.intakes.into_iter().enumerate() {
-            dispatcher.add_intake(pair_id(id), filter, informer, rx, term);
+        for (id, (filter, informer, rx, cut)) in subscribed.intakes.into_iter().enumerate() {
+            dispatcher.add_intake(pair_id(id), filter, informer, rx, term, cut);
         }
         tracing::info!(
             plugin = name,
@@ -258,7 +258,7 @@ impl PluginHost {
             }
             subscribed
                 .intakes
-                .push((filter, handle.informer.clone(), rx));
+                .push((filter, handle.informer.clone(), rx, handle.cut));
             subscribed.handles.push(handle);
         }
         subscribed
@@ -335,6 +335,7 @@ struct Subscribed {
         SubscriptionFilter,
         Arc<Informer>,
         mpsc::UnboundedReceiver<crate::informer::Delta>,
+        u64,
     )>,
     /// Per kind, the caches the plugin may read.
     reads: HashMap<crate::kind::Gvk, Vec<CacheView>>,

@@ -113,6 +113,7 @@ impl PluginVersion {
                 fresh.informer.clone(),
                 rx,
                 term,
+                fresh.cut,
             );
             let old = std::mem::replace(handle, fresh);
             informers.unsubscribe(&old);

@@ -421,10 +421,11 @@ impl<K: Clone + Eq + Hash> KeyedQueue<K> {
     /// The leadership term the queue serves now: items of earlier terms and
     /// every timer (all set in an earlier term) are dropped (a term's
     /// replay follows), the keys' failures forgotten; items of `term` already queued (a predecessor's
-    /// hand-over) stay. Returns the weight to settle. Called when a term's
+    /// hand-over) stay, and so do older items `carry` accepts (a delete
+    /// the replay cannot stand for), moved into `term`. Returns the weight to settle. Called when a term's
     /// intake starts, so a loss and a regain that the leadership watch
     /// folded into one change still drop the old term's work.
-    pub fn advance_term(&mut self, term: u64) -> u64 {
+    pub fn advance_term(&mut self, term: u64, mut carry: impl FnMut(&Item) -> bool) -> u64 {
         if term <= self.term {
             return 0;
         }
@@ -433,7 +434,10 @@ impl<K: Clone + Eq + Hash> KeyedQueue<K> {
         let mut dropped_items = 0;
         for e in self.entries.values_mut() {
             let before = e.pending.len();
-            e.pending.retain(|i| {
+            e.pending.retain_mut(|i| {
+                if i.term < term && carry(i) {
+                    i.term = term;
+                }
                 let keep = i.term >= term;
                 if !keep {
                     settled += i.weight;

@@ -208,7 +208,7 @@ fn rig_led(
         },
     );
     let term = leadership.state().term;
-    dispatcher.add_intake(0, filter, handle.informer.clone(), deltas, term);
+    dispatcher.add_intake(0, filter, handle.informer.clone(), deltas, term, handle.cut);
     dispatcher.start_when_synced(vec![handle.informer.clone()]);
     Rig {
         dispatcher,

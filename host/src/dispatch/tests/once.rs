@@ -66,8 +66,14 @@ async fn the_cache_running_ahead_delivers_each_state_once_with_the_old_last_hand
 fn replay(r: &Rig, term: u64) {
     let (tx, rx) = mpsc::unbounded_channel();
     let fresh = r.set.subscribe(spec(), tx);
-    r.dispatcher
-        .add_intake(0, all_deltas(&[], None), fresh.informer.clone(), rx, term);
+    r.dispatcher.add_intake(
+        0,
+        all_deltas(&[], None),
+        fresh.informer.clone(),
+        rx,
+        term,
+        fresh.cut,
+    );
 }
 
 /// A call that straddles a leadership loss: one that fails (its retry

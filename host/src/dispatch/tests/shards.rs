@@ -6,6 +6,32 @@ use std::collections::BTreeSet;
 use super::*;
 use crate::shard::{ShardKey, ShardSet, fnv1a64, shard_of};
 
+/// UUID-shaped uids, random-looking as the API server's are (FNV-1a's
+/// top bits barely move when only a string's last bytes differ, so
+/// `uid-0`, `uid-1`, ... would all fall in one shard).
+fn uid(i: usize) -> String {
+    let mut x = (i as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    x ^= x >> 31;
+    let y = x.wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    format!(
+        "{:08x}-{:04x}-4{:03x}-8{:03x}-{:012x}",
+        x >> 32,
+        (x >> 16) & 0xffff,
+        x & 0xfff,
+        y & 0xfff,
+        y >> 16
+    )
+}
+
+fn spec() -> crate::informer::InformerSpec {
+    crate::informer::InformerSpec {
+        kind: configmaps(),
+        namespace: None,
+        label_selector: None,
+        field_selector: None,
+    }
+}
+
 fn names_in(seen: &[Seen], what: &str) -> BTreeSet<String> {
     seen.iter()
         .filter(|s| s.what == what)
@@ -24,22 +50,6 @@ async fn a_sharded_replica_is_handed_only_the_objects_of_the_shards_it_holds() {
         1,
         leadership.clone(),
     );
-    // UUID-shaped uids, random-looking as the API server's are (FNV-1a's
-    // top bits barely move when only a string's last bytes differ, so
-    // `uid-0`, `uid-1`, ... would all fall in one shard).
-    let uid = |i: usize| {
-        let mut x = (i as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        x ^= x >> 31;
-        let y = x.wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        format!(
-            "{:08x}-{:04x}-4{:03x}-8{:03x}-{:012x}",
-            x >> 32,
-            (x >> 16) & 0xffff,
-            x & 0xfff,
-            y & 0xfff,
-            y >> 16
-        )
-    };
     let shard = |i: usize| shard_of(fnv1a64(uid(i).as_bytes()), 2);
     let objects: Vec<KObject> = (0..20)
         .map(|i| cm_uid(&format!("c{i}"), &uid(i), 1, "x"))
@@ -75,21 +85,148 @@ async fn a_sharded_replica_is_handed_only_the_objects_of_the_shards_it_holds() {
     let term = leadership.hold(1, true);
     r.seen.lock().clear();
     let (tx, rx) = mpsc::unbounded_channel();
-    let fresh = r.set.subscribe(
-        crate::informer::InformerSpec {
-            kind: configmaps(),
-            namespace: None,
-            label_selector: None,
-            field_selector: None,
-        },
-        tx,
+    let fresh = r.set.subscribe(spec(), tx);
+    r.dispatcher.add_intake(
+        0,
+        all_deltas(&[], None),
+        fresh.informer.clone(),
+        rx,
+        term,
+        fresh.cut,
     );
-    r.dispatcher
-        .add_intake(0, all_deltas(&[], None), fresh.informer.clone(), rx, term);
     let all: BTreeSet<String> = (0..20).map(|i| format!("c{i}")).collect();
     r.until("every object after the replay", |s| {
         names_in(s, "added") == all
     })
     .await;
+    r.set.shutdown().await;
+}
+
+/// How a delete of a shard-0 object is caught by shard 1's gain (a new
+/// term): waiting for its retry, or in the call the gain overtook.
+#[derive(Clone, Copy)]
+enum Caught {
+    Retrying,
+    InTheCall,
+}
+
+/// A replica that keeps shard 0 while it takes shard 1 starts a new term
+/// (what it queued is dropped, its cache replayed), but a delete of a
+/// shard-0 object is what the replay cannot stand for: it reaches the
+/// plugin in the new term, after the replay.
+async fn a_delete_of_a_shard_held_throughout_outlives_a_new_term(caught: Caught) {
+    let leadership = Leadership::sharded(ShardSet::sharded(2, ShardKey::Uid, false));
+    leadership.hold(0, true);
+    let mine = (0..50)
+        .find(|i| shard_of(fnv1a64(uid(*i).as_bytes()), 2) == 0)
+        .unwrap();
+    let name = format!("c{mine}");
+    let first = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let r = rig_led(
+        DispatchOptions::default(),
+        all_deltas(&[], None),
+        Box::new({
+            let (leadership, first) = (leadership.clone(), first.clone());
+            move |d| {
+                if d.dtype != DeltaType::Deleted
+                    || !first.swap(false, std::sync::atomic::Ordering::SeqCst)
+                {
+                    return Ok(Handled::default());
+                }
+                match caught {
+                    Caught::Retrying => Err(CallError::Retry("not yet".into())),
+                    Caught::InTheCall => {
+                        leadership.hold(1, true);
+                        Ok(Handled::default())
+                    }
+                }
+            }
+        }),
+        1,
+        leadership.clone(),
+    );
+    r.list(vec![cm_uid(&name, &uid(mine), 1, "x")]);
+    r.until("the add", |s| names_in(s, "added").contains(&name))
+        .await;
+    r.send(WatchEvent::Delete(cm_uid(&name, &uid(mine), 2, "x")));
+    r.until("the delete's first call", |s| {
+        names_in(s, "deleted").contains(&name)
+    })
+    .await;
+    let term = match caught {
+        Caught::Retrying => leadership.hold(1, true),
+        Caught::InTheCall => leadership.state().term,
+    };
+    let (tx, rx) = mpsc::unbounded_channel();
+    let fresh = r.set.subscribe(spec(), tx);
+    r.dispatcher.add_intake(
+        0,
+        all_deltas(&[], None),
+        fresh.informer.clone(),
+        rx,
+        term,
+        fresh.cut,
+    );
+    // The replay has nothing of the object; the delete comes again.
+    r.until("the delete in the new term", |s| {
+        s.iter()
+            .filter(|s| s.what == "deleted" && s.name == name)
+            .count()
+            == 2
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let deletes = r.seen().iter().filter(|s| s.what == "deleted").count();
+    assert_eq!(deletes, 2, "once per term: {:#?}", r.seen());
+    r.set.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_retrying_delete_of_a_shard_held_throughout_outlives_a_new_term() {
+    a_delete_of_a_shard_held_throughout_outlives_a_new_term(Caught::Retrying).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_delete_whose_call_a_new_term_overtook_is_delivered_again_in_it() {
+    a_delete_of_a_shard_held_throughout_outlives_a_new_term(Caught::InTheCall).await;
+}
+
+/// A shard taken from another replica starts from its replay alone: a
+/// delete this replica saw while it did not hold the shard is not carried.
+#[tokio::test(start_paused = true)]
+async fn a_delete_of_a_shard_just_taken_is_not_carried() {
+    let leadership = Leadership::sharded(ShardSet::sharded(2, ShardKey::Uid, false));
+    leadership.hold(0, true);
+    let theirs = (0..50)
+        .find(|i| shard_of(fnv1a64(uid(*i).as_bytes()), 2) == 1)
+        .unwrap();
+    let name = format!("c{theirs}");
+    let r = rig_led(
+        DispatchOptions::default(),
+        all_deltas(&[], None),
+        Box::new(|_| Ok(Handled::default())),
+        1,
+        leadership.clone(),
+    );
+    r.list(vec![cm_uid(&name, &uid(theirs), 1, "x")]);
+    r.send(WatchEvent::Delete(cm_uid(&name, &uid(theirs), 2, "x")));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let term = leadership.hold(1, true);
+    let (tx, rx) = mpsc::unbounded_channel();
+    let fresh = r.set.subscribe(spec(), tx);
+    r.dispatcher.add_intake(
+        0,
+        all_deltas(&[], None),
+        fresh.informer.clone(),
+        rx,
+        term,
+        fresh.cut,
+    );
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert!(
+        r.seen().iter().all(|s| s.name != name),
+        "shard 1's object, deleted before it was taken: {:#?}",
+        r.seen()
+    );
     r.set.shutdown().await;
 }

@@ -188,7 +188,14 @@ impl World {
         );
         let (tx, rx) = mpsc::unbounded_channel();
         let handle = self.set.subscribe(self.spec.clone(), tx);
-        dispatcher.add_intake(0, all_deltas(&[], None), handle.informer.clone(), rx, term);
+        dispatcher.add_intake(
+            0,
+            all_deltas(&[], None),
+            handle.informer.clone(),
+            rx,
+            term,
+            handle.cut,
+        );
         Version { dispatcher, handle }
     }
 
@@ -216,8 +223,14 @@ impl World {
     fn replay(&self, v: &mut Version, term: u64) {
         let (tx, rx) = mpsc::unbounded_channel();
         let fresh = self.set.subscribe(self.spec.clone(), tx);
-        v.dispatcher
-            .add_intake(0, all_deltas(&[], None), fresh.informer.clone(), rx, term);
+        v.dispatcher.add_intake(
+            0,
+            all_deltas(&[], None),
+            fresh.informer.clone(),
+            rx,
+            term,
+            fresh.cut,
+        );
         let old = std::mem::replace(&mut v.handle, fresh);
         self.set.unsubscribe(&old);
     }

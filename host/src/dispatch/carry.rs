@@ -1,0 +1,164 @@
+//! Deletes across a new term of a replica that keeps acting. Sharded, any
+//! change of the shards a replica holds starts a new term (to fence what
+//! it gave up and replay what it took), and what the old term had not
+//! handled is dropped because the new term's replay of the cache covers
+//! it with every object's current state. A delete is what a replay cannot
+//! carry (the object is no longer there), so the delete of an object whose
+//! shard this replica has held without a break since the delete's term
+//! goes on into the new term: whether it was queued (or backing off), in a
+//! call the term change overtook, or still in the old subscription's
+//! channel. A shard taken over from another replica starts from the replay
+//! alone, as a new leader does.
+//!
+//! The old subscription's channel holds deltas the new subscription also
+//! gets (those numbered after the new one's replay): each subscription
+//! pair's replay cut per term is kept, so a channel hands on only the
+//! deletes numbered up to its successor's cut, and each delete goes on
+//! once.
+
+use std::collections::HashMap;
+
+use super::queue::Item;
+use super::{Key, Shared, SubId};
+use crate::informer::DeltaType;
+use crate::runtime::CallDelta;
+
+/// The term a delete of term `from` goes on in, if it does: `delta` is a
+/// delete, this replica acts in a later term, sharded, and has held the
+/// object's shard since `from` or earlier.
+pub(super) fn term_for(shared: &Shared, from: u64, delta: &CallDelta) -> Option<u64> {
+    if delta.dtype != DeltaType::Deleted {
+        return None;
+    }
+    let object = delta.object.as_deref()?;
+    let state = shared.leadership.state();
+    if !state.leading || state.term <= from || !state.shards.is_sharded() {
+        return None;
+    }
+    let shard = state.shards.shard_of_object(object)?;
+    let since = shared.leadership.held_since(shard)?;
+    (since <= from).then_some(state.term)
+}
+
+/// What an old subscription's delete becomes.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Handing {
+    /// Numbered up to the successor's cut: the successor never sees it.
+    On,
+    /// The successor's subscription got it too.
+    Drop,
+    /// No successor has subscribed yet: kept until one does.
+    Wait,
+}
+
+/// Each subscription pair's replay cuts by term, and the deletes waiting
+/// for the next one.
+#[derive(Debug, Default)]
+pub(super) struct Cuts {
+    by_pair: HashMap<SubId, Vec<(u64, u64)>>,
+    waiting: Vec<(SubId, u64, Key, Item)>,
+}
+
+impl Cuts {
+    /// Subscription pair `id` subscribed for `term`, its replay at `cut`:
+    /// returns the waiting deletes it does not see (to queue), and the
+    /// weight of those it does (to settle).
+    pub(super) fn subscribed(&mut self, id: SubId, term: u64, cut: u64) -> (Vec<(Key, Item)>, u64) {
+        let cuts = self.by_pair.entry(id).or_default();
+        cuts.push((term, cut));
+        // A channel's stragglers are gone long before sixteen more terms.
+        let keep_from = cuts.len().saturating_sub(16);
+        cuts.drain(..keep_from);
+        let mut on = Vec::new();
+        let mut settled = 0;
+        let mut rest = Vec::new();
+        for (pair, from, key, item) in self.waiting.drain(..) {
+            if pair == id && from < term {
+                if item.seq <= cut {
+                    on.push((key, item));
+                } else {
+                    settled += item.weight;
+                }
+            } else {
+                rest.push((pair, from, key, item));
+            }
+        }
+        self.waiting = rest;
+        (on, settled)
+    }
+
+    /// Where a delete numbered `seq` of pair `id`'s subscription of term
+    /// `from` goes.
+    pub(super) fn handing(&self, id: SubId, from: u64, seq: u64) -> Handing {
+        let successor = self
+            .by_pair
+            .get(&id)
+            .and_then(|c| c.iter().filter(|(t, _)| *t > from).min_by_key(|(t, _)| *t));
+        match successor {
+            Some((_, cut)) if seq <= *cut => Handing::On,
+            Some(_) => Handing::Drop,
+            None => Handing::Wait,
+        }
+    }
+
+    pub(super) fn wait(&mut self, id: SubId, from: u64, key: Key, item: Item) {
+        self.waiting.push((id, from, key, item));
+    }
+
+    /// The deletes still waiting (a stopping version hands them on).
+    pub(super) fn take_waiting(&mut self) -> Vec<(Key, Item)> {
+        self.waiting
+            .drain(..)
+            .map(|(_, _, key, item)| (key, item))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kind::Gvk;
+    use crate::object::ObjectKey;
+
+    fn item(seq: u64) -> Item {
+        Item::new(CallDelta::new(
+            DeltaType::Deleted,
+            0,
+            Gvk::new("", "v1", "ConfigMap"),
+        ))
+        .seq(seq)
+    }
+
+    fn key(name: &str) -> Key {
+        (0, ObjectKey::new(Some("ns"), name))
+    }
+
+    #[test]
+    fn an_old_channel_hands_on_only_what_its_successor_replay_came_after() {
+        let mut cuts = Cuts::default();
+        let (on, settled) = cuts.subscribed(0, 1, 10);
+        assert!(on.is_empty() && settled == 0);
+        // Nothing after term 1 yet: a term-1 delete waits.
+        assert_eq!(cuts.handing(0, 1, 12), Handing::Wait);
+        cuts.wait(0, 1, key("a"), item(12));
+        cuts.wait(0, 1, key("b"), item(25));
+        // Term 2 subscribed at 20: 12 is not in its stream, 25 is.
+        let (on, settled) = cuts.subscribed(0, 2, 20);
+        assert_eq!(
+            on.iter().map(|(k, _)| k.clone()).collect::<Vec<_>>(),
+            [key("a")]
+        );
+        assert_eq!(settled, 1);
+        assert_eq!(cuts.handing(0, 1, 20), Handing::On);
+        assert_eq!(cuts.handing(0, 1, 21), Handing::Drop);
+        // Term 3 at 30: a term-1 straggler still goes by term 2's cut (the
+        // term-2 channel hands on 21..=30), so each delete goes on once.
+        cuts.subscribed(0, 3, 30);
+        assert_eq!(cuts.handing(0, 1, 21), Handing::Drop);
+        assert_eq!(cuts.handing(0, 2, 21), Handing::On);
+        assert_eq!(cuts.handing(0, 2, 31), Handing::Drop);
+        assert_eq!(cuts.handing(0, 3, 31), Handing::Wait);
+        // Another pair's cuts are its own.
+        assert_eq!(cuts.handing(1, 1, 5), Handing::Wait);
+    }
+}
