@@ -93,7 +93,12 @@ impl Replica {
         let addr = std::fs::read_to_string(&self.addr_file).ok()?;
         let mut conn = std::net::TcpStream::connect(addr.trim()).ok()?;
         conn.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
-        write!(conn, "GET /metrics HTTP/1.0\r\nHost: {}\r\n\r\n", addr.trim()).ok()?;
+        write!(
+            conn,
+            "GET /metrics HTTP/1.0\r\nHost: {}\r\n\r\n",
+            addr.trim()
+        )
+        .ok()?;
         let mut body = String::new();
         conn.read_to_string(&mut body).ok()?;
         Some(Counts::parse(&body, plugin))
@@ -211,8 +216,11 @@ async fn ensure_objects(
         let sa: DynamicObject = serde_json::from_value(json!({
             "apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default"},
         }))?;
-        let sas: Api<DynamicObject> =
-            Api::namespaced_with(client.clone(), ns, &ApiResource::erase::<ServiceAccount>(&()));
+        let sas: Api<DynamicObject> = Api::namespaced_with(
+            client.clone(),
+            ns,
+            &ApiResource::erase::<ServiceAccount>(&()),
+        );
         match sas.create(&PostParams::default(), &sa).await {
             Ok(_) | Err(kube::Error::Api(kube::core::Status { code: 409, .. })) => {}
             Err(e) => return Err(e).context("creating the default ServiceAccount"),
@@ -357,22 +365,29 @@ async fn one_run(
     // Held, every object handled, and quiet for 2 s (realistic's own
     // patches come back once as updates).
     let mut last: Option<(f64, f64, Instant)> = None;
-    until("every shard held and every object handled once", Duration::from_secs(900), async || {
-        let held = holders(&leases, args.shards).await.iter().all(Option::is_some);
-        let (c, _) = total(&replicas, &plugin);
-        if !(held && c.deltas >= n && c.actions >= n) {
-            return None;
-        }
-        match last {
-            Some((d, a, since)) if d == c.deltas && a == c.actions => {
-                (since.elapsed() >= Duration::from_secs(2)).then_some(())
+    until(
+        "every shard held and every object handled once",
+        Duration::from_secs(900),
+        async || {
+            let held = holders(&leases, args.shards)
+                .await
+                .iter()
+                .all(Option::is_some);
+            let (c, _) = total(&replicas, &plugin);
+            if !(held && c.deltas >= n && c.actions >= n) {
+                return None;
             }
-            _ => {
-                last = Some((c.deltas, c.actions, Instant::now()));
-                None
+            match last {
+                Some((d, a, since)) if d == c.deltas && a == c.actions => {
+                    (since.elapsed() >= Duration::from_secs(2)).then_some(())
+                }
+                _ => {
+                    last = Some((c.deltas, c.actions, Instant::now()));
+                    None
+                }
             }
-        }
-    })
+        },
+    )
     .await?;
     let warm = warm.elapsed();
     let held_by: BTreeMap<String, usize> = holders(&leases, args.shards)
@@ -380,7 +395,8 @@ async fn one_run(
         .into_iter()
         .flatten()
         .fold(BTreeMap::new(), |mut m, h| {
-            *m.entry(h.rsplit_once('_').map_or(h.clone(), |(p, _)| p.to_owned())).or_default() += 1;
+            *m.entry(h.rsplit_once('_').map_or(h.clone(), |(p, _)| p.to_owned()))
+                .or_default() += 1;
             m
         });
 
@@ -389,13 +405,17 @@ async fn one_run(
     let t0 = Instant::now();
     write_whole(&sidecar_path, &sidecar(args, input, &out_b))?;
     let mut deltas_done = None;
-    let actions_done = until("N more deltas and actions", Duration::from_secs(900), async || {
-        let (c, _) = total(&replicas, &plugin);
-        if deltas_done.is_none() && c.deltas - c0.deltas >= n {
-            deltas_done = Some(t0.elapsed());
-        }
-        (deltas_done.is_some() && c.actions - c0.actions >= n).then(|| t0.elapsed())
-    })
+    let actions_done = until(
+        "N more deltas and actions",
+        Duration::from_secs(900),
+        async || {
+            let (c, _) = total(&replicas, &plugin);
+            if deltas_done.is_none() && c.deltas - c0.deltas >= n {
+                deltas_done = Some(t0.elapsed());
+            }
+            (deltas_done.is_some() && c.actions - c0.actions >= n).then(|| t0.elapsed())
+        },
+    )
     .await?;
     let deltas_done = deltas_done.unwrap_or(actions_done);
     let (_, each1) = total(&replicas, &plugin);
@@ -408,7 +428,9 @@ async fn one_run(
     let takeover = if args.takeover && replicas_n >= 2 {
         let before = holders(&leases, args.shards).await;
         let victim_id = before[0].clone().unwrap_or_default();
-        let victim = victim_id.rsplit_once('_').map_or(victim_id.as_str(), |(p, _)| p);
+        let victim = victim_id
+            .rsplit_once('_')
+            .map_or(victim_id.as_str(), |(p, _)| p);
         let idx = replicas
             .iter()
             .position(|r| r.name == victim)
@@ -419,7 +441,9 @@ async fn one_run(
         let _ = killed.child.wait();
         let took = until("shard 0 taken over", Duration::from_secs(120), async || {
             let h = holders(&leases, args.shards).await;
-            h[0].as_ref().filter(|h| **h != victim_id).map(|_| t.elapsed())
+            h[0].as_ref()
+                .filter(|h| **h != victim_id)
+                .map(|_| t.elapsed())
         })
         .await?;
         Some(took)
@@ -446,7 +470,10 @@ async fn one_run(
         per_replica,
         held_by.values().collect::<Vec<_>>(),
         warm.as_secs_f64(),
-        takeover.map_or(String::new(), |t| format!("  takeover {:.2} s", t.as_secs_f64()))
+        takeover.map_or(String::new(), |t| format!(
+            "  takeover {:.2} s",
+            t.as_secs_f64()
+        ))
     );
     Ok(json!({
         "label": args.label,
