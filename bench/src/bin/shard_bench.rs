@@ -168,6 +168,11 @@ fn write_whole(path: &Path, text: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A create answered 409: it is there from an earlier run.
+fn already_exists(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 409)
+}
+
 async fn ensure_namespace(client: &kube::Client, name: &str) -> anyhow::Result<()> {
     let ns: Namespace = serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}
@@ -176,7 +181,8 @@ async fn ensure_namespace(client: &kube::Client, name: &str) -> anyhow::Result<(
         .create(&PostParams::default(), &ns)
         .await
     {
-        Ok(_) | Err(kube::Error::Api(kube::core::Status { code: 409, .. })) => Ok(()),
+        Ok(_) => Ok(()),
+        Err(e) if already_exists(&e) => Ok(()),
         Err(e) => Err(e).with_context(|| format!("creating namespace {name}")),
     }
 }
@@ -208,7 +214,8 @@ async fn ensure_objects(
                     "labels": {"topology.kubernetes.io/zone": format!("zone-{}", i % 3)}},
             }))?;
             match nodes.create(&PostParams::default(), &node).await {
-                Ok(_) | Err(kube::Error::Api(kube::core::Status { code: 409, .. })) => {}
+                Ok(_) => {}
+                Err(e) if already_exists(&e) => {}
                 Err(e) => return Err(e).context("creating a Node"),
             }
         }
@@ -222,7 +229,8 @@ async fn ensure_objects(
             &ApiResource::erase::<ServiceAccount>(&()),
         );
         match sas.create(&PostParams::default(), &sa).await {
-            Ok(_) | Err(kube::Error::Api(kube::core::Status { code: 409, .. })) => {}
+            Ok(_) => {}
+            Err(e) if already_exists(&e) => {}
             Err(e) => return Err(e).context("creating the default ServiceAccount"),
         }
     }
@@ -245,7 +253,8 @@ async fn ensure_objects(
                     })
                 })?;
                 match api.create(&PostParams::default(), &cm).await {
-                    Ok(_) | Err(kube::Error::Api(kube::core::Status { code: 409, .. })) => Ok(()),
+                    Ok(_) => Ok(()),
+                    Err(e) if already_exists(&e) => Ok(()),
                     Err(e) => Err(e.into()),
                 }
             }

@@ -53,11 +53,13 @@ impl Plugin for Heavy {
     }
 
     fn registration(&self) -> Registration {
-        Registration::new().subscribe(
-            Subscription::resource("configmaps")
-                .namespace(self.config.namespace.clone())
-                .deltas([DeltaType::Added, DeltaType::Updated]),
-        )
+        Registration::new()
+            .subscribe(
+                Subscription::resource("configmaps")
+                    .namespace(self.config.namespace.clone())
+                    .deltas([DeltaType::Added, DeltaType::Updated]),
+            )
+            .writes::<ConfigMap>()
     }
 
     fn handle(&mut self, delta: Delta) -> Result<Handled, HandlerError> {
