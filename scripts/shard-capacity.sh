@@ -5,7 +5,8 @@
 #
 # - heavy: the heavy plugin (plugins/testing/heavy: a fixed CPU cost per
 #   delta and one server-side apply) over ConfigMaps, 3 shards, 1, 2 and 3
-#   replicas, and the takeover time of a killed shard holder;
+#   replicas, and the takeover time of a killed shard holder; then the same
+#   with dry-run actions (the CPU alone);
 # - realistic: the realistic plugin (a cache read and one patch per Pod)
 #   over Pods, 3 shards, 1, 2 and 3 replicas;
 # - simulation: many replicas whose cost is a wait (the heavy plugin with
@@ -79,7 +80,11 @@ run() {
 }
 case ",$sets," in *,heavy,*)
   run --label heavy --plugin "$wasm/heavy.wasm" --objects "$objects" --work "$work" \
-    --shards 3 --replicas 1,2,3 --takeover ;;
+    --shards 3 --replicas 1,2,3 --takeover
+  # The same work with dry-run actions: the plugin's CPU alone, no wait
+  # on the API server per delta.
+  run --label heavy-dry-run --plugin "$wasm/heavy.wasm" --objects "$objects" --work "$work" \
+    --dry-run --shards 3 --replicas 1,2,3 ;;
 esac
 case ",$sets," in *,realistic,*)
   run --label realistic --plugin "$wasm/realistic.wasm" --objects "$objects" \
