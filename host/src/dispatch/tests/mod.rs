@@ -50,6 +50,16 @@ fn cm_uid(name: &str, uid: &str, rv: u32, data: &str) -> KObject {
     .unwrap()
 }
 
+/// The ConfigMaps informer of the rigs.
+fn spec() -> crate::informer::InformerSpec {
+    crate::informer::InformerSpec {
+        kind: configmaps(),
+        namespace: None,
+        label_selector: None,
+        field_selector: None,
+    }
+}
+
 /// What the handler saw of one call.
 #[derive(Debug, Clone, PartialEq)]
 struct Seen {
@@ -308,5 +318,20 @@ impl Rig {
 
     fn seen(&self) -> Vec<Seen> {
         self.seen.lock().clone()
+    }
+
+    /// A new term's replay, as the manager makes it: subscribed again,
+    /// the intake of term `term` added.
+    fn replay(&self, term: u64) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let fresh = self.set.subscribe(spec(), tx);
+        self.dispatcher.add_intake(
+            0,
+            all_deltas(&[], None),
+            fresh.informer.clone(),
+            rx,
+            term,
+            fresh.cut,
+        );
     }
 }

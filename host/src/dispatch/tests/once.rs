@@ -5,15 +5,6 @@
 
 use super::*;
 
-fn spec() -> InformerSpec {
-    InformerSpec {
-        kind: configmaps(),
-        namespace: None,
-        label_selector: None,
-        field_selector: None,
-    }
-}
-
 fn update(obj: KObject, old: KObject) -> Item {
     Item::new(CallDelta {
         object: Some(Arc::new(obj)),
@@ -60,20 +51,6 @@ async fn the_cache_running_ahead_delivers_each_state_once_with_the_old_last_hand
         "{seen:#?}"
     );
     r.set.shutdown().await;
-}
-
-/// A new term's replay, as the manager makes it.
-fn replay(r: &Rig, term: u64) {
-    let (tx, rx) = mpsc::unbounded_channel();
-    let fresh = r.set.subscribe(spec(), tx);
-    r.dispatcher.add_intake(
-        0,
-        all_deltas(&[], None),
-        fresh.informer.clone(),
-        rx,
-        term,
-        fresh.cut,
-    );
 }
 
 /// A call that straddles a leadership loss: one that fails (its retry
@@ -135,7 +112,7 @@ async fn straddle(outcome: &'static str) {
     })
     .await;
     let term = r.leadership.gain();
-    replay(&r, term);
+    r.replay(term);
     r.until("the replay", |s| s.len() >= 2).await;
     // Past any backoff or requeue the old term could have left.
     tokio::time::sleep(Duration::from_secs(30)).await;

@@ -23,15 +23,6 @@ fn uid(i: usize) -> String {
     )
 }
 
-fn spec() -> crate::informer::InformerSpec {
-    crate::informer::InformerSpec {
-        kind: configmaps(),
-        namespace: None,
-        label_selector: None,
-        field_selector: None,
-    }
-}
-
 fn names_in(seen: &[Seen], what: &str) -> BTreeSet<String> {
     seen.iter()
         .filter(|s| s.what == what)
@@ -84,16 +75,7 @@ async fn a_sharded_replica_is_handed_only_the_objects_of_the_shards_it_holds() {
     // objects as well.
     let term = leadership.hold(1, true);
     r.seen.lock().clear();
-    let (tx, rx) = mpsc::unbounded_channel();
-    let fresh = r.set.subscribe(spec(), tx);
-    r.dispatcher.add_intake(
-        0,
-        all_deltas(&[], None),
-        fresh.informer.clone(),
-        rx,
-        term,
-        fresh.cut,
-    );
+    r.replay(term);
     let all: BTreeSet<String> = (0..20).map(|i| format!("c{i}")).collect();
     r.until("every object after the replay", |s| {
         names_in(s, "added") == all
@@ -157,16 +139,7 @@ async fn a_delete_of_a_shard_held_throughout_outlives_a_new_term(caught: Caught)
         Caught::Retrying => leadership.hold(1, true),
         Caught::InTheCall => leadership.state().term,
     };
-    let (tx, rx) = mpsc::unbounded_channel();
-    let fresh = r.set.subscribe(spec(), tx);
-    r.dispatcher.add_intake(
-        0,
-        all_deltas(&[], None),
-        fresh.informer.clone(),
-        rx,
-        term,
-        fresh.cut,
-    );
+    r.replay(term);
     // The replay has nothing of the object; the delete comes again.
     r.until("the delete in the new term", |s| {
         s.iter()
@@ -212,16 +185,7 @@ async fn a_delete_of_a_shard_just_taken_is_not_carried() {
     r.send(WatchEvent::Delete(cm_uid(&name, &uid(theirs), 2, "x")));
     tokio::time::sleep(Duration::from_secs(1)).await;
     let term = leadership.hold(1, true);
-    let (tx, rx) = mpsc::unbounded_channel();
-    let fresh = r.set.subscribe(spec(), tx);
-    r.dispatcher.add_intake(
-        0,
-        all_deltas(&[], None),
-        fresh.informer.clone(),
-        rx,
-        term,
-        fresh.cut,
-    );
+    r.replay(term);
     tokio::time::sleep(Duration::from_secs(10)).await;
     assert!(
         r.seen().iter().all(|s| s.name != name),
