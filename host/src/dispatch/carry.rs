@@ -40,6 +40,21 @@ pub(super) fn term_for(shared: &Shared, from: u64, delta: &CallDelta) -> Option<
     (since <= from).then_some(state.term)
 }
 
+/// A delete in a call its term's end overtook, queued again in the current
+/// term when it goes on (see [`term_for`]).
+pub(super) fn again(shared: &Shared, item: &Item) -> Option<Item> {
+    let term = term_for(shared, item.term, &item.delta)?;
+    Some(
+        Item::new(CallDelta {
+            attempt: 1,
+            ..item.delta.clone()
+        })
+        .received_at(item.received)
+        .seq(item.seq)
+        .term(term),
+    )
+}
+
 /// What an old subscription's delete becomes.
 #[derive(Debug, PartialEq, Eq)]
 pub(super) enum Handing {

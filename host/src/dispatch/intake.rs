@@ -167,19 +167,10 @@ fn carried(
     term: u64,
     delta: &Delta,
 ) -> Option<Option<(Key, Item)>> {
-    let object = delta.object.as_ref()?;
-    let call = CallDelta {
-        object: Some(object.clone()),
-        old: delta.old.clone(),
-        final_state_unknown: delta.final_state_unknown,
-        ..CallDelta::new(delta.dtype, filter.index, filter.kind.clone())
-    };
-    let now = carry::term_for(shared, term, &call)?;
-    let key = (id, object.key());
-    let item = Item::new(call)
-        .received_at(delta.received)
-        .seq(delta.seq)
-        .term(now);
+    delta.object.as_ref()?;
+    let (key, item) = item_of(id, filter, term, delta.clone());
+    let now = carry::term_for(shared, term, &item.delta)?;
+    let item = item.term(now);
     let mut cuts = shared.carried.lock();
     match cuts.handing(id, term, delta.seq) {
         carry::Handing::On => Some(Some((key, item))),
@@ -193,6 +184,28 @@ fn carried(
             Some(None)
         }
     }
+}
+
+/// What an informer delta of subscription pair `id` is queued as, in term
+/// `term`.
+fn item_of(id: SubId, filter: &SubscriptionFilter, term: u64, delta: Delta) -> (Key, Item) {
+    let key = match &delta.object {
+        Some(o) => (id, o.key()),
+        // Synced markers get a key of their own per subscription pair.
+        None => (id, ObjectKey::new(None, "")),
+    };
+    let call = CallDelta {
+        object: delta.object,
+        old: delta.old,
+        initial: delta.initial,
+        final_state_unknown: delta.final_state_unknown,
+        ..CallDelta::new(delta.dtype, filter.index, filter.kind.clone())
+    };
+    let item = Item::new(call)
+        .received_at(delta.received)
+        .seq(delta.seq)
+        .term(term);
+    (key, item)
 }
 
 /// Filters one informer delta and adds it to `queued`, the batch its
@@ -250,23 +263,5 @@ fn accept(
     if let Some(i) = shard {
         shared.telemetry.leader().count_shard_delta(i);
     }
-    let key = match &delta.object {
-        Some(o) => (id, o.key()),
-        // Synced markers get a key of their own per subscription pair.
-        None => (id, ObjectKey::new(None, "")),
-    };
-    let call = CallDelta {
-        object: delta.object,
-        old: delta.old,
-        initial: delta.initial,
-        final_state_unknown: delta.final_state_unknown,
-        ..CallDelta::new(delta.dtype, filter.index, filter.kind.clone())
-    };
-    queued.push((
-        key,
-        Item::new(call)
-            .received_at(delta.received)
-            .seq(delta.seq)
-            .term(term),
-    ));
+    queued.push(item_of(id, filter, term, delta));
 }

@@ -511,17 +511,10 @@ fn to_feed(
 /// next one replays the cache), unless it was a delete that goes on into
 /// the current term (see [`carry`](super::carry)), queued again there.
 fn overtaken(shared: &Shared, key: Key, item: Item) {
-    let carried = super::carry::term_for(shared, item.term, &item.delta);
+    let again = super::carry::again(shared, &item);
     finish(shared, item.weight, |q| q.ok(&key));
-    if let Some(term) = carried {
+    if let Some(again) = again {
         shared.activity.emit(1);
-        let again = Item::new(CallDelta {
-            attempt: 1,
-            ..item.delta
-        })
-        .received_at(item.received)
-        .seq(item.seq)
-        .term(term);
         push(shared, key, again);
     }
 }
