@@ -69,3 +69,22 @@ pub fn truncate(text: &str, max: usize) -> String {
         None => text.to_owned(),
     }
 }
+
+/// The text of a kubewasm's `/metrics`, at the address it wrote to
+/// `addr_file` (`--metrics-addr-file`, metrics authentication off).
+pub fn scrape_metrics(addr_file: &Path) -> Option<String> {
+    use std::io::{Read as _, Write as _};
+    let addr = std::fs::read_to_string(addr_file).ok()?;
+    let mut conn = std::net::TcpStream::connect(addr.trim()).ok()?;
+    conn.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .ok()?;
+    write!(
+        conn,
+        "GET /metrics HTTP/1.0\r\nHost: {}\r\n\r\n",
+        addr.trim()
+    )
+    .ok()?;
+    let mut body = String::new();
+    conn.read_to_string(&mut body).ok()?;
+    Some(body)
+}

@@ -19,7 +19,7 @@
 //! `--out`. scripts/shard-capacity.sh runs the whole set.
 
 use std::collections::BTreeMap;
-use std::io::{Read as _, Write as _};
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -90,17 +90,7 @@ struct Replica {
 
 impl Replica {
     fn scrape(&self, plugin: &str) -> Option<Counts> {
-        let addr = std::fs::read_to_string(&self.addr_file).ok()?;
-        let mut conn = std::net::TcpStream::connect(addr.trim()).ok()?;
-        conn.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
-        write!(
-            conn,
-            "GET /metrics HTTP/1.0\r\nHost: {}\r\n\r\n",
-            addr.trim()
-        )
-        .ok()?;
-        let mut body = String::new();
-        conn.read_to_string(&mut body).ok()?;
+        let body = kubewasm_bench::scrape_metrics(&self.addr_file)?;
         Some(Counts::parse(&body, plugin))
     }
 

@@ -451,19 +451,8 @@ fn request_heap(pid: u32, rx: &mpsc::Receiver<(Instant, String)>) -> Option<u64>
 /// kubewasm's `kubewasm_allocator_allocated_bytes` from its /metrics (the
 /// address it wrote to `addr_file`); `None` if the build has no jemalloc.
 fn scrape_allocated(addr_file: &Path) -> Option<u64> {
-    use std::io::Read as _;
-    let addr = std::fs::read_to_string(addr_file).ok()?;
-    let mut conn = std::net::TcpStream::connect(addr.trim()).ok()?;
-    conn.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
-    write!(
-        conn,
-        "GET /metrics HTTP/1.0\r\nHost: {}\r\n\r\n",
-        addr.trim()
-    )
-    .ok()?;
-    let mut body = String::new();
-    conn.read_to_string(&mut body).ok()?;
-    body.lines()
+    kubewasm_bench::scrape_metrics(addr_file)?
+        .lines()
         .find_map(|l| l.strip_prefix("kubewasm_allocator_allocated_bytes "))
         .and_then(|v| v.trim().parse::<f64>().ok())
         .map(|v| v as u64)
