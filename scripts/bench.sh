@@ -80,28 +80,10 @@ for b in kube-rs-informer load-pods sync-bench; do
 done
 bash tests/controlplane/build.sh
 
-cp_dir="$(mktemp -d)"
-cp_pid=""
-cleanup() {
-  if [ -n "$cp_pid" ]; then
-    kill -TERM "$cp_pid" 2>/dev/null || true
-    wait "$cp_pid" 2>/dev/null || true
-  fi
-  rm -rf "$cp_dir"
-}
-trap cleanup EXIT
+. scripts/lib/controlplane.sh
 # etcd holds 100k Pods of about 7 KB, twice (create, then status) until
 # compaction: more than its default 2 GiB quota.
-tests/controlplane/bin/kubewasm-controlplane --dir "$cp_dir/cp" --etcd-quota-bytes $((8 << 30)) --apiserver-arg=--allow-privileged=true \
-  >"$cp_dir/ready" 2>"$cp_dir/controlplane.log" &
-cp_pid=$!
-for _ in $(seq 1 300); do
-  grep -q "KUBEWASM-CONTROLPLANE READY" "$cp_dir/ready" 2>/dev/null && break
-  kill -0 "$cp_pid" 2>/dev/null || { cat "$cp_dir/controlplane.log" >&2; echo "bench.sh: the control plane exited" >&2; exit 1; }
-  sleep 0.5
-done
-kubeconfig="$(sed -n 's/.*"adminKubeconfig":"\([^"]*\)".*/\1/p' "$cp_dir/ready")"
-[ -n "$kubeconfig" ] || { echo "bench.sh: the control plane never became ready" >&2; exit 1; }
+start_controlplane bench.sh --etcd-quota-bytes $((8 << 30)) --apiserver-arg=--allow-privileged=true
 
 rm -f "$out/sync.jsonl"
 # The machine's load when each part starts (a shared machine is noisy).
@@ -117,7 +99,7 @@ load_sync="$(cut -d' ' -f1-3 /proc/loadavg)"
   --controlplane-pid "$cp_pid" \
   --out "$out/sync.jsonl"
 # The micro benchmarks get the machine to themselves.
-cleanup
+stop_controlplane
 cp_pid=""
 trap - EXIT
 

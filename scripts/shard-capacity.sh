@@ -51,26 +51,8 @@ fi
 bench="$target/bench-build/release/shard-bench"
 bash tests/controlplane/build.sh
 
-cp_dir="$(mktemp -d)"
-cp_pid=""
-cleanup() {
-  if [ -n "$cp_pid" ]; then
-    kill -TERM "$cp_pid" 2>/dev/null || true
-    wait "$cp_pid" 2>/dev/null || true
-  fi
-  rm -rf "$cp_dir"
-}
-trap cleanup EXIT
-tests/controlplane/bin/kubewasm-controlplane --dir "$cp_dir/cp" \
-  >"$cp_dir/ready" 2>"$cp_dir/controlplane.log" &
-cp_pid=$!
-for _ in $(seq 1 300); do
-  grep -q "KUBEWASM-CONTROLPLANE READY" "$cp_dir/ready" 2>/dev/null && break
-  kill -0 "$cp_pid" 2>/dev/null || { cat "$cp_dir/controlplane.log" >&2; echo "shard-capacity.sh: the control plane exited" >&2; exit 1; }
-  sleep 0.5
-done
-kubeconfig="$(sed -n 's/.*"adminKubeconfig":"\([^"]*\)".*/\1/p' "$cp_dir/ready")"
-[ -n "$kubeconfig" ] || { echo "shard-capacity.sh: the control plane never became ready" >&2; exit 1; }
+. scripts/lib/controlplane.sh
+start_controlplane shard-capacity.sh
 
 wasm="$root/plugins/target/wasm32-wasip2/release"
 rm -f "$out/shards.jsonl"
