@@ -262,6 +262,19 @@ async fn holders(leases: &Api<Lease>) -> Option<Vec<(String, Timestamp)>> {
     Some(out)
 }
 
+/// The Pods holding the shards (every shard held), and each shard's holder
+/// and since when.
+async fn holder_pods(leases: &Api<Lease>) -> Option<(BTreeSet<String>, Vec<(String, Timestamp)>)> {
+    let hs = holders(leases).await?;
+    let pods = hs.iter().map(|(h, _)| holder_pod(h).to_owned()).collect();
+    Some((pods, hs))
+}
+
+/// Whether `n` distinct Pods hold the shards.
+async fn held_by(leases: &Api<Lease>, n: usize) -> Option<()> {
+    (holder_pods(leases).await?.0.len() == n).then_some(())
+}
+
 /// The Pod of a recorder Event's `reportingInstance` (`<pod>/recorder`).
 fn writer(w: &Written) -> &str {
     w.instance.split('/').next().unwrap_or_default()
@@ -314,8 +327,9 @@ async fn views_match_now(
     uids: &Mutex<BTreeMap<String, String>>,
     want_holders: usize,
 ) -> Result<Vec<Written>, String> {
-    let hs = holders(leases).await.ok_or("a shard without a holder")?;
-    let pods: BTreeSet<&str> = hs.iter().map(|(h, _)| holder_pod(h)).collect();
+    let (pods, hs) = holder_pods(leases)
+        .await
+        .ok_or("a shard without a holder")?;
     if pods.len() != want_holders {
         return Err(format!(
             "{} distinct holders, want {want_holders}: {hs:?}",
@@ -530,11 +544,7 @@ async fn three_shard_holders_lose_nothing_through_a_kill_and_scaling_3_1_3_over_
         eventually(
             "the restarted container holds a shard again",
             TIMEOUT,
-            || async {
-                let h = holders(&leases).await?;
-                let pods: BTreeSet<&str> = h.iter().map(|(i, _)| holder_pod(i)).collect();
-                (pods.len() == 3).then_some(())
-            },
+            || held_by(&leases, 3),
         )
         .await;
         (took, holder_pod(&old).to_owned())
@@ -559,10 +569,8 @@ async fn three_shard_holders_lose_nothing_through_a_kill_and_scaling_3_1_3_over_
     // 3 -> 1: two replicas stop (SIGTERM: they release their shards).
     let (_, changes) = churning(&api, &uids, async {
         scale(&client, 1).await;
-        eventually("one replica holds every shard", TIMEOUT, || async {
-            let h = holders(&leases).await?;
-            let pods: BTreeSet<&str> = h.iter().map(|(i, _)| holder_pod(i)).collect();
-            (pods.len() == 1).then_some(())
+        eventually("one replica holds every shard", TIMEOUT, || {
+            held_by(&leases, 1)
         })
         .await;
     })
@@ -578,12 +586,7 @@ async fn three_shard_holders_lose_nothing_through_a_kill_and_scaling_3_1_3_over_
     // 1 -> 3: the lone replica hands two shards over.
     let (_, changes) = churning(&api, &uids, async {
         scale(&client, 3).await;
-        eventually("three holders again", TIMEOUT, || async {
-            let h = holders(&leases).await?;
-            let pods: BTreeSet<&str> = h.iter().map(|(i, _)| holder_pod(i)).collect();
-            (pods.len() == 3).then_some(())
-        })
-        .await;
+        eventually("three holders again", TIMEOUT, || held_by(&leases, 3)).await;
     })
     .await;
     eprintln!("1 -> 3: {changes} changes under churn");
