@@ -313,12 +313,19 @@ impl App {
             }
         };
         let activity = Arc::new(Activity::default());
-        let informers = Arc::new(InformerSet::new(
+        let informers = InformerSet::new(
             source,
             activity.clone(),
             cancel.child_token(),
             telemetry.clone(),
-        ));
+        );
+        // `shardCache: held`: the informers cache the shards held, none yet.
+        let informers = Arc::new(match &opts.election {
+            Some(ElectionOptions {
+                shards: Some(s), ..
+            }) if s.cache == crate::shard::ShardCache::Held => informers.caching_shards(s.set()),
+            _ => informers,
+        });
         let sink = sink.unwrap_or(default_sink);
         let leadership = match &opts.election {
             Some(ElectionOptions {
@@ -621,6 +628,12 @@ fn start_election(
     let cancel = CancellationToken::new();
     let tasks = TaskTracker::new();
     let service_account = std::env::var("POD_SERVICE_ACCOUNT").ok();
+    // How far the informers have followed the API server, written on a
+    // Lease this replica releases.
+    let high_waters: Arc<dyn Fn() -> crate::leader::HandoverMarks + Send + Sync> = {
+        let host = host.clone();
+        Arc::new(move || host.informers().high_waters())
+    };
     match &opts.shards {
         None => {
             let leases = Arc::new(
@@ -628,7 +641,8 @@ fn start_election(
                     .owned_by_service_account(service_account),
             );
             let elector = Elector::new(leases, opts.clone(), leadership.clone())
-                .with_view(leader_gauge.clone());
+                .with_view(leader_gauge.clone())
+                .with_high_waters(high_waters.clone());
             tasks.spawn(elector.run(cancel.clone()));
         }
         Some(shards) => {
@@ -657,12 +671,22 @@ fn start_election(
                     ..opts.clone()
                 };
                 let elector = Elector::new(leases, shard_opts, leadership.clone())
-                    .for_shard(index, balance.clone());
+                    .for_shard(index, balance.clone())
+                    .with_high_waters(high_waters.clone());
                 tasks.spawn(elector.run(cancel.clone()));
             }
         }
     }
     let stop = cancel.clone();
+    // How long a new term's replay waits for the informers to list the
+    // shards now held (`shardCache: held`) before it goes ahead with what
+    // they have (an informer the API server refuses never lists).
+    let list_wait = opts.lease_duration * 4;
+    // How long an informer behind the replica that handed a Lease over
+    // may receive nothing before it counts as caught up: the mark can be
+    // a delete this replica's list came after, out of reach until the
+    // next change.
+    let quiet = opts.retry_period.max(std::time::Duration::from_secs(2));
     tasks.spawn(async move {
         let mut gate = leadership.subscribe();
         loop {
@@ -670,15 +694,55 @@ fn start_election(
                 () = stop.cancelled() => return,
                 changed = gate.changed() => if changed.is_err() { return },
             }
-            let state = *gate.borrow_and_update();
-            let leading = state.leading;
-            leader_gauge.set(leading);
-            leader_gauge.set_shards(
-                state.shards.count,
-                if leading { state.shards.held } else { 0 },
-            );
-            if leading {
-                host.replay_all().await;
+            loop {
+                let state = *gate.borrow_and_update();
+                let leading = state.leading;
+                leader_gauge.set(leading);
+                leader_gauge.set_shards(
+                    state.shards.count,
+                    if leading { state.shards.held } else { 0 },
+                );
+                // The informers cache the shards held, and one suspended
+                // (its deletes are set aside until it is held again).
+                let cached = crate::shard::ShardSet {
+                    held: state.shards.held | leadership.suspended(),
+                    ..state.shards
+                };
+                if host.informers().set_shards(cached).is_some() && leading {
+                    tokio::select! {
+                        () = stop.cancelled() => return,
+                        changed = gate.changed() => {
+                            if changed.is_err() { return }
+                            continue;
+                        }
+                        listed = tokio::time::timeout(list_wait, host.informers().wait_shards(cached)) => {
+                            if listed.is_err() {
+                                tracing::warn!(shards = ?cached.indexes().collect::<Vec<_>>(), waited = ?list_wait, "the informers have not listed the shards held yet: replaying what they cache, the rest follows as it is listed");
+                            }
+                        }
+                    }
+                }
+                // A Lease handed over by a replica that had followed the API
+                // server further: replay once these informers have too.
+                let marks = leadership.take_handover();
+                if leading && !marks.is_empty() {
+                    let waited = std::time::Instant::now();
+                    tokio::select! {
+                        () = stop.cancelled() => return,
+                        caught_up = tokio::time::timeout(list_wait, host.informers().wait_high_waters(&marks, quiet)) => {
+                            let behind: Vec<(String, u64)> = host.informers().high_waters().into_iter().filter(|(spec, h)| marks.get(spec).is_some_and(|m| h < m)).collect();
+                            match caught_up {
+                                Ok(true) => tracing::info!(waited = ?waited.elapsed(), ?marks, "informers as far as the replica that handed the lease over: replaying"),
+                                Ok(false) => tracing::info!(waited = ?waited.elapsed(), ?marks, ?behind, "informers short of the replica that handed the lease over, but receiving nothing more: replaying"),
+                                Err(_) => tracing::warn!(waited = ?list_wait, ?marks, ?behind, "informers not yet as far as the replica that handed the lease over: replaying what they cache"),
+                            }
+                        }
+                    }
+                }
+                if leading {
+                    host.replay_all().await;
+                }
+                break;
             }
         }
     });

@@ -628,3 +628,66 @@ async fn a_failed_event_names_the_real_verb_and_resource() {
     assert_eq!(retry.method, "PATCH");
     assert_eq!(retry.body.unwrap()["series"]["count"], 2);
 }
+
+/// An Event whose name another process's Event took (two replicas
+/// recording in the same nanosecond) is created again under a new name,
+/// and counted as recorded; a second refusal is the action's failure.
+#[tokio::test]
+async fn an_event_name_already_taken_is_created_again_under_another() {
+    let (client, mut server) = mock_client();
+    let sink = KubeSink::new(client);
+    let event = Action::Event {
+        regarding: deployment(),
+        event_type: EventType::Normal,
+        reason: "Scaled".into(),
+        note: "to 3".into(),
+        reporter: "p@1".into(),
+    };
+    let taken = || {
+        status(
+            409,
+            "AlreadyExists",
+            "events.events.k8s.io \"x\" already exists",
+        )
+    };
+    let script = tokio::spawn(async move {
+        let (first, send) = next(&mut server).await;
+        send.send_response(taken());
+        let (second, send) = next(&mut server).await;
+        send.send_response(json_response(
+            201,
+            &json!({"kind": "Event", "apiVersion": "events.k8s.io/v1", "metadata": {"name": "x"}}),
+        ));
+        (first, second)
+    });
+    sink.execute("p", &event).await.unwrap();
+    let (first, second) = script.await.unwrap();
+    let name = |s: &Seen| {
+        s.body.as_ref().unwrap()["metadata"]["name"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    assert_eq!(
+        (first.method.as_str(), second.method.as_str()),
+        ("POST", "POST")
+    );
+    assert_ne!(
+        name(&first),
+        name(&second),
+        "created again under a new name"
+    );
+
+    // Taken twice in a row: not a name clash, a failure.
+    let (client, mut server) = mock_client();
+    let sink = KubeSink::new(client);
+    let script = tokio::spawn(async move {
+        for _ in 0..2 {
+            let (_, send) = next(&mut server).await;
+            send.send_response(taken());
+        }
+    });
+    let e = sink.execute("p", &event).await.unwrap_err();
+    script.await.unwrap();
+    assert!(matches!(e, ActionError::Conflict(_)), "{e:?}");
+}

@@ -29,9 +29,19 @@ fn replica(cp: &ControlPlane, ns: &str, name: &str) -> HostProcess {
 }
 
 fn replica_of(cp: &ControlPlane, ns: &str, name: &str, shards: u32) -> HostProcess {
+    replica_with(cp, ns, name, shards, &[])
+}
+
+fn replica_with(
+    cp: &ControlPlane,
+    ns: &str,
+    name: &str,
+    shards: u32,
+    extra: &[&str],
+) -> HostProcess {
     let sidecar = recorder_sidecar(ns, &["configmaps"]);
     let shards = shards.to_string();
-    let args = [
+    let mut args = vec![
         "--shards",
         &shards,
         "--leader-elect-namespace",
@@ -43,6 +53,7 @@ fn replica_of(cp: &ControlPlane, ns: &str, name: &str, shards: u32) -> HostProce
         "--leader-elect-retry-period",
         "500ms",
     ];
+    args.extend_from_slice(extra);
     HostProcess::start_args(cp.admin_kubeconfig(), &args, &[("POD_NAME", name)], |dir| {
         install(dir, "recorder", "recorder", Some(&sidecar))
     })
@@ -382,4 +393,101 @@ async fn three_replicas_scale_down_to_one_and_back_and_every_shard_holder_sees_e
     for r in replicas {
         assert!(r.stop().success());
     }
+}
+
+/// A replica's `kubewasm_shard_objects` per shard of 2: the objects its
+/// informers cache in each.
+async fn cached_per_shard(host: &HostProcess) -> Option<[u64; 2]> {
+    let addr = host.metrics_addr(WAIT).await;
+    let (_, _, body) = http_get(addr, "/metrics").ok()?;
+    let n = |i: u32| sample(&body, &format!("kubewasm_shard_objects{{shard=\"{i}\"}}"));
+    Some([n(0)? as u64, n(1)? as u64])
+}
+
+/// `--shard-cache held`: each replica caches only the objects of the shard
+/// it holds (the API server here, 1.35, ignores `shardSelector`, so the
+/// replica filters what it receives, and says so); once a replica dies,
+/// the survivor lists the shard it takes and its recorder's view (replay
+/// and live deltas) is the server's for every object.
+#[tokio::test]
+async fn held_shard_caches_hold_only_their_shards_and_list_the_one_taken_over() {
+    let cp = ControlPlane::shared();
+    let client = cp.admin_client().await;
+    let ns = "e2e-shards-held";
+    namespace(&client, ns, json!({})).await;
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    let leases: Api<Lease> = Api::namespaced(client.clone(), ns);
+    for i in 0..OBJECTS {
+        let cm: ConfigMap = serde_json::from_value(json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": format!("h{i}"), "namespace": ns}, "data": {"v": "0"}}))
+        .unwrap();
+        api.create(&PostParams::default(), &cm).await.unwrap();
+    }
+    let placed = shards_of(&api).await;
+    let in_shard = |s: u32| placed.values().filter(|p| **p == s).count() as u64;
+    assert!(in_shard(0) > 0 && in_shard(1) > 0, "{placed:?}");
+    let held = ["--shard-cache", "held"];
+    let a = replica_with(cp, ns, "held-a", 2, &held);
+    let b = replica_with(cp, ns, "held-b", 2, &held);
+    let holders = eventually("each replica holds one shard", WAIT, || async {
+        let h0 = holder(&leases, 0).await?;
+        let h1 = holder(&leases, 1).await?;
+        (h0.0 != h1.0).then_some([h0.0, h1.0])
+    })
+    .await;
+    let (of0, of1) = if holders[0] == "held-a" {
+        (&a, &b)
+    } else {
+        (&b, &a)
+    };
+    // Each caches its own shard's objects and none of the other's.
+    for (host, shard) in [(of0, 0usize), (of1, 1)] {
+        let mut want = [0u64; 2];
+        want[shard] = in_shard(shard as u32);
+        eventually(
+            &format!("the holder of shard {shard} caches its objects only"),
+            WAIT,
+            || async { (cached_per_shard(host).await? == want).then_some(()) },
+        )
+        .await;
+        host.wait_log("the API server ignores shardSelector", WAIT)
+            .await;
+    }
+
+    // Churn, then kill shard 1's holder: the survivor takes the shard,
+    // lists its objects and hands them over.
+    for i in 0..OBJECTS / 2 {
+        set_value(&api, &format!("h{i}"), 1).await;
+    }
+    api.delete("h39", &DeleteParams::default()).await.unwrap();
+    let (victim, survivor) = if holders[1] == "held-a" {
+        (a, b)
+    } else {
+        (b, a)
+    };
+    let survivor_id = holders[0].clone();
+    victim.kill();
+    eventually("the survivor holds both shards", WAIT, || async {
+        let (h1, _) = holder(&leases, 1).await?;
+        let (h0, _) = holder(&leases, 0).await?;
+        (h1 == survivor_id && h0 == survivor_id).then_some(())
+    })
+    .await;
+    for i in OBJECTS / 2..OBJECTS - 1 {
+        set_value(&api, &format!("h{i}"), 2).await;
+    }
+    let server = configmap_versions(&api).await;
+    let on_server = |s: u32| server.keys().filter(|n| placed.get(*n) == Some(&s)).count() as u64;
+    eventually("the survivor caches both shards", WAIT, || async {
+        (cached_per_shard(&survivor).await? == [on_server(0), on_server(1)]).then_some(())
+    })
+    .await;
+    eventually("the survivor's view equals the server", WAIT, || async {
+        let ws = written(&client, ns).await;
+        let mine = ws.iter().filter(|w| w.instance.starts_with(&survivor_id));
+        let view = replay_view(mine.map(|w| (w.delta.as_str(), w.name.as_str(), w.rv.as_str())));
+        (view == server).then_some(())
+    })
+    .await;
+    assert!(survivor.stop().success());
 }

@@ -151,6 +151,18 @@ pub(crate) struct ElectionArgs {
     /// ReplicaSet and its Pods are handled by one replica.
     #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     shard_follow_owner: Option<bool>,
+    /// What a replica's informers cache: every object (a plugin's cache
+    /// reads may cross shards), or only the objects of the shards it holds
+    /// (asked of the API server with a shard selector, re-listed when the
+    /// shards held change) [default: all].
+    #[arg(long, value_enum)]
+    shard_cache: Option<ShardCacheArg>,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum ShardCacheArg {
+    All,
+    Held,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -236,6 +248,10 @@ impl RunArgs {
                 ShardKeyArg::Namespace => kubewasm::shard::ShardKey::Namespace,
             }),
             shard_follow_owner: self.election.shard_follow_owner,
+            shard_cache: self.election.shard_cache.map(|c| match c {
+                ShardCacheArg::All => kubewasm::shard::ShardCache::All,
+                ShardCacheArg::Held => kubewasm::shard::ShardCache::Held,
+            }),
             shutdown_grace: self.shutdown_grace,
             ..RunSettings::default()
         };

@@ -120,6 +120,7 @@ impl RunSettings {
             shards: self.shards.or(file.shards),
             shard_key: self.shard_key.or(file.shard_key),
             shard_follow_owner: self.shard_follow_owner.or(file.shard_follow_owner),
+            shard_cache: self.shard_cache.or(file.shard_cache),
             shutdown_grace: self.shutdown_grace.or(file.shutdown_grace),
             event_queue: self.event_queue.or(file.event_queue),
             metrics_addr: self.metrics_addr.or(file.metrics_addr),

@@ -356,6 +356,7 @@ impl RunSettings {
                 count,
                 key: self.shard_key.unwrap_or_default(),
                 follow_owner: self.shard_follow_owner.unwrap_or(false),
+                cache: self.shard_cache.unwrap_or_default(),
             }),
         };
         opts.validate()?;

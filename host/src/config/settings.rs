@@ -74,6 +74,9 @@ pub struct RunSettings {
     pub shard_key: Option<crate::shard::ShardKey>,
     /// Place an object with a controller owner by its owner's uid.
     pub shard_follow_owner: Option<bool>,
+    /// What a replica's informers cache: `all` objects (default) or only
+    /// those of the shards it `held`s.
+    pub shard_cache: Option<crate::shard::ShardCache>,
     /// How long SIGTERM waits for in-flight calls and actions.
     #[serde(default, with = "humantime_serde")]
     #[schemars(schema_with = "crate::runtime::manifest::duration_schema")]

@@ -15,6 +15,13 @@
 //! pair's replay cut per term is kept, so a channel hands on only the
 //! deletes numbered up to its successor's cut, and each delete goes on
 //! once.
+//!
+//! A shard whose renewals missed the renew deadline is suspended, not lost
+//! (see [`Leadership::suspend`](crate::leader::Leadership::suspend)): its
+//! deletes, from wherever the term change finds them and those arriving
+//! meanwhile, are set aside; if this replica renews its own Lease record
+//! again (nobody held the shard in between) they go on into that term,
+//! otherwise they go when another holder is seen.
 
 use std::collections::HashMap;
 
@@ -23,36 +30,107 @@ use super::{Key, Shared, SubId};
 use crate::informer::DeltaType;
 use crate::runtime::CallDelta;
 
-/// The term a delete of term `from` goes on in, if it does: `delta` is a
-/// delete, this replica acts in a later term, sharded, and has held the
-/// object's shard since `from` or earlier.
-pub(super) fn term_for(shared: &Shared, from: u64, delta: &CallDelta) -> Option<u64> {
-    if delta.dtype != DeltaType::Deleted {
-        return None;
-    }
-    let object = delta.object.as_deref()?;
-    let state = shared.leadership.state();
-    if !state.leading || state.term <= from || !state.shards.is_sharded() {
-        return None;
-    }
-    let shard = state.shards.shard_of_object(object)?;
-    let since = shared.leadership.held_since(shard)?;
-    (since <= from).then_some(state.term)
+/// Where a delete of term `from` goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Goes {
+    /// On into this (the current) term: this replica acts in a later term
+    /// and has held the object's shard since `from` or earlier.
+    Now(u64),
+    /// Set aside: the object's shard, held since `from` or earlier, is
+    /// suspended.
+    Aside,
+    /// Nowhere: not a delete, not sharded, or no longer this replica's.
+    Nowhere,
 }
 
-/// A delete in a call its term's end overtook, queued again in the current
-/// term when it goes on (see [`term_for`]).
-pub(super) fn again(shared: &Shared, item: &Item) -> Option<Item> {
-    let term = term_for(shared, item.term, &item.delta)?;
-    Some(
+/// Where `delta`, of term `from`, goes (see [`Goes`]).
+pub(super) fn goes(shared: &Shared, from: u64, delta: &CallDelta) -> Goes {
+    if delta.dtype != DeltaType::Deleted {
+        return Goes::Nowhere;
+    }
+    let Some(object) = delta.object.as_deref() else {
+        return Goes::Nowhere;
+    };
+    let state = shared.leadership.state();
+    if !state.shards.is_sharded() {
+        return Goes::Nowhere;
+    }
+    let Some(shard) = state.shards.shard_of_object(object) else {
+        return Goes::Nowhere;
+    };
+    let held = shared.leadership.held_since(shard);
+    if state.leading && state.term > from && held.is_some_and(|since| since <= from) {
+        return Goes::Now(state.term);
+    }
+    if held.is_none()
+        && shared
+            .leadership
+            .suspended_since(shard)
+            .is_some_and(|since| since <= from)
+    {
+        return Goes::Aside;
+    }
+    Goes::Nowhere
+}
+
+/// A delete in a call its term's end overtook: queued again in the current
+/// term, or set aside (see [`goes`]); `None` when it goes nowhere.
+pub(super) fn again(shared: &Shared, key: &Key, item: &Item) -> Option<Item> {
+    let retried = |term: u64| {
         Item::new(CallDelta {
             attempt: 1,
             ..item.delta.clone()
         })
         .received_at(item.received)
         .seq(item.seq)
-        .term(term),
-    )
+        .term(term)
+    };
+    match goes(shared, item.term, &item.delta) {
+        Goes::Now(term) => Some(retried(term)),
+        Goes::Aside => {
+            set_aside(shared, vec![(key.clone(), retried(item.term))]);
+            None
+        }
+        Goes::Nowhere => None,
+    }
+}
+
+/// Keeps deletes of a suspended shard (already settled: the activity they
+/// count is emitted again when they go on).
+pub(super) fn set_aside(shared: &Shared, items: Vec<(Key, Item)>) {
+    if items.is_empty() {
+        return;
+    }
+    tracing::debug!(plugin = %shared.plugin, deletes = items.len(), "deletes of a suspended shard set aside");
+    shared.carried.lock().aside.extend(items);
+}
+
+/// At subscription pair `id`'s subscription for `term`: its set-aside
+/// deletes whose shard is held again with no other holder in between, to
+/// queue in `term` (their activity emitted again); those of shards still
+/// suspended (or of other pairs) stay, the rest go.
+pub(super) fn resumed(shared: &Shared, id: SubId, term: u64) -> Vec<(Key, Item)> {
+    let aside = std::mem::take(&mut shared.carried.lock().aside);
+    if aside.is_empty() {
+        return Vec::new();
+    }
+    let (mut on, mut keep) = (Vec::new(), Vec::new());
+    for (key, item) in aside {
+        match goes(shared, item.term, &item.delta) {
+            Goes::Now(_) if key.0 == id => on.push((key, item.term(term))),
+            Goes::Now(_) | Goes::Aside => keep.push((key, item)),
+            Goes::Nowhere => {}
+        }
+    }
+    shared.carried.lock().aside.extend(keep);
+    let weight: u64 = on.iter().map(|(_, i)| i.weight).sum();
+    if weight > 0 {
+        shared.activity.emit(weight);
+    }
+    if !on.is_empty() {
+        tracing::info!(plugin = %shared.plugin, term, deletes = on.len(), "a suspended shard held again with nobody in between: its deletes set aside go on");
+    }
+    on
 }
 
 /// What an old subscription's delete becomes.
@@ -66,19 +144,26 @@ pub(super) enum Handing {
     Wait,
 }
 
-/// Each subscription pair's replay cuts by term, and the deletes waiting
-/// for the next one.
+/// Each subscription pair's replay cuts by term, the deletes waiting for
+/// the next one (each item still of its own term), and those set aside
+/// for a suspended shard.
 #[derive(Debug, Default)]
 pub(super) struct Cuts {
     by_pair: HashMap<SubId, Vec<(u64, u64)>>,
     waiting: Vec<(SubId, u64, Key, Item)>,
+    aside: Vec<(Key, Item)>,
 }
 
 impl Cuts {
     /// Subscription pair `id` subscribed for `term`, its replay at `cut`:
-    /// returns the waiting deletes it does not see (to queue), and the
-    /// weight of those it does (to settle).
-    pub(super) fn subscribed(&mut self, id: SubId, term: u64, cut: u64) -> (Vec<(Key, Item)>, u64) {
+    /// returns the waiting deletes it does not see (to route, each with
+    /// the term it came from), and the weight of those it does (to settle).
+    pub(super) fn subscribed(
+        &mut self,
+        id: SubId,
+        term: u64,
+        cut: u64,
+    ) -> (Vec<(u64, Key, Item)>, u64) {
         let cuts = self.by_pair.entry(id).or_default();
         cuts.push((term, cut));
         // A channel's stragglers are gone long before sixteen more terms.
@@ -90,7 +175,7 @@ impl Cuts {
         for (pair, from, key, item) in self.waiting.drain(..) {
             if pair == id && from < term {
                 if item.seq <= cut {
-                    on.push((key, item));
+                    on.push((from, key, item));
                 } else {
                     settled += item.weight;
                 }
@@ -160,7 +245,7 @@ mod tests {
         // Term 2 subscribed at 20: 12 is not in its stream, 25 is.
         let (on, settled) = cuts.subscribed(0, 2, 20);
         assert_eq!(
-            on.iter().map(|(k, _)| k.clone()).collect::<Vec<_>>(),
+            on.iter().map(|(_, k, _)| k.clone()).collect::<Vec<_>>(),
             [key("a")]
         );
         assert_eq!(settled, 1);

@@ -82,11 +82,23 @@ pub(super) async fn run(
             // What an older term delivered: the replay delivers it anew.
             shared.delivered.lock().clear();
         }
-        // Deletes of shards held throughout go on (see `carry`).
-        q.advance_term(term, |i| {
-            carry::term_for(&shared, i.term, &i.delta).is_some()
-        })
+        // Deletes of shards held throughout go on, those of a suspended
+        // shard are set aside (see `carry`).
+        let mut aside = Vec::new();
+        let stale = q.advance_term(term, |key, i| {
+            match carry::goes(&shared, i.term, &i.delta) {
+                carry::Goes::Now(_) => true,
+                carry::Goes::Aside => {
+                    aside.push((key.clone(), i.clone()));
+                    false
+                }
+                carry::Goes::Nowhere => false,
+            }
+        });
+        (stale, aside)
     };
+    let (stale, aside) = stale;
+    carry::set_aside(&shared, aside);
     if stale > 0 {
         shared.activity.settle(stale);
     }
@@ -157,9 +169,11 @@ fn resync_all(
     push_all(shared, &mut queued);
 }
 
-/// A delete of an old term's subscription that goes on into the current
-/// term (see [`carry`]): `Some(Some(item))` to queue now, `Some(None)` kept
-/// until the successor subscribes; `None` when it does not go on.
+/// A delete of an earlier term's subscription that goes on into the
+/// current term, or of a suspended shard (see [`carry`]): `Some(Some(item))`
+/// to queue now, `Some(None)` set aside or kept until the successor
+/// subscribes (or dropped: its successor has it); `None` when it goes
+/// nowhere.
 fn carried(
     shared: &Shared,
     id: SubId,
@@ -169,17 +183,42 @@ fn carried(
 ) -> Option<Option<(Key, Item)>> {
     delta.object.as_ref()?;
     let (key, item) = item_of(id, filter, term, delta.clone());
-    let now = carry::term_for(shared, term, &item.delta)?;
-    let item = item.term(now);
+    let goes = carry::goes(shared, term, &item.delta);
+    let current = shared.leadership.state().term == term;
+    match goes {
+        carry::Goes::Nowhere => return None,
+        // This term's own delete of a suspended shard: no successor
+        // subscription has it.
+        carry::Goes::Aside if current => {
+            shared.activity.settle(item.weight);
+            carry::set_aside(shared, vec![(key, item)]);
+            return Some(None);
+        }
+        carry::Goes::Now(_) | carry::Goes::Aside => {}
+    }
     let mut cuts = shared.carried.lock();
     match cuts.handing(id, term, delta.seq) {
-        carry::Handing::On => Some(Some((key, item))),
+        carry::Handing::On => {
+            drop(cuts);
+            match goes {
+                carry::Goes::Now(now) => Some(Some((key, item.term(now)))),
+                _ => {
+                    shared.activity.settle(item.weight);
+                    carry::set_aside(shared, vec![(key, item)]);
+                    Some(None)
+                }
+            }
+        }
         carry::Handing::Drop => {
             drop(cuts);
             shared.activity.settle(1);
             Some(None)
         }
         carry::Handing::Wait => {
+            let item = match goes {
+                carry::Goes::Now(now) => item.term(now),
+                _ => item,
+            };
             cuts.wait(id, term, key, item);
             Some(None)
         }
@@ -236,9 +275,10 @@ fn accept(
         m
     };
     if !wanted {
-        if !current
-            && state.leading
-            && mine
+        // A delete that may go on into a later term (an earlier term's, of
+        // a shard held throughout) or be set aside (a suspended shard's).
+        if delta.dtype == DeltaType::Deleted
+            && !(current && mine)
             && filter.deltas.contains(&delta.dtype)
             && let Some(carried) = carried(shared, id, filter, term, &delta)
         {

@@ -561,18 +561,27 @@ impl Dispatcher {
         term: u64,
         cut: u64,
     ) {
-        // Deletes an older subscription of the pair held for this one.
-        let (on, settled) = self.shared.carried.lock().subscribed(id, term, cut);
+        // Deletes an older subscription of the pair held for this one, and
+        // those set aside while a shard was suspended (see `carry`).
+        let (waited, mut settled) = self.shared.carried.lock().subscribed(id, term, cut);
+        let mut on = Vec::new();
+        let mut aside = Vec::new();
+        for (from, key, item) in waited {
+            match carry::goes(&self.shared, from, &item.delta) {
+                carry::Goes::Now(_) => on.push((key, item.term(term))),
+                carry::Goes::Aside => {
+                    settled += item.weight;
+                    aside.push((key, item.term(from)));
+                }
+                carry::Goes::Nowhere => settled += item.weight,
+            }
+        }
+        carry::set_aside(&self.shared, aside);
         if settled > 0 {
             self.shared.activity.settle(settled);
         }
-        if !on.is_empty() {
-            let mut on: Vec<(Key, Item)> = on
-                .into_iter()
-                .map(|(key, item)| (key, item.term(term)))
-                .collect();
-            intake::push_all(&self.shared, &mut on);
-        }
+        on.extend(carry::resumed(&self.shared, id, term));
+        intake::push_all(&self.shared, &mut on);
         let guard = self.shared.telemetry.task(format!(
             "dispatcher intake of plugin {} from {}",
             self.shared.plugin,

@@ -462,10 +462,18 @@ pub(super) async fn drop_on_loss(shared: Arc<Shared>, cancel: CancellationToken)
         if state.leading {
             continue;
         }
+        // A suspended shard's deletes are set aside (see `carry`).
+        let mut aside = Vec::new();
         let (dropped, idle) = {
             let mut q = shared.queue.lock();
-            (q.clear_pending(), q.is_idle())
+            let dropped = q.clear_pending(|key, i| {
+                if super::carry::goes(&shared, i.term, &i.delta) == super::carry::Goes::Aside {
+                    aside.push((key.clone(), i.clone()));
+                }
+            });
+            (dropped, q.is_idle())
         };
+        super::carry::set_aside(&shared, aside);
         shared.activity.settle(dropped);
         shared
             .stats
@@ -511,7 +519,7 @@ fn to_feed(
 /// next one replays the cache), unless it was a delete that goes on into
 /// the current term (see [`carry`](super::carry)), queued again there.
 fn overtaken(shared: &Shared, key: Key, item: Item) {
-    let again = super::carry::again(shared, &item);
+    let again = super::carry::again(shared, &key, &item);
     finish(shared, item.weight, |q| q.ok(&key));
     if let Some(again) = again {
         shared.activity.emit(1);

@@ -128,4 +128,17 @@ pub trait Source: Send + Sync + 'static {
     /// A never-ending list+watch stream for `spec`; errors are reported and
     /// the stream recovers by itself (relisting as needed).
     fn watch(&self, spec: &InformerSpec) -> BoxStream<'static, Result<WatchEvent, SourceError>>;
+
+    /// [`watch`](Self::watch) narrowed to the objects of the shards `shards`
+    /// holds, where the source can (the API server's `shardSelector`); the
+    /// informer filters what comes anyway, so a source that cannot narrow
+    /// (the default) returns everything.
+    fn watch_shards(
+        &self,
+        spec: &InformerSpec,
+        shards: &crate::shard::ShardSet,
+    ) -> BoxStream<'static, Result<WatchEvent, SourceError>> {
+        let _ = shards;
+        self.watch(spec)
+    }
 }

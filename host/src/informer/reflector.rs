@@ -21,15 +21,78 @@ impl Informer {
     /// Runs until cancelled; returns false if the source's stream ended
     /// by itself (it never should: the informer is then dead).
     pub(super) async fn run(self: Arc<Self>, source: Arc<dyn Source>) -> bool {
-        let mut stream = source.watch(&self.spec);
+        // With `shardCache: held`, the shards whose objects it caches: a
+        // change starts a new list+watch of the new ones.
+        let mut shards_rx = self.shards.clone();
+        let mut shards = shards_rx.as_mut().map(|r| *r.borrow_and_update());
+        let mut stream = match &shards {
+            Some(s) => source.watch_shards(&self.spec, s),
+            None => source.watch(&self.spec),
+        };
         let mut relist = Relist::Idle;
         let mut lists = 0u64;
         // Since when the source reports the watch stalled.
         let mut stalled: Option<std::time::Instant> = None;
+        // The version of the watched event being applied, raised into the
+        // high water once it is in the store.
+        let mut pending_high_water = 0u64;
         loop {
+            if pending_high_water > 0 {
+                self.high_water
+                    .fetch_max(std::mem::take(&mut pending_high_water), Ordering::Relaxed);
+            }
             let event = tokio::select! {
                 () = self.cancel.cancelled() => break,
+                changed = async {
+                    match shards_rx.as_mut() {
+                        Some(r) => r.changed().await.map(|()| *r.borrow_and_update()),
+                        None => std::future::pending().await,
+                    }
+                } => {
+                    match changed {
+                        Ok(next) if Some(next) != shards => {
+                            self.evict_outside(&next);
+                            shards = Some(next);
+                            stream = source.watch_shards(&self.spec, &next);
+                            relist = Relist::Idle;
+                        }
+                        Ok(_) => {}
+                        // The set is gone: the host is stopping.
+                        Err(_) => shards_rx = None,
+                    }
+                    continue;
+                }
                 event = stream.next() => event,
+            };
+            // How far it has followed the API server: a watched change at
+            // once, a list's items once the list is applied (at InitDone).
+            match (&event, &mut relist) {
+                (Some(Ok(WatchEvent::InitApply(o))), Relist::Buffering(list)) => {
+                    list.high_water = list.high_water.max(version_of(o));
+                }
+                (
+                    Some(Ok(
+                        WatchEvent::InitApply(o) | WatchEvent::Apply(o) | WatchEvent::Delete(o),
+                    )),
+                    _,
+                ) => {
+                    pending_high_water = version_of(o);
+                }
+                _ => {}
+            }
+            // Objects of shards it does not cache are not its own (the
+            // source may return everything: the API server without sharded
+            // lists, the local cluster).
+            let event = match (event, &shards) {
+                (
+                    Some(Ok(
+                        WatchEvent::InitApply(o) | WatchEvent::Apply(o) | WatchEvent::Delete(o),
+                    )),
+                    Some(s),
+                ) if !s.owns_object(&o) => {
+                    continue;
+                }
+                (event, _) => event,
             };
             let Some(event) = event else {
                 tracing::error!(informer = %self.spec, "watch stream ended; the informer stopped");
@@ -112,12 +175,17 @@ impl Informer {
                     Relist::Buffering(list) => list.objects.push(obj),
                     Relist::Idle => self.apply(obj),
                 },
-                Ok(WatchEvent::InitDone) => match std::mem::replace(&mut relist, Relist::Idle) {
-                    Relist::Buffering(listed) => self.replace(listed),
-                    // The end of no list: nothing to compare the cache with
-                    // (an empty list here would delete everything).
-                    Relist::Idle => self.synced(&mut self.fanout.lock()),
-                },
+                Ok(WatchEvent::InitDone) => {
+                    match std::mem::replace(&mut relist, Relist::Idle) {
+                        Relist::Buffering(listed) => self.replace(listed),
+                        // The end of no list: nothing to compare the cache
+                        // with (an empty list here would delete everything).
+                        Relist::Idle => self.synced(&mut self.fanout.lock()),
+                    }
+                    if shards.is_some() {
+                        self.applied.send_replace(shards);
+                    }
+                }
                 Ok(WatchEvent::Apply(obj)) => self.apply(obj),
                 Ok(WatchEvent::Delete(obj)) => self.delete(obj),
             }
@@ -126,6 +194,23 @@ impl Informer {
         self.undecodable.lock().clear();
         tracing::debug!(informer = %self.spec, "informer stopped");
         true
+    }
+
+    /// Drops, without a delta, the cached objects of shards it no longer
+    /// caches: they were not deleted, only handed to another replica.
+    fn evict_outside(&self, shards: &crate::shard::ShardSet) {
+        let _fanout = self.fanout.lock();
+        let gone: Vec<ObjectHandle> = self
+            .store
+            .snapshot()
+            .iter()
+            .filter(|o| !shards.owns_object(o))
+            .cloned()
+            .collect();
+        for obj in &gone {
+            self.store.remove(&obj.key());
+        }
+        tracing::info!(informer = %self.spec, evicted = gone.len(), shards = ?shards.indexes().collect::<Vec<_>>(), "the shards cached changed: listing them");
     }
 
     pub(super) fn apply(&self, obj: KObject) {
@@ -203,7 +288,11 @@ impl Informer {
     /// unreadable too could be any cached object, so such a list deletes
     /// nothing.
     pub(super) fn replace(&self, listed: Listed) {
-        let Listed { objects, failed } = listed;
+        let Listed {
+            objects,
+            failed,
+            high_water,
+        } = listed;
         let mut fanout = self.fanout.lock();
         // Before any delta of the list: whoever sees one sees this too.
         self.undecodable.lock().replace(&failed);
@@ -252,6 +341,7 @@ impl Informer {
             }
         }
         self.synced(&mut fanout);
+        self.high_water.fetch_max(high_water, Ordering::Relaxed);
     }
 
     /// Marks the cache synced after its first list (once).
@@ -280,6 +370,14 @@ pub(super) struct Listed {
     /// Its items that could not be decoded: their keys are not missing
     /// from the list, only unknown in content.
     pub(super) failed: Vec<Undecodable>,
+    /// The highest resourceVersion among its items.
+    pub(super) high_water: u64,
+}
+
+/// An object's resourceVersion as a number (an etcd revision); 0 when it
+/// is not one.
+fn version_of(obj: &KObject) -> u64 {
+    obj.meta().resource_version.parse().unwrap_or(0)
 }
 
 /// True when `new` is another object than `old` under the same key

@@ -44,6 +44,8 @@ pub struct InformerSet {
     pub(super) cancel: CancellationToken,
     pub(super) activity: Arc<Activity>,
     pub(super) telemetry: Telemetry,
+    /// Set with `shardCache: held`: the shards every informer caches.
+    pub(super) shards: Option<watch::Sender<crate::shard::ShardSet>>,
 }
 
 impl std::fmt::Debug for InformerSet {
@@ -69,6 +71,81 @@ impl InformerSet {
             tasks: TaskTracker::new(),
             cancel,
             telemetry,
+            shards: None,
+        }
+    }
+
+    /// Its informers cache only the objects of the shards `initial` holds,
+    /// and list again whenever [`set_shards`](Self::set_shards) changes
+    /// them (`shardCache: held`).
+    #[must_use]
+    pub fn caching_shards(mut self, initial: crate::shard::ShardSet) -> Self {
+        self.shards = Some(watch::channel(initial).0);
+        self
+    }
+
+    /// The shards whose objects the informers cache from now on; `None`
+    /// when they cache every object.
+    pub fn set_shards(&self, shards: crate::shard::ShardSet) -> Option<crate::shard::ShardSet> {
+        let tx = self.shards.as_ref()?;
+        tx.send_if_modified(|s| std::mem::replace(s, shards) != shards);
+        Some(shards)
+    }
+
+    /// Each informer's [`high_water`](Informer::high_water), by its spec
+    /// as displayed (the same on every replica running the same plugins).
+    pub fn high_waters(&self) -> std::collections::BTreeMap<String, u64> {
+        self.informers()
+            .iter()
+            .filter(|i| i.high_water() > 0)
+            .map(|i| (i.spec().to_string(), i.high_water()))
+            .collect()
+    }
+
+    /// Waits until each informer named in `marks` has followed the API
+    /// server at least as far as the mark (`true`), or until those behind
+    /// have received nothing for `quiet` since their first list
+    /// (`false`): a mark can be the
+    /// version of a delete this replica's list came after, out of reach
+    /// until the next change, while an informer that lags keeps receiving.
+    /// Polled: the informers' hot path only raises a number.
+    pub async fn wait_high_waters(
+        &self,
+        marks: &std::collections::BTreeMap<String, u64>,
+        quiet: std::time::Duration,
+    ) -> bool {
+        let mut last = (0u64, tokio::time::Instant::now());
+        loop {
+            let behind: Vec<u64> = self
+                .informers()
+                .iter()
+                .filter(|i| {
+                    marks
+                        .get(&i.spec().to_string())
+                        .is_some_and(|m| i.high_water() < *m)
+                })
+                .map(|i| i.high_water())
+                .collect();
+            if behind.is_empty() {
+                return true;
+            }
+            // One still in its first list is not quiet, only busy.
+            let listing = self.informers().iter().any(|i| !i.has_synced());
+            let progress = behind.iter().sum::<u64>();
+            if progress != last.0 || listing {
+                last = (progress, tokio::time::Instant::now());
+            } else if last.1.elapsed() >= quiet {
+                return false;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Waits until every informer caches the objects of `shards` (each
+    /// applied a complete list of them).
+    pub async fn wait_shards(&self, shards: crate::shard::ShardSet) {
+        for i in self.informers() {
+            i.wait_shards(shards).await;
         }
     }
 
@@ -113,11 +190,14 @@ impl InformerSet {
                     forbidden: Mutex::new(None),
                     watch_restarts: AtomicU64::new(0),
                     relists: AtomicU64::new(0),
+                    high_water: AtomicU64::new(0),
                     undecodable: Mutex::new(Undecodables::new(counters.undecodable.clone())),
                     synced_tx,
                     cancel: self.cancel.child_token(),
                     activity: self.activity.clone(),
                     counters,
+                    shards: self.shards.as_ref().map(watch::Sender::subscribe),
+                    applied: watch::channel(None).0,
                 });
                 map.insert(spec.clone(), informer.clone());
                 (informer, true)

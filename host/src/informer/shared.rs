@@ -75,6 +75,14 @@ pub struct Informer {
     pub(super) relists: AtomicU64,
     /// Objects the source could not decode, as they stand now.
     pub(super) undecodable: Mutex<Undecodables>,
+    /// The shards whose objects it caches, when it caches only those
+    /// (`shardCache: held`); it lists again whenever they change.
+    pub(super) shards: Option<watch::Receiver<crate::shard::ShardSet>>,
+    /// The highest resourceVersion its source has returned (0: none yet):
+    /// how far it has followed the API server, for a shard's hand-over.
+    pub(super) high_water: AtomicU64,
+    /// The shards its last complete list was of (`None`: every object).
+    pub(super) applied: watch::Sender<Option<crate::shard::ShardSet>>,
 }
 
 impl std::fmt::Debug for Informer {
@@ -111,6 +119,9 @@ impl Informer {
             forbidden: Mutex::new(None),
             watch_restarts: AtomicU64::new(0),
             relists: AtomicU64::new(0),
+            high_water: AtomicU64::new(0),
+            shards: None,
+            applied: watch::channel(None).0,
         })
     }
 
@@ -171,6 +182,16 @@ impl Informer {
         *slot = refusal;
     }
 
+    /// Waits until it caches the objects of `shards` (a complete list of
+    /// them applied); at once for an informer that caches every object.
+    pub async fn wait_shards(&self, shards: crate::shard::ShardSet) {
+        if self.shards.is_none() {
+            return;
+        }
+        let mut rx = self.applied.subscribe();
+        let _ = rx.wait_for(|a| *a == Some(shards)).await;
+    }
+
     /// Waits until the initial list has been applied (WaitForCacheSync).
     pub async fn wait_synced(&self) {
         let mut rx = self.synced_tx.subscribe();
@@ -196,6 +217,15 @@ impl Informer {
     /// whose name was unreadable too.
     pub fn undecodable(&self) -> Vec<UndecodableObject> {
         self.undecodable.lock().list()
+    }
+
+    /// The highest resourceVersion its source has returned, as a number
+    /// (0 before any): a replica handing a shard over records it, and the
+    /// next holder waits until its own informer has come as far before it
+    /// replays, so that it never hands a plugin an older state than the
+    /// last holder did.
+    pub fn high_water(&self) -> u64 {
+        self.high_water.load(Ordering::Relaxed)
     }
 
     /// Lists after the initial one.

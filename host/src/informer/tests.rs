@@ -629,3 +629,132 @@ async fn a_list_item_without_a_readable_name_keeps_every_cached_object() {
     set.unsubscribe(&handle);
     set.shutdown().await;
 }
+
+/// A source that hands each watch a new script, and records the shards
+/// each was asked for.
+struct PerWatch {
+    scripts: parking_lot::Mutex<std::collections::VecDeque<Script>>,
+    asked: parking_lot::Mutex<Vec<Vec<u32>>>,
+}
+
+impl Source for PerWatch {
+    fn watch(
+        &self,
+        _spec: &InformerSpec,
+    ) -> futures::stream::BoxStream<'static, Result<WatchEvent, SourceError>> {
+        let Some(mut rx) = self.scripts.lock().pop_front() else {
+            return Box::pin(futures::stream::pending());
+        };
+        Box::pin(futures::stream::poll_fn(move |cx| rx.poll_recv(cx)))
+    }
+
+    fn watch_shards(
+        &self,
+        spec: &InformerSpec,
+        shards: &crate::shard::ShardSet,
+    ) -> futures::stream::BoxStream<'static, Result<WatchEvent, SourceError>> {
+        self.asked.lock().push(shards.indexes().collect());
+        self.watch(spec)
+    }
+}
+
+/// `shardCache: held`: an informer caches only the held shards' objects
+/// (filtering what a source that cannot narrow returns), lists again when
+/// they change, hands a taken shard's objects as adds, and drops a given-up
+/// shard's objects without a delete (they were not deleted).
+#[tokio::test]
+async fn an_informer_caching_shards_lists_again_when_they_change() {
+    use crate::shard::{ShardKey, ShardSet, fnv1a64, shard_of};
+    let uid_in = |shard: u32| -> String {
+        (0..)
+            .map(|i| format!("uid-{i}-{}", i * 7919))
+            .find(|u| shard_of(fnv1a64(u.as_bytes()), 2) == shard)
+            .unwrap()
+    };
+    let (u0, u1) = (uid_in(0), uid_in(1));
+    let mut scripts = std::collections::VecDeque::new();
+    let mut senders = Vec::new();
+    for _ in 0..3 {
+        let (tx, rx) = mpsc::unbounded_channel();
+        scripts.push_back(rx);
+        senders.push(tx);
+    }
+    let source = Arc::new(PerWatch {
+        scripts: parking_lot::Mutex::new(scripts),
+        asked: parking_lot::Mutex::default(),
+    });
+    let none = ShardSet::sharded(2, ShardKey::Uid, false);
+    let set = InformerSet::new(
+        source.clone(),
+        Arc::new(Activity::default()),
+        CancellationToken::new(),
+        Telemetry::new(Identity::from_env()),
+    )
+    .caching_shards(none.with(0, true));
+    let (tx, mut deltas) = mpsc::unbounded_channel();
+    let handle = set.subscribe(all_configmaps(), tx);
+    let list = |tx: &Events| {
+        tx.send(Ok(WatchEvent::Init)).unwrap();
+        tx.send(Ok(WatchEvent::InitApply(cm_at("a", "1", &u0))))
+            .unwrap();
+        tx.send(Ok(WatchEvent::InitApply(cm_at("b", "1", &u1))))
+            .unwrap();
+        tx.send(Ok(WatchEvent::InitDone)).unwrap();
+    };
+    // The source ignores the shards (as an API server before 1.36 does):
+    // shard 1's b is filtered here.
+    list(&senders[0]);
+    let d = take(&mut deltas, 2).await;
+    assert_eq!(d[0], format!("Added a@1 uid={u0} initial #1"));
+    assert_eq!(d[1], "Synced #2");
+    set.wait_shards(none.with(0, true)).await;
+    let names = |set: &InformerSet| -> Vec<String> {
+        let mut n: Vec<String> = set.informers()[0]
+            .store()
+            .snapshot()
+            .iter()
+            .map(|o| o.meta().name.to_string())
+            .collect();
+        n.sort();
+        n
+    };
+    assert_eq!(names(&set), ["a"]);
+    // A watched change of b is not its own either, but it is as far as
+    // the informer has followed the API server.
+    senders[0]
+        .send(Ok(WatchEvent::Apply(cm_at("b", "2", &u1))))
+        .unwrap();
+    let marks = std::collections::BTreeMap::from([(all_configmaps().to_string(), 2)]);
+    let caught_up = tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        set.wait_high_waters(&marks, std::time::Duration::from_secs(20)),
+    )
+    .await
+    .expect("the high water follows every event, cached or not");
+    assert!(caught_up);
+    assert_eq!(set.high_waters(), marks);
+
+    // Shard 1 taken too: a new list of both; b comes as an add.
+    set.set_shards(none.with(0, true).with(1, true));
+    list(&senders[1]);
+    assert_eq!(
+        take(&mut deltas, 1).await,
+        [format!("Added b@1 uid={u1} #3")]
+    );
+    set.wait_shards(none.with(0, true).with(1, true)).await;
+    assert_eq!(names(&set), ["a", "b"]);
+
+    // Shard 0 given up: a leaves the cache with no delete.
+    set.set_shards(none.with(1, true));
+    senders[2].send(Ok(WatchEvent::Init)).unwrap();
+    senders[2]
+        .send(Ok(WatchEvent::InitApply(cm_at("b", "1", &u1))))
+        .unwrap();
+    senders[2].send(Ok(WatchEvent::InitDone)).unwrap();
+    set.wait_shards(none.with(1, true)).await;
+    assert_eq!(names(&set), ["b"]);
+    assert!(deltas.try_recv().is_err(), "no delta for a shard given up");
+    assert_eq!(*source.asked.lock(), [vec![0], vec![0, 1], vec![1]]);
+    set.unsubscribe(&handle);
+    set.shutdown().await;
+}

@@ -176,7 +176,18 @@ pub struct Elector {
     /// The shard this Lease fences, and when to take or give it up; `None`
     /// for the one Lease of an unsharded deployment.
     shard: Option<(u32, Arc<dyn ShardBalance>)>,
+    /// The Lease as last read was this replica's own record (it is still
+    /// the holder, so nobody else has held it since it took it).
+    own_record: bool,
+    /// How far this replica's informers have followed the API server,
+    /// written on the Lease it releases (see [`HANDOVER_ANNOTATION`]).
+    high_waters: Option<Arc<dyn Fn() -> super::HandoverMarks + Send + Sync>>,
 }
+
+/// The annotation a replica releasing a Lease writes its informers' high
+/// waters in (JSON: informer -> resourceVersion), for the next holder to
+/// wait for before it replays.
+pub const HANDOVER_ANNOTATION: &str = "kubewasm.io/handover-versions";
 
 /// When a replica of a sharded deployment takes one more shard or gives
 /// one up, so that the shards spread over the replicas.
@@ -212,6 +223,8 @@ impl Elector {
             holder: None,
             view: None,
             shard: None,
+            own_record: false,
+            high_waters: None,
         }
     }
 
@@ -226,17 +239,34 @@ impl Elector {
 
     fn gain(&self) -> u64 {
         match &self.shard {
+            // Renewing its own record: a shard suspended at the renew
+            // deadline resumes, what it set aside goes on.
+            Some((i, _)) if self.own_record => self.leadership.resume(*i),
             Some((i, _)) => self.leadership.hold(*i, true),
             None => self.leadership.gain(),
         }
     }
 
-    fn lose(&self) {
+    /// Closes the gate: a shard whose renewals missed the deadline is only
+    /// suspended (see [`Leadership::suspend`]).
+    fn lose(&self, ended: Ended) {
         match &self.shard {
+            Some((i, _)) if ended == Ended::DeadlinePassed => {
+                self.leadership.suspend(*i);
+            }
             Some((i, _)) => {
                 self.leadership.hold(*i, false);
             }
             None => self.leadership.lose(),
+        }
+    }
+
+    /// Records whether the Lease just read is this replica's own record; a
+    /// suspended shard whose Lease is not is forfeited.
+    fn read_own(&mut self, own: bool) {
+        self.own_record = own;
+        if !own && let Some((i, _)) = &self.shard {
+            self.leadership.forfeit(*i);
         }
     }
 
@@ -248,6 +278,18 @@ impl Elector {
         self.shard
             .as_ref()
             .is_some_and(|(i, b)| b.should_give_up(*i))
+    }
+
+    /// Writes how far `high_waters` says this replica's informers have
+    /// followed the API server on every Lease it releases, and has the
+    /// next holder wait for it (see [`HANDOVER_ANNOTATION`]).
+    #[must_use]
+    pub fn with_high_waters(
+        mut self,
+        high_waters: Arc<dyn Fn() -> super::HandoverMarks + Send + Sync>,
+    ) -> Self {
+        self.high_waters = Some(high_waters);
+        self
     }
 
     /// Records every reading of the Lease in `flag`, for `/readyz` and the
@@ -311,11 +353,20 @@ impl Elector {
                     () = tokio::time::sleep(self.opts.retry_period) => {}
                 }
             };
-            tracing::info!(identity, lease, term, "became leader");
+            if self.own_record && self.shard.is_some() {
+                tracing::info!(
+                    identity,
+                    lease,
+                    term,
+                    "holds the shard again: still the Lease's holder, nobody held it in between (deletes set aside meanwhile go on)"
+                );
+            } else {
+                tracing::info!(identity, lease, term, "became leader");
+            }
             let ended = self.lead(acquired, &cancel).await;
             // Fencing by time: the gate closes before anyone else may hold
             // the lease (renew deadline < lease duration).
-            self.lose();
+            self.lose(ended);
             match ended {
                 Ended::GaveUp => {
                     tracing::info!(
@@ -387,6 +438,7 @@ impl Elector {
         let me = self.opts.identity.clone();
         let seconds = self.opts.lease_seconds();
         let Some(mut lease) = self.backend.get().await? else {
+            self.read_own(false);
             if !may_take {
                 return Ok(false);
             }
@@ -424,6 +476,7 @@ impl Elector {
         let spec = lease.spec.take().unwrap_or_default();
         let holder = spec.holder_identity.clone().filter(|h| !h.is_empty());
         let mine = holder.as_deref() == Some(me.as_str());
+        self.read_own(mine);
         if let Some(h) = &holder
             && !mine
         {
@@ -461,7 +514,22 @@ impl Elector {
         });
         let acquired = lease.spec.as_ref().and_then(|s| s.acquire_time.clone());
         let transitions = lease.spec.as_ref().and_then(|s| s.lease_transitions);
+        let handed: Option<super::HandoverMarks> = (!mine)
+            .then(|| {
+                lease
+                    .metadata
+                    .annotations
+                    .as_ref()?
+                    .get(HANDOVER_ANNOTATION)
+                    .and_then(|v| serde_json::from_str(v).ok())
+            })
+            .flatten();
         let written = self.backend.replace(lease).await?;
+        if written == Written::Done
+            && let Some(marks) = handed
+        {
+            self.leadership.expect_handover(marks);
+        }
         if written == Written::Lost {
             self.holder = None;
         }
@@ -488,6 +556,14 @@ impl Elector {
                 return Ok(false);
             }
             let now = MicroTime(k8s_openapi::jiff::Timestamp::now());
+            if let Some(marks) = self.high_waters.as_ref().map(|f| f())
+                && let Ok(json) = serde_json::to_string(&marks)
+            {
+                l.metadata
+                    .annotations
+                    .get_or_insert_default()
+                    .insert(HANDOVER_ANNOTATION.to_owned(), json);
+            }
             l.spec = Some(LeaseSpec {
                 holder_identity: None,
                 lease_duration_seconds: Some(1),
@@ -734,6 +810,90 @@ mod tests {
         a.task.await.unwrap();
     }
 
+    /// Always may take, never gives up.
+    struct Greedy(Arc<tokio::sync::Mutex<()>>);
+
+    impl ShardBalance for Greedy {
+        fn may_take(&self) -> bool {
+            true
+        }
+        fn should_give_up(&self, _: u32) -> bool {
+            false
+        }
+        fn turn(&self) -> Arc<tokio::sync::Mutex<()>> {
+            self.0.clone()
+        }
+    }
+
+    /// A shard holder cut off past its renew deadline is suspended, not
+    /// lost: reconnected before anyone took its Lease, it renews its own
+    /// record and resumes with its `held_since` kept (what it set aside
+    /// goes on); had another replica held it, the suspension is forfeited.
+    #[tokio::test(start_paused = true)]
+    async fn a_shard_renewed_again_by_its_holder_resumes_and_one_taken_over_is_forfeited() {
+        use crate::shard::{ShardKey, ShardSet};
+        let store = Arc::new(Store::default());
+        let conn = Conn::new(store.clone());
+        let leadership = Leadership::sharded(ShardSet::sharded(2, ShardKey::Uid, false));
+        let cancel = CancellationToken::new();
+        let balance: Arc<dyn ShardBalance> = Arc::new(Greedy(Arc::default()));
+        let elector =
+            Elector::new(conn.clone(), opts("a"), leadership.clone()).for_shard(0, balance);
+        let task = tokio::spawn(elector.run(cancel.clone()));
+        until("a holds shard 0", Duration::from_secs(1), || {
+            leadership.held_since(0).is_some()
+        })
+        .await;
+        let since = leadership.held_since(0);
+        conn.cut.store(true, Ordering::SeqCst);
+        until("suspended", Duration::from_secs(4), || {
+            leadership.suspended_since(0).is_some()
+        })
+        .await;
+        assert_eq!(leadership.suspended_since(0), since);
+        conn.cut.store(false, Ordering::SeqCst);
+        until("held again", Duration::from_secs(2), || {
+            leadership.held_since(0).is_some()
+        })
+        .await;
+        assert_eq!(
+            leadership.held_since(0),
+            since,
+            "nobody held it in between: held since the first term"
+        );
+        assert!(leadership.state().term > since.unwrap_or(0), "a new term");
+
+        // Cut off again, and this time another replica takes the Lease.
+        conn.cut.store(true, Ordering::SeqCst);
+        until("suspended again", Duration::from_secs(4), || {
+            leadership.suspended_since(0).is_some()
+        })
+        .await;
+        let b = replica(&store, "b");
+        until("b holds the Lease", Duration::from_secs(10), || {
+            store.holder().as_deref() == Some("b")
+        })
+        .await;
+        conn.cut.store(false, Ordering::SeqCst);
+        until("the suspension forfeited", Duration::from_secs(3), || {
+            leadership.suspended_since(0).is_none()
+        })
+        .await;
+        b.cancel.cancel();
+        b.task.await.unwrap();
+        until("a holds shard 0 anew", Duration::from_secs(3), || {
+            leadership.held_since(0).is_some()
+        })
+        .await;
+        assert_eq!(
+            leadership.held_since(0),
+            Some(leadership.state().term),
+            "taken from another holder: held since this term only"
+        );
+        cancel.cancel();
+        task.await.unwrap();
+    }
+
     #[tokio::test(start_paused = true)]
     async fn release_on_shutdown_hands_over_within_a_retry_period() {
         let store = Arc::new(Store::default());
@@ -756,6 +916,41 @@ mod tests {
             took <= Duration::from_millis(600),
             "took {took:?}: a released lease is taken at the next retry, not after the lease duration"
         );
+        b.cancel.cancel();
+        b.task.await.unwrap();
+    }
+
+    /// A replica releasing the Lease writes how far its informers had
+    /// followed the API server; the next holder is told to wait for it.
+    #[tokio::test(start_paused = true)]
+    async fn a_released_lease_carries_the_last_holders_high_waters_to_the_next() {
+        let store = Arc::new(Store::default());
+        let a_leadership = Leadership::follower();
+        let a_cancel = CancellationToken::new();
+        let marks = super::super::HandoverMarks::from([("configmaps".to_owned(), 42)]);
+        let a = Elector::new(Conn::new(store.clone()), opts("a"), a_leadership.clone())
+            .with_high_waters(Arc::new({
+                let marks = marks.clone();
+                move || marks.clone()
+            }));
+        let a_task = tokio::spawn(a.run(a_cancel.clone()));
+        until("a leads", Duration::from_secs(1), || {
+            a_leadership.is_leader()
+        })
+        .await;
+        let b = replica(&store, "b");
+        assert!(
+            b.leadership.take_handover().is_empty(),
+            "nothing handed over yet"
+        );
+        a_cancel.cancel();
+        a_task.await.unwrap();
+        until("b leads", Duration::from_secs(2), || {
+            b.leadership.is_leader()
+        })
+        .await;
+        assert_eq!(b.leadership.take_handover(), marks);
+        assert!(b.leadership.take_handover().is_empty(), "taken once");
         b.cancel.cancel();
         b.task.await.unwrap();
     }

@@ -48,10 +48,39 @@ impl LeaderState {
 #[derive(Debug, Clone)]
 pub struct Leadership {
     tx: Arc<watch::Sender<LeaderState>>,
-    /// Per shard, the term since which this replica has held it without a
-    /// break (meaningful while held): a delete queued in an earlier term of
-    /// a shard held since then still belongs to this replica.
-    since: Arc<parking_lot::Mutex<[u64; MAX_SHARDS as usize]>>,
+    /// Per shard, since when this replica has held it without another
+    /// holder in between (see [`Holding`]).
+    since: Arc<parking_lot::Mutex<Holding>>,
+    /// How far the replica that handed over a Lease just taken had
+    /// followed the API server, per informer (see
+    /// [`expect_handover`](Self::expect_handover)).
+    handover: Arc<parking_lot::Mutex<HandoverMarks>>,
+}
+
+/// Per informer (its spec as displayed), a resourceVersion.
+pub type HandoverMarks = std::collections::BTreeMap<String, u64>;
+
+/// Per shard, the term since which this replica has held it with no other
+/// holder in between (meaningful while held or suspended): a delete queued
+/// in an earlier term of a shard held since then still belongs to this
+/// replica. A shard is *suspended* when its renewals missed the renew
+/// deadline: the gate is closed for it (fencing by time), but no other
+/// replica has been seen to hold it, so if this replica renews the same
+/// Lease record again (still its holder, same acquire time) nobody acted
+/// in between and the deletes it set aside go on.
+#[derive(Debug)]
+struct Holding {
+    since: [u64; MAX_SHARDS as usize],
+    suspended: u64,
+}
+
+impl Default for Holding {
+    fn default() -> Self {
+        Self {
+            since: [0; MAX_SHARDS as usize],
+            suspended: 0,
+        }
+    }
 }
 
 impl Leadership {
@@ -80,7 +109,8 @@ impl Leadership {
     fn with(state: LeaderState) -> Self {
         Self {
             tx: Arc::new(watch::channel(state).0),
-            since: Arc::new(parking_lot::Mutex::new([0; MAX_SHARDS as usize])),
+            since: Arc::new(parking_lot::Mutex::new(Holding::default())),
+            handover: Arc::default(),
         }
     }
 
@@ -93,7 +123,44 @@ impl Leadership {
         if !(state.leading && state.shards.is_sharded() && state.shards.holds(index)) {
             return None;
         }
-        self.since.lock().get(index as usize).copied()
+        self.since.lock().since.get(index as usize).copied()
+    }
+
+    /// The term since which suspended shard `index` had been held when its
+    /// renewals missed the deadline; `None` unless it is suspended (not
+    /// held now, and no other holder seen since).
+    pub fn suspended_since(&self, index: u32) -> Option<u64> {
+        let state = self.state();
+        if !state.shards.is_sharded() || state.shards.holds(index) {
+            return None;
+        }
+        let h = self.since.lock();
+        let bit = 1u64.checked_shl(index)?;
+        (h.suspended & bit != 0)
+            .then(|| h.since.get(index as usize).copied())
+            .flatten()
+    }
+
+    /// A Lease about to be taken was handed over by a replica whose
+    /// informers had followed the API server as far as `marks`: this
+    /// replica replays only once its own have come as far, so a plugin is
+    /// never handed an older state than the last holder handed it.
+    pub fn expect_handover(&self, marks: HandoverMarks) {
+        let mut h = self.handover.lock();
+        for (spec, mark) in marks {
+            let m = h.entry(spec).or_default();
+            *m = (*m).max(mark);
+        }
+    }
+
+    /// The marks to wait for before the next replay (taken: each once).
+    pub fn take_handover(&self) -> HandoverMarks {
+        std::mem::take(&mut *self.handover.lock())
+    }
+
+    /// The shards suspended now (see [`Holding`]), as a mask.
+    pub fn suspended(&self) -> u64 {
+        self.since.lock().suspended
     }
 
     pub fn state(&self) -> LeaderState {
@@ -133,6 +200,35 @@ impl Leadership {
     /// replayed under the new set (the gain path). Giving up the last shard
     /// closes the gate. Returns the term after the change.
     pub fn hold(&self, index: u32, held: bool) -> u64 {
+        self.change(index, held, Change::Plain)
+    }
+
+    /// Gives up shard `index` because its renewals missed the renew
+    /// deadline, keeping what [`resume`](Self::resume) needs: as
+    /// `hold(index, false)` otherwise.
+    pub fn suspend(&self, index: u32) -> u64 {
+        self.change(index, false, Change::Suspend)
+    }
+
+    /// Takes shard `index` again by renewing its own Lease record (no other
+    /// holder in between): a suspended shard keeps its `held_since`, so
+    /// what it set aside goes on; otherwise as `hold(index, true)`.
+    pub fn resume(&self, index: u32) -> u64 {
+        self.change(index, true, Change::Resume)
+    }
+
+    /// Another holder was seen (or the Lease released): a suspended
+    /// shard's set-aside deletes are no longer this replica's.
+    pub fn forfeit(&self, index: u32) {
+        if let Some(bit) = 1u64.checked_shl(index) {
+            self.since.lock().suspended &= !bit;
+        }
+    }
+
+    fn change(&self, index: u32, held: bool, how: Change) -> u64 {
+        let Some(bit) = 1u64.checked_shl(index).filter(|_| index < MAX_SHARDS) else {
+            return self.state().term;
+        };
         let mut term = 0;
         self.tx.send_if_modified(|s| {
             term = s.term;
@@ -147,13 +243,31 @@ impl Leadership {
                 s.term += 1;
                 term = s.term;
             }
-            if gained && let Some(t) = self.since.lock().get_mut(index as usize) {
+            // Before the watch tells anyone of the new state.
+            let mut h = self.since.lock();
+            let resumed = how == Change::Resume && h.suspended & bit != 0;
+            if gained
+                && !resumed
+                && let Some(t) = h.since.get_mut(index as usize)
+            {
                 *t = s.term;
+            }
+            if how == Change::Suspend {
+                h.suspended |= bit;
+            } else {
+                h.suspended &= !bit;
             }
             true
         });
         term
     }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Change {
+    Plain,
+    Suspend,
+    Resume,
 }
 
 /// Durations and names of the election (client-go's defaults).
@@ -180,6 +294,7 @@ pub struct ShardOptions {
     pub count: u32,
     pub key: crate::shard::ShardKey,
     pub follow_owner: bool,
+    pub cache: crate::shard::ShardCache,
 }
 
 impl ShardOptions {
@@ -215,6 +330,10 @@ pub enum ElectionConfigError {
     EmptyName,
     #[error("--shards must be between 1 and {max} (found {0})", max = crate::shard::MAX_SHARDS)]
     ShardCount(u32),
+    #[error(
+        "--shard-cache=held cannot be combined with --shard-follow-owner: the API server selects a shard's objects by their own uid, not their owner's (drop one of them)"
+    )]
+    HeldCacheFollowsOwner,
 }
 
 impl ElectionOptions {
@@ -246,6 +365,12 @@ impl ElectionOptions {
             && !(1..=crate::shard::MAX_SHARDS).contains(&s.count)
         {
             return Err(ElectionConfigError::ShardCount(s.count));
+        }
+        if let Some(s) = &self.shards
+            && s.cache == crate::shard::ShardCache::Held
+            && s.follow_owner
+        {
+            return Err(ElectionConfigError::HeldCacheFollowsOwner);
         }
         Ok(())
     }

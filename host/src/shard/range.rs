@@ -100,6 +100,30 @@ impl ShardSet {
         (0..self.count).filter(|i| self.holds(*i))
     }
 
+    /// The `shardSelector` that asks the API server for every held shard's
+    /// objects: one `shardRange()` per run of adjacent shards, joined by
+    /// `||`; `None` when none is held (or unsharded).
+    pub fn selector(&self) -> Option<String> {
+        let mut runs: Vec<(u128, u128)> = Vec::new();
+        for i in self.indexes() {
+            let (start, end) = bounds(i, self.count);
+            match runs.last_mut() {
+                Some(last) if last.1 == start => last.1 = end,
+                _ => runs.push((start, end)),
+            }
+        }
+        let ranges: Vec<String> = runs
+            .into_iter()
+            .map(|(start, end)| {
+                format!(
+                    "shardRange({}, '0x{start:016x}', '0x{end:016x}')",
+                    self.key.field_path()
+                )
+            })
+            .collect();
+        (!ranges.is_empty()).then(|| ranges.join(" || "))
+    }
+
     pub fn with(mut self, index: u32, held: bool) -> Self {
         if index < self.count {
             if held {
@@ -184,5 +208,32 @@ mod tests {
         );
         assert_eq!(set.with(1, false).held, 0);
         assert_eq!(set.with(7, true), set, "an index past the count is ignored");
+    }
+
+    #[test]
+    fn a_sets_selector_joins_its_runs_of_adjacent_shards() {
+        let set = ShardSet::sharded(4, ShardKey::Uid, false);
+        assert_eq!(set.selector(), None, "nothing held");
+        assert_eq!(ShardSet::unsharded().selector(), None);
+        assert_eq!(
+            set.with(1, true).selector().unwrap(),
+            selector(ShardKey::Uid, 1, 4)
+        );
+        assert_eq!(
+            set.with(1, true).with(2, true).selector().unwrap(),
+            "shardRange(object.metadata.uid, '0x4000000000000000', '0xc000000000000000')"
+        );
+        assert_eq!(
+            set.with(0, true).with(3, true).selector().unwrap(),
+            format!(
+                "{} || {}",
+                selector(ShardKey::Uid, 0, 4),
+                selector(ShardKey::Uid, 3, 4)
+            )
+        );
+        assert_eq!(
+            (0..4).fold(set, |s, i| s.with(i, true)).selector().unwrap(),
+            "shardRange(object.metadata.uid, '0x0000000000000000', '0x10000000000000000')"
+        );
     }
 }

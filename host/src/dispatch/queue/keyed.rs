@@ -425,17 +425,17 @@ impl<K: Clone + Eq + Hash> KeyedQueue<K> {
     /// the replay cannot stand for), moved into `term`. Returns the weight to settle. Called when a term's
     /// intake starts, so a loss and a regain that the leadership watch
     /// folded into one change still drop the old term's work.
-    pub fn advance_term(&mut self, term: u64, mut carry: impl FnMut(&Item) -> bool) -> u64 {
+    pub fn advance_term(&mut self, term: u64, mut carry: impl FnMut(&K, &Item) -> bool) -> u64 {
         if term <= self.term {
             return 0;
         }
         self.term = term;
         let mut settled = 0;
         let mut dropped_items = 0;
-        for e in self.entries.values_mut() {
+        for (k, e) in &mut self.entries {
             let before = e.pending.len();
             e.pending.retain_mut(|i| {
-                if i.term < term && carry(i) {
+                if i.term < term && carry(k, i) {
                     i.term = term;
                 }
                 let keep = i.term >= term;
@@ -473,8 +473,13 @@ impl<K: Clone + Eq + Hash> KeyedQueue<K> {
 
     /// Drops everything pending and every timer (leadership lost: the next
     /// leader replays the cache); returns the weight to settle.
-    pub fn clear_pending(&mut self) -> u64 {
+    pub fn clear_pending(&mut self, mut dropped: impl FnMut(&K, &Item)) -> u64 {
         let w = self.pending_weight;
+        for (k, e) in &self.entries {
+            for i in &e.pending {
+                dropped(k, i);
+            }
+        }
         self.ready.clear();
         self.timers.clear();
         self.pending_items = 0;

@@ -226,7 +226,7 @@ fn one_requeue_per_key_the_earliest_wins_and_a_live_delta_replaces_it() {
     assert_eq!(q.fire(t + Duration::from_secs(5), |at| at), vec!["b"]);
     assert_eq!(q.requeues_len(), 0);
     q.schedule_requeue("c", t + Duration::from_secs(5));
-    q.clear_pending();
+    q.clear_pending(|_, _| {});
     assert_eq!(q.delayed_len(), 0, "a leadership loss drops requeues");
 }
 

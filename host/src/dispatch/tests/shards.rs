@@ -194,3 +194,136 @@ async fn a_delete_of_a_shard_just_taken_is_not_carried() {
     );
     r.set.shutdown().await;
 }
+
+/// What happens to a shard between a delete and the replay that follows.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Gap {
+    /// Suspended (renewals missed the deadline), then renewed again by this
+    /// replica with nobody in between.
+    Resumed,
+    /// Suspended, then another holder seen, then taken back from it.
+    Forfeited,
+}
+
+/// A shard whose renewals missed the renew deadline is fenced at once, but
+/// if its Lease is renewed again by the same replica nobody else acted on
+/// it: the deletes queued when it was suspended (one backing off here) and
+/// those that arrived while it was suspended reach the plugin after the
+/// replay. Taken back from another holder, they do not: the other holder
+/// had them. `others` keeps shard 1 held throughout (the gate stays open)
+/// or not (the gate closes).
+async fn deletes_of_a_suspended_shard(gap: Gap, others: bool) {
+    let leadership = Leadership::sharded(ShardSet::sharded(2, ShardKey::Uid, false));
+    leadership.hold(0, true);
+    if others {
+        leadership.hold(1, true);
+    }
+    let mine: Vec<usize> = (0..80)
+        .filter(|i| shard_of(fnv1a64(uid(*i).as_bytes()), 2) == 0)
+        .take(2)
+        .collect();
+    let (queued, later) = (format!("c{}", mine[0]), format!("c{}", mine[1]));
+    let first = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let r = rig_led(
+        DispatchOptions::default(),
+        all_deltas(&[], None),
+        Box::new({
+            let first = first.clone();
+            move |d| {
+                if d.dtype == DeltaType::Deleted
+                    && first.swap(false, std::sync::atomic::Ordering::SeqCst)
+                {
+                    return Err(CallError::Retry("not yet".into()));
+                }
+                Ok(Handled::default())
+            }
+        }),
+        1,
+        leadership.clone(),
+    );
+    r.list(vec![
+        cm_uid(&queued, &uid(mine[0]), 1, "x"),
+        cm_uid(&later, &uid(mine[1]), 1, "x"),
+    ]);
+    r.until("both adds", |s| names_in(s, "added").len() == 2)
+        .await;
+    r.send(WatchEvent::Delete(cm_uid(&queued, &uid(mine[0]), 2, "x")));
+    r.until("the first delete's first call", |s| {
+        names_in(s, "deleted").contains(&queued)
+    })
+    .await;
+    // Renewals missed: shard 0 suspended while its delete backs off.
+    let suspended_in = leadership.suspend(0);
+    assert!(!leadership.state().shards.holds(0));
+    assert_eq!(leadership.is_leader(), others);
+    if others {
+        r.replay(suspended_in);
+    }
+    r.send(WatchEvent::Delete(cm_uid(&later, &uid(mine[1]), 3, "x")));
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let deleted = |r: &Rig| {
+        r.seen()
+            .iter()
+            .filter(|s| s.what == "deleted")
+            .map(|s| s.name.clone())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        deleted(&r),
+        std::slice::from_ref(&queued),
+        "fenced while suspended"
+    );
+    let term = match gap {
+        Gap::Resumed => leadership.resume(0),
+        Gap::Forfeited => {
+            leadership.forfeit(0);
+            leadership.hold(0, true)
+        }
+    };
+    r.replay(term);
+    match gap {
+        Gap::Resumed => {
+            r.until("both deletes after the resume", |s| {
+                names_in(s, "deleted") == BTreeSet::from([queued.clone(), later.clone()])
+                    && s.iter().filter(|s| s.what == "deleted").count() == 3
+            })
+            .await;
+            tokio::time::sleep(Duration::from_secs(10)).await;
+            let mut seen = deleted(&r);
+            seen.sort();
+            let mut want = vec![queued.clone(), queued.clone(), later.clone()];
+            want.sort();
+            assert_eq!(
+                seen,
+                want,
+                "each delete once more, no more: {:#?}",
+                r.seen()
+            );
+        }
+        Gap::Forfeited => {
+            tokio::time::sleep(Duration::from_secs(10)).await;
+            assert_eq!(
+                deleted(&r),
+                std::slice::from_ref(&queued),
+                "another replica held the shard in between: {:#?}",
+                r.seen()
+            );
+        }
+    }
+    r.set.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn deletes_of_a_suspended_shard_go_on_when_it_is_renewed_with_nobody_in_between() {
+    deletes_of_a_suspended_shard(Gap::Resumed, false).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn deletes_of_a_suspended_shard_go_on_beside_a_shard_held_throughout() {
+    deletes_of_a_suspended_shard(Gap::Resumed, true).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn deletes_of_a_suspended_shard_another_replica_held_in_between_do_not() {
+    deletes_of_a_suspended_shard(Gap::Forfeited, false).await;
+}

@@ -4,6 +4,7 @@
 pub mod discovery;
 pub mod impersonate;
 pub mod raw;
+mod sharded;
 pub mod watch;
 pub mod wire;
 pub mod write;

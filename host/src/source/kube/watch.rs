@@ -290,7 +290,34 @@ impl Run {
 
 impl Source for KubeSource {
     fn watch(&self, spec: &InformerSpec) -> BoxStream<'static, Result<WatchEvent, SourceError>> {
-        let api = super::dynamic_api(&self.client, &spec.kind, spec.namespace.as_deref());
+        self.watch_with(&self.client, spec)
+    }
+
+    fn watch_shards(
+        &self,
+        spec: &InformerSpec,
+        shards: &crate::shard::ShardSet,
+    ) -> BoxStream<'static, Result<WatchEvent, SourceError>> {
+        match shards.selector() {
+            Some(selector) => {
+                let client = super::sharded::narrowed(&self.client, selector, spec.to_string());
+                self.watch_with(&client, spec)
+            }
+            // No shard held: nothing to cache, and nothing to ask for.
+            None => futures::stream::iter([Ok(WatchEvent::Init), Ok(WatchEvent::InitDone)])
+                .chain(futures::stream::pending())
+                .boxed(),
+        }
+    }
+}
+
+impl KubeSource {
+    fn watch_with(
+        &self,
+        client: &Client,
+        spec: &InformerSpec,
+    ) -> BoxStream<'static, Result<WatchEvent, SourceError>> {
+        let api = super::dynamic_api(client, &spec.kind, spec.namespace.as_deref());
         let mut config = watcher::Config::default().page_size(self.page_size);
         if let Some(l) = &spec.label_selector {
             config = config.labels(l);

@@ -95,7 +95,10 @@ impl KubeSink {
         Self {
             client,
             instance: identity.instance().to_owned(),
-            seq: AtomicU64::new(0),
+            // Added to an Event's time in its name: started at random so
+            // that the names of two replicas' Events never meet (one
+            // process's are unique by the count alone).
+            seq: AtomicU64::new(u64::from(fastrand::u32(..)) << 20),
             series: parking_lot::Mutex::default(),
             server_dry_run: false,
             impersonations: Impersonations::default(),
@@ -483,28 +486,45 @@ impl KubeSink {
                 Err(f) => return Err(classify_request(&what, f)),
             }
         }
-        let event = self.event(plugin, reporter, regarding, event_type, reason, note, now);
-        let name = event["metadata"]["name"]
-            .as_str()
-            .unwrap_or_default()
-            .to_owned();
-        let what = format!("create events.k8s.io/v1 events {ns}/{name} (regarding {regarding})");
-        let body =
-            serde_json::to_vec(&event).map_err(|e| ActionError::Invalid(format!("{what}: {e}")))?;
-        let write = Write {
-            verb: "create",
-            kind: "Event",
-            namespace: Some(ns),
-            name: &name,
-            subresource: None,
-        };
         let params = PostParams {
             field_manager: Some(field_manager(plugin)),
             dry_run: self.server_dry_run,
         };
-        self.send(write, account, request.create(&params, body))
-            .await
-            .map_err(|f| classify_request(&what, f))?;
+        // A name already taken (an Event of another process created in the
+        // same nanosecond) is taken again under a new one, once.
+        let mut created = String::new();
+        for attempt in 0..2 {
+            let event = self.event(plugin, reporter, regarding, event_type, reason, note, now);
+            let name = event["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            let what =
+                format!("create events.k8s.io/v1 events {ns}/{name} (regarding {regarding})");
+            let body = serde_json::to_vec(&event)
+                .map_err(|e| ActionError::Invalid(format!("{what}: {e}")))?;
+            let write = Write {
+                verb: "create",
+                kind: "Event",
+                namespace: Some(ns),
+                name: &name,
+                subresource: None,
+            };
+            match self
+                .send(write, account, request.create(&params, body))
+                .await
+            {
+                Ok(()) => {
+                    created = name;
+                    break;
+                }
+                Err(Failed {
+                    error: kube::Error::Api(s),
+                    ..
+                }) if attempt == 0 && s.is_already_exists() => {}
+                Err(f) => return Err(classify_request(&what, f)),
+            }
+        }
         if self.server_dry_run {
             return Ok(());
         }
@@ -519,7 +539,7 @@ impl KubeSink {
         series.insert(
             key,
             Series {
-                name,
+                name: created,
                 count: 1,
                 last: now,
             },
@@ -528,7 +548,8 @@ impl KubeSink {
     }
 
     /// An events.k8s.io/v1 Event, named as client-go names them
-    /// (`<regarding>.<hex nanos>`).
+    /// (`<regarding>.<hex nanos>`, the nanoseconds offset by this sink's
+    /// count).
     #[allow(clippy::too_many_arguments)]
     fn event(
         &self,
