@@ -5,7 +5,8 @@
 //! a call's Events here only once the call's other actions all succeeded,
 //! and one worker task records them in order through the sink (which
 //! aggregates repeats into series), with the executor's own retries of
-//! transient failures, under leadership. The queue is bounded: when full,
+//! transient failures, under leadership (a gate closed for a moment holds
+//! them back, see [`GATE_PAUSE`]). The queue is bounded: when full,
 //! Events are dropped and counted (`kubewasm_events_dropped_total`, a
 //! warning per plugin at most every 10 s) rather than holding plugins back,
 //! as client-go's and kube's recorders drop rather than block.
@@ -25,6 +26,12 @@ use super::executor::{ActionError, ExecutorStats, Runner};
 use super::internal_events::EventsDropped;
 use crate::activity::Activity;
 use crate::telemetry::ActionCounters;
+
+/// How long queued Events wait for a closed gate to open again before they
+/// are refused: a shard whose renewal was missed and that is renewed again
+/// at once (a suspension) closes the gate for a second or two, and the
+/// Events of what was handled before are still this replica's records.
+const GATE_PAUSE: Duration = Duration::from_secs(10);
 
 /// How often a plugin's dropped-Events warning repeats, at most.
 const WARN_EVERY: Duration = Duration::from_secs(10);
@@ -231,6 +238,9 @@ async fn serve(
     // The executor's waits between attempts are abandoned by the select
     // below, not by a fence: an Event has no plugin version to outlive.
     let no_fence = CancellationToken::new();
+    let mut gate = runner.leadership().subscribe();
+    // Since when the gate has been closed, while it is.
+    let mut closed_since: Option<Instant> = None;
     loop {
         let q = tokio::select! {
             biased;
@@ -240,6 +250,17 @@ async fn serve(
                 None => break,
             },
         };
+        if gate.borrow_and_update().leading {
+            closed_since = None;
+        } else {
+            let since = *closed_since.get_or_insert_with(Instant::now);
+            let left = GATE_PAUSE.saturating_sub(since.elapsed());
+            tokio::select! {
+                biased;
+                () = stop.cancelled() => {}
+                _ = tokio::time::timeout(left, gate.wait_for(|s| s.leading)) => {}
+            }
+        }
         let started = runner.feed_admits().then(Instant::now);
         let result = tokio::select! {
             biased;

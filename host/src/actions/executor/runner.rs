@@ -33,6 +33,11 @@ pub(crate) struct Runner {
 }
 
 impl Runner {
+    /// Whether this replica acts now, and a way to wait until it does.
+    pub(crate) fn leadership(&self) -> &Leadership {
+        &self.leadership
+    }
+
     /// Refuses `action` because this replica does not (or no longer) lead.
     fn fenced(&self, plugin: &str, counters: &ActionCounters, action: &Action) -> ActionError {
         self.refuse(plugin, counters, action, ActionError::NotLeader)

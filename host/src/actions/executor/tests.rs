@@ -566,3 +566,32 @@ async fn actions_are_counted_in_the_registry_the_caller_passed() {
         assert!(text.lines().any(|l| l == series), "{series} in {text}");
     }
 }
+
+/// Queued Events wait out a gate closed for a moment (a shard whose
+/// renewal was missed and renewed again at once) instead of being refused;
+/// a gate closed for longer than the pause refuses them, as before.
+#[tokio::test(start_paused = true)]
+async fn queued_events_wait_out_a_short_closure_of_the_gate() {
+    let sink = Arc::new(Scripted::default());
+    let leadership = Leadership::follower();
+    leadership.gain();
+    let ex = Executor::new(sink.clone(), quick(), telemetry()).with_leadership(leadership.clone());
+    let fence = CancellationToken::new();
+    call(&ex, vec![event("before")], &fence).await.unwrap();
+    // Closed before the worker took it.
+    leadership.lose();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(sink.log().is_empty(), "nothing recorded while closed");
+    leadership.gain();
+    ex.events_idle().await;
+    assert_eq!(sink.log(), ["event before"]);
+    assert_eq!(ex.stats.fenced.load(Ordering::Relaxed), 0);
+
+    // Closed for good: refused once the pause is over.
+    call(&ex, vec![event("after")], &fence).await.unwrap();
+    leadership.lose();
+    tokio::time::sleep(Duration::from_secs(11)).await;
+    ex.events_idle().await;
+    assert_eq!(sink.log(), ["event before"]);
+    assert_eq!(ex.stats.fenced.load(Ordering::Relaxed), 1);
+}
