@@ -239,8 +239,9 @@ async fn serve(
     // below, not by a fence: an Event has no plugin version to outlive.
     let no_fence = CancellationToken::new();
     let mut gate = runner.leadership().subscribe();
-    // Since when the gate has been closed, while it is.
-    let mut closed_since: Option<Instant> = None;
+    // Since when the gate has been closed, while it is (tokio's clock, as
+    // the waits).
+    let mut closed_since: Option<tokio::time::Instant> = None;
     loop {
         let q = tokio::select! {
             biased;
@@ -250,22 +251,38 @@ async fn serve(
                 None => break,
             },
         };
-        if gate.borrow_and_update().leading {
-            closed_since = None;
-        } else {
-            let since = *closed_since.get_or_insert_with(Instant::now);
-            let left = GATE_PAUSE.saturating_sub(since.elapsed());
-            tokio::select! {
-                biased;
-                () = stop.cancelled() => {}
-                _ = tokio::time::timeout(left, gate.wait_for(|s| s.leading)) => {}
-            }
-        }
         let started = runner.feed_admits().then(Instant::now);
-        let result = tokio::select! {
-            biased;
-            () = stop.cancelled() => Err((ActionError::Stopping, 0)),
-            r = runner.run(&q.plugin, &q.counters, &q.action, &no_fence, None) => r,
+        // A write cut off by a term change (the shards held moved) or a
+        // short closure of the gate is tried again: an Event outlives terms.
+        let mut tries = 0;
+        let result = loop {
+            if gate.borrow_and_update().leading {
+                closed_since = None;
+            } else {
+                let since = *closed_since.get_or_insert_with(tokio::time::Instant::now);
+                let left = GATE_PAUSE.saturating_sub(since.elapsed());
+                tokio::select! {
+                    biased;
+                    () = stop.cancelled() => {}
+                    _ = tokio::time::timeout(left, gate.wait_for(|s| s.leading)) => {}
+                }
+            }
+            let result = tokio::select! {
+                biased;
+                () = stop.cancelled() => Err((ActionError::Stopping, 0)),
+                r = runner.run(&q.plugin, &q.counters, &q.action, &no_fence, None) => r,
+            };
+            match result {
+                Err((ActionError::NotLeader, _))
+                    if tries < 2
+                        && !stop.is_cancelled()
+                        && (gate.borrow().leading
+                            || closed_since.is_none_or(|c| c.elapsed() < GATE_PAUSE)) =>
+                {
+                    tries += 1;
+                }
+                result => break result,
+            }
         };
         if let Some(started) = started {
             runner.to_feed(&q.plugin, &q.action, &result, started.elapsed());

@@ -587,6 +587,24 @@ async fn queued_events_wait_out_a_short_closure_of_the_gate() {
     assert_eq!(sink.log(), ["event before"]);
     assert_eq!(ex.stats.fenced.load(Ordering::Relaxed), 0);
 
+    // A term change (the shards held moved) cuts a write off: it is sent
+    // again in the new term.
+    let hold = Arc::new(tokio::sync::Semaphore::new(0));
+    let held = Arc::new(Scripted {
+        hold: Some(hold.clone()),
+        ..Scripted::default()
+    });
+    let ex2 = Executor::new(held.clone(), quick(), telemetry()).with_leadership(leadership.clone());
+    call(&ex2, vec![event("cut")], &fence).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    leadership.gain();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    hold.add_permits(5);
+    ex2.events_idle().await;
+    assert_eq!(ex2.stats.fenced.load(Ordering::Relaxed), 1, "cut off once");
+    assert_eq!(ex2.stats.events_dropped.load(Ordering::Relaxed), 0);
+    assert_eq!(held.log().last().map(String::as_str), Some("event cut"));
+
     // Closed for good: refused once the pause is over.
     call(&ex, vec![event("after")], &fence).await.unwrap();
     leadership.lose();
