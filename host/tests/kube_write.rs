@@ -579,6 +579,17 @@ async fn a_json_patch_refused_with_a_bare_422_is_replayed_on_the_object_to_name_
     assert!(matches!(e, ActionError::NotFound(_)), "{e:?}");
 }
 
+/// The Event of the tests below: `Scaled` about the Deployment.
+fn scaled() -> Action {
+    Action::Event {
+        regarding: deployment(),
+        event_type: EventType::Normal,
+        reason: "Scaled".into(),
+        note: "to 3".into(),
+        reporter: "p@1".into(),
+    }
+}
+
 /// A failed Event names the request that failed: the series patch of an
 /// Event already recorded, or the create of a new one, not the object the
 /// Event is about.
@@ -586,13 +597,7 @@ async fn a_json_patch_refused_with_a_bare_422_is_replayed_on_the_object_to_name_
 async fn a_failed_event_names_the_real_verb_and_resource() {
     let (client, mut server) = mock_client();
     let sink = KubeSink::new(client);
-    let event = Action::Event {
-        regarding: deployment(),
-        event_type: EventType::Normal,
-        reason: "Scaled".into(),
-        note: "to 3".into(),
-        reporter: "p@1".into(),
-    };
+    let event = scaled();
     let script = tokio::spawn(async move {
         let (first, send) = next(&mut server).await;
         send.send_response(json_response(
@@ -636,13 +641,7 @@ async fn a_failed_event_names_the_real_verb_and_resource() {
 async fn an_event_name_already_taken_is_created_again_under_another() {
     let (client, mut server) = mock_client();
     let sink = KubeSink::new(client);
-    let event = Action::Event {
-        regarding: deployment(),
-        event_type: EventType::Normal,
-        reason: "Scaled".into(),
-        note: "to 3".into(),
-        reporter: "p@1".into(),
-    };
+    let event = scaled();
     let taken = || {
         status(
             409,

@@ -88,6 +88,27 @@ async fn holder(leases: &Api<Lease>, i: u32) -> Option<(String, Timestamp)> {
     Some((name, spec.acquire_time?.0))
 }
 
+/// Waits until each of two replicas holds one of the two shards; their
+/// names by shard.
+async fn one_shard_each(leases: &Api<Lease>) -> [String; 2] {
+    eventually("each replica holds one shard", WAIT, || async {
+        let h0 = holder(leases, 0).await?;
+        let h1 = holder(leases, 1).await?;
+        (h0.0 != h1.0).then_some([h0.0, h1.0])
+    })
+    .await
+}
+
+/// ConfigMaps `<prefix>0` ... in `ns`, `data.v` 0.
+async fn create_configmaps(api: &Api<ConfigMap>, ns: &str, prefix: &str, n: usize) {
+    for i in 0..n {
+        let cm: ConfigMap = serde_json::from_value(json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": format!("{prefix}{i}"), "namespace": ns}, "data": {"v": "0"}}))
+        .unwrap();
+        api.create(&PostParams::default(), &cm).await.unwrap();
+    }
+}
+
 /// Each ConfigMap's shard of 2, from its uid.
 async fn shards_of(api: &Api<ConfigMap>) -> BTreeMap<String, u32> {
     shards_of_n(api, 2).await
@@ -115,12 +136,7 @@ async fn two_replicas_split_the_objects_by_uid_and_the_survivor_takes_a_killed_o
     namespace(&client, ns, json!({})).await;
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
     let leases: Api<Lease> = Api::namespaced(client.clone(), ns);
-    for i in 0..OBJECTS {
-        let cm: ConfigMap = serde_json::from_value(json!({"apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": format!("c{i}"), "namespace": ns}, "data": {"v": "0"}}))
-        .unwrap();
-        api.create(&PostParams::default(), &cm).await.unwrap();
-    }
+    create_configmaps(&api, ns, "c", OBJECTS).await;
     let placed = shards_of(&api).await;
     let in_shard = |s: u32| placed.values().filter(|p| **p == s).count();
     assert!(
@@ -131,12 +147,7 @@ async fn two_replicas_split_the_objects_by_uid_and_the_survivor_takes_a_killed_o
     let a = replica(cp, ns, "shards-a");
     let b = replica(cp, ns, "shards-b");
     // One shard each: the fair share of two shards over two replicas.
-    let holders = eventually("each replica holds one shard", WAIT, || async {
-        let h0 = holder(&leases, 0).await?;
-        let h1 = holder(&leases, 1).await?;
-        (h0.0 != h1.0).then_some([h0.0, h1.0])
-    })
-    .await;
+    let holders = one_shard_each(&leases).await;
     // `kubewasm shards` shows the same split, and both replicas live.
     let shown = eventually("kubewasm shards counts two live replicas", WAIT, || async {
         let out = std::process::Command::new(kubewasm_bin())
@@ -316,12 +327,7 @@ async fn three_replicas_scale_down_to_one_and_back_and_every_shard_holder_sees_e
     namespace(&client, ns, json!({})).await;
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
     let leases: Api<Lease> = Api::namespaced(client.clone(), ns);
-    for i in 0..60 {
-        let cm: ConfigMap = serde_json::from_value(json!({"apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": format!("s{i}"), "namespace": ns}, "data": {"v": "0"}}))
-        .unwrap();
-        api.create(&PostParams::default(), &cm).await.unwrap();
-    }
+    create_configmaps(&api, ns, "s", 60).await;
     let placed = shards_of_n(&api, 3).await;
     let churn = |round: u32| {
         let api = api.clone();
@@ -417,24 +423,14 @@ async fn held_shard_caches_hold_only_their_shards_and_list_the_one_taken_over() 
     namespace(&client, ns, json!({})).await;
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
     let leases: Api<Lease> = Api::namespaced(client.clone(), ns);
-    for i in 0..OBJECTS {
-        let cm: ConfigMap = serde_json::from_value(json!({"apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": format!("h{i}"), "namespace": ns}, "data": {"v": "0"}}))
-        .unwrap();
-        api.create(&PostParams::default(), &cm).await.unwrap();
-    }
+    create_configmaps(&api, ns, "h", OBJECTS).await;
     let placed = shards_of(&api).await;
     let in_shard = |s: u32| placed.values().filter(|p| **p == s).count() as u64;
     assert!(in_shard(0) > 0 && in_shard(1) > 0, "{placed:?}");
     let held = ["--shard-cache", "held"];
     let a = replica_with(cp, ns, "held-a", 2, &held);
     let b = replica_with(cp, ns, "held-b", 2, &held);
-    let holders = eventually("each replica holds one shard", WAIT, || async {
-        let h0 = holder(&leases, 0).await?;
-        let h1 = holder(&leases, 1).await?;
-        (h0.0 != h1.0).then_some([h0.0, h1.0])
-    })
-    .await;
+    let holders = one_shard_each(&leases).await;
     let (of0, of1) = if holders[0] == "held-a" {
         (&a, &b)
     } else {
