@@ -95,6 +95,24 @@ pub(super) fn again(shared: &Shared, key: &Key, item: &Item) -> Option<Item> {
     }
 }
 
+/// Drops what the queue holds when the gate closes, setting aside the
+/// deletes of a suspended shard; returns the weight dropped and whether the
+/// queue is idle.
+pub(super) fn clear_queue(shared: &Shared) -> (u64, bool) {
+    let mut aside = Vec::new();
+    let (dropped, idle) = {
+        let mut q = shared.queue.lock();
+        let dropped = q.clear_pending(|key, i| {
+            if goes(shared, i.term, &i.delta) == Goes::Aside {
+                aside.push((key.clone(), i.clone()));
+            }
+        });
+        (dropped, q.is_idle())
+    };
+    set_aside(shared, aside);
+    (dropped, idle)
+}
+
 /// Keeps deletes of a suspended shard (already settled: the activity they
 /// count is emitted again when they go on).
 pub(super) fn set_aside(shared: &Shared, items: Vec<(Key, Item)>) {

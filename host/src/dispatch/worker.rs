@@ -462,18 +462,7 @@ pub(super) async fn drop_on_loss(shared: Arc<Shared>, cancel: CancellationToken)
         if state.leading {
             continue;
         }
-        // A suspended shard's deletes are set aside (see `carry`).
-        let mut aside = Vec::new();
-        let (dropped, idle) = {
-            let mut q = shared.queue.lock();
-            let dropped = q.clear_pending(|key, i| {
-                if super::carry::goes(&shared, i.term, &i.delta) == super::carry::Goes::Aside {
-                    aside.push((key.clone(), i.clone()));
-                }
-            });
-            (dropped, q.is_idle())
-        };
-        super::carry::set_aside(&shared, aside);
+        let (dropped, idle) = super::carry::clear_queue(&shared);
         shared.activity.settle(dropped);
         shared
             .stats
