@@ -732,6 +732,43 @@ fn kustomize_renders_the_example_overlays() {
     );
 }
 
+/// The shards example: three replicas, `shards: 3` in its host config, and
+/// the leader-election Role `kubewasm rbac --host-only --shards 3` writes
+/// (its shard and member Lease rules) in place of the base's.
+#[test]
+fn kustomize_renders_the_shards_example_with_its_lease_rules() {
+    let d = docs(&kustomize(&repo_root().join("deploy/examples/shards")));
+    assert_eq!(find(&d, "Deployment", "kubewasm")["spec"]["replicas"], 3);
+    let configs: Vec<&Value> = d.iter().filter(|x| x["kind"] == "ConfigMap").collect();
+    assert_eq!(configs.len(), 1, "replaced, not added: {configs:?}");
+    assert_eq!(check_host_config(configs[0]).shards, Some(3));
+    let out = Command::new(kubewasm_bin())
+        .args(["rbac", "--host-only", "--shards", "3"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let generated = docs(&String::from_utf8(out.stdout).unwrap());
+    let want = find(&generated, "Role", "kubewasm-leader-election");
+    let roles: Vec<&Value> = d
+        .iter()
+        .filter(|x| x["kind"] == "Role" && x["metadata"]["name"] == "kubewasm-leader-election")
+        .collect();
+    assert_eq!(roles.len(), 1, "the base's Role replaced, not added");
+    assert_eq!(
+        roles[0]["rules"], want["rules"],
+        "deploy/examples/shards/leader-election.yaml is out of date: write it again from `kubewasm rbac --host-only --shards 3` (its Role)"
+    );
+    assert!(
+        rules(roles[0]).contains_key("coordination.k8s.io/leases[\"kubewasm-shard-0\", \"kubewasm-shard-1\", \"kubewasm-shard-2\"]"),
+        "{:?}",
+        rules(roles[0])
+    );
+}
+
 fn volume<'a>(deployment: &'a Value, name: &str) -> &'a Value {
     deployment["spec"]["template"]["spec"]["volumes"]
         .as_array()

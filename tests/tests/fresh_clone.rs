@@ -16,7 +16,7 @@ use kubewasm_tests::repo_root;
 /// CA and signature key. Each says so in its kustomization.yaml.
 const NEED_UNCOMMITTED: &[&str] = &["add-plugin", "host-config", "plugin-folder", "single-node"];
 /// The overlays a fresh clone renders and applies as it is.
-const FROM_A_FRESH_CLONE: &[&str] = &["plugin-image", "plugin-image-signed"];
+const FROM_A_FRESH_CLONE: &[&str] = &["plugin-image", "plugin-image-signed", "shards"];
 
 /// A stranger's `kubectl apply -k deploy/`: a fresh clone of HEAD (only
 /// what is committed: no build outputs, nothing uncommitted) renders, every
