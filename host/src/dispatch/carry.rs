@@ -52,22 +52,24 @@ pub(super) fn goes(shared: &Shared, from: u64, delta: &CallDelta) -> Goes {
         return Goes::Nowhere;
     };
     let state = shared.leadership.state();
-    if !state.shards.is_sharded() {
+    let l = &shared.leadership;
+    // Sharded, the object's shard's; unsharded, the one Lease's.
+    let shard = state.shards.shard_of_object(object);
+    if shard.is_none() && state.shards.is_sharded() {
         return Goes::Nowhere;
     }
-    let Some(shard) = state.shards.shard_of_object(object) else {
-        return Goes::Nowhere;
+    let held = match shard {
+        Some(i) => l.held_since(i),
+        None => l.held_since_whole(),
     };
-    let held = shared.leadership.held_since(shard);
     if state.leading && state.term > from && held.is_some_and(|since| since <= from) {
         return Goes::Now(state.term);
     }
-    if held.is_none()
-        && shared
-            .leadership
-            .suspended_since(shard)
-            .is_some_and(|since| since <= from)
-    {
+    let suspended = || match shard {
+        Some(i) => l.suspended_since(i),
+        None => l.suspended_since_whole(),
+    };
+    if held.is_none() && suspended().is_some_and(|since| since <= from) {
         return Goes::Aside;
     }
     Goes::Nowhere

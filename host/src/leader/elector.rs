@@ -243,6 +243,7 @@ impl Elector {
             // deadline resumes, what it set aside goes on.
             Some((i, _)) if self.own_record => self.leadership.resume(*i),
             Some((i, _)) => self.leadership.hold(*i, true),
+            None if self.own_record => self.leadership.resume_whole(),
             None => self.leadership.gain(),
         }
     }
@@ -257,6 +258,7 @@ impl Elector {
             Some((i, _)) => {
                 self.leadership.hold(*i, false);
             }
+            None if ended == Ended::DeadlinePassed => self.leadership.suspend_whole(),
             None => self.leadership.lose(),
         }
     }
@@ -265,8 +267,11 @@ impl Elector {
     /// suspended shard whose Lease is not is forfeited.
     fn read_own(&mut self, own: bool) {
         self.own_record = own;
-        if !own && let Some((i, _)) = &self.shard {
-            self.leadership.forfeit(*i);
+        if !own {
+            match &self.shard {
+                Some((i, _)) => self.leadership.forfeit(*i),
+                None => self.leadership.forfeit_whole(),
+            }
         }
     }
 
@@ -359,6 +364,13 @@ impl Elector {
                     lease,
                     term,
                     "holds the shard again: still the Lease's holder, nobody held it in between (deletes set aside meanwhile go on)"
+                );
+            } else if self.own_record {
+                tracing::info!(
+                    identity,
+                    lease,
+                    term,
+                    "leads again: still the Lease's holder, nobody led in between (deletes set aside meanwhile go on)"
                 );
             } else {
                 tracing::info!(identity, lease, term, "became leader");
@@ -918,6 +930,35 @@ mod tests {
         );
         b.cancel.cancel();
         b.task.await.unwrap();
+    }
+
+    /// Unsharded, a leader cut off past its renew deadline is suspended:
+    /// reconnected before anyone took the Lease, it renews its own record
+    /// and resumes, held since its first term.
+    #[tokio::test(start_paused = true)]
+    async fn an_unsharded_leader_renewed_again_by_itself_resumes() {
+        let store = Arc::new(Store::default());
+        let a = replica(&store, "a");
+        until("a leads", Duration::from_secs(1), || {
+            a.leadership.is_leader()
+        })
+        .await;
+        let since = a.leadership.held_since_whole();
+        assert_eq!(since, Some(1));
+        a.conn.cut.store(true, Ordering::SeqCst);
+        until("suspended", Duration::from_secs(4), || {
+            a.leadership.suspended_since_whole().is_some()
+        })
+        .await;
+        a.conn.cut.store(false, Ordering::SeqCst);
+        until("leading again", Duration::from_secs(2), || {
+            a.leadership.is_leader()
+        })
+        .await;
+        assert_eq!(a.leadership.state().term, 2, "a new term");
+        assert_eq!(a.leadership.held_since_whole(), since, "nobody in between");
+        a.cancel.cancel();
+        a.task.await.unwrap();
     }
 
     /// A replica releasing the Lease writes how far its informers had

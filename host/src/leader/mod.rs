@@ -72,6 +72,11 @@ pub type HandoverMarks = std::collections::BTreeMap<String, u64>;
 struct Holding {
     since: [u64; MAX_SHARDS as usize],
     suspended: u64,
+    /// Unsharded, the same for the one Lease: the term since which it has
+    /// been held with no other holder in between, and whether it is
+    /// suspended.
+    whole_since: u64,
+    whole_suspended: bool,
 }
 
 impl Default for Holding {
@@ -79,6 +84,8 @@ impl Default for Holding {
         Self {
             since: [0; MAX_SHARDS as usize],
             suspended: 0,
+            whole_since: 0,
+            whole_suspended: false,
         }
     }
 }
@@ -179,19 +186,73 @@ impl Leadership {
 
     /// Opens the gate for a new term; returns it.
     pub fn gain(&self) -> u64 {
+        self.gain_whole(false)
+    }
+
+    /// Closes the gate (no-op when already closed).
+    pub fn lose(&self) {
+        self.lose_whole(false);
+    }
+
+    /// Unsharded, [`lose`](Self::lose) because the renewals missed the
+    /// renew deadline: the Lease is suspended (see [`Holding`]).
+    pub fn suspend_whole(&self) {
+        self.lose_whole(true);
+    }
+
+    /// Unsharded, [`gain`](Self::gain) by renewing its own Lease record
+    /// again: a suspended Lease keeps its `held_since`, so the deletes set
+    /// aside go on.
+    pub fn resume_whole(&self) -> u64 {
+        self.gain_whole(true)
+    }
+
+    /// Unsharded, another holder was seen: what was set aside is not this
+    /// replica's any more.
+    pub fn forfeit_whole(&self) {
+        self.since.lock().whole_suspended = false;
+    }
+
+    /// Unsharded, the term since which the Lease has been held with no
+    /// other holder in between; `None` when not leading (or sharded).
+    pub fn held_since_whole(&self) -> Option<u64> {
+        let state = self.state();
+        (state.leading && !state.shards.is_sharded()).then(|| self.since.lock().whole_since)
+    }
+
+    /// Unsharded, the term since which a suspended Lease had been held;
+    /// `None` unless suspended.
+    pub fn suspended_since_whole(&self) -> Option<u64> {
+        let state = self.state();
+        if state.leading || state.shards.is_sharded() {
+            return None;
+        }
+        let h = self.since.lock();
+        h.whole_suspended.then_some(h.whole_since)
+    }
+
+    fn gain_whole(&self, resume: bool) -> u64 {
         let mut term = 0;
         self.tx.send_modify(|s| {
             s.leading = true;
             s.term += 1;
             term = s.term;
+            // Before the watch tells anyone of the new state.
+            let mut h = self.since.lock();
+            if !(resume && h.whole_suspended) {
+                h.whole_since = s.term;
+            }
+            h.whole_suspended = false;
         });
         term
     }
 
-    /// Closes the gate (no-op when already closed).
-    pub fn lose(&self) {
-        self.tx
-            .send_if_modified(|s| std::mem::replace(&mut s.leading, false));
+    fn lose_whole(&self, suspend: bool) {
+        self.tx.send_if_modified(|s| {
+            let was = std::mem::replace(&mut s.leading, false);
+            self.since.lock().whole_suspended = suspend && was;
+            was
+        });
     }
 
     /// Takes or gives up shard `index`. Any change while this replica still

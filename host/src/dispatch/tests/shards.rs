@@ -327,3 +327,66 @@ async fn deletes_of_a_suspended_shard_go_on_beside_a_shard_held_throughout() {
 async fn deletes_of_a_suspended_shard_another_replica_held_in_between_do_not() {
     deletes_of_a_suspended_shard(Gap::Forfeited, false).await;
 }
+
+/// Unsharded, the one Lease is suspended and resumed the same way: the
+/// deletes queued when its renewals missed the deadline and those that
+/// arrived meanwhile reach the plugin once it is renewed with nobody in
+/// between; taken over by another holder in between, they do not.
+#[tokio::test(start_paused = true)]
+async fn an_unsharded_leader_renewed_with_nobody_in_between_delivers_its_deletes() {
+    for resumed in [true, false] {
+        let leadership = Leadership::follower();
+        leadership.gain();
+        let first = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let r = rig_led(
+            DispatchOptions::default(),
+            all_deltas(&[], None),
+            Box::new({
+                let first = first.clone();
+                move |d| {
+                    if d.dtype == DeltaType::Deleted
+                        && first.swap(false, std::sync::atomic::Ordering::SeqCst)
+                    {
+                        return Err(CallError::Retry("not yet".into()));
+                    }
+                    Ok(Handled::default())
+                }
+            }),
+            1,
+            leadership.clone(),
+        );
+        r.list(vec![
+            cm_uid("a", &uid(1), 1, "x"),
+            cm_uid("b", &uid(2), 1, "x"),
+        ]);
+        r.until("both adds", |s| names_in(s, "added").len() == 2)
+            .await;
+        r.send(WatchEvent::Delete(cm_uid("a", &uid(1), 2, "x")));
+        r.until("a's first delete call", |s| {
+            names_in(s, "deleted").contains("a")
+        })
+        .await;
+        leadership.suspend_whole();
+        r.send(WatchEvent::Delete(cm_uid("b", &uid(2), 3, "x")));
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let deleted = |r: &Rig| r.seen().iter().filter(|s| s.what == "deleted").count();
+        assert_eq!(deleted(&r), 1, "fenced while suspended");
+        let term = if resumed {
+            leadership.resume_whole()
+        } else {
+            leadership.forfeit_whole();
+            leadership.gain()
+        };
+        r.replay(term);
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        let want = if resumed { 3 } else { 1 };
+        assert_eq!(deleted(&r), want, "resumed {resumed}: {:#?}", r.seen());
+        if resumed {
+            assert_eq!(
+                names_in(&r.seen(), "deleted"),
+                BTreeSet::from(["a".to_owned(), "b".to_owned()])
+            );
+        }
+        r.set.shutdown().await;
+    }
+}
