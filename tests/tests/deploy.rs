@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use kubewasm::config::RunSettings;
-use kubewasm_tests::e2e::kubewasm_bin;
+use kubewasm_tests::e2e::{kubewasm_bin, succeeded};
 use kubewasm_tests::manifests::{check_configmap_fits, decode_base64, docs, kustomize};
 use kubewasm_tests::{plugin_artifacts, repo_root};
 use serde_json::Value;
@@ -742,14 +742,11 @@ fn kustomize_renders_the_shards_example_with_its_lease_rules() {
     let configs: Vec<&Value> = d.iter().filter(|x| x["kind"] == "ConfigMap").collect();
     assert_eq!(configs.len(), 1, "replaced, not added: {configs:?}");
     assert_eq!(check_host_config(configs[0]).shards, Some(3));
-    let out = Command::new(kubewasm_bin())
-        .args(["rbac", "--host-only", "--shards", "3"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = succeeded(
+        Command::new(kubewasm_bin())
+            .args(["rbac", "--host-only", "--shards", "3"])
+            .output()
+            .unwrap(),
     );
     let generated = docs(&String::from_utf8(out.stdout).unwrap());
     let want = find(&generated, "Role", "kubewasm-leader-election");
