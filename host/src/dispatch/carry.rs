@@ -125,6 +125,11 @@ pub(super) fn set_aside(shared: &Shared, items: Vec<(Key, Item)>) {
     shared.carried.lock().aside.extend(items);
 }
 
+/// Every delete set aside (a stopping version hands them on).
+pub(super) fn take_aside(shared: &Shared) -> Vec<(Key, Item)> {
+    std::mem::take(&mut shared.carried.lock().aside)
+}
+
 /// At subscription pair `id`'s subscription for `term`: its set-aside
 /// deletes whose shard is held again with no other holder in between, to
 /// queue in `term` (their activity emitted again); those of shards still

@@ -710,6 +710,19 @@ impl Dispatcher {
         items
     }
 
+    /// The deletes it set aside for a suspended shard (see [`carry`]), for
+    /// its successor to keep aside in turn ([`keep_aside`](Self::keep_aside)):
+    /// queued, they would be delivered while the shard is not held.
+    pub fn take_aside(&self) -> Vec<(Key, Item)> {
+        carry::take_aside(&self.shared)
+    }
+
+    /// Keeps a predecessor's set-aside deletes (already settled) until the
+    /// shard is held again, or drops them when another replica took it.
+    pub fn keep_aside(&self, items: Vec<(Key, Item)>) {
+        carry::set_aside(&self.shared, items);
+    }
+
     /// Settles items that nobody will handle.
     pub fn drop_items(&self, items: &[(Key, Item)]) {
         self.shared

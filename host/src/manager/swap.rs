@@ -43,6 +43,20 @@ impl PluginHost {
         if let Some(old) = &old {
             let old_informers = old.informers();
             let left = old.stop(&self.informers).await;
+            // Deletes set aside for a suspended shard stay aside in the new
+            // version (those its own stream has are after its cut).
+            let aside: Vec<_> = old
+                .dispatcher
+                .take_aside()
+                .into_iter()
+                .filter_map(|(key, item)| {
+                    let (id, index, cut) = old_informers
+                        .get(key.0 as usize)
+                        .and_then(|i| version.successor_of(i))?;
+                    (item.seq <= cut).then(|| moved(id, index, key, item))
+                })
+                .collect();
+            version.dispatcher.keep_aside(aside);
             let (keep, drop): (Vec<_>, Vec<_>) = left
                 .into_iter()
                 .map(|(key, item)| {

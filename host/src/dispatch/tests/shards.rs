@@ -390,3 +390,51 @@ async fn an_unsharded_leader_renewed_with_nobody_in_between_delivers_its_deletes
         r.set.shutdown().await;
     }
 }
+
+/// A version that stops while a shard is suspended hands the deletes it
+/// set aside to its successor, which keeps them aside too and delivers
+/// them once the shard is held again (a hot swap within a suspension).
+#[tokio::test(start_paused = true)]
+async fn deletes_set_aside_go_to_the_next_version() {
+    let leadership = Leadership::sharded(ShardSet::sharded(2, ShardKey::Uid, false));
+    leadership.hold(0, true);
+    let mine = (0..50)
+        .find(|i| shard_of(fnv1a64(uid(*i).as_bytes()), 2) == 0)
+        .unwrap();
+    let name = format!("c{mine}");
+    let old = rig_led(
+        DispatchOptions::default(),
+        all_deltas(&[], None),
+        Box::new(|_| Ok(Handled::default())),
+        1,
+        leadership.clone(),
+    );
+    old.list(vec![cm_uid(&name, &uid(mine), 1, "x")]);
+    old.until("the add", |s| names_in(s, "added").contains(&name))
+        .await;
+    leadership.suspend(0);
+    old.send(WatchEvent::Delete(cm_uid(&name, &uid(mine), 2, "x")));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(names_in(&old.seen(), "deleted").is_empty(), "fenced");
+    old.dispatcher.stop().await;
+    let aside = old.dispatcher.take_aside();
+    assert_eq!(aside.len(), 1, "{aside:?}");
+
+    let new = rig_led(
+        DispatchOptions::default(),
+        all_deltas(&[], None),
+        Box::new(|_| Ok(Handled::default())),
+        1,
+        leadership.clone(),
+    );
+    new.dispatcher.keep_aside(aside);
+    new.list(Vec::new());
+    let term = leadership.resume(0);
+    new.replay(term);
+    new.until("the delete in the new version", |s| {
+        names_in(s, "deleted").contains(&name)
+    })
+    .await;
+    old.set.shutdown().await;
+    new.set.shutdown().await;
+}
