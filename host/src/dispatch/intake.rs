@@ -102,6 +102,10 @@ pub(super) async fn run(
     if stale > 0 {
         shared.activity.settle(stale);
     }
+    // What went on into this term (a delete waiting for its retry) is ready
+    // now, its backoff gone with the old term: a worker takes it without
+    // waiting for the next delta to wake one.
+    shared.wake.notify_one();
     let mut resync = filter.resync.map(|period| {
         let mut t = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
         t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

@@ -679,6 +679,9 @@ async fn settle(
         to_feed(shared, &key, &item, "retry", call, Some(&failure));
     }
     let last_failure = failure.last_failure();
+    // The term may have ended since the check above: then the call was
+    // overtaken after all (a delete may go on, see `carry`).
+    let mut overtaken_by = None;
     let retry = {
         let mut q = shared.queue.lock();
         if current(shared, &q, item.term) {
@@ -690,9 +693,14 @@ async fn settle(
         } else {
             settle_weight += item.weight;
             q.ok(&key);
+            overtaken_by = Some(item);
             Retry::After
         }
     };
+    if let Some(again) = overtaken_by.and_then(|item| super::carry::again(shared, &key, &item)) {
+        shared.activity.emit(1);
+        push(shared, key.clone(), again);
+    }
     if !newly_parked {
         DeltaRetrying {
             plugin,

@@ -105,7 +105,7 @@ async fn a_delete_of_a_shard_held_throughout_outlives_a_new_term(caught: Caught)
     let name = format!("c{mine}");
     let first = Arc::new(std::sync::atomic::AtomicBool::new(true));
     let r = rig_led(
-        DispatchOptions::default(),
+        no_early_retry(),
         all_deltas(&[], None),
         Box::new({
             let (leadership, first) = (leadership.clone(), first.clone());
@@ -195,6 +195,36 @@ async fn a_delete_of_a_shard_just_taken_is_not_carried() {
     r.set.shutdown().await;
 }
 
+/// Retries back off for an hour: a delete asked to retry is still waiting
+/// when the test changes the term, however the threads are scheduled.
+fn no_early_retry() -> DispatchOptions {
+    DispatchOptions {
+        base_backoff: Duration::from_secs(3600),
+        max_backoff: Duration::from_secs(3600),
+        ..DispatchOptions::default()
+    }
+}
+
+/// A rig under `leadership` whose plugin asks for a retry of the first
+/// delete it is handed (so that it is still queued when the term ends).
+fn first_delete_retried(leadership: &Leadership) -> Rig {
+    let first = std::sync::atomic::AtomicBool::new(true);
+    rig_led(
+        no_early_retry(),
+        all_deltas(&[], None),
+        Box::new(move |d| {
+            if d.dtype == DeltaType::Deleted
+                && first.swap(false, std::sync::atomic::Ordering::SeqCst)
+            {
+                return Err(CallError::Retry("not yet".into()));
+            }
+            Ok(Handled::default())
+        }),
+        1,
+        leadership.clone(),
+    )
+}
+
 /// What happens to a shard between a delete and the replay that follows.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Gap {
@@ -223,24 +253,7 @@ async fn deletes_of_a_suspended_shard(gap: Gap, others: bool) {
         .take(2)
         .collect();
     let (queued, later) = (format!("c{}", mine[0]), format!("c{}", mine[1]));
-    let first = Arc::new(std::sync::atomic::AtomicBool::new(true));
-    let r = rig_led(
-        DispatchOptions::default(),
-        all_deltas(&[], None),
-        Box::new({
-            let first = first.clone();
-            move |d| {
-                if d.dtype == DeltaType::Deleted
-                    && first.swap(false, std::sync::atomic::Ordering::SeqCst)
-                {
-                    return Err(CallError::Retry("not yet".into()));
-                }
-                Ok(Handled::default())
-            }
-        }),
-        1,
-        leadership.clone(),
-    );
+    let r = first_delete_retried(&leadership);
     r.list(vec![
         cm_uid(&queued, &uid(mine[0]), 1, "x"),
         cm_uid(&later, &uid(mine[1]), 1, "x"),
@@ -337,24 +350,7 @@ async fn an_unsharded_leader_renewed_with_nobody_in_between_delivers_its_deletes
     for resumed in [true, false] {
         let leadership = Leadership::follower();
         leadership.gain();
-        let first = Arc::new(std::sync::atomic::AtomicBool::new(true));
-        let r = rig_led(
-            DispatchOptions::default(),
-            all_deltas(&[], None),
-            Box::new({
-                let first = first.clone();
-                move |d| {
-                    if d.dtype == DeltaType::Deleted
-                        && first.swap(false, std::sync::atomic::Ordering::SeqCst)
-                    {
-                        return Err(CallError::Retry("not yet".into()));
-                    }
-                    Ok(Handled::default())
-                }
-            }),
-            1,
-            leadership.clone(),
-        );
+        let r = first_delete_retried(&leadership);
         r.list(vec![
             cm_uid("a", &uid(1), 1, "x"),
             cm_uid("b", &uid(2), 1, "x"),
@@ -378,6 +374,12 @@ async fn an_unsharded_leader_renewed_with_nobody_in_between_delivers_its_deletes
             leadership.gain()
         };
         r.replay(term);
+        if resumed {
+            r.until("both deletes after the resume", |s| {
+                s.iter().filter(|s| s.what == "deleted").count() == 3
+            })
+            .await;
+        }
         tokio::time::sleep(Duration::from_secs(10)).await;
         let want = if resumed { 3 } else { 1 };
         assert_eq!(deleted(&r), want, "resumed {resumed}: {:#?}", r.seen());
