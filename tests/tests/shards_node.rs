@@ -556,8 +556,10 @@ async fn three_shard_holders_lose_nothing_through_a_kill_and_scaling_3_1_3_over_
     // After the lease expires; the restarted container or a survivor may
     // take it (a survivor only once the dead replica's member Lease has
     // expired too).
+    // Idle, about a lease and a retry or two (10-11 s); a machine loaded
+    // with builds was seen at 18.6 s, so the bound leaves room for CI.
     assert!(
-        takeover < LEASE * 2 + Duration::from_secs(5),
+        takeover < LEASE * 3 + Duration::from_secs(5),
         "shard 1 taken over in {takeover:?} with a {LEASE:?} lease"
     );
     eventually_seen(
