@@ -34,13 +34,7 @@ fn names_in(seen: &[Seen], what: &str) -> BTreeSet<String> {
 async fn a_sharded_replica_is_handed_only_the_objects_of_the_shards_it_holds() {
     let leadership = Leadership::sharded(ShardSet::sharded(2, ShardKey::Uid, false));
     leadership.hold(0, true);
-    let r = rig_led(
-        DispatchOptions::default(),
-        all_deltas(&[], None),
-        Box::new(|_| Ok(Handled::default())),
-        1,
-        leadership.clone(),
-    );
+    let r = handling_all(&leadership);
     let shard = |i: usize| shard_of(fnv1a64(uid(i).as_bytes()), 2);
     let objects: Vec<KObject> = (0..20)
         .map(|i| cm_uid(&format!("c{i}"), &uid(i), 1, "x"))
@@ -99,10 +93,7 @@ enum Caught {
 async fn a_delete_of_a_shard_held_throughout_outlives_a_new_term(caught: Caught) {
     let leadership = Leadership::sharded(ShardSet::sharded(2, ShardKey::Uid, false));
     leadership.hold(0, true);
-    let mine = (0..50)
-        .find(|i| shard_of(fnv1a64(uid(*i).as_bytes()), 2) == 0)
-        .unwrap();
-    let name = format!("c{mine}");
+    let (mine, name) = one_in(0);
     let first = Arc::new(std::sync::atomic::AtomicBool::new(true));
     let r = rig_led(
         no_early_retry(),
@@ -170,17 +161,8 @@ async fn a_delete_whose_call_a_new_term_overtook_is_delivered_again_in_it() {
 async fn a_delete_of_a_shard_just_taken_is_not_carried() {
     let leadership = Leadership::sharded(ShardSet::sharded(2, ShardKey::Uid, false));
     leadership.hold(0, true);
-    let theirs = (0..50)
-        .find(|i| shard_of(fnv1a64(uid(*i).as_bytes()), 2) == 1)
-        .unwrap();
-    let name = format!("c{theirs}");
-    let r = rig_led(
-        DispatchOptions::default(),
-        all_deltas(&[], None),
-        Box::new(|_| Ok(Handled::default())),
-        1,
-        leadership.clone(),
-    );
+    let (theirs, name) = one_in(1);
+    let r = handling_all(&leadership);
     r.list(vec![cm_uid(&name, &uid(theirs), 1, "x")]);
     r.send(WatchEvent::Delete(cm_uid(&name, &uid(theirs), 2, "x")));
     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -193,6 +175,25 @@ async fn a_delete_of_a_shard_just_taken_is_not_carried() {
         r.seen()
     );
     r.set.shutdown().await;
+}
+
+/// The first test object (index and name) in shard `shard` of 2.
+fn one_in(shard: u32) -> (usize, String) {
+    let i = (0..50)
+        .find(|i| shard_of(fnv1a64(uid(*i).as_bytes()), 2) == shard)
+        .unwrap();
+    (i, format!("c{i}"))
+}
+
+/// A rig under `leadership` whose plugin handles every delta.
+fn handling_all(leadership: &Leadership) -> Rig {
+    rig_led(
+        DispatchOptions::default(),
+        all_deltas(&[], None),
+        Box::new(|_| Ok(Handled::default())),
+        1,
+        leadership.clone(),
+    )
 }
 
 /// Retries back off for an hour: a delete asked to retry is still waiting
@@ -400,17 +401,8 @@ async fn an_unsharded_leader_renewed_with_nobody_in_between_delivers_its_deletes
 async fn deletes_set_aside_go_to_the_next_version() {
     let leadership = Leadership::sharded(ShardSet::sharded(2, ShardKey::Uid, false));
     leadership.hold(0, true);
-    let mine = (0..50)
-        .find(|i| shard_of(fnv1a64(uid(*i).as_bytes()), 2) == 0)
-        .unwrap();
-    let name = format!("c{mine}");
-    let old = rig_led(
-        DispatchOptions::default(),
-        all_deltas(&[], None),
-        Box::new(|_| Ok(Handled::default())),
-        1,
-        leadership.clone(),
-    );
+    let (mine, name) = one_in(0);
+    let old = handling_all(&leadership);
     old.list(vec![cm_uid(&name, &uid(mine), 1, "x")]);
     old.until("the add", |s| names_in(s, "added").contains(&name))
         .await;
@@ -422,13 +414,7 @@ async fn deletes_set_aside_go_to_the_next_version() {
     let aside = old.dispatcher.take_aside();
     assert_eq!(aside.len(), 1, "{aside:?}");
 
-    let new = rig_led(
-        DispatchOptions::default(),
-        all_deltas(&[], None),
-        Box::new(|_| Ok(Handled::default())),
-        1,
-        leadership.clone(),
-    );
+    let new = handling_all(&leadership);
     new.dispatcher.keep_aside(aside);
     new.list(Vec::new());
     let term = leadership.resume(0);
