@@ -510,6 +510,12 @@ fn to_feed(
 fn overtaken(shared: &Shared, key: Key, item: Item) {
     let again = super::carry::again(shared, &key, &item);
     finish(shared, item.weight, |q| q.ok(&key));
+    go_on(shared, key, again);
+}
+
+/// Queues the delete [`carry::again`](super::carry::again) says goes on
+/// into the current term, counted as new work.
+fn go_on(shared: &Shared, key: Key, again: Option<Item>) {
     if let Some(again) = again {
         shared.activity.emit(1);
         push(shared, key, again);
@@ -697,10 +703,8 @@ async fn settle(
             Retry::After
         }
     };
-    if let Some(again) = overtaken_by.and_then(|item| super::carry::again(shared, &key, &item)) {
-        shared.activity.emit(1);
-        push(shared, key.clone(), again);
-    }
+    let again = overtaken_by.and_then(|item| super::carry::again(shared, &key, &item));
+    go_on(shared, key.clone(), again);
     if !newly_parked {
         DeltaRetrying {
             plugin,

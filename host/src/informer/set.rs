@@ -116,8 +116,8 @@ impl InformerSet {
     ) -> bool {
         let mut last = (0u64, tokio::time::Instant::now());
         loop {
-            let behind: Vec<u64> = self
-                .informers()
+            let informers = self.informers();
+            let behind: Vec<u64> = informers
                 .iter()
                 .filter(|i| {
                     marks
@@ -130,7 +130,7 @@ impl InformerSet {
                 return true;
             }
             // One still in its first list is not quiet, only busy.
-            let listing = self.informers().iter().any(|i| !i.has_synced());
+            let listing = informers.iter().any(|i| !i.has_synced());
             let progress = behind.iter().sum::<u64>();
             if progress != last.0 || listing {
                 last = (progress, tokio::time::Instant::now());
