@@ -730,7 +730,7 @@ fn start_election(
                     tokio::select! {
                         () = stop.cancelled() => return,
                         caught_up = tokio::time::timeout(list_wait, host.informers().wait_high_waters(&marks, quiet)) => {
-                            let behind: Vec<(String, u64)> = host.informers().high_waters().into_iter().filter(|(spec, h)| marks.get(spec).is_some_and(|m| h < m)).collect();
+                            let behind = host.informers().behind(&marks);
                             match caught_up {
                                 Ok(true) => tracing::info!(waited = ?waited.elapsed(), ?marks, "informers as far as the replica that handed the lease over: replaying"),
                                 Ok(false) => tracing::info!(waited = ?waited.elapsed(), ?marks, ?behind, "informers short of the replica that handed the lease over, but receiving nothing more: replaying"),

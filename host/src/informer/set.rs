@@ -102,6 +102,16 @@ impl InformerSet {
             .collect()
     }
 
+    /// The informers named in `marks` that have not followed the API server
+    /// as far as their mark yet, with how far they have.
+    pub fn behind(&self, marks: &std::collections::BTreeMap<String, u64>) -> Vec<(String, u64)> {
+        self.informers()
+            .iter()
+            .map(|i| (i.spec().to_string(), i.high_water()))
+            .filter(|(spec, h)| marks.get(spec).is_some_and(|m| h < m))
+            .collect()
+    }
+
     /// Waits until each informer named in `marks` has followed the API
     /// server at least as far as the mark (`true`), or until those behind
     /// have received nothing for `quiet` since their first list
@@ -116,22 +126,13 @@ impl InformerSet {
     ) -> bool {
         let mut last = (0u64, tokio::time::Instant::now());
         loop {
-            let informers = self.informers();
-            let behind: Vec<u64> = informers
-                .iter()
-                .filter(|i| {
-                    marks
-                        .get(&i.spec().to_string())
-                        .is_some_and(|m| i.high_water() < *m)
-                })
-                .map(|i| i.high_water())
-                .collect();
+            let behind = self.behind(marks);
             if behind.is_empty() {
                 return true;
             }
             // One still in its first list is not quiet, only busy.
-            let listing = informers.iter().any(|i| !i.has_synced());
-            let progress = behind.iter().sum::<u64>();
+            let listing = self.informers().iter().any(|i| !i.has_synced());
+            let progress = behind.iter().map(|(_, h)| h).sum::<u64>();
             if progress != last.0 || listing {
                 last = (progress, tokio::time::Instant::now());
             } else if last.1.elapsed() >= quiet {
