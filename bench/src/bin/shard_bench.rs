@@ -62,6 +62,12 @@ struct Args {
     /// The plugin's wait per delta, in microseconds (a slow API).
     #[arg(long, default_value_t = 0)]
     wait_micros: u64,
+    /// The plugin's `limits.actionsPerSecond` (default: the host's
+    /// default ceiling). The sidecar's own default, 100, would measure the
+    /// limit rather than the host; the runs print the actions that waited
+    /// for it.
+    #[arg(long, default_value_t = 10_000)]
+    actions_per_second: u32,
     /// Run the hosts with --dry-run: actions are logged, not sent.
     #[arg(long)]
     dry_run: bool,
@@ -106,6 +112,8 @@ impl Replica {
 struct Counts {
     deltas: f64,
     actions: f64,
+    /// Actions that waited for the plugin's `limits.actionsPerSecond`.
+    throttled: f64,
 }
 
 impl Counts {
@@ -120,6 +128,7 @@ impl Counts {
         Self {
             deltas: sum("kubewasm_plugin_deltas_delivered_total{"),
             actions: sum("kubewasm_actions_total{"),
+            throttled: sum("kubewasm_plugin_actions_throttled_total{"),
         }
     }
 }
@@ -141,12 +150,14 @@ fn realistic(args: &Args) -> bool {
 fn sidecar(args: &Args, input: &str, output: &str) -> String {
     if realistic(args) {
         return format!(
-            "# results: {output}\naccess:\n  - {{kinds: [pods, nodes], verbs: [read]}}\n  - {{kinds: [pods], verbs: [patch]}}\n"
+            "# results: {output}\nlimits: {{actionsPerSecond: {}}}\naccess:\n  - {{kinds: [pods, nodes], verbs: [read]}}\n  - {{kinds: [pods], verbs: [patch]}}\n",
+            args.actions_per_second
         );
     }
     format!(
-        "config: {}\naccess:\n  - {{kinds: [configmaps], verbs: [read], namespaces: [{input}]}}\n  - {{kinds: [configmaps], verbs: [apply], namespaces: [{output}]}}\n",
-        json!({"namespace": input, "output": output, "work": args.work, "waitMicros": args.wait_micros})
+        "config: {}\nlimits: {{actionsPerSecond: {}}}\naccess:\n  - {{kinds: [configmaps], verbs: [read], namespaces: [{input}]}}\n  - {{kinds: [configmaps], verbs: [apply], namespaces: [{output}]}}\n",
+        json!({"namespace": input, "output": output, "work": args.work, "waitMicros": args.wait_micros}),
+        args.actions_per_second
     )
 }
 
@@ -279,6 +290,7 @@ fn total(replicas: &[Replica], plugin: &str) -> (Counts, Vec<Counts>) {
     let sum = each.iter().fold(Counts::default(), |a, c| Counts {
         deltas: a.deltas + c.deltas,
         actions: a.actions + c.actions,
+        throttled: a.throttled + c.throttled,
     });
     (sum, each)
 }
@@ -417,7 +429,8 @@ async fn one_run(
     )
     .await?;
     let deltas_done = deltas_done.unwrap_or(actions_done);
-    let (_, each1) = total(&replicas, &plugin);
+    let (c1, each1) = total(&replicas, &plugin);
+    let throttled = c1.throttled - c0.throttled;
     let per_replica: Vec<f64> = each1
         .iter()
         .zip(&each0)
@@ -460,12 +473,13 @@ async fn one_run(
     let deltas_per_s = n / deltas_done.as_secs_f64();
     let actions_per_s = n / actions_done.as_secs_f64();
     println!(
-        "{:<10} {:>3} replicas {:>3} shards: {:>9.0} deltas/s {:>9.0} actions/s  per replica {:?}  shards held {:?}  warm-up {:.1} s{}",
+        "{:<10} {:>3} replicas {:>3} shards: {:>9.0} deltas/s {:>9.0} actions/s  throttled {:.0}  per replica {:?}  shards held {:?}  warm-up {:.1} s{}",
         args.label,
         replicas_n,
         args.shards,
         deltas_per_s,
         actions_per_s,
+        throttled,
         per_replica,
         held_by.values().collect::<Vec<_>>(),
         warm.as_secs_f64(),
@@ -484,6 +498,8 @@ async fn one_run(
         "dryRun": args.dry_run,
         "deltasPerSecond": deltas_per_s,
         "actionsPerSecond": actions_per_s,
+        "actionsThrottled": throttled,
+        "actionsPerSecondLimit": args.actions_per_second,
         "deltasPerReplica": per_replica,
         "shardsPerReplica": held_by,
         "warmUpSeconds": warm.as_secs_f64(),
