@@ -127,6 +127,34 @@ fn add_then_delete_cancels_unless_attempted_and_resync_never_overtakes() {
 }
 
 #[test]
+fn an_initial_add_then_its_delete_delivers_the_delete_in_the_adds_place() {
+    // A replay (the plugin may have acted on the object in an earlier
+    // version): the delete must arrive, ahead of what was queued after
+    // the add (the synced marker).
+    let mut q = KeyedQueue::default();
+    let mut add = delta(DeltaType::Added, 1);
+    add.initial = true;
+    q.push("x", Item::new(add));
+    q.push("synced", Item::new(delta(DeltaType::Synced, 0)));
+    assert_eq!(
+        q.push("x", Item::new(delta(DeltaType::Deleted, 2))),
+        Pushed::Coalesced
+    );
+    let (k, item) = q.pop().unwrap();
+    assert_eq!(
+        (
+            k,
+            item.delta.dtype,
+            item.delta.initial,
+            rv(&item),
+            item.weight
+        ),
+        ("x", DeltaType::Deleted, false, 2, 2)
+    );
+    assert_eq!(q.pop().unwrap().0, "synced");
+}
+
+#[test]
 fn a_failed_key_backs_off_then_retries_with_what_arrived_meanwhile() {
     let t = Instant::now();
     let mut q = KeyedQueue::default();
