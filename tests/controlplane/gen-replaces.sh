@@ -8,12 +8,14 @@
 # The list comes from k8s.io/kubernetes's own go.mod, fetched through the Go
 # module proxy (GOPROXY), so it stays right when the version changes.
 #
-# Usage: gen-replaces.sh [v1.35.M]   (default: the version go.mod requires)
-# Then: go mod tidy, and build with -mod=readonly.
+# Usage: gen-replaces.sh [v1.M.P [MODFILE]]   (default: the version go.mod
+# requires, in go.mod; next.mod holds the 1.36 build's)
+# Then: go mod tidy [-modfile=MODFILE], and build with -mod=readonly.
 set -euo pipefail
 cd "$(dirname "$0")"
 
-version=${1:-$(go mod edit -json | sed -n '/"Path": "k8s.io\/kubernetes"/{n;s/.*"Version": "\(.*\)".*/\1/p}')}
+modfile=${2:-go.mod}
+version=${1:-$(go mod edit -json "$modfile" | sed -n '/"Path": "k8s.io\/kubernetes"/{n;s/.*"Version": "\(.*\)".*/\1/p}')}
 if [[ ! $version =~ ^v1\.([0-9]+)\.([0-9]+)$ ]]; then
   echo "gen-replaces.sh: need a k8s.io/kubernetes release like v1.35.8, got '$version'" >&2
   exit 1
@@ -31,5 +33,5 @@ args=("-require=k8s.io/kubernetes@$version")
 for m in "${staging[@]}"; do
   args+=("-replace=$m=$m@$staging_version")
 done
-go mod edit "${args[@]}"
-echo "gen-replaces.sh: k8s.io/kubernetes $version, ${#staging[@]} staging modules pinned to $staging_version" >&2
+go mod edit "${args[@]}" "$modfile"
+echo "gen-replaces.sh: $modfile: k8s.io/kubernetes $version, ${#staging[@]} staging modules pinned to $staging_version" >&2

@@ -1,3 +1,5 @@
+//go:build !apiserveronly
+
 package main
 
 import (

@@ -417,9 +417,50 @@ async fn cached_per_shard(host: &HostProcess) -> Option<[u64; 2]> {
 /// and live deltas) is the server's for every object.
 #[tokio::test]
 async fn held_shard_caches_hold_only_their_shards_and_list_the_one_taken_over() {
-    let cp = ControlPlane::shared();
+    held_shard_caches(ControlPlane::shared(), "e2e-shards-held", Filters::Replica).await;
+}
+
+/// The same on Kubernetes 1.36 with its `ShardedListAndWatch` gate on: the
+/// API server takes the selector the replicas send (a malformed one is
+/// refused, and nothing would sync), answers with `shardInfo`, and the
+/// replicas say the server filters.
+#[tokio::test]
+async fn on_kubernetes_1_36_the_api_server_lists_and_watches_only_the_shards_held() {
+    let cp = ControlPlane::builder()
+        .kubernetes_1_36()
+        .apiserver_arg("--feature-gates=ShardedListAndWatch=true")
+        .start()
+        .await
+        .unwrap();
+    let _logs = cp.logs_on_failure();
+    held_shard_caches(&cp, "e2e-shards-served", Filters::Server).await;
+}
+
+/// The API server's `apiserver_watch_shards_total` for ConfigMaps: the
+/// watches it serves filtered by a shard selector (Kubernetes 1.36).
+async fn sharded_watches(client: &kube::Client) -> u64 {
+    let request = http::Request::get("/metrics").body(Vec::new()).unwrap();
+    let text = client.request_text(request).await.unwrap();
+    text.lines()
+        .filter(|l| {
+            l.starts_with("apiserver_watch_shards_total{") && l.contains("resource=\"configmaps\"")
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
+}
+
+/// Who filters the objects of shards not held, as a replica logs it.
+#[derive(Clone, Copy)]
+enum Filters {
+    Replica,
+    Server,
+}
+
+/// Two replicas with `--shard-cache held`, one shard each: each caches only
+/// its shard's objects and says who filtered; after a kill the survivor
+/// lists the shard it takes over and its view equals the server's.
+async fn held_shard_caches(cp: &ControlPlane, ns: &str, filters: Filters) {
     let client = cp.admin_client().await;
-    let ns = "e2e-shards-held";
     namespace(&client, ns, json!({})).await;
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
     let leases: Api<Lease> = Api::namespaced(client.clone(), ns);
@@ -446,8 +487,21 @@ async fn held_shard_caches_hold_only_their_shards_and_list_the_one_taken_over() 
             || async { (cached_per_shard(host).await? == want).then_some(()) },
         )
         .await;
-        host.wait_log("the API server ignores shardSelector", WAIT)
-            .await;
+        let said = match filters {
+            Filters::Replica => "the API server ignores shardSelector",
+            Filters::Server => "the API server lists and watches only the shards held",
+        };
+        host.wait_log(said, WAIT).await;
+    }
+    if let Filters::Server = filters {
+        // The server's own count of the watches it filters by shard: one
+        // per replica.
+        eventually(
+            "the API server to count both replicas' sharded watches",
+            WAIT,
+            || async { (sharded_watches(&client).await >= 2).then_some(()) },
+        )
+        .await;
     }
 
     // Churn, then kill shard 1's holder: the survivor takes the shard,

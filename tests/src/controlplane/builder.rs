@@ -35,6 +35,7 @@ pub struct ControlPlaneBuilder {
     controllers: Option<String>,
     audit: bool,
     stop_grace: Option<Duration>,
+    release_1_36: bool,
 }
 
 impl Default for ControlPlaneBuilder {
@@ -48,6 +49,7 @@ impl Default for ControlPlaneBuilder {
             controllers: None,
             audit: false,
             stop_grace: None,
+            release_1_36: false,
         }
     }
 }
@@ -119,6 +121,16 @@ impl ControlPlaneBuilder {
         self
     }
 
+    /// The API server of Kubernetes 1.36 instead of the default release
+    /// ([`binary_1_36`](super::binary_1_36)), for what that release adds
+    /// (its alpha features behind `--feature-gates`, through
+    /// [`Self::apiserver_arg`]). Not with [`Self::node`] or
+    /// [`Self::controllers`]: that build has the API server alone.
+    pub fn kubernetes_1_36(mut self) -> Self {
+        self.release_1_36 = true;
+        self
+    }
+
     /// Builds the binary if needed, starts the control plane in a temp
     /// folder and waits (up to 120 s, not counting the build) until the API
     /// server answers /readyz. The waiting runs on a blocking thread.
@@ -130,7 +142,14 @@ impl ControlPlaneBuilder {
 
     /// [`Self::start`] for synchronous code (blocks the calling thread).
     pub fn start_blocking(self) -> anyhow::Result<ControlPlane> {
-        let bin = binary()?;
+        if self.release_1_36 && (self.node || self.controllers.is_some()) {
+            bail!("the Kubernetes 1.36 build has the API server alone: no node, no controllers");
+        }
+        let bin = if self.release_1_36 {
+            super::binary_1_36()?
+        } else {
+            binary()?
+        };
         let root = tempfile::Builder::new()
             .prefix("kubewasm-controlplane-")
             .tempdir()

@@ -322,21 +322,42 @@ pub async fn client_from(kubeconfig: &Path) -> anyhow::Result<kube::Client> {
 /// no-op when up to date; a cold build takes minutes) once per process.
 pub fn binary() -> anyhow::Result<PathBuf> {
     static BIN: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    BIN.get_or_init(|| {
-        if let Some(bin) = std::env::var_os("KUBEWASM_CONTROLPLANE_BIN") {
-            return Ok(bin.into());
-        }
+    if let Some(bin) = std::env::var_os("KUBEWASM_CONTROLPLANE_BIN") {
+        return Ok(bin.into());
+    }
+    built(&BIN, &[], "kubewasm-controlplane")
+}
+
+/// The API server of Kubernetes 1.36,
+/// `tests/controlplane/bin/kubewasm-apiserver-1.36` (the same program built
+/// against that release, without the node), built by `build.sh --next`
+/// once per process.
+pub fn binary_1_36() -> anyhow::Result<PathBuf> {
+    static BIN: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    built(&BIN, &["--next"], "kubewasm-apiserver-1.36")
+}
+
+/// `name` in tests/controlplane/bin, once `build.sh ARGS` succeeded (the
+/// first call's answer is kept in `once`).
+fn built(
+    once: &OnceLock<Result<PathBuf, String>>,
+    args: &[&str],
+    name: &str,
+) -> anyhow::Result<PathBuf> {
+    once.get_or_init(|| {
         let dir = crate::repo_root().join("tests/controlplane");
         let status = Command::new("bash")
             .arg(dir.join("build.sh"))
+            .args(args)
             .status()
             .map_err(|e| format!("running tests/controlplane/build.sh: {e}"))?;
         if !status.success() {
             return Err(format!(
-                "tests/controlplane/build.sh failed ({status}): it needs Go and the Go module proxy"
+                "tests/controlplane/build.sh {} failed ({status}): it needs Go and the Go module proxy",
+                args.join(" ")
             ));
         }
-        Ok(dir.join("bin/kubewasm-controlplane"))
+        Ok(dir.join("bin").join(name))
     })
     .clone()
     .map_err(|e| anyhow!(e))
