@@ -128,52 +128,46 @@ fn served(body: &[u8]) -> bool {
 mod tests {
     use super::*;
 
+    const SEL: &str = "shardRange(object.metadata.uid, '0x0000000000000000', '0x8000000000000000')";
+
+    /// The query of `uri` as (key, value) pairs, decoded.
+    fn query(uri: &http::Uri) -> Vec<(String, String)> {
+        form_urlencoded::parse(uri.query().unwrap_or("").as_bytes())
+            .map(|(k, v)| (k.into_owned(), v.into_owned()))
+            .collect()
+    }
+
+    fn pairs(limit: &str) -> [(String, String); 2] {
+        [
+            ("limit".to_owned(), limit.to_owned()),
+            ("shardSelector".to_owned(), SEL.to_owned()),
+        ]
+    }
+
     #[test]
     fn the_selector_is_added_to_lists_and_watches() {
-        let sel = "shardRange(object.metadata.uid, '0x0000000000000000', '0x8000000000000000')";
         let mut list = Request::get("https://h/api/v1/configmaps?limit=500")
             .body(Body::empty())
             .unwrap();
-        with_selector(&mut list, sel).unwrap();
-        let q = list.uri().query().unwrap();
-        let pairs: Vec<(String, String)> = form_urlencoded::parse(q.as_bytes())
-            .map(|(k, v)| (k.into_owned(), v.into_owned()))
-            .collect();
-        assert_eq!(
-            pairs,
-            [
-                ("limit".to_owned(), "500".to_owned()),
-                ("shardSelector".to_owned(), sel.to_owned())
-            ]
-        );
+        with_selector(&mut list, SEL).unwrap();
+        assert_eq!(query(list.uri()), pairs("500"));
         let mut watch = Request::get("https://h/api/v1/configmaps?watch=true&resourceVersion=5")
             .body(Body::empty())
             .unwrap();
-        with_selector(&mut watch, sel).unwrap();
+        with_selector(&mut watch, SEL).unwrap();
         assert!(watch.uri().query().unwrap().contains("shardSelector="));
     }
 
     #[test]
     fn who_filters_is_asked_with_one_whole_object_of_the_same_collection() {
-        let sel = "shardRange(object.metadata.uid, '0x0000000000000000', '0x8000000000000000')";
         let watch: http::Uri =
             "https://h/api/v1/namespaces/a/configmaps?watch=true&sendInitialEvents=true"
                 .parse()
                 .unwrap();
-        let asked = detection(&watch, sel).unwrap();
+        let asked = detection(&watch, SEL).unwrap();
         assert_eq!(asked.method(), http::Method::GET);
         assert_eq!(asked.uri().path(), "/api/v1/namespaces/a/configmaps");
-        let pairs: Vec<(String, String)> =
-            form_urlencoded::parse(asked.uri().query().unwrap().as_bytes())
-                .map(|(k, v)| (k.into_owned(), v.into_owned()))
-                .collect();
-        assert_eq!(
-            pairs,
-            [
-                ("limit".to_owned(), "1".to_owned()),
-                ("shardSelector".to_owned(), sel.to_owned())
-            ]
-        );
+        assert_eq!(query(asked.uri()), pairs("1"));
         // Not metadata only: Kubernetes 1.36 drops shardInfo from those.
         assert_eq!(asked.headers()[http::header::ACCEPT], "application/json");
     }
