@@ -23,16 +23,46 @@ struct Replica {
 }
 
 fn replica(store: &Arc<Store>, identity: &str) -> Replica {
+    replica_with(store, identity, Leadership::follower(), |e| e)
+}
+
+/// A replica whose elector `configure` finishes (a shard, its high waters)
+/// before it runs, with `leadership` as its gate.
+fn replica_with(
+    store: &Arc<Store>,
+    identity: &str,
+    leadership: Leadership,
+    configure: impl FnOnce(Elector) -> Elector,
+) -> Replica {
     let conn = Conn::new(store.clone());
-    let leadership = Leadership::follower();
     let cancel = CancellationToken::new();
-    let elector = Elector::new(conn.clone(), opts(identity), leadership.clone());
+    let elector = configure(Elector::new(
+        conn.clone(),
+        opts(identity),
+        leadership.clone(),
+    ));
     let task = tokio::spawn(elector.run(cancel.clone()));
     Replica {
         conn,
         leadership,
         cancel,
         task,
+    }
+}
+
+impl Replica {
+    /// Waits (in paused time) until it leads, at most `limit`; how long
+    /// that took.
+    async fn leads(&self, what: &str, limit: Duration) -> Duration {
+        until(what, limit, || self.leadership.is_leader()).await
+    }
+
+    /// Cancels its elector and waits for it to end (a leader releases);
+    /// its gate, to look at afterwards.
+    async fn stop(self) -> Leadership {
+        self.cancel.cancel();
+        self.task.await.unwrap();
+        self.leadership
     }
 }
 
@@ -50,10 +80,7 @@ async fn until(what: &str, limit: Duration, cond: impl Fn() -> bool) -> Duration
 async fn exactly_one_of_two_leads_and_keeps_leading() {
     let store = Arc::new(Store::default());
     let a = replica(&store, "a");
-    until("a leads", Duration::from_secs(1), || {
-        a.leadership.is_leader()
-    })
-    .await;
+    a.leads("a leads", Duration::from_secs(1)).await;
     let b = replica(&store, "b");
     // Many renewals later, still exactly one leader: the holder.
     for _ in 0..100 {
@@ -63,19 +90,14 @@ async fn exactly_one_of_two_leads_and_keeps_leading() {
         assert_eq!(store.holder().as_deref(), Some("a"));
     }
     assert_eq!(a.leadership.state().term, 1, "no flapping");
-    b.cancel.cancel();
-    a.cancel.cancel();
-    let _ = tokio::join!(a.task, b.task);
+    tokio::join!(a.stop(), b.stop());
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_cut_off_leader_stops_acting_before_the_follower_may_start() {
     let store = Arc::new(Store::default());
     let a = replica(&store, "a");
-    until("a leads", Duration::from_secs(1), || {
-        a.leadership.is_leader()
-    })
-    .await;
+    a.leads("a leads", Duration::from_secs(1)).await;
     let b = replica(&store, "b");
     tokio::time::sleep(Duration::from_secs(2)).await;
     let cut_at = Instant::now();
@@ -105,15 +127,10 @@ async fn a_cut_off_leader_stops_acting_before_the_follower_may_start() {
     a.conn.cut.store(false, Ordering::SeqCst);
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert!(!a.leadership.is_leader());
-    b.cancel.cancel();
-    b.task.await.unwrap();
-    until("a leads again", Duration::from_secs(2), || {
-        a.leadership.is_leader()
-    })
-    .await;
+    b.stop().await;
+    a.leads("a leads again", Duration::from_secs(2)).await;
     assert_eq!(a.leadership.state().term, 2, "a new term: a new replay");
-    a.cancel.cancel();
-    a.task.await.unwrap();
+    a.stop().await;
 }
 
 /// Always may take, never gives up.
@@ -139,12 +156,14 @@ impl ShardBalance for Greedy {
 async fn a_shard_renewed_again_by_its_holder_resumes_and_one_taken_over_is_forfeited() {
     use crate::shard::{ShardKey, ShardSet};
     let store = Arc::new(Store::default());
-    let conn = Conn::new(store.clone());
-    let leadership = Leadership::sharded(ShardSet::sharded(2, ShardKey::Uid, false));
-    let cancel = CancellationToken::new();
     let balance: Arc<dyn ShardBalance> = Arc::new(Greedy(Arc::default()));
-    let elector = Elector::new(conn.clone(), opts("a"), leadership.clone()).for_shard(0, balance);
-    let task = tokio::spawn(elector.run(cancel.clone()));
+    let a = replica_with(
+        &store,
+        "a",
+        Leadership::sharded(ShardSet::sharded(2, ShardKey::Uid, false)),
+        |e| e.for_shard(0, balance),
+    );
+    let (conn, leadership) = (&a.conn, &a.leadership);
     until("a holds shard 0", Duration::from_secs(1), || {
         leadership.held_since(0).is_some()
     })
@@ -184,8 +203,7 @@ async fn a_shard_renewed_again_by_its_holder_resumes_and_one_taken_over_is_forfe
         leadership.suspended_since(0).is_none()
     })
     .await;
-    b.cancel.cancel();
-    b.task.await.unwrap();
+    b.stop().await;
     until("a holds shard 0 anew", Duration::from_secs(3), || {
         leadership.held_since(0).is_some()
     })
@@ -195,34 +213,25 @@ async fn a_shard_renewed_again_by_its_holder_resumes_and_one_taken_over_is_forfe
         Some(leadership.state().term),
         "taken from another holder: held since this term only"
     );
-    cancel.cancel();
-    task.await.unwrap();
+    a.stop().await;
 }
 
 #[tokio::test(start_paused = true)]
 async fn release_on_shutdown_hands_over_within_a_retry_period() {
     let store = Arc::new(Store::default());
     let a = replica(&store, "a");
-    until("a leads", Duration::from_secs(1), || {
-        a.leadership.is_leader()
-    })
-    .await;
+    a.leads("a leads", Duration::from_secs(1)).await;
     let b = replica(&store, "b");
     tokio::time::sleep(Duration::from_secs(2)).await;
-    a.cancel.cancel();
-    a.task.await.unwrap();
-    assert!(!a.leadership.is_leader());
+    let a = a.stop().await;
+    assert!(!a.is_leader());
     assert_ne!(store.holder().as_deref(), Some("a"), "released");
-    let took = until("b leads", Duration::from_secs(4), || {
-        b.leadership.is_leader()
-    })
-    .await;
+    let took = b.leads("b leads", Duration::from_secs(4)).await;
     assert!(
         took <= Duration::from_millis(600),
         "took {took:?}: a released lease is taken at the next retry, not after the lease duration"
     );
-    b.cancel.cancel();
-    b.task.await.unwrap();
+    b.stop().await;
 }
 
 /// Unsharded, a leader cut off past its renew deadline is suspended:
@@ -232,10 +241,7 @@ async fn release_on_shutdown_hands_over_within_a_retry_period() {
 async fn an_unsharded_leader_renewed_again_by_itself_resumes() {
     let store = Arc::new(Store::default());
     let a = replica(&store, "a");
-    until("a leads", Duration::from_secs(1), || {
-        a.leadership.is_leader()
-    })
-    .await;
+    a.leads("a leads", Duration::from_secs(1)).await;
     let since = a.leadership.held_since_whole();
     assert_eq!(since, Some(1));
     a.conn.cut.store(true, Ordering::SeqCst);
@@ -244,14 +250,10 @@ async fn an_unsharded_leader_renewed_again_by_itself_resumes() {
     })
     .await;
     a.conn.cut.store(false, Ordering::SeqCst);
-    until("leading again", Duration::from_secs(2), || {
-        a.leadership.is_leader()
-    })
-    .await;
+    a.leads("leading again", Duration::from_secs(2)).await;
     assert_eq!(a.leadership.state().term, 2, "a new term");
     assert_eq!(a.leadership.held_since_whole(), since, "nobody in between");
-    a.cancel.cancel();
-    a.task.await.unwrap();
+    a.stop().await;
 }
 
 /// A replica releasing the Lease writes how far its informers had
@@ -259,44 +261,31 @@ async fn an_unsharded_leader_renewed_again_by_itself_resumes() {
 #[tokio::test(start_paused = true)]
 async fn a_released_lease_carries_the_last_holders_high_waters_to_the_next() {
     let store = Arc::new(Store::default());
-    let a_leadership = Leadership::follower();
-    let a_cancel = CancellationToken::new();
     let marks = super::super::HandoverMarks::from([("configmaps".to_owned(), 42)]);
-    let a = Elector::new(Conn::new(store.clone()), opts("a"), a_leadership.clone())
-        .with_high_waters(Arc::new({
+    let a = replica_with(&store, "a", Leadership::follower(), |e| {
+        e.with_high_waters(Arc::new({
             let marks = marks.clone();
             move || marks.clone()
-        }));
-    let a_task = tokio::spawn(a.run(a_cancel.clone()));
-    until("a leads", Duration::from_secs(1), || {
-        a_leadership.is_leader()
-    })
-    .await;
+        }))
+    });
+    a.leads("a leads", Duration::from_secs(1)).await;
     let b = replica(&store, "b");
     assert!(
         b.leadership.take_handover().is_empty(),
         "nothing handed over yet"
     );
-    a_cancel.cancel();
-    a_task.await.unwrap();
-    until("b leads", Duration::from_secs(2), || {
-        b.leadership.is_leader()
-    })
-    .await;
+    a.stop().await;
+    b.leads("b leads", Duration::from_secs(2)).await;
     assert_eq!(b.leadership.take_handover(), marks);
     assert!(b.leadership.take_handover().is_empty(), "taken once");
-    b.cancel.cancel();
-    b.task.await.unwrap();
+    b.stop().await;
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_lease_taken_by_another_closes_the_gate_at_the_next_renewal() {
     let store = Arc::new(Store::default());
     let a = replica(&store, "a");
-    until("a leads", Duration::from_secs(1), || {
-        a.leadership.is_leader()
-    })
-    .await;
+    a.leads("a leads", Duration::from_secs(1)).await;
     // Someone else forcibly takes it (an operator, a split brain).
     let intruder = Conn::new(store.clone());
     let mut l = intruder.get().await.unwrap().unwrap();
@@ -309,6 +298,5 @@ async fn a_lease_taken_by_another_closes_the_gate_at_the_next_renewal() {
     })
     .await;
     assert!(took <= Duration::from_millis(600), "{took:?}");
-    a.cancel.cancel();
-    a.task.await.unwrap();
+    a.stop().await;
 }
