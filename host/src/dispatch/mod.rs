@@ -25,6 +25,7 @@
 //! only while that term lasts (a new term resubscribes, replaying the
 //! cache); losing leadership drops everything queued and every timer.
 
+mod background;
 mod carry;
 pub mod dead;
 mod figures;
@@ -537,8 +538,11 @@ impl Dispatcher {
         let tasks = TaskTracker::new();
         let worker_cancel = CancellationToken::new();
         spawn_workers(&shared, &tasks, &worker_cancel);
-        tasks.spawn(worker::drop_on_loss(shared.clone(), worker_cancel.clone()));
-        tasks.spawn(worker::timers(shared.clone(), worker_cancel.clone()));
+        tasks.spawn(background::drop_on_loss(
+            shared.clone(),
+            worker_cancel.clone(),
+        ));
+        tasks.spawn(background::timers(shared.clone(), worker_cancel.clone()));
         Self {
             shared,
             tasks,
