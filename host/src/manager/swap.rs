@@ -42,6 +42,13 @@ impl PluginHost {
         };
         if let Some(old) = &old {
             let old_informers = old.informers();
+            // The new version's pair reading the informer `key`'s old pair
+            // read: its id, registration index and cut.
+            let successor = |key: &Key| {
+                old_informers
+                    .get(key.0 as usize)
+                    .and_then(|i| version.successor_of(i))
+            };
             let left = old.stop(&self.informers).await;
             // Deletes set aside for a suspended shard stay aside in the new
             // version (those its own stream has are after its cut).
@@ -50,21 +57,14 @@ impl PluginHost {
                 .take_aside()
                 .into_iter()
                 .filter_map(|(key, item)| {
-                    let (id, index, cut) = old_informers
-                        .get(key.0 as usize)
-                        .and_then(|i| version.successor_of(i))?;
+                    let (id, index, cut) = successor(&key)?;
                     (item.seq <= cut).then(|| moved(id, index, key, item))
                 })
                 .collect();
             version.dispatcher.keep_aside(aside);
             let (keep, drop): (Vec<_>, Vec<_>) = left
                 .into_iter()
-                .map(|(key, item)| {
-                    let to = old_informers
-                        .get(key.0 as usize)
-                        .and_then(|i| version.successor_of(i));
-                    (to, key, item)
-                })
+                .map(|(key, item)| (successor(&key), key, item))
                 .partition(|(to, _, item)| {
                     to.is_some_and(|(_, _, cut)| {
                         item.delta.dtype == DeltaType::Deleted && item.seq <= cut
